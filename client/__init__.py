@@ -1,0 +1,1 @@
+"""gpuobsctl: the command-line client of gpuobsd (lands with the daemon issue)."""

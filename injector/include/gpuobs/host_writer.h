@@ -1,0 +1,90 @@
+// The producer side of a segment as the injector's host code runs it, and gpuobs-synth with
+// it: kernel table, launch ring, counters, device snapshots and the control handshake.
+// Thread-safe where the injector needs it (launches come from any thread); no exceptions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpuobs/layout.h"
+#include "gpuobs/ring_protocol.h"
+#include "gpuobs/shm_segment.h"
+
+namespace gpuobs {
+
+// What the device keeps per kernel slot (device memory in the injector, process memory in
+// gpuobs-synth); published into KernelCounters' device half.
+struct DeviceKernelCounters {
+  uint64_t blocks_observed;
+  uint64_t memory_accesses;
+  uint64_t events_produced;
+  uint64_t events_dropped;
+};
+static_assert(sizeof(DeviceKernelCounters) == 32, "DeviceKernelCounters is 32 bytes");
+
+// One consistent copy of the device counters.
+struct DeviceSnapshot {
+  uint64_t events_produced = 0;
+  uint64_t events_dropped = 0;
+  uint64_t memory_accesses = 0;
+  uint64_t blocks = 0;
+  bool quiescent = false;
+  std::vector<uint64_t> ring_heads;                 // per event ring: tickets claimed
+  const DeviceKernelCounters* kernels = nullptr;    // [kernel_count]
+  uint32_t kernel_count = 0;
+};
+
+// A control request read from the segment (what the daemon asked for).
+struct ControlRequest {
+  uint64_t generation = 0;
+  Mode mode = Mode::Off;
+  uint32_t shift = 0;
+  PatchSet patch_set = PatchSet::Block;
+  std::string filter;
+};
+
+// Rejects what no producer may apply; "" when the request is well formed.
+std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set,
+                                    const std::string& filter);
+
+class SegmentWriter {
+ public:
+  explicit SegmentWriter(std::unique_ptr<MappedSegment> segment);
+
+  const SegmentView& view() const { return segment_->view(); }
+  MappedSegment& segment() { return *segment_; }
+
+  // Slot of a new kernel, or -1 when the table or name arena is full (counted, "table" stage).
+  int64_t register_kernel(uint64_t function, uint64_t module, const std::string& mangled);
+
+  // Appends a launch record and counts the launch and its expected blocks. False when the
+  // launch ring was full (counted, "host" stage). Callable from any thread, never blocks.
+  bool write_launch(const LaunchRecord& record);
+
+  // The producer's view of event ring `index` for a device whose head/limit words live at the
+  // given addresses (device memory for the GPU, process memory for gpuobs-synth).
+  ring::ProducerView event_ring_producer(uint32_t index, uint64_t* head, uint64_t* limit) const;
+
+  void publish(const DeviceSnapshot& snapshot);
+  void heartbeat();
+
+  // True when the daemon asked for a generation newer than `seen_generation`; the request is
+  // read under the seqlock and is consistent. Never waits on the writer.
+  bool poll_control(uint64_t seen_generation, ControlRequest* request) const;
+  // Publishes what is now in force and the status of the last request.
+  void acknowledge(uint64_t generation, const ControlRequest& in_force, ControlStatus status,
+                   const std::string& message);
+
+ private:
+  std::unique_ptr<MappedSegment> segment_;
+  std::mutex registration_mutex_;  // kernel registration only: never on the launch path
+  std::mutex publish_mutex_;       // one publisher at a time keeps the seqlock sound
+};
+
+// Demangled C++ name, or the input when it is not a C++ mangled name.
+std::string demangle(const std::string& mangled);
+
+}  // namespace gpuobs

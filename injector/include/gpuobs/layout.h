@@ -1,0 +1,341 @@
+// The one definition of the gpuobs shared-memory segment and its records.
+//
+// Everything that crosses a process boundary is defined here, once: the injector and
+// gpuobs-synth write it, the native reader reads it, and Python gets the numpy dtypes and
+// offsets from the pybind11 module built from this header (never from a second copy).
+// Fixed widths, little endian, no pointers, every struct size pinned by static_assert.
+// Bump kLayoutVersion on any change that moves a byte.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpuobs {
+
+constexpr uint64_t kMagic = 0x4745534f424f5047ULL;  // "GPUOBSEG" read as little-endian bytes
+constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kEventRecordBytes = 64;
+constexpr uint32_t kLaunchRecordBytes = 128;
+constexpr uint32_t kPageBytes = 4096;
+
+// Bit 63 of a record's seq marks "claimed, being written": a reader that finds it on a slot
+// whose writer is dead knows the slot is torn, not merely not yet claimed.
+constexpr uint64_t kSeqWriting = 1ULL << 63;
+
+// ---- enums (wire values) -----------------------------------------------------------------
+
+enum class Mode : uint32_t { Off = 0, Noop = 1, Counter = 2, Blocks = 3, Memory = 4, Sampled = 5 };
+constexpr uint32_t kModeCount = 6;
+constexpr uint32_t kMaxShift = 31;
+
+// Patch sets (DESIGN §2): which instructions a process patches, fixed at its start.
+enum class PatchSet : uint32_t { Block = 0, Memory = 1 };
+
+// Whether a mode needs the per-access hooks of the memory patch set.
+constexpr bool mode_needs_memory_set(Mode m) { return m == Mode::Memory || m == Mode::Sampled; }
+// Whether a mode puts events into the event ring at all.
+constexpr bool mode_emits_events(Mode m) {
+  return m == Mode::Blocks || m == Mode::Memory || m == Mode::Sampled;
+}
+
+enum class EventKind : uint8_t {
+  Invalid = 0,
+  BlockEnter = 1,
+  BlockExit = 2,
+  MemoryAccess = 3,
+  BulkCopy = 4,  // cp.async.bulk and friends (one record per block-level copy)
+};
+constexpr uint32_t kEventKindCount = 5;
+
+// Memory access flags carried in EventRecord::flags (match SANITIZER_MEMORY_DEVICE_FLAG_*).
+enum MemoryFlags : uint16_t {
+  kAccessRead = 0x1,
+  kAccessWrite = 0x2,
+  kAccessAtomic = 0x4,
+  kAccessPrefetch = 0x8,
+};
+
+enum class LaunchKind : uint32_t {
+  Eager = 1,      // LAUNCH_BEGIN of an ordinary launch
+  GraphNode = 2,  // NODE_LAUNCH_BEGIN inside a graph replay
+};
+
+enum class ControlStatus : uint32_t {
+  Ok = 0,
+  InvalidArgument = 1,     // bad mode/shift/filter: previous config kept
+  FailedPrecondition = 2,  // needs another patch set while graph execs are alive
+  Internal = 3,
+};
+
+enum class SegmentState : uint32_t { Initialising = 0, Live = 1, Exited = 2 };
+
+enum class ProducerKind : uint32_t { Injector = 1, Synth = 2, Test = 3 };
+
+// ---- records -----------------------------------------------------------------------------
+
+// One device event: one cache line, written by the device (or gpuobs-synth playing it).
+// seq is stored last, after a system fence: seq == ticket + 1 means the record is complete.
+struct alignas(64) EventRecord {
+  uint64_t globaltimer_ns;  // device %globaltimer (raw ns); never mixed with host clocks
+  uint64_t pc;              // SASS pc of the patched instruction
+  uint64_t address;         // memory events: the accessed address; 0 otherwise
+  uint64_t grid_id;         // %gridid: join key with LaunchRecord::grid_id
+  uint32_t block_x;         // blockIdx.x
+  uint16_t block_y;         // blockIdx.y (gridDim.y <= 65535)
+  uint16_t block_z;         // blockIdx.z (gridDim.z <= 65535)
+  uint16_t thread;          // linear thread index in the block (memory events)
+  uint16_t sm_id;           // %smid
+  uint32_t kernel_slot;     // index into the kernel table
+  uint32_t replay;          // graph replay sequence pushed by the host (0 for eager)
+  uint8_t kind;             // EventKind
+  uint8_t access_bytes;     // memory events: access size in bytes
+  uint16_t flags;           // MemoryFlags for memory events
+  uint64_t seq;             // ticket + 1, stored last; kSeqWriting while being written
+};
+static_assert(sizeof(EventRecord) == kEventRecordBytes, "EventRecord is one cache line");
+static_assert(offsetof(EventRecord, seq) == 56, "seq is the last word");
+
+// One launch as the host callbacks saw it (eager launch or graph node launch).
+struct alignas(64) LaunchRecord {
+  uint64_t host_time_ns;     // CLOCK_MONOTONIC at the launch callback
+  uint64_t grid_id;          // Sanitizer_LaunchData.gridId (== device %gridid)
+  uint64_t stream;           // stream handle as an integer
+  uint64_t graph_exec;       // graph exec handle, 0 for eager launches
+  uint64_t graph_node;       // graph node handle, 0 for eager launches
+  uint64_t graph_launch_id;  // replay launch id of the graph exec, 0 for eager launches
+  uint32_t kernel_slot;
+  uint32_t grid_x;
+  uint32_t grid_y;
+  uint32_t grid_z;
+  uint32_t block_x;
+  uint32_t block_y;
+  uint32_t block_z;
+  uint32_t context_index;  // which event ring the device events of this launch go to
+  uint32_t kind;           // LaunchKind
+  uint32_t mode;           // Mode in force for this launch
+  uint32_t shift;          // sample shift in force for this launch
+  uint32_t flags;          // bit 0: captured by the kernel filter
+  uint64_t replay;         // replay sequence pushed to the device (EventRecord::replay)
+  uint64_t reserved[2];
+  uint64_t seq;  // ticket + 1, stored last
+};
+static_assert(sizeof(LaunchRecord) == kLaunchRecordBytes, "LaunchRecord is two cache lines");
+static_assert(offsetof(LaunchRecord, seq) == 120, "seq is the last word");
+constexpr uint32_t kLaunchCaptured = 0x1;
+
+// ---- segment sections --------------------------------------------------------------------
+
+struct Capacities {
+  uint32_t event_rings = 1;               // one per CUDA context
+  uint32_t event_ring_records = 1u << 18;  // power of two
+  uint32_t launch_ring_records = 1u << 14;  // power of two
+  uint32_t kernel_slots = 4096;
+  uint32_t name_arena_bytes = 4u << 20;
+};
+
+constexpr uint32_t kMaxEventRings = 64;
+constexpr uint32_t kMaxRingRecords = 1u << 26;
+constexpr uint32_t kMaxKernelSlots = 1u << 20;
+constexpr uint32_t kMaxNameArenaBytes = 256u << 20;
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_bytes;
+  uint64_t segment_bytes;
+  uint32_t pid;
+  uint32_t producer_kind;       // ProducerKind
+  uint64_t pid_start_ticks;     // /proc/PID/stat field 22: tells a reused pid apart
+  uint64_t start_monotonic_ns;  // CLOCK_MONOTONIC at creation
+  uint64_t start_realtime_ns;   // CLOCK_REALTIME at creation
+  uint32_t event_rings;
+  uint32_t event_ring_records;
+  uint32_t launch_ring_records;
+  uint32_t kernel_slots;
+  uint32_t name_arena_bytes;
+  uint32_t event_record_bytes;
+  uint32_t launch_record_bytes;
+  uint32_t patch_set;  // PatchSet the process started with
+  uint64_t control_offset;
+  uint64_t counters_offset;
+  uint64_t ring_controls_offset;
+  uint64_t kernel_counters_offset;
+  uint64_t kernel_table_offset;
+  uint64_t name_arena_offset;
+  uint64_t launch_ring_offset;
+  uint64_t event_rings_offset;
+  uint32_t state;            // SegmentState (atomic)
+  uint32_t kernel_count;     // kernel table entries published (atomic, release)
+  uint64_t heartbeat_ns;     // CLOCK_MONOTONIC of the producer's last publish (atomic)
+  uint32_t name_arena_used;  // bytes of the arena in use (atomic, release)
+  uint32_t reserved0;
+  char producer[32];  // "gpuobs-injector", "gpuobs-synth"
+  char label[64];     // free text: role, rank, model
+  uint8_t reserved[240];
+};
+static_assert(sizeof(SegmentHeader) == 512, "SegmentHeader is 512 bytes");
+
+// Desired config (written by the daemon under a seqlock) and applied config (written by the
+// producer, applied_generation stored last). One cache-line-separated half per writer.
+constexpr uint32_t kFilterBytes = 256;
+constexpr uint32_t kStatusMessageBytes = 192;
+struct ControlBlock {
+  // daemon -> producer
+  uint64_t desired_seq;  // seqlock: odd while the daemon writes
+  uint64_t desired_generation;
+  uint32_t desired_mode;
+  uint32_t desired_shift;
+  uint32_t desired_patch_set;
+  uint32_t desired_filter_bytes;
+  char desired_filter[kFilterBytes];  // ECMAScript regex on kernel names; empty = all
+  uint8_t pad0[96];
+  // producer -> daemon
+  uint64_t applied_generation;  // stored last
+  uint32_t applied_mode;
+  uint32_t applied_shift;
+  uint32_t applied_patch_set;
+  uint32_t status;  // ControlStatus of the last request
+  uint64_t applied_time_ns;
+  uint32_t applied_filter_bytes;
+  uint32_t reserved1;
+  char applied_filter[kFilterBytes];
+  char status_message[kStatusMessageBytes];
+  uint8_t pad1[152];
+};
+static_assert(sizeof(ControlBlock) == 1024, "ControlBlock is 1 KiB");
+static_assert(offsetof(ControlBlock, applied_generation) == 384, "halves on separate lines");
+
+// Process-wide counters, monotonic. The device part is a snapshot published by the producer
+// under publish_seq (a seqlock), so a reader sees one consistent snapshot.
+struct GlobalCounters {
+  uint64_t publish_seq;
+  uint64_t publish_time_ns;
+  uint64_t device_events_produced;  // events the device tried to record (after filter+sample)
+  uint64_t device_events_dropped;   // ... of which dropped: event ring full ("device" stage)
+  uint64_t device_events_claimed;   // ... of which got a ring slot (sum of ring heads)
+  uint64_t device_memory_accesses;  // exact access count, all kernels
+  uint64_t device_blocks;           // exact observed blocks, all kernels
+  uint64_t device_quiescent;        // 1 when the snapshot was taken with no device work in flight
+  // host side, updated live (atomic adds)
+  uint64_t launches;
+  uint64_t launch_records_dropped;  // launch ring full ("host" stage)
+  uint64_t kernels_dropped;         // kernel table or name arena full ("table" stage)
+  uint64_t launches_unattributed;   // launches of a kernel with no slot
+  uint64_t modules_loaded;
+  uint64_t modules_patched;
+  uint64_t patch_failures;
+  uint64_t control_requests;
+  uint64_t reserved[16];
+};
+static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
+
+// Per ring: the producer's cache line and the consumer's cache line.
+struct RingControl {
+  // producer side
+  uint64_t head;         // host rings: the live claim counter; event rings: published snapshot
+  uint64_t limit_cache;  // producer's cached tail + capacity (host rings only)
+  uint64_t produced;     // records the producer tried to put in
+  uint64_t dropped;      // ... of which dropped because the ring was full
+  uint64_t producer_reserved[4];
+  // consumer side
+  uint64_t tail;       // next ticket the consumer reads (atomic, release)
+  uint64_t delivered;  // records handed on intact
+  uint64_t torn;       // claimed slots skipped: writer died or never finished
+  uint64_t corrupt;    // complete records that failed validation (skipped)
+  uint64_t consumer_reserved[4];
+};
+static_assert(sizeof(RingControl) == 128, "RingControl is two cache lines");
+static_assert(offsetof(RingControl, tail) == 64, "consumer half on its own line");
+
+// Per kernel slot. Host half updated live with atomics; device half published.
+struct KernelCounters {
+  uint64_t launches;         // host: launch callbacks
+  uint64_t blocks_expected;  // host: sum of grid sizes over launches
+  uint64_t blocks_observed;  // device: blocks counted by the patches
+  uint64_t blocks_unpatched; // host: blocks of launches the patches could not see
+  uint64_t memory_accesses;  // device: exact access count
+  uint64_t events_produced;  // device: events this kernel tried to record
+  uint64_t events_dropped;   // device: ... dropped (ring full)
+  uint64_t reserved;
+};
+static_assert(sizeof(KernelCounters) == 64, "KernelCounters is one cache line");
+
+// Kernel table entry: names live in the name arena. Published by storing kernel_count.
+struct KernelEntry {
+  uint64_t function;  // CUfunction handle as an integer (0 in gpuobs-synth)
+  uint64_t module;    // CUmodule handle as an integer
+  uint32_t mangled_offset;
+  uint32_t mangled_bytes;
+  uint32_t demangled_offset;
+  uint32_t demangled_bytes;
+  uint64_t registered_ns;  // CLOCK_MONOTONIC
+  uint32_t slot;
+  uint32_t flags;
+  uint64_t reserved[2];
+};
+static_assert(sizeof(KernelEntry) == 64, "KernelEntry is one cache line");
+
+// ---- geometry ----------------------------------------------------------------------------
+
+struct Geometry {
+  uint64_t control_offset;
+  uint64_t counters_offset;
+  uint64_t ring_controls_offset;  // launch ring first, then event rings
+  uint64_t kernel_counters_offset;
+  uint64_t kernel_table_offset;
+  uint64_t name_arena_offset;
+  uint64_t launch_ring_offset;
+  uint64_t event_rings_offset;
+  uint64_t segment_bytes;
+};
+
+constexpr uint64_t align_up(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+constexpr bool is_power_of_two(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
+
+// Where each section lives, from the capacities alone: a reader never trusts the offsets a
+// header claims, it recomputes them and compares.
+constexpr Geometry compute_geometry(const Capacities& caps) {
+  Geometry g{};
+  uint64_t at = sizeof(SegmentHeader);
+  g.control_offset = at;
+  at += sizeof(ControlBlock);
+  g.counters_offset = at;
+  at += sizeof(GlobalCounters);
+  g.ring_controls_offset = at;
+  at += sizeof(RingControl) * (1 + uint64_t(caps.event_rings));
+  at = align_up(at, kPageBytes);
+  g.kernel_counters_offset = at;
+  at = align_up(at + sizeof(KernelCounters) * uint64_t(caps.kernel_slots), kPageBytes);
+  g.kernel_table_offset = at;
+  at = align_up(at + sizeof(KernelEntry) * uint64_t(caps.kernel_slots), kPageBytes);
+  g.name_arena_offset = at;
+  at = align_up(at + caps.name_arena_bytes, kPageBytes);
+  g.launch_ring_offset = at;
+  at = align_up(at + uint64_t(kLaunchRecordBytes) * caps.launch_ring_records, kPageBytes);
+  g.event_rings_offset = at;
+  at += uint64_t(kEventRecordBytes) * caps.event_ring_records * caps.event_rings;
+  g.segment_bytes = align_up(at, kPageBytes);
+  return g;
+}
+
+// Empty string when the capacities are acceptable, else the reason.
+inline const char* capacities_problem(const Capacities& caps) {
+  if (caps.event_rings == 0 || caps.event_rings > kMaxEventRings) return "event ring count out of range";
+  if (!is_power_of_two(caps.event_ring_records) || caps.event_ring_records > kMaxRingRecords)
+    return "event ring records not a power of two in range";
+  if (!is_power_of_two(caps.launch_ring_records) || caps.launch_ring_records > kMaxRingRecords)
+    return "launch ring records not a power of two in range";
+  if (caps.kernel_slots == 0 || caps.kernel_slots > kMaxKernelSlots) return "kernel slots out of range";
+  if (caps.name_arena_bytes == 0 || caps.name_arena_bytes > kMaxNameArenaBytes)
+    return "name arena size out of range";
+  return "";
+}
+
+const char* mode_name(Mode mode);
+// Parses a wire mode name; false when unknown.
+bool parse_mode(const char* name, Mode* out);
+
+}  // namespace gpuobs

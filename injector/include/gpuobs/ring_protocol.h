@@ -1,0 +1,145 @@
+// The ring protocol, written once for the host (gpuobs-synth, the injector's host callbacks)
+// and the device (patch functions): claim tickets with a bounded compare-and-swap, write the
+// record, store seq last. Drop-newest: a producer that finds the ring full counts a drop and
+// returns; it never waits for the consumer and never overwrites an unread record.
+//
+// Why CAS and not fetch_add: a fetch_add that overshoots the capacity leaves a claimed ticket
+// that nobody will ever write, and the in-order reader would stall on that hole forever. The
+// CAS only retries when another producer made progress (lock-free), and warp aggregation on
+// the device keeps it to one claim per warp.
+#pragma once
+
+#include <cstdint>
+
+#include "gpuobs/layout.h"
+
+#if defined(__CUDACC__)
+#define GPUOBS_HD __host__ __device__ __forceinline__
+#else
+#define GPUOBS_HD inline
+#endif
+
+namespace gpuobs {
+namespace ring {
+
+GPUOBS_HD uint64_t load_acquire(const uint64_t* word) {
+#if defined(__CUDA_ARCH__)
+  uint64_t value = *reinterpret_cast<const volatile uint64_t*>(word);
+  __threadfence_system();
+  return value;
+#else
+  return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+#endif
+}
+
+GPUOBS_HD uint64_t load_relaxed(const uint64_t* word) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const volatile uint64_t*>(word);
+#else
+  return __atomic_load_n(word, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUOBS_HD void store_release(uint64_t* word, uint64_t value) {
+#if defined(__CUDA_ARCH__)
+  __threadfence_system();
+  *reinterpret_cast<volatile uint64_t*>(word) = value;
+#else
+  __atomic_store_n(word, value, __ATOMIC_RELEASE);
+#endif
+}
+
+GPUOBS_HD void store_relaxed(uint64_t* word, uint64_t value) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<volatile uint64_t*>(word) = value;
+#else
+  __atomic_store_n(word, value, __ATOMIC_RELAXED);
+#endif
+}
+
+// Returns the value seen before the swap (== expected on success).
+GPUOBS_HD uint64_t compare_swap(uint64_t* word, uint64_t expected, uint64_t desired) {
+#if defined(__CUDA_ARCH__)
+  return atomicCAS(reinterpret_cast<unsigned long long*>(word), expected, desired);
+#else
+  __atomic_compare_exchange_n(word, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+  return expected;
+#endif
+}
+
+GPUOBS_HD uint64_t fetch_add(uint64_t* word, uint64_t delta) {
+#if defined(__CUDA_ARCH__)
+  return atomicAdd(reinterpret_cast<unsigned long long*>(word), delta);
+#else
+  return __atomic_fetch_add(word, delta, __ATOMIC_RELAXED);
+#endif
+}
+
+GPUOBS_HD void fetch_max(uint64_t* word, uint64_t value) {
+#if defined(__CUDA_ARCH__)
+  atomicMax(reinterpret_cast<unsigned long long*>(word), value);
+#else
+  uint64_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
+  while (seen < value &&
+         !__atomic_compare_exchange_n(word, &seen, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
+// The producer's view of one ring. `head` and `limit` live where the producer's atomics are
+// cheap (device memory for the GPU, the segment for host producers); `consumer_tail` is the
+// reader's position in the segment, read only when the cached limit says the ring looks full.
+struct ProducerView {
+  uint64_t* head;
+  uint64_t* limit;
+  const uint64_t* consumer_tail;
+  uint64_t capacity;  // power of two
+};
+
+// Claims `count` consecutive tickets. False when the ring has no room for all of them: the
+// caller counts `count` drops. Never waits.
+GPUOBS_HD bool claim(const ProducerView& view, uint32_t count, uint64_t* first_ticket) {
+  uint64_t seen_head = load_relaxed(view.head);
+  for (;;) {
+    uint64_t limit = load_relaxed(view.limit);
+    if (seen_head + count > limit) {
+      limit = load_acquire(view.consumer_tail) + view.capacity;
+      fetch_max(view.limit, limit);
+      if (seen_head + count > limit) return false;
+    }
+    const uint64_t before = compare_swap(view.head, seen_head, seen_head + count);
+    if (before == seen_head) {
+      *first_ticket = seen_head;
+      return true;
+    }
+    seen_head = before;
+  }
+}
+
+// Marks a claimed slot as being written. Not ordered before the body on purpose: its only job
+// is to let a reader tell a torn slot (writer died) from a slot not yet claimed.
+GPUOBS_HD void mark_writing(uint64_t* seq_word, uint64_t ticket) {
+  store_relaxed(seq_word, (ticket + 1) | kSeqWriting);
+}
+
+// Publishes a fully written record: every earlier store becomes visible before seq.
+GPUOBS_HD void commit(uint64_t* seq_word, uint64_t ticket) { store_release(seq_word, ticket + 1); }
+
+// Claims one slot, writes `body` (all but its seq) and commits it. False: ring full, the
+// caller counts one drop. Record is EventRecord or LaunchRecord (seq is their last word).
+template <class Record>
+GPUOBS_HD bool put(const ProducerView& view, Record* ring, const Record& body) {
+  uint64_t ticket = 0;
+  if (!claim(view, 1, &ticket)) return false;
+  Record* slot = ring + (ticket & (view.capacity - 1));
+  mark_writing(&slot->seq, ticket);
+  constexpr unsigned kWords = (sizeof(Record) - sizeof(uint64_t)) / sizeof(uint64_t);
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(&body);
+  uint64_t* to = reinterpret_cast<uint64_t*>(slot);
+  for (unsigned word = 0; word < kWords; ++word) to[word] = from[word];
+  commit(&slot->seq, ticket);
+  return true;
+}
+
+}  // namespace ring
+}  // namespace gpuobs

@@ -1,0 +1,204 @@
+#include "gpuobs/host_writer.h"
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+
+namespace gpuobs {
+namespace {
+
+void add(uint64_t* word, uint64_t delta) { __atomic_fetch_add(word, delta, __ATOMIC_RELAXED); }
+void put_relaxed(uint64_t* word, uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELAXED); }
+
+void copy_bounded(char* out, size_t capacity, const std::string& text, uint32_t* length_out) {
+  const size_t n = text.size() < capacity - 1 ? text.size() : capacity - 1;
+  std::memcpy(out, text.data(), n);
+  std::memset(out + n, 0, capacity - n);
+  if (length_out) *length_out = uint32_t(n);
+}
+
+}  // namespace
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::Off: return "off";
+    case Mode::Noop: return "noop";
+    case Mode::Counter: return "counter";
+    case Mode::Blocks: return "blocks";
+    case Mode::Memory: return "memory";
+    case Mode::Sampled: return "sampled";
+  }
+  return "unknown";
+}
+
+bool parse_mode(const char* name, Mode* out) {
+  for (uint32_t value = 0; value < kModeCount; ++value) {
+    if (std::strcmp(name, mode_name(Mode(value))) == 0) {
+      *out = Mode(value);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string demangle(const std::string& mangled) {
+  int status = 0;
+  char* text = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+  if (status != 0 || text == nullptr) {
+    std::free(text);
+    return mangled;
+  }
+  std::string result(text);
+  std::free(text);
+  return result;
+}
+
+std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set,
+                                    const std::string& filter) {
+  if (mode >= kModeCount) return "unknown mode " + std::to_string(mode);
+  if (shift > kMaxShift) return "shift " + std::to_string(shift) + " out of range 0..31";
+  if (patch_set > uint32_t(PatchSet::Memory)) return "unknown patch set " + std::to_string(patch_set);
+  if (filter.size() >= kFilterBytes) return "kernel filter longer than 255 bytes";
+  if (!filter.empty()) {
+    // std::regex reports syntax errors by throwing; keep it inside this function.
+    try {
+      std::regex compiled(filter, std::regex::ECMAScript);
+      (void)compiled;
+    } catch (const std::regex_error& problem) {
+      return std::string("invalid kernel filter: ") + problem.what();
+    }
+  }
+  return "";
+}
+
+SegmentWriter::SegmentWriter(std::unique_ptr<MappedSegment> segment) : segment_(std::move(segment)) {}
+
+int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const std::string& mangled) {
+  const SegmentView& v = view();
+  const std::string demangled = demangle(mangled);
+  std::lock_guard<std::mutex> lock(registration_mutex_);
+  const uint32_t slot = __atomic_load_n(&v.header->kernel_count, __ATOMIC_RELAXED);
+  const uint32_t used = __atomic_load_n(&v.header->name_arena_used, __ATOMIC_RELAXED);
+  const uint64_t needed = uint64_t(mangled.size()) + 1 + demangled.size() + 1;
+  if (slot >= v.caps.kernel_slots || used + needed > v.caps.name_arena_bytes) {
+    add(&v.counters->kernels_dropped, 1);
+    return -1;
+  }
+  char* arena = v.name_arena;
+  std::memcpy(arena + used, mangled.c_str(), mangled.size() + 1);
+  std::memcpy(arena + used + mangled.size() + 1, demangled.c_str(), demangled.size() + 1);
+  KernelEntry& entry = v.kernel_table[slot];
+  entry.function = function;
+  entry.module = module;
+  entry.mangled_offset = used;
+  entry.mangled_bytes = uint32_t(mangled.size());
+  entry.demangled_offset = used + uint32_t(mangled.size()) + 1;
+  entry.demangled_bytes = uint32_t(demangled.size());
+  entry.registered_ns = monotonic_ns();
+  entry.slot = slot;
+  __atomic_store_n(&v.header->name_arena_used, used + uint32_t(needed), __ATOMIC_RELEASE);
+  __atomic_store_n(&v.header->kernel_count, slot + 1, __ATOMIC_RELEASE);
+  return slot;
+}
+
+bool SegmentWriter::write_launch(const LaunchRecord& record) {
+  const SegmentView& v = view();
+  add(&v.counters->launches, 1);
+  if (record.kernel_slot < v.caps.kernel_slots) {
+    KernelCounters& kernel = v.kernel_counters[record.kernel_slot];
+    add(&kernel.launches, 1);
+    add(&kernel.blocks_expected, uint64_t(record.grid_x) * record.grid_y * record.grid_z);
+  } else {
+    add(&v.counters->launches_unattributed, 1);
+  }
+  RingControl& control = *v.launch_ring_control;
+  add(&control.produced, 1);
+  const ring::ProducerView producer{&control.head, &control.limit_cache, &control.tail,
+                                    v.caps.launch_ring_records};
+  if (ring::put(producer, v.launch_ring, record)) return true;
+  add(&control.dropped, 1);
+  add(&v.counters->launch_records_dropped, 1);
+  return false;
+}
+
+ring::ProducerView SegmentWriter::event_ring_producer(uint32_t index, uint64_t* head, uint64_t* limit) const {
+  const SegmentView& v = view();
+  return ring::ProducerView{head, limit, &v.event_ring_controls[index].tail, v.caps.event_ring_records};
+}
+
+void SegmentWriter::publish(const DeviceSnapshot& snapshot) {
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  const SegmentView& v = view();
+  GlobalCounters& counters = *v.counters;
+  const uint64_t seq = __atomic_load_n(&counters.publish_seq, __ATOMIC_RELAXED);
+  __atomic_store_n(&counters.publish_seq, seq + 1, __ATOMIC_RELAXED);  // odd: writing
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  put_relaxed(&counters.publish_time_ns, monotonic_ns());
+  put_relaxed(&counters.device_events_produced, snapshot.events_produced);
+  put_relaxed(&counters.device_events_dropped, snapshot.events_dropped);
+  uint64_t claimed = 0;
+  for (size_t ring_index = 0; ring_index < snapshot.ring_heads.size() && ring_index < v.caps.event_rings;
+       ++ring_index) {
+    RingControl& control = v.event_ring_controls[ring_index];
+    put_relaxed(&control.head, snapshot.ring_heads[ring_index]);
+    claimed += snapshot.ring_heads[ring_index];
+  }
+  put_relaxed(&counters.device_events_claimed, claimed);
+  put_relaxed(&counters.device_memory_accesses, snapshot.memory_accesses);
+  put_relaxed(&counters.device_blocks, snapshot.blocks);
+  put_relaxed(&counters.device_quiescent, snapshot.quiescent ? 1 : 0);
+  const uint32_t kernels = snapshot.kernel_count < v.caps.kernel_slots ? snapshot.kernel_count : v.caps.kernel_slots;
+  for (uint32_t slot = 0; snapshot.kernels && slot < kernels; ++slot) {
+    KernelCounters& out = v.kernel_counters[slot];
+    const DeviceKernelCounters& in = snapshot.kernels[slot];
+    put_relaxed(&out.blocks_observed, in.blocks_observed);
+    put_relaxed(&out.memory_accesses, in.memory_accesses);
+    put_relaxed(&out.events_produced, in.events_produced);
+    put_relaxed(&out.events_dropped, in.events_dropped);
+  }
+  __atomic_store_n(&counters.publish_seq, seq + 2, __ATOMIC_RELEASE);  // even: consistent
+  heartbeat();
+}
+
+void SegmentWriter::heartbeat() {
+  __atomic_store_n(&view().header->heartbeat_ns, monotonic_ns(), __ATOMIC_RELEASE);
+}
+
+bool SegmentWriter::poll_control(uint64_t seen_generation, ControlRequest* request) const {
+  const ControlBlock& control = *view().control;
+  const uint64_t before = __atomic_load_n(&control.desired_seq, __ATOMIC_ACQUIRE);
+  if (before & 1) return false;  // the daemon is writing: look again next poll
+  const uint64_t generation = __atomic_load_n(&control.desired_generation, __ATOMIC_RELAXED);
+  if (generation <= seen_generation) return false;
+  ControlRequest copy;
+  copy.generation = generation;
+  copy.mode = Mode(__atomic_load_n(&control.desired_mode, __ATOMIC_RELAXED));
+  copy.shift = __atomic_load_n(&control.desired_shift, __ATOMIC_RELAXED);
+  copy.patch_set = PatchSet(__atomic_load_n(&control.desired_patch_set, __ATOMIC_RELAXED));
+  uint32_t filter_bytes = __atomic_load_n(&control.desired_filter_bytes, __ATOMIC_RELAXED);
+  if (filter_bytes >= kFilterBytes) filter_bytes = kFilterBytes - 1;
+  char filter[kFilterBytes];
+  for (uint32_t i = 0; i < filter_bytes; ++i) filter[i] = __atomic_load_n(&control.desired_filter[i], __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&control.desired_seq, __ATOMIC_RELAXED) != before) return false;
+  copy.filter.assign(filter, filter_bytes);
+  *request = std::move(copy);
+  return true;
+}
+
+void SegmentWriter::acknowledge(uint64_t generation, const ControlRequest& in_force, ControlStatus status,
+                                const std::string& message) {
+  ControlBlock& control = *view().control;
+  __atomic_store_n(&control.applied_mode, uint32_t(in_force.mode), __ATOMIC_RELAXED);
+  __atomic_store_n(&control.applied_shift, in_force.shift, __ATOMIC_RELAXED);
+  __atomic_store_n(&control.applied_patch_set, uint32_t(in_force.patch_set), __ATOMIC_RELAXED);
+  copy_bounded(control.applied_filter, kFilterBytes, in_force.filter, &control.applied_filter_bytes);
+  copy_bounded(control.status_message, kStatusMessageBytes, message, nullptr);
+  __atomic_store_n(&control.status, uint32_t(status), __ATOMIC_RELAXED);
+  __atomic_store_n(&control.applied_time_ns, monotonic_ns(), __ATOMIC_RELAXED);
+  __atomic_store_n(&control.applied_generation, generation, __ATOMIC_RELEASE);
+}
+
+}  // namespace gpuobs

@@ -1,0 +1,71 @@
+#include "injector_config.h"
+
+#include <dlfcn.h>
+#include <grp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "injector_log.h"
+
+namespace gpuobs {
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return (value && *value) ? value : nullptr;
+}
+
+bool parse_uint(const char* text, uint64_t max_value, uint64_t* out) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (end == text || *end != '\0' || value > max_value || text[0] == '-') return false;
+  *out = value;
+  return true;
+}
+
+// The directory this library was loaded from: the patch fatbin ships beside it.
+std::string library_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&load_injector_config), &info) == 0 || !info.dli_fname) return ".";
+  std::string path(info.dli_fname);
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+InjectorConfig load_injector_config() {
+  InjectorConfig config;
+  if (const char* dir = env("GPUOBS_SEGMENT_DIR")) config.segment_dir = dir;
+  if (const char* set = env("GPUOBS_PATCH_SET")) {
+    if (std::strcmp(set, "memory") == 0) config.patch_set = PatchSet::Memory;
+    else if (std::strcmp(set, "block") != 0) log_line("GPUOBS_PATCH_SET=%s is not block or memory; using block", set);
+  }
+  if (const char* mode = env("GPUOBS_MODE")) {
+    if (!parse_mode(mode, &config.mode)) log_line("GPUOBS_MODE=%s is not a mode; using counter", mode);
+  }
+  uint64_t number = 0;
+  if (const char* shift = env("GPUOBS_SHIFT")) {
+    if (parse_uint(shift, kMaxShift, &number)) config.shift = uint32_t(number);
+    else log_line("GPUOBS_SHIFT=%s is not 0..31; using %u", shift, config.shift);
+  }
+  if (const char* records = env("GPUOBS_RING_RECORDS")) {
+    if (parse_uint(records, kMaxRingRecords, &number) && is_power_of_two(number)) config.ring_records = uint32_t(number);
+    else log_line("GPUOBS_RING_RECORDS=%s is not a power of two; using %u", records, config.ring_records);
+  }
+  if (const char* group = env("GPUOBS_GROUP")) {
+    if (const struct group* entry = getgrnam(group)) config.group = entry->gr_gid;
+    else log_line("GPUOBS_GROUP=%s: no such group; segments stay 0600", group);
+  }
+  if (mode_needs_memory_set(config.mode) && config.patch_set != PatchSet::Memory) {
+    log_line("GPUOBS_MODE=%s needs GPUOBS_PATCH_SET=memory; starting in counter", mode_name(config.mode));
+    config.mode = Mode::Counter;
+  }
+  if (const char* label = env("GPUOBS_LABEL")) config.label = label;
+  config.patch_file = env("GPUOBS_PATCH_FILE") ? env("GPUOBS_PATCH_FILE") : library_directory() + "/gpuobs_patches.fatbin";
+  return config;
+}
+
+}  // namespace gpuobs

@@ -1,0 +1,182 @@
+"""Reading gpuobs segments from Python.
+
+The layout (record dtypes, sizes, modes) comes from the native module, which is compiled from
+the injector's own header: there is no second copy of any offset here. Reading is batched in
+C++ into reusable numpy buffers; nothing in this module loops over events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from gpuobs import _native
+
+EVENT_DTYPE: np.dtype = _native.EVENT_DTYPE
+LAUNCH_DTYPE: np.dtype = _native.LAUNCH_DTYPE
+KERNEL_COUNTERS_DTYPE: np.dtype = _native.KERNEL_COUNTERS_DTYPE
+MODES: dict[str, int] = dict(_native.MODES)
+MODE_NAMES: dict[int, str] = {value: name for name, value in MODES.items()}
+EVENT_KINDS: dict[str, int] = dict(_native.EVENT_KINDS)
+CONTROL_STATUS: dict[str, int] = dict(_native.CONTROL_STATUS)
+PATCH_SETS: dict[str, int] = {"block": 0, "memory": 1}
+STATE_LIVE = 1
+STATE_EXITED = 2
+SegmentError = _native.SegmentError
+
+SEGMENT_PREFIX = "gpuobs-"
+SEGMENT_SUFFIX = ".seg"
+
+
+def segment_paths(directory: str | os.PathLike[str]) -> list[Path]:
+    """Segment files in `directory`, oldest first; temporary files being created are skipped."""
+    root = Path(directory)
+    try:
+        entries = [p for p in root.iterdir() if p.name.startswith(SEGMENT_PREFIX) and p.name.endswith(SEGMENT_SUFFIX)]
+    except FileNotFoundError:
+        return []
+    return sorted(entries, key=lambda p: p.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageAccount:
+    """One stage of the pipeline: every record produced is delivered, dropped, lost to a torn
+    or corrupt slot, or still in flight."""
+
+    stage: str
+    produced: int
+    delivered: int
+    dropped: int
+    torn: int
+    corrupt: int
+    in_flight: int
+
+    @property
+    def balanced(self) -> bool:
+        return self.produced == self.delivered + self.dropped + self.torn + self.corrupt + self.in_flight
+
+
+@dataclasses.dataclass(frozen=True)
+class Accounting:
+    stages: tuple[StageAccount, ...]
+    errors: tuple[str, ...]
+    quiescent: bool
+
+
+class Segment:
+    """One producer's segment, opened as its single consumer."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        owners: Iterable[int] = (),
+        allow_group: bool = True,
+        exclusive: bool = True,
+        batch_records: int = 1 << 16,
+    ) -> None:
+        self.reader = _native.Reader(str(path), list(owners), allow_group, exclusive)
+        self.header: dict = self.reader.header()
+        self._events = np.empty(batch_records, dtype=EVENT_DTYPE)
+        self._launches = np.empty(max(1024, batch_records // 16), dtype=LAUNCH_DTYPE)
+
+    @property
+    def pid(self) -> int:
+        return int(self.header["pid"])
+
+    @property
+    def event_rings(self) -> int:
+        return int(self.header["event_rings"])
+
+    def read_events(self, ring: int = 0) -> np.ndarray:
+        """Next batch of complete events of one ring. The array is a view of a reused buffer:
+        copy what must outlive the next call."""
+        count = self.reader.read_events(ring, self._events)
+        return self._events[:count]
+
+    def read_launches(self) -> np.ndarray:
+        count = self.reader.read_launches(self._launches)
+        return self._launches[:count]
+
+    def drain_counts(self) -> tuple[int, int]:
+        """Reads everything available now from every ring; returns (events, launches) read."""
+        events = launches = 0
+        for ring in range(self.event_rings):
+            while (count := self.reader.read_events(ring, self._events)) > 0:
+                events += count
+        while (count := self.reader.read_launches(self._launches)) > 0:
+            launches += count
+        return events, launches
+
+    def kernels(self) -> list[dict]:
+        return self.reader.kernels()
+
+    def counters(self) -> tuple[dict, np.ndarray] | None:
+        return self.reader.counters()
+
+    def control_state(self) -> dict:
+        return self.reader.control_state()
+
+    def request_control(self, mode: str, shift: int = 0, kernel_filter: str = "", patch_set: str | None = None) -> int:
+        """Asks the producer for a mode; returns the generation its acknowledgement will carry.
+        Raises ValueError (nothing written) for an invalid request."""
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
+        if patch_set is None:
+            applied = self.control_state()["applied_patch_set"]
+            patch_set_value = PATCH_SETS["memory"] if mode in ("memory", "sampled") else applied
+        else:
+            if patch_set not in PATCH_SETS:
+                raise ValueError(f"unknown patch set {patch_set!r}")
+            patch_set_value = PATCH_SETS[patch_set]
+        return self.reader.request_control(MODES[mode], shift, patch_set_value, kernel_filter)
+
+    def accounting(self) -> Accounting:
+        """Per-stage conservation from the segment's own counters, and the invariants that must
+        hold at any instant. Equalities that only hold at rest are checked when the producer's
+        last snapshot was quiescent and everything claimed has been read."""
+        snapshot = self.counters()
+        errors: list[str] = []
+        if snapshot is None:
+            return Accounting((), ("counters kept changing during every read",), False)
+        counters, _ = snapshot
+        quiescent = bool(counters["device_quiescent"])
+        rings = [self.reader.event_ring_stats(i) for i in range(self.event_rings)]
+        claimed = sum(r["head"] for r in rings)
+        delivered = sum(r["delivered"] for r in rings)
+        torn = sum(r["torn"] for r in rings)
+        corrupt = sum(r["corrupt"] for r in rings)
+        consumed = sum(r["tail"] for r in rings)
+        produced = counters["device_events_produced"]
+        dropped = counters["device_events_dropped"]
+        for index, ring in enumerate(rings):
+            if ring["delivered"] + ring["torn"] + ring["corrupt"] != ring["tail"]:
+                errors.append(f"event ring {index}: delivered+torn+corrupt != consumed")
+        if produced < claimed + dropped:
+            errors.append(f"device: produced {produced} < claimed {claimed} + dropped {dropped}")
+        if quiescent and produced != claimed + dropped:
+            errors.append(f"device at rest: produced {produced} != claimed {claimed} + dropped {dropped}")
+        if quiescent and consumed > claimed:
+            errors.append(f"device at rest: consumed {consumed} > claimed {claimed}")
+        in_flight = max(0, produced - dropped - consumed)
+        device = StageAccount("device", produced, delivered, dropped, torn, corrupt, in_flight)
+
+        launch = self.reader.launch_ring_stats()
+        if launch["delivered"] + launch["torn"] + launch["corrupt"] != launch["tail"]:
+            errors.append("launch ring: delivered+torn+corrupt != consumed")
+        if launch["produced"] < launch["head"] + launch["dropped"]:
+            errors.append("launch ring: produced < claimed + dropped")
+        host = StageAccount(
+            "host",
+            launch["produced"],
+            launch["delivered"],
+            launch["dropped"],
+            launch["torn"],
+            launch["corrupt"],
+            max(0, launch["produced"] - launch["dropped"] - launch["tail"]),
+        )
+        return Accounting((device, host), tuple(errors), quiescent)

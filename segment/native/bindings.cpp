@@ -1,0 +1,423 @@
+// gpuobs._native: the segment layout, reader and writer for Python. The numpy dtypes are built
+// from the C++ structs (offsetof), so Python never holds a second copy of the layout.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "gpuobs/host_writer.h"
+#include "gpuobs/layout.h"
+#include "gpuobs/ring_protocol.h"
+#include "gpuobs/sample_hash.h"
+#include "gpuobs/shm_segment.h"
+#include "segment_reader.h"
+
+namespace py = pybind11;
+using namespace gpuobs;
+
+namespace {
+
+class SegmentError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+py::dict ring_stats_dict(const RingStats& stats) {
+  py::dict out;
+  out["head"] = stats.head;
+  out["tail"] = stats.tail;
+  out["produced"] = stats.produced;
+  out["dropped"] = stats.dropped;
+  out["delivered"] = stats.delivered;
+  out["torn"] = stats.torn;
+  out["corrupt"] = stats.corrupt;
+  out["capacity"] = stats.capacity;
+  return out;
+}
+
+py::dict global_counters_dict(const GlobalCounters& c) {
+  py::dict out;
+  out["publish_seq"] = c.publish_seq;
+  out["publish_time_ns"] = c.publish_time_ns;
+  out["device_events_produced"] = c.device_events_produced;
+  out["device_events_dropped"] = c.device_events_dropped;
+  out["device_events_claimed"] = c.device_events_claimed;
+  out["device_memory_accesses"] = c.device_memory_accesses;
+  out["device_blocks"] = c.device_blocks;
+  out["device_quiescent"] = c.device_quiescent;
+  out["launches"] = c.launches;
+  out["launch_records_dropped"] = c.launch_records_dropped;
+  out["kernels_dropped"] = c.kernels_dropped;
+  out["launches_unattributed"] = c.launches_unattributed;
+  out["modules_loaded"] = c.modules_loaded;
+  out["modules_patched"] = c.modules_patched;
+  out["patch_failures"] = c.patch_failures;
+  out["control_requests"] = c.control_requests;
+  return out;
+}
+
+Capacities make_caps(uint32_t event_rings, uint32_t event_ring_records, uint32_t launch_ring_records,
+                     uint32_t kernel_slots, uint32_t name_arena_bytes) {
+  Capacities caps;
+  caps.event_rings = event_rings;
+  caps.event_ring_records = event_ring_records;
+  caps.launch_ring_records = launch_ring_records;
+  caps.kernel_slots = kernel_slots;
+  caps.name_arena_bytes = name_arena_bytes;
+  return caps;
+}
+
+template <class Record>
+Record* records_of(py::array_t<Record, 0>& out) {
+  py::buffer_info info = out.request(true);
+  if (info.ndim != 1) throw py::value_error("expected a 1-D record array");
+  if (info.strides[0] != ssize_t(sizeof(Record))) throw py::value_error("record array must be contiguous");
+  return static_cast<Record*>(info.ptr);
+}
+
+// A producer for tests and tools: the same SegmentWriter the injector uses, plus event-ring
+// heads in process memory standing in for the device's.
+class Writer {
+ public:
+  Writer(const std::string& directory, const Capacities& caps, uint32_t patch_set, uint32_t mode, uint32_t shift,
+         const std::string& label) {
+    SegmentOptions options;
+    options.directory = directory;
+    options.caps = caps;
+    options.producer_kind = ProducerKind::Test;
+    options.patch_set = PatchSet(patch_set);
+    options.initial_mode = Mode(mode);
+    options.initial_shift = shift;
+    options.producer = "gpuobs-test-writer";
+    options.label = label;
+    std::string error;
+    auto segment = MappedSegment::create(options, &error);
+    if (!segment) throw SegmentError(error);
+    writer_ = std::make_unique<SegmentWriter>(std::move(segment));
+    heads_.assign(caps.event_rings, 0);
+    limits_.assign(caps.event_rings, 0);
+    produced_.assign(caps.event_rings, 0);
+    dropped_.assign(caps.event_rings, 0);
+  }
+
+  std::string path() const { return writer_->segment().path(); }
+  int64_t register_kernel(const std::string& mangled, uint64_t function, uint64_t module) {
+    return writer_->register_kernel(function, module, mangled);
+  }
+  bool write_launch(py::array_t<LaunchRecord, 0> record) {
+    return writer_->write_launch(*records_of(record));
+  }
+  // Puts each record of `records` into event ring `ring`; returns how many got a slot.
+  size_t put_events(uint32_t ring_index, py::array_t<EventRecord, 0> records) {
+    if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
+    const EventRecord* in = records_of(records);
+    const size_t count = size_t(records.shape(0));
+    EventRecord* ring_base = writer_->view().event_ring(ring_index);
+    const ring::ProducerView producer =
+        writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+    size_t written = 0;
+    for (size_t i = 0; i < count; ++i) {
+      ++produced_[ring_index];
+      if (ring::put(producer, ring_base, in[i])) {
+        ++written;
+      } else {
+        ++dropped_[ring_index];
+      }
+    }
+    return written;
+  }
+  // Claims a slot, writes half of `record` and stops there, as a writer killed mid-record.
+  void put_half_event(uint32_t ring_index, py::array_t<EventRecord, 0> record) {
+    const ring::ProducerView producer =
+        writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+    uint64_t ticket = 0;
+    ++produced_[ring_index];
+    if (!ring::claim(producer, 1, &ticket)) {
+      ++dropped_[ring_index];
+      return;
+    }
+    EventRecord* slot = writer_->view().event_ring(ring_index) + (ticket & (producer.capacity - 1));
+    ring::mark_writing(&slot->seq, ticket);
+    std::memcpy(slot, records_of(record), 24);
+  }
+  void publish(bool quiescent) {
+    DeviceSnapshot snapshot;
+    for (size_t i = 0; i < heads_.size(); ++i) {
+      snapshot.events_produced += produced_[i];
+      snapshot.events_dropped += dropped_[i];
+    }
+    snapshot.ring_heads = heads_;
+    snapshot.quiescent = quiescent;
+    writer_->publish(snapshot);
+  }
+  py::object poll_control(uint64_t seen_generation) {
+    ControlRequest request;
+    if (!writer_->poll_control(seen_generation, &request)) return py::none();
+    py::dict out;
+    out["generation"] = request.generation;
+    out["mode"] = uint32_t(request.mode);
+    out["shift"] = request.shift;
+    out["patch_set"] = uint32_t(request.patch_set);
+    out["filter"] = request.filter;
+    return out;
+  }
+  void acknowledge(uint64_t generation, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
+                   uint32_t status, const std::string& message) {
+    ControlRequest in_force;
+    in_force.mode = Mode(mode);
+    in_force.shift = shift;
+    in_force.patch_set = PatchSet(patch_set);
+    in_force.filter = filter;
+    writer_->acknowledge(generation, in_force, ControlStatus(status), message);
+  }
+  void mark_exited() { writer_->segment().mark_exited(); }
+
+ private:
+  std::unique_ptr<SegmentWriter> writer_;
+  std::vector<uint64_t> heads_, limits_, produced_, dropped_;
+};
+
+std::unique_ptr<SegmentReader> open_reader(const std::string& path, std::vector<uint32_t> owners, bool allow_group,
+                                           bool exclusive) {
+  TrustPolicy policy;
+  for (uint32_t owner : owners) policy.owners.push_back(uid_t(owner));
+  policy.allow_group_access = allow_group;
+  policy.exclusive = exclusive;
+  std::string error;
+  auto reader = SegmentReader::open(path, policy, &error);
+  if (!reader) throw SegmentError(path + ": " + error);
+  return reader;
+}
+
+py::dict header_dict(const SegmentReader& reader) {
+  const SegmentHeader& h = *reader.view().header;
+  py::dict out;
+  out["pid"] = h.pid;
+  out["producer_kind"] = h.producer_kind;
+  out["pid_start_ticks"] = h.pid_start_ticks;
+  out["start_monotonic_ns"] = h.start_monotonic_ns;
+  out["start_realtime_ns"] = h.start_realtime_ns;
+  out["event_rings"] = h.event_rings;
+  out["event_ring_records"] = h.event_ring_records;
+  out["launch_ring_records"] = h.launch_ring_records;
+  out["kernel_slots"] = h.kernel_slots;
+  out["name_arena_bytes"] = h.name_arena_bytes;
+  out["patch_set"] = h.patch_set;
+  out["segment_bytes"] = h.segment_bytes;
+  out["heartbeat_ns"] = __atomic_load_n(&h.heartbeat_ns, __ATOMIC_ACQUIRE);
+  out["producer"] = std::string(h.producer, strnlen(h.producer, sizeof(h.producer)));
+  out["label"] = std::string(h.label, strnlen(h.label, sizeof(h.label)));
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "gpuobs segment layout, reader and writer (native)";
+  static py::exception<SegmentError> segment_error(m, "SegmentError", PyExc_RuntimeError);
+  PYBIND11_NUMPY_DTYPE(EventRecord, globaltimer_ns, pc, address, grid_id, block_x, block_y, block_z, thread, sm_id,
+                       kernel_slot, replay, kind, access_bytes, flags, seq);
+  PYBIND11_NUMPY_DTYPE(LaunchRecord, host_time_ns, grid_id, stream, graph_exec, graph_node, graph_launch_id,
+                       kernel_slot, grid_x, grid_y, grid_z, block_x, block_y, block_z, context_index, kind, mode, shift,
+                       flags, replay, seq);
+  PYBIND11_NUMPY_DTYPE(KernelCounters, launches, blocks_expected, blocks_observed, blocks_unpatched, memory_accesses,
+                       events_produced, events_dropped, reserved);
+
+  m.attr("MAGIC") = kMagic;
+  m.attr("LAYOUT_VERSION") = kLayoutVersion;
+  m.attr("MAX_SHIFT") = kMaxShift;
+  m.attr("SEQ_WRITING") = kSeqWriting;
+  m.attr("FILTER_BYTES") = kFilterBytes;
+  m.attr("EVENT_DTYPE") = py::dtype::of<EventRecord>();
+  m.attr("LAUNCH_DTYPE") = py::dtype::of<LaunchRecord>();
+  m.attr("KERNEL_COUNTERS_DTYPE") = py::dtype::of<KernelCounters>();
+  py::dict modes;
+  for (uint32_t value = 0; value < kModeCount; ++value) modes[mode_name(Mode(value))] = value;
+  m.attr("MODES") = modes;
+  py::dict kinds;
+  kinds["block_enter"] = uint32_t(EventKind::BlockEnter);
+  kinds["block_exit"] = uint32_t(EventKind::BlockExit);
+  kinds["memory_access"] = uint32_t(EventKind::MemoryAccess);
+  kinds["bulk_copy"] = uint32_t(EventKind::BulkCopy);
+  m.attr("EVENT_KINDS") = kinds;
+  m.attr("EVENT_KIND_COUNT") = kEventKindCount;
+  py::dict statuses;
+  statuses["ok"] = uint32_t(ControlStatus::Ok);
+  statuses["invalid_argument"] = uint32_t(ControlStatus::InvalidArgument);
+  statuses["failed_precondition"] = uint32_t(ControlStatus::FailedPrecondition);
+  statuses["internal"] = uint32_t(ControlStatus::Internal);
+  m.attr("CONTROL_STATUS") = statuses;
+  py::dict sizes;
+  sizes["header"] = sizeof(SegmentHeader);
+  sizes["control"] = sizeof(ControlBlock);
+  sizes["global_counters"] = sizeof(GlobalCounters);
+  sizes["ring_control"] = sizeof(RingControl);
+  sizes["kernel_counters"] = sizeof(KernelCounters);
+  sizes["kernel_entry"] = sizeof(KernelEntry);
+  sizes["event_record"] = sizeof(EventRecord);
+  sizes["launch_record"] = sizeof(LaunchRecord);
+  m.attr("STRUCT_SIZES") = sizes;
+
+  m.def(
+      "geometry",
+      [](uint32_t event_rings, uint32_t event_ring_records, uint32_t launch_ring_records, uint32_t kernel_slots,
+         uint32_t name_arena_bytes) {
+        const Capacities caps = make_caps(event_rings, event_ring_records, launch_ring_records, kernel_slots,
+                                          name_arena_bytes);
+        const char* problem = capacities_problem(caps);
+        if (*problem) throw py::value_error(problem);
+        const Geometry g = compute_geometry(caps);
+        py::dict out;
+        out["control_offset"] = g.control_offset;
+        out["counters_offset"] = g.counters_offset;
+        out["ring_controls_offset"] = g.ring_controls_offset;
+        out["kernel_counters_offset"] = g.kernel_counters_offset;
+        out["kernel_table_offset"] = g.kernel_table_offset;
+        out["name_arena_offset"] = g.name_arena_offset;
+        out["launch_ring_offset"] = g.launch_ring_offset;
+        out["event_rings_offset"] = g.event_rings_offset;
+        out["segment_bytes"] = g.segment_bytes;
+        return out;
+      },
+      py::arg("event_rings"), py::arg("event_ring_records"), py::arg("launch_ring_records"), py::arg("kernel_slots"),
+      py::arg("name_arena_bytes"));
+  m.def("fmix64", &fmix64, "MurmurHash3 fmix64, as the patches compute it");
+  m.def("sample_keep", &sample_keep, py::arg("pc"), py::arg("thread"), py::arg("block"), py::arg("shift"));
+  m.def("control_request_problem", &control_request_problem, py::arg("mode"), py::arg("shift"), py::arg("patch_set"),
+        py::arg("filter"), "Why a control request is invalid; '' when it is valid (same check as the producers).");
+  m.def("demangle", &demangle);
+  m.def(
+      "validate_file",
+      [](const std::string& path, std::vector<uint32_t> owners, bool allow_group) {
+        const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) return std::string("cannot open: ") + std::strerror(errno);
+        TrustPolicy policy;
+        for (uint32_t owner : owners) policy.owners.push_back(uid_t(owner));
+        policy.allow_group_access = allow_group;
+        std::string reason = validate_segment_file(fd, policy, nullptr);
+        ::close(fd);
+        return reason;
+      },
+      py::arg("path"), py::arg("owners") = std::vector<uint32_t>{}, py::arg("allow_group") = true);
+
+  py::class_<SegmentReader>(m, "Reader")
+      .def(py::init(&open_reader), py::arg("path"), py::arg("owners") = std::vector<uint32_t>{},
+           py::arg("allow_group") = true, py::arg("exclusive") = true)
+      .def_property_readonly("path", &SegmentReader::path)
+      .def("header", &header_dict)
+      .def(
+          "read_events",
+          [](SegmentReader& reader, uint32_t ring_index, py::array_t<EventRecord, 0> out) {
+            EventRecord* records = records_of(out);
+            const size_t capacity = size_t(out.shape(0));
+            py::gil_scoped_release release;
+            return reader.read_events(ring_index, records, capacity);
+          },
+          py::arg("ring"), py::arg("out"))
+      .def(
+          "read_launches",
+          [](SegmentReader& reader, py::array_t<LaunchRecord, 0> out) {
+            LaunchRecord* records = records_of(out);
+            const size_t capacity = size_t(out.shape(0));
+            py::gil_scoped_release release;
+            return reader.read_launches(records, capacity);
+          },
+          py::arg("out"))
+      .def("event_ring_stats", [](const SegmentReader& r, uint32_t i) { return ring_stats_dict(r.event_ring_stats(i)); })
+      .def("launch_ring_stats", [](const SegmentReader& r) { return ring_stats_dict(r.launch_ring_stats()); })
+      .def("kernel_count", &SegmentReader::kernel_count)
+      .def(
+          "kernels",
+          [](const SegmentReader& reader, uint32_t first_slot) {
+            py::list out;
+            for (const KernelInfo& info : reader.kernels(first_slot)) {
+              py::dict entry;
+              entry["slot"] = info.slot;
+              entry["function"] = info.function;
+              entry["module"] = info.module;
+              entry["mangled"] = py::bytes(info.mangled).attr("decode")("utf-8", "replace");
+              entry["demangled"] = py::bytes(info.demangled).attr("decode")("utf-8", "replace");
+              out.append(entry);
+            }
+            return out;
+          },
+          py::arg("first_slot") = 0)
+      .def("counters",
+           [](const SegmentReader& reader) -> py::object {
+             GlobalCounters global{};
+             std::vector<KernelCounters> per_kernel;
+             if (!reader.counters(&global, &per_kernel)) return py::none();
+             py::array_t<KernelCounters> kernels(per_kernel.size());
+             if (!per_kernel.empty())
+               std::memcpy(kernels.mutable_data(), per_kernel.data(), per_kernel.size() * sizeof(KernelCounters));
+             return py::make_tuple(global_counters_dict(global), kernels);
+           })
+      .def(
+          "request_control",
+          [](SegmentReader& reader, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter) {
+            std::string error;
+            const uint64_t generation = reader.request_control(mode, shift, patch_set, filter, &error);
+            if (generation == 0) throw py::value_error(error);
+            return generation;
+          },
+          py::arg("mode"), py::arg("shift"), py::arg("patch_set"), py::arg("filter") = "")
+      .def("control_state",
+           [](const SegmentReader& reader) {
+             const ControlState s = reader.control_state();
+             py::dict out;
+             out["desired_generation"] = s.desired_generation;
+             out["applied_generation"] = s.applied_generation;
+             out["applied_mode"] = s.applied_mode;
+             out["applied_shift"] = s.applied_shift;
+             out["applied_patch_set"] = s.applied_patch_set;
+             out["status"] = s.status;
+             out["applied_filter"] = s.applied_filter;
+             out["status_message"] = s.status_message;
+             out["applied_time_ns"] = s.applied_time_ns;
+             return out;
+           })
+      .def("producer_alive", &SegmentReader::producer_alive)
+      .def("state", [](const SegmentReader& reader) { return uint32_t(reader.state()); })
+      .def("size_intact", &SegmentReader::size_intact)
+      .def("set_torn_timeout", [](SegmentReader& reader, double seconds) {
+        reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
+      })
+      .def("aggregates", [](const SegmentReader& reader) {
+        const EventAggregates& counts = reader.aggregates();
+        py::array_t<uint64_t> out({ssize_t(counts.size() / kEventKindCount), ssize_t(kEventKindCount)});
+        std::memcpy(out.mutable_data(), counts.data(), counts.size() * sizeof(uint64_t));
+        return out;
+      });
+
+  py::class_<Writer>(m, "Writer")
+      .def(py::init([](const std::string& directory, uint32_t event_rings, uint32_t event_ring_records,
+                       uint32_t launch_ring_records, uint32_t kernel_slots, uint32_t name_arena_bytes,
+                       uint32_t patch_set, uint32_t mode, uint32_t shift, const std::string& label) {
+             return std::make_unique<Writer>(
+                 directory,
+                 make_caps(event_rings, event_ring_records, launch_ring_records, kernel_slots, name_arena_bytes),
+                 patch_set, mode, shift, label);
+           }),
+           py::arg("directory"), py::arg("event_rings") = 1, py::arg("event_ring_records") = 1024,
+           py::arg("launch_ring_records") = 1024, py::arg("kernel_slots") = 64,
+           py::arg("name_arena_bytes") = 65536, py::arg("patch_set") = 0, py::arg("mode") = 2, py::arg("shift") = 0,
+           py::arg("label") = "")
+      .def_property_readonly("path", &Writer::path)
+      .def("register_kernel", &Writer::register_kernel, py::arg("mangled"), py::arg("function") = 0,
+           py::arg("module") = 0)
+      .def("write_launch", &Writer::write_launch)
+      .def("put_events", &Writer::put_events, py::arg("ring"), py::arg("records"))
+      .def("put_half_event", &Writer::put_half_event, py::arg("ring"), py::arg("record"))
+      .def("publish", &Writer::publish, py::arg("quiescent") = false)
+      .def("poll_control", &Writer::poll_control, py::arg("seen_generation"))
+      .def("acknowledge", &Writer::acknowledge, py::arg("generation"), py::arg("mode"), py::arg("shift"),
+           py::arg("patch_set"), py::arg("filter"), py::arg("status"), py::arg("message"))
+      .def("mark_exited", &Writer::mark_exited);
+}

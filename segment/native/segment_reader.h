@@ -1,0 +1,126 @@
+// The consumer side of a segment: validation of a file someone else wrote, in-order reading of
+// its rings with torn/corrupt detection, consistent counter snapshots, and the daemon's half of
+// the control handshake. Never trusts a byte of the file: every offset is recomputed, every
+// index checked, and no field read from the file can make it crash.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpuobs/host_writer.h"
+#include "gpuobs/layout.h"
+#include "gpuobs/segment_view.h"
+
+namespace gpuobs {
+
+// Who may have written a segment we accept.
+struct TrustPolicy {
+  std::vector<uid_t> owners;      // empty: our own uid and root
+  bool allow_group_access = true; // 0660 with a group is fine; world bits never are
+  bool exclusive = true;          // take the consumer lock (one reader per segment)
+};
+
+struct RingStats {
+  uint64_t head = 0;  // tickets claimed, as far as the reader knows
+  uint64_t tail = 0;
+  uint64_t produced = 0;
+  uint64_t dropped = 0;
+  uint64_t delivered = 0;
+  uint64_t torn = 0;
+  uint64_t corrupt = 0;
+  uint64_t capacity = 0;
+};
+
+struct KernelInfo {
+  uint32_t slot;
+  uint64_t function;
+  uint64_t module;
+  std::string mangled;
+  std::string demangled;
+};
+
+struct ControlState {
+  uint64_t desired_generation;
+  uint64_t applied_generation;
+  uint32_t applied_mode;
+  uint32_t applied_shift;
+  uint32_t applied_patch_set;
+  uint32_t status;
+  std::string applied_filter;
+  std::string status_message;
+  uint64_t applied_time_ns;
+};
+
+// Per kernel slot and event kind: events delivered by this reader.
+using EventAggregates = std::vector<uint64_t>;  // [kernel_slots * kEventKindCount]
+
+class SegmentReader {
+ public:
+  // nullptr and the reason in *error when the file is not a segment we trust.
+  static std::unique_ptr<SegmentReader> open(const std::string& path, const TrustPolicy& policy,
+                                             std::string* error);
+  ~SegmentReader();
+  SegmentReader(const SegmentReader&) = delete;
+  SegmentReader& operator=(const SegmentReader&) = delete;
+
+  const SegmentView& view() const { return view_; }
+  const std::string& path() const { return path_; }
+
+  // Copies up to `max_records` complete records of event ring `ring_index` into `out`, in
+  // ticket order, and advances the shared tail. Returns the number copied.
+  size_t read_events(uint32_t ring_index, EventRecord* out, size_t max_records);
+  size_t read_launches(LaunchRecord* out, size_t max_records);
+
+  RingStats event_ring_stats(uint32_t ring_index) const;
+  RingStats launch_ring_stats() const;
+
+  // Kernel table entries published so far (bounds-checked against the arena).
+  std::vector<KernelInfo> kernels(uint32_t first_slot = 0) const;
+  uint32_t kernel_count() const;
+
+  // A consistent copy of the counters (device half under the publish seqlock). False when the
+  // producer kept writing during every try: the caller tries again on its next drain.
+  bool counters(GlobalCounters* global, std::vector<KernelCounters>* per_kernel) const;
+
+  // Daemon half of the handshake: validated, written under the seqlock; returns the generation
+  // to wait for, or 0 with the reason in *error (nothing written).
+  uint64_t request_control(uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
+                           std::string* error);
+  ControlState control_state() const;
+
+  // Whether the producing process is still the one that created the segment.
+  bool producer_alive() const;
+  SegmentState state() const;
+  // The file still has the size it had at open (a shrunk file would fault on access).
+  bool size_intact() const;
+
+  const EventAggregates& aggregates() const { return aggregates_; }
+  void set_torn_timeout_ns(uint64_t timeout_ns) { torn_timeout_ns_ = timeout_ns; }
+
+ private:
+  SegmentReader() = default;
+  template <class Record, class Validate>
+  size_t read_ring(RingControl& control, Record* ring, uint64_t capacity, Record* out, size_t max_records,
+                   uint64_t* pending_since, Validate validate);
+  bool claimed_beyond(const RingControl& control, uint64_t tail, uint64_t capacity) const;
+
+  std::string path_;
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  SegmentView view_{};
+  EventAggregates aggregates_;
+  std::vector<uint64_t> event_pending_since_;
+  uint64_t launch_pending_since_ = 0;
+  uint64_t torn_timeout_ns_ = 1000000000ULL;
+};
+
+// Reads only the header and says why the file is not acceptable ("" when it is). Used by open
+// and by discovery, so a rejected file is reported with the same words everywhere.
+std::string validate_segment_file(int fd, const TrustPolicy& policy, SegmentHeader* header_out);
+
+}  // namespace gpuobs

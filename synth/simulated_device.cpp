@@ -1,0 +1,154 @@
+#include "simulated_device.h"
+
+#include <cstring>
+
+#include "gpuobs/ring_protocol.h"
+#include "gpuobs/sample_hash.h"
+#include "gpuobs/shm_segment.h"
+
+namespace gpuobs {
+namespace synth {
+namespace {
+
+constexpr uint32_t kWarpLanes = 32;
+constexpr uint32_t kSmCount = 132;
+
+void device_add(uint64_t* word, uint64_t delta) { __atomic_fetch_add(word, delta, __ATOMIC_RELAXED); }
+
+}  // namespace
+
+SimulatedDevice::SimulatedDevice(SegmentWriter* writer, uint32_t kernel_slots)
+    : writer_(writer),
+      kernels_(kernel_slots, DeviceKernelCounters{}),
+      heads_(writer->view().caps.event_rings, 0),
+      limits_(writer->view().caps.event_rings, 0) {}
+
+void SimulatedDevice::emit(uint32_t ring_index, const EventRecord* bodies, uint32_t count, uint32_t slot) {
+  if (count == 0) return;
+  events_produced_.fetch_add(count, std::memory_order_relaxed);
+  device_add(&kernels_[slot].events_produced, count);
+  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+  uint64_t first = 0;
+  if (!ring::claim(producer, count, &first)) {
+    events_dropped_.fetch_add(count, std::memory_order_relaxed);
+    device_add(&kernels_[slot].events_dropped, count);
+    return;
+  }
+  EventRecord* ring_base = writer_->view().event_ring(ring_index);
+  const uint64_t mask = producer.capacity - 1;
+  for (uint32_t lane = 0; lane < count; ++lane) {
+    const uint64_t ticket = first + lane;
+    EventRecord* record = ring_base + (ticket & mask);
+    ring::mark_writing(&record->seq, ticket);
+    std::memcpy(record, &bodies[lane], offsetof(EventRecord, seq));
+    ring::commit(&record->seq, ticket);
+  }
+}
+
+uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& profile, const DeviceConfig& config) {
+  const uint64_t blocks = uint64_t(launch.grid_x) * launch.grid_y * launch.grid_z;
+  const Mode mode = config.mode;
+  if (mode == Mode::Off || mode == Mode::Noop) return 2 * blocks;
+  DeviceKernelCounters& counters = kernels_[launch.slot];
+  device_add(&counters.blocks_observed, blocks);
+  blocks_.fetch_add(blocks, std::memory_order_relaxed);
+  if (mode == Mode::Counter) return 2 * blocks;
+
+  EventRecord bodies[kWarpLanes];
+  std::memset(bodies, 0, sizeof(bodies));
+  for (EventRecord& body : bodies) {
+    body.grid_id = launch.grid_id;
+    body.kernel_slot = launch.slot;
+  }
+  uint64_t work = 0;
+  uint64_t block_index = 0;
+  for (uint32_t z = 0; z < launch.grid_z; ++z) {
+    for (uint32_t y = 0; y < launch.grid_y; ++y) {
+      for (uint32_t x = 0; x < launch.grid_x; ++x, ++block_index) {
+        const uint16_t sm = uint16_t(block_index % kSmCount);
+        if (mode == Mode::Blocks) {
+          work += 2;
+          if (!config.captured) continue;
+          for (uint32_t edge = 0; edge < 2; ++edge) {
+            EventRecord& body = bodies[edge];
+            body.globaltimer_ns = realtime_ns();
+            body.pc = profile.base_pc + (edge ? 0xff0 : 0);
+            body.block_x = x;
+            body.block_y = uint16_t(y);
+            body.block_z = uint16_t(z);
+            body.sm_id = sm;
+            body.kind = uint8_t(edge ? EventKind::BlockExit : EventKind::BlockEnter);
+            // enter and exit are separate patch calls on the device: separate claims here
+            emit(launch.ring, &body, 1, launch.slot);
+          }
+          continue;
+        }
+        // memory / sampled: every thread executes every access instruction once
+        const uint64_t block_accesses = uint64_t(launch.block_threads) * profile.accesses_per_thread;
+        device_add(&counters.memory_accesses, block_accesses);
+        memory_accesses_.fetch_add(block_accesses, std::memory_order_relaxed);
+        work += block_accesses;
+        if (!config.captured) continue;
+        for (uint32_t access = 0; access < profile.accesses_per_thread; ++access) {
+          const uint64_t pc = profile.base_pc + 0x100 + 0x10 * access;
+          for (uint32_t warp_base = 0; warp_base < launch.block_threads; warp_base += kWarpLanes) {
+            uint32_t lanes = 0;
+            for (uint32_t lane = 0; lane < kWarpLanes && warp_base + lane < launch.block_threads; ++lane) {
+              const uint32_t thread = warp_base + lane;
+              if (mode == Mode::Sampled && !sample_keep(pc, thread, block_index, config.shift)) continue;
+              EventRecord& body = bodies[lanes++];
+              body.globaltimer_ns = realtime_ns();
+              body.pc = pc;
+              body.address = 0x7e0000000000ULL + (block_index * launch.block_threads + thread) * 16 + access * 4;
+              body.block_x = x;
+              body.block_y = uint16_t(y);
+              body.block_z = uint16_t(z);
+              body.thread = uint16_t(thread);
+              body.sm_id = sm;
+              body.kind = uint8_t(EventKind::MemoryAccess);
+              body.access_bytes = 4;
+              body.flags = (access & 1) ? kAccessWrite : kAccessRead;
+            }
+            emit(launch.ring, bodies, lanes, launch.slot);
+          }
+        }
+      }
+    }
+  }
+  return work;
+}
+
+void SimulatedDevice::publish(bool quiescent) {
+  DeviceSnapshot snapshot;
+  // Dropped before produced: a racing snapshot may show an event produced but not yet
+  // resolved, never one dropped but not produced.
+  snapshot.events_dropped = events_dropped_.load(std::memory_order_acquire);
+  snapshot.ring_heads.resize(heads_.size());
+  for (size_t ring_index = 0; ring_index < heads_.size(); ++ring_index)
+    snapshot.ring_heads[ring_index] = __atomic_load_n(&heads_[ring_index], __ATOMIC_ACQUIRE);
+  snapshot.events_produced = events_produced_.load(std::memory_order_acquire);
+  snapshot.memory_accesses = memory_accesses_.load(std::memory_order_relaxed);
+  snapshot.blocks = blocks_.load(std::memory_order_relaxed);
+  snapshot.quiescent = quiescent;
+  snapshot.kernels = kernels_.data();
+  snapshot.kernel_count = uint32_t(kernels_.size());
+  writer_->publish(snapshot);
+}
+
+void SimulatedDevice::write_half_record(uint32_t ring_index, uint32_t slot) {
+  events_produced_.fetch_add(1, std::memory_order_relaxed);
+  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+  uint64_t ticket = 0;
+  if (!ring::claim(producer, 1, &ticket)) {
+    events_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  publish(false);  // the published head covers the claimed ticket, as a device snapshot may
+  EventRecord* record = writer_->view().event_ring(ring_index) + (ticket & (producer.capacity - 1));
+  ring::mark_writing(&record->seq, ticket);
+  record->kernel_slot = slot;
+  record->pc = 0xdead;
+}
+
+}  // namespace synth
+}  // namespace gpuobs

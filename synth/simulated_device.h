@@ -1,0 +1,62 @@
+// The GPU as gpuobs-synth plays it: device-memory counters and event-ring heads in process
+// memory, records written into the segment's event ring with the same ring protocol the
+// patches use, warp-aggregated claims, drop-newest when full.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "gpuobs/host_writer.h"
+#include "gpuobs/layout.h"
+#include "kernel_catalog.h"
+
+namespace gpuobs {
+namespace synth {
+
+struct LaunchShape {
+  uint32_t slot;
+  uint32_t grid_x, grid_y, grid_z;
+  uint32_t block_threads;
+  uint64_t grid_id;
+  uint32_t ring;
+};
+
+struct DeviceConfig {
+  Mode mode = Mode::Counter;
+  uint32_t shift = 0;
+  bool captured = true;  // the kernel filter lets this kernel's events through
+};
+
+class SimulatedDevice {
+ public:
+  SimulatedDevice(SegmentWriter* writer, uint32_t kernel_slots);
+
+  // Runs one launch's blocks as the patches would; returns the work units it did (block
+  // entries+exits, or memory accesses when the mode hooks them), for pacing.
+  uint64_t run(const LaunchShape& launch, const KernelProfile& profile, const DeviceConfig& config);
+
+  // Consistent enough to publish at any time; exact when `quiescent`.
+  void publish(bool quiescent);
+  uint64_t events_produced() const { return events_produced_.load(std::memory_order_relaxed); }
+
+  // Claims one slot, writes part of a record and returns without committing it: a writer
+  // killed in the middle of a record, for the torn-record tests.
+  void write_half_record(uint32_t ring, uint32_t slot);
+
+ private:
+  // Records `count` events (the active lanes of one warp) with one claim.
+  void emit(uint32_t ring, const EventRecord* bodies, uint32_t count, uint32_t slot);
+
+  SegmentWriter* writer_;
+  std::vector<DeviceKernelCounters> kernels_;  // "device memory"
+  std::vector<uint64_t> heads_;
+  std::vector<uint64_t> limits_;
+  std::atomic<uint64_t> events_produced_{0};
+  std::atomic<uint64_t> events_dropped_{0};
+  std::atomic<uint64_t> memory_accesses_{0};
+  std::atomic<uint64_t> blocks_{0};
+};
+
+}  // namespace synth
+}  // namespace gpuobs

@@ -1,0 +1,343 @@
+// gpuobs-synth: plays an injected process with the injector's own writer code, so the daemon,
+// CLI, metrics and fault tests run where there is no GPU. One thread plays the device (launch
+// records, per-block / per-access work as the mode dictates), one follows the control block as
+// the injector's control thread does, one publishes device counters as the injector's tool
+// thread does. Exits cleanly on SIGTERM/SIGINT with a final, quiescent publish.
+#include <getopt.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpuobs/host_writer.h"
+#include "gpuobs/shm_segment.h"
+#include "kernel_catalog.h"
+#include "simulated_device.h"
+
+namespace gpuobs {
+namespace synth {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+
+struct Options {
+  std::string segment_dir = "/dev/shm";
+  uint32_t kernels = 8;
+  double rate = 0;  // work units per second, 0 = as fast as possible
+  double duration = 0;  // seconds, 0 = until a signal or a limit below
+  Mode mode = Mode::Counter;
+  uint32_t shift = 0;
+  uint64_t seed = 1;
+  PatchSet patch_set = PatchSet::Block;
+  uint64_t max_events = 0;    // stop once this many events were produced
+  uint64_t max_launches = 0;  // stop after this many launches
+  uint32_t contexts = 1;      // event rings
+  uint32_t ring_records = 1u << 16;
+  uint32_t launch_ring_records = 1u << 14;
+  uint32_t live_graphs = 0;   // graph execs "alive": a patch-set switch is refused while > 0
+  uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
+  uint32_t publish_us = 2000;
+  uint32_t control_poll_us = 500;
+  std::string label;
+  std::string filter;
+  bool unlink_at_exit = false;
+};
+
+[[noreturn]] void usage(const char* message) {
+  std::fprintf(stderr,
+               "gpuobs-synth: %s\n"
+               "usage: gpuobs-synth [--segment-dir DIR] [--kernels K] [--rate EVENTS_PER_S] [--duration S]\n"
+               "  [--mode off|noop|counter|blocks|memory|sampled] [--shift N] [--seed N] [--patch-set block|memory]\n"
+               "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
+               "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
+               "  [--kernel REGEX] [--unlink-at-exit]\n",
+               message);
+  std::exit(2);
+}
+
+uint64_t parse_number(const char* text, const char* flag) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') usage((std::string("bad number for ") + flag).c_str());
+  return value;
+}
+
+Options parse(int argc, char** argv) {
+  enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink };
+  static const option long_options[] = {
+      {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
+      {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
+      {"mode", required_argument, nullptr, kMode}, {"shift", required_argument, nullptr, kShift},
+      {"seed", required_argument, nullptr, kSeed}, {"patch-set", required_argument, nullptr, kPatchSet},
+      {"max-events", required_argument, nullptr, kMaxEvents}, {"launches", required_argument, nullptr, kLaunches},
+      {"contexts", required_argument, nullptr, kContexts}, {"ring-records", required_argument, nullptr, kRing},
+      {"launch-ring-records", required_argument, nullptr, kLaunchRing},
+      {"live-graphs", required_argument, nullptr, kLiveGraphs}, {"crash-after", required_argument, nullptr, kCrash},
+      {"publish-us", required_argument, nullptr, kPublish}, {"control-poll-us", required_argument, nullptr, kPoll},
+      {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
+      {"unlink-at-exit", no_argument, nullptr, kUnlink}, {nullptr, 0, nullptr, 0}};
+  Options o;
+  int code = 0;
+  while ((code = getopt_long(argc, argv, "", long_options, nullptr)) != -1) {
+    switch (code) {
+      case kDir: o.segment_dir = optarg; break;
+      case kKernels: o.kernels = uint32_t(parse_number(optarg, "--kernels")); break;
+      case kRate: o.rate = double(parse_number(optarg, "--rate")); break;
+      case kDuration: o.duration = std::atof(optarg); break;
+      case kMode:
+        if (!parse_mode(optarg, &o.mode)) usage("unknown mode");
+        break;
+      case kShift: o.shift = uint32_t(parse_number(optarg, "--shift")); break;
+      case kSeed: o.seed = parse_number(optarg, "--seed"); break;
+      case kPatchSet:
+        if (std::strcmp(optarg, "block") == 0) o.patch_set = PatchSet::Block;
+        else if (std::strcmp(optarg, "memory") == 0) o.patch_set = PatchSet::Memory;
+        else usage("patch set is block or memory");
+        break;
+      case kMaxEvents: o.max_events = parse_number(optarg, "--max-events"); break;
+      case kLaunches: o.max_launches = parse_number(optarg, "--launches"); break;
+      case kContexts: o.contexts = uint32_t(parse_number(optarg, "--contexts")); break;
+      case kRing: o.ring_records = uint32_t(parse_number(optarg, "--ring-records")); break;
+      case kLaunchRing: o.launch_ring_records = uint32_t(parse_number(optarg, "--launch-ring-records")); break;
+      case kLiveGraphs: o.live_graphs = uint32_t(parse_number(optarg, "--live-graphs")); break;
+      case kCrash: o.crash_after = parse_number(optarg, "--crash-after"); break;
+      case kPublish: o.publish_us = uint32_t(parse_number(optarg, "--publish-us")); break;
+      case kPoll: o.control_poll_us = uint32_t(parse_number(optarg, "--control-poll-us")); break;
+      case kLabel: o.label = optarg; break;
+      case kFilter: o.filter = optarg; break;
+      case kUnlink: o.unlink_at_exit = true; break;
+      default: usage("unknown flag");
+    }
+  }
+  if (optind != argc) usage("unexpected argument");
+  if (o.kernels == 0) usage("--kernels must be at least 1");
+  const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
+  if (!problem.empty()) usage(problem.c_str());
+  if (mode_needs_memory_set(o.mode) && o.patch_set != PatchSet::Memory) o.patch_set = PatchSet::Memory;
+  return o;
+}
+
+// What the control thread has applied, read by the device thread at each launch.
+class AppliedConfig {
+ public:
+  AppliedConfig(const Options& options, const std::vector<KernelProfile>& catalog)
+      : catalog_(catalog), live_graphs_(options.live_graphs) {
+    in_force_.mode = options.mode;
+    in_force_.shift = options.shift;
+    in_force_.patch_set = options.patch_set;
+    in_force_.filter = options.filter;
+    captured_ = match(options.filter);
+  }
+
+  // Applies a request the way the injector does; returns the status to acknowledge.
+  ControlStatus apply(const ControlRequest& request, std::string* message) {
+    *message = control_request_problem(uint32_t(request.mode), request.shift, uint32_t(request.patch_set),
+                                       request.filter);
+    if (!message->empty()) return ControlStatus::InvalidArgument;
+    std::lock_guard<std::mutex> lock(mutex_);
+    PatchSet wanted = request.patch_set;
+    if (mode_needs_memory_set(request.mode)) wanted = PatchSet::Memory;
+    if (wanted != in_force_.patch_set && live_graphs_ > 0) {
+      *message = std::string("mode ") + mode_name(request.mode) + " needs patch set " +
+                 (wanted == PatchSet::Memory ? "memory" : "block") + " and " + std::to_string(live_graphs_) +
+                 " graph execs are alive; restart the process with GPUOBS_PATCH_SET=" +
+                 (wanted == PatchSet::Memory ? "memory" : "block");
+      return ControlStatus::FailedPrecondition;
+    }
+    in_force_.mode = request.mode;
+    in_force_.shift = request.shift;
+    in_force_.patch_set = wanted;
+    in_force_.filter = request.filter;
+    captured_ = match(request.filter);
+    version_.fetch_add(1, std::memory_order_release);
+    return ControlStatus::Ok;
+  }
+
+  ControlRequest in_force() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return in_force_;
+  }
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void copy(ControlRequest* request, std::vector<uint8_t>* captured) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *request = in_force_;
+    *captured = captured_;
+  }
+
+ private:
+  std::vector<uint8_t> match(const std::string& filter) const {
+    std::vector<uint8_t> captured(catalog_.size(), 1);
+    if (filter.empty()) return captured;
+    const std::regex pattern(filter, std::regex::ECMAScript);  // validated before
+    for (size_t slot = 0; slot < catalog_.size(); ++slot) {
+      const std::string& mangled = catalog_[slot].mangled;
+      captured[slot] = std::regex_search(mangled, pattern) || std::regex_search(demangle(mangled), pattern);
+    }
+    return captured;
+  }
+
+  const std::vector<KernelProfile>& catalog_;
+  const uint32_t live_graphs_;
+  std::mutex mutex_;
+  ControlRequest in_force_;
+  std::vector<uint8_t> captured_;
+  std::atomic<uint64_t> version_{1};
+};
+
+int run(const Options& options) {
+  std::mt19937_64 rng(options.seed);
+  const std::vector<KernelProfile> catalog = make_catalog(options.kernels, rng);
+
+  SegmentOptions segment_options;
+  segment_options.directory = options.segment_dir;
+  segment_options.caps.event_rings = options.contexts;
+  segment_options.caps.event_ring_records = options.ring_records;
+  segment_options.caps.launch_ring_records = options.launch_ring_records;
+  segment_options.caps.kernel_slots = std::max<uint32_t>(options.kernels, 64);
+  segment_options.caps.name_arena_bytes = 1u << 20;
+  segment_options.producer_kind = ProducerKind::Synth;
+  segment_options.patch_set = options.patch_set;
+  segment_options.initial_mode = options.mode;
+  segment_options.initial_shift = options.shift;
+  segment_options.producer = "gpuobs-synth";
+  segment_options.label = options.label;
+  std::string error;
+  auto segment = MappedSegment::create(segment_options, &error);
+  if (!segment) {
+    std::fprintf(stderr, "gpuobs-synth: %s\n", error.c_str());
+    return 1;
+  }
+  SegmentWriter writer(std::move(segment));
+  {
+    ControlRequest initial;
+    initial.mode = options.mode;
+    initial.shift = options.shift;
+    initial.patch_set = options.patch_set;
+    initial.filter = options.filter;
+    writer.acknowledge(0, initial, ControlStatus::Ok, "");
+  }
+  std::vector<uint32_t> slots;
+  for (const KernelProfile& profile : catalog) {
+    const int64_t slot = writer.register_kernel(0, 1, profile.mangled);
+    slots.push_back(slot < 0 ? UINT32_MAX : uint32_t(slot));
+  }
+  std::fprintf(stderr, "gpuobs-synth: pid %d segment %s\n", int(::getpid()), writer.segment().path().c_str());
+
+  SimulatedDevice device(&writer, uint32_t(catalog.size()));
+  AppliedConfig config(options, catalog);
+  std::atomic<bool> device_done{false};
+
+  std::thread control_thread([&] {
+    uint64_t seen = 0;
+    while (!device_done.load()) {
+      ControlRequest request;
+      if (writer.poll_control(seen, &request)) {
+        seen = request.generation;
+        std::string message;
+        const ControlStatus status = config.apply(request, &message);
+        writer.acknowledge(request.generation, config.in_force(), status, message);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(options.control_poll_us));
+    }
+  });
+  std::thread publisher_thread([&] {
+    while (!device_done.load()) {
+      device.publish(false);
+      std::this_thread::sleep_for(std::chrono::microseconds(options.publish_us));
+    }
+  });
+
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t work_done = 0;
+  uint64_t launches = 0;
+  uint64_t grid_id = 0;
+  uint64_t config_version = 0;
+  ControlRequest in_force;
+  std::vector<uint8_t> captured;
+  std::vector<double> weights;
+  for (size_t i = 0; i < catalog.size(); ++i) weights.push_back(1.0 / double(1 + i % 8));  // a few hot kernels
+  std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (options.duration > 0 && elapsed >= options.duration) break;
+    if (options.max_launches && launches >= options.max_launches) break;
+    if (options.max_events && device.events_produced() >= options.max_events) break;
+    if (options.crash_after && device.events_produced() >= options.crash_after) {
+      device.write_half_record(0, slots[0]);
+      ::kill(::getpid(), SIGKILL);
+    }
+    if (options.rate > 0) {
+      const double ahead = double(work_done) / options.rate - elapsed;
+      if (ahead > 0.0005) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(ahead));
+        continue;
+      }
+    }
+    if (config.version() != config_version) {
+      config_version = config.version();
+      config.copy(&in_force, &captured);
+    }
+    const size_t index = pick(rng);
+    const KernelProfile& profile = catalog[index];
+    LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads, ++grid_id,
+                      uint32_t(launches % options.contexts)};
+    LaunchRecord record{};
+    record.host_time_ns = monotonic_ns();
+    record.grid_id = shape.grid_id;
+    record.stream = 0x1000 + shape.ring;
+    record.kernel_slot = shape.slot;
+    record.grid_x = shape.grid_x;
+    record.grid_y = shape.grid_y;
+    record.grid_z = shape.grid_z;
+    record.block_x = shape.block_threads;
+    record.block_y = 1;
+    record.block_z = 1;
+    record.context_index = shape.ring;
+    record.kind = uint32_t(LaunchKind::Eager);
+    record.mode = uint32_t(in_force.mode);
+    record.shift = in_force.shift;
+    record.flags = captured[index] ? kLaunchCaptured : 0;
+    writer.write_launch(record);
+    ++launches;
+    if (shape.slot == UINT32_MAX) continue;
+    DeviceConfig device_config{in_force.mode, in_force.shift, captured[index] != 0};
+    work_done += device.run(shape, profile, device_config);
+  }
+  device_done.store(true);
+  control_thread.join();
+  publisher_thread.join();
+  device.publish(true);
+  writer.segment().mark_exited();
+  std::printf("{\"pid\": %d, \"segment\": \"%s\", \"launches\": %llu, \"events_produced\": %llu}\n", int(::getpid()),
+              writer.segment().path().c_str(), (unsigned long long)launches,
+              (unsigned long long)device.events_produced());
+  std::fflush(stdout);
+  if (options.unlink_at_exit) writer.segment().unlink_file();
+  return 0;
+}
+
+}  // namespace
+}  // namespace synth
+}  // namespace gpuobs
+
+int main(int argc, char** argv) {
+  struct sigaction action {};
+  action.sa_handler = gpuobs::synth::on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  return gpuobs::synth::run(gpuobs::synth::parse(argc, argv));
+}
