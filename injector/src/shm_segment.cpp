@@ -47,23 +47,35 @@ struct TempFile {
 uint64_t monotonic_ns() { return clock_ns(CLOCK_MONOTONIC); }
 uint64_t realtime_ns() { return clock_ns(CLOCK_REALTIME); }
 
-uint64_t process_start_ticks(uint32_t pid) {
+namespace {
+// The fields after the command name of /proc/PID/stat ("S ppid ..."); empty when unreadable.
+std::string stat_fields(uint32_t pid) {
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%u/stat", pid);
   FILE* file = std::fopen(path, "re");
-  if (!file) return 0;
+  if (!file) return "";
   char text[1024];
   const size_t n = std::fread(text, 1, sizeof(text) - 1, file);
   std::fclose(file);
   text[n] = '\0';
-  // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+  // The command name (field 2) may hold spaces and parentheses: fields start after the last ')'.
   const char* at = std::strrchr(text, ')');
-  if (!at) return 0;
-  int field = 2;
-  for (; *at && field < 22; ++at) {
+  return (at && at[1] == ' ') ? std::string(at + 2) : std::string();
+}
+}  // namespace
+
+uint64_t process_start_ticks(uint32_t pid) {
+  const std::string fields = stat_fields(pid);
+  const char* at = fields.c_str();
+  for (int field = 3; *at && field < 22; ++at) {
     if (*at == ' ') ++field;
   }
   return std::strtoull(at, nullptr, 10);
+}
+
+char process_state(uint32_t pid) {
+  const std::string fields = stat_fields(pid);
+  return fields.empty() ? '\0' : fields[0];
 }
 
 std::string segment_file_name(uint32_t pid, uint64_t pid_start_ticks) {

@@ -221,7 +221,7 @@ py::dict header_dict(const SegmentReader& reader) {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "gpuobs segment layout, reader and writer (native)";
-  static py::exception<SegmentError> segment_error(m, "SegmentError", PyExc_RuntimeError);
+  py::register_exception<SegmentError>(m, "SegmentError", PyExc_RuntimeError);
   PYBIND11_NUMPY_DTYPE(EventRecord, globaltimer_ns, pc, address, grid_id, block_x, block_y, block_z, thread, sm_id,
                        kernel_slot, replay, kind, access_bytes, flags, seq);
   PYBIND11_NUMPY_DTYPE(LaunchRecord, host_time_ns, grid_id, stream, graph_exec, graph_node, graph_launch_id,

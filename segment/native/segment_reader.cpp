@@ -147,6 +147,8 @@ bool SegmentReader::producer_alive() const {
   const uint32_t pid = view_.header->pid;
   if (pid == 0 || pid > uint32_t(INT32_MAX)) return false;
   if (::kill(pid_t(pid), 0) != 0 && errno != EPERM) return false;
+  const char run_state = process_state(pid);
+  if (run_state == '\0' || run_state == 'Z' || run_state == 'X') return false;  // a zombie writes nothing
   const uint64_t expected = view_.header->pid_start_ticks;
   return expected == 0 || process_start_ticks(pid) == expected;
 }

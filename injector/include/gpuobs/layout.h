@@ -12,7 +12,7 @@
 
 namespace gpuobs {
 
-constexpr uint64_t kMagic = 0x4745534f424f5047ULL;  // "GPUOBSEG" read as little-endian bytes
+constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
 constexpr uint32_t kLayoutVersion = 1;
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;

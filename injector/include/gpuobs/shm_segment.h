@@ -34,6 +34,8 @@ constexpr const char* kSegmentSuffix = ".seg";
 
 // /proc/PID/stat field 22 (start time in clock ticks); 0 when unreadable.
 uint64_t process_start_ticks(uint32_t pid);
+// /proc/PID/stat field 3 (R, S, D, Z, ...); '\0' when the process is gone.
+char process_state(uint32_t pid);
 uint64_t monotonic_ns();
 uint64_t realtime_ns();
 
