@@ -46,7 +46,8 @@ set_target_properties(gpuobs_injector PROPERTIES
   CXX_VISIBILITY_PRESET hidden
   BUILD_RPATH "${_gpuobs_sanitizer_dir}"
   INSTALL_RPATH "$ORIGIN;${_gpuobs_sanitizer_dir}"
-  LINK_FLAGS "-Wl,--no-undefined")
+  LINK_FLAGS "-Wl,--no-undefined -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/injector/exports.map")
+set_property(TARGET gpuobs_injector APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/injector/exports.map)
 install(TARGETS gpuobs_injector LIBRARY DESTINATION gpuobs/lib)
 
 set(_gpuobs_gencode "")

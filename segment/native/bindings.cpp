@@ -196,6 +196,10 @@ std::unique_ptr<SegmentReader> open_reader(const std::string& path, std::vector<
   return reader;
 }
 
+py::str lenient_text(const char* data, size_t length) {
+  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(data, ssize_t(length), "replace"));
+}
+
 py::dict header_dict(const SegmentReader& reader) {
   const SegmentHeader& h = *reader.view().header;
   py::dict out;
@@ -212,8 +216,9 @@ py::dict header_dict(const SegmentReader& reader) {
   out["patch_set"] = h.patch_set;
   out["segment_bytes"] = h.segment_bytes;
   out["heartbeat_ns"] = __atomic_load_n(&h.heartbeat_ns, __ATOMIC_ACQUIRE);
-  out["producer"] = std::string(h.producer, strnlen(h.producer, sizeof(h.producer)));
-  out["label"] = std::string(h.label, strnlen(h.label, sizeof(h.label)));
+  // Text from another process: decoded leniently, a bad byte must not make the header unreadable.
+  out["producer"] = lenient_text(h.producer, strnlen(h.producer, sizeof(h.producer)));
+  out["label"] = lenient_text(h.label, strnlen(h.label, sizeof(h.label)));
   return out;
 }
 
@@ -342,8 +347,8 @@ PYBIND11_MODULE(_native, m) {
               entry["slot"] = info.slot;
               entry["function"] = info.function;
               entry["module"] = info.module;
-              entry["mangled"] = py::bytes(info.mangled).attr("decode")("utf-8", "replace");
-              entry["demangled"] = py::bytes(info.demangled).attr("decode")("utf-8", "replace");
+              entry["mangled"] = lenient_text(info.mangled.data(), info.mangled.size());
+              entry["demangled"] = lenient_text(info.demangled.data(), info.demangled.size());
               out.append(entry);
             }
             return out;
@@ -378,8 +383,8 @@ PYBIND11_MODULE(_native, m) {
              out["applied_shift"] = s.applied_shift;
              out["applied_patch_set"] = s.applied_patch_set;
              out["status"] = s.status;
-             out["applied_filter"] = s.applied_filter;
-             out["status_message"] = s.status_message;
+             out["applied_filter"] = lenient_text(s.applied_filter.data(), s.applied_filter.size());
+             out["status_message"] = lenient_text(s.status_message.data(), s.status_message.size());
              out["applied_time_ns"] = s.applied_time_ns;
              return out;
            })

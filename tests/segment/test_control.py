@@ -1,0 +1,109 @@
+"""The control handshake between a consumer (the daemon's side) and a real producer process:
+generations, acknowledgements, refusals, and bad requests that change nothing."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+from gpuobs.segment import CONTROL_STATUS, MODES, PATCH_SETS, Segment
+
+
+def wait_applied(segment: Segment, generation: int, timeout: float = 5.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = segment.control_state()
+        if state["applied_generation"] >= generation:
+            return state
+        time.sleep(0.001)
+    raise AssertionError(f"generation {generation} not acknowledged: {segment.control_state()}")
+
+
+def test_mode_switch_is_acknowledged_and_takes_effect(start_synth) -> None:
+    synth = start_synth("--mode", "counter", "--rate", "200000")
+    segment = Segment(synth.segment)
+    state = segment.control_state()
+    assert (state["applied_generation"], state["applied_mode"]) == (0, MODES["counter"])
+    time.sleep(0.05)
+    assert segment.drain_counts()[0] == 0  # counter mode records no events
+
+    generation = segment.request_control("blocks")
+    assert generation == 1
+    state = wait_applied(segment, generation)
+    assert state["applied_mode"] == MODES["blocks"] and state["status"] == CONTROL_STATUS["ok"]
+    time.sleep(0.05)
+    assert segment.drain_counts()[0] > 0  # events flow after the switch
+
+    generation = segment.request_control("sampled", shift=10)
+    state = wait_applied(segment, generation)
+    assert (state["applied_mode"], state["applied_shift"]) == (MODES["sampled"], 10)
+    assert state["applied_patch_set"] == PATCH_SETS["memory"]  # no graph execs: switched live
+    assert synth.stop() == 0
+
+
+def test_invalid_requests_change_nothing(start_synth) -> None:
+    synth = start_synth("--mode", "blocks", "--rate", "10000")
+    segment = Segment(synth.segment)
+    before = segment.control_state()
+    for request, reason in [
+        (dict(mode="sampled", shift=99), "shift 99 out of range"),
+        (dict(mode="fast"), "unknown mode"),
+        (dict(mode="blocks", kernel_filter="(unclosed"), "invalid kernel filter"),
+        (dict(mode="blocks", kernel_filter="x" * 300), "longer than 255"),
+        (dict(mode="blocks", patch_set="tensor"), "unknown patch set"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            segment.request_control(**request)
+    time.sleep(0.02)
+    after = segment.control_state()
+    assert after["desired_generation"] == before["desired_generation"] == 0
+    assert after == before
+    assert synth.stop() == 0
+
+
+def test_cross_set_switch_is_refused_while_graph_execs_live(start_synth) -> None:
+    synth = start_synth("--mode", "counter", "--live-graphs", "3", "--rate", "10000")
+    segment = Segment(synth.segment)
+    generation = segment.request_control("sampled", shift=4)
+    state = wait_applied(segment, generation)
+    assert state["status"] == CONTROL_STATUS["failed_precondition"]
+    assert "GPUOBS_PATCH_SET=memory" in state["status_message"]
+    assert state["applied_mode"] == MODES["counter"]  # still the old mode
+    assert state["applied_patch_set"] == PATCH_SETS["block"]
+    # a switch within the set still works
+    generation = segment.request_control("blocks")
+    state = wait_applied(segment, generation)
+    assert state["status"] == CONTROL_STATUS["ok"] and state["applied_mode"] == MODES["blocks"]
+    assert synth.stop() == 0
+
+
+def test_kernel_filter_restricts_capture_but_not_counting(start_synth) -> None:
+    synth = start_synth("--mode", "blocks", "--rate", "2000000", "--kernel", "flash|^nvjet")
+    segment = Segment(synth.segment)
+    time.sleep(0.3)
+    assert synth.stop() == 0
+    segment.drain_counts()
+    counters, kernels = segment.counters()
+    names = [k["demangled"] for k in segment.kernels()]
+    matching = [i for i, k in enumerate(segment.kernels()) if re.search("flash|^nvjet", k["mangled"])]
+    assert matching == [0, 1, 2]  # cuBLAS, FlashAttention, vLLM's reshape_and_cache_flash
+    delivered = segment.reader.aggregates()[: len(names)].sum(axis=1)
+    assert all(delivered[i] > 0 for i in matching)
+    assert delivered.sum() == delivered[matching].sum()
+    assert np.array_equal(kernels["blocks_observed"], kernels["blocks_expected"])  # counting stays on
+    assert int((kernels["blocks_observed"] > 0).sum()) > 1
+
+
+def test_generations_continue_across_a_consumer_restart(start_synth) -> None:
+    synth = start_synth("--mode", "counter", "--rate", "10000")
+    first = Segment(synth.segment)
+    wait_applied(first, first.request_control("blocks"))
+    del first  # the consumer goes away (daemon restart); its lock goes with it
+    second = Segment(synth.segment)
+    generation = second.request_control("counter")
+    assert generation == 2
+    assert wait_applied(second, generation)["applied_mode"] == MODES["counter"]
+    assert synth.stop() == 0

@@ -1,0 +1,184 @@
+"""Corrupt and foreign segments are refused with a reason, never a crash. Header fields are
+fuzzed with hypothesis; owners, permissions, sizes and versions are changed for real."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuobs import _native
+from gpuobs.segment import EVENT_DTYPE, Segment, SegmentError
+
+HEADER_BYTES = _native.STRUCT_SIZES["header"]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The bytes of a valid segment with some records in it."""
+    directory = tmp_path_factory.mktemp("template")
+    writer = _native.Writer(str(directory), event_ring_records=64, launch_ring_records=64, kernel_slots=16,
+                            name_arena_bytes=4096)
+    writer.register_kernel("_ZN4vllm15rms_norm_kernelIN3c108BFloat16ELi8EEEvPT_PKS3_S6_fii")
+    records = np.zeros(10, dtype=EVENT_DTYPE)
+    records["kind"] = 1
+    writer.put_events(0, records)
+    writer.publish()
+    return Path(writer.path).read_bytes()
+
+
+def write_segment(directory: Path, data: bytes, name: str = "gpuobs-1-1.seg", mode: int = 0o600) -> Path:
+    path = directory / name
+    path.write_bytes(data)
+    os.chmod(path, mode)
+    return path
+
+
+def test_the_template_itself_is_accepted(tmp_path: Path, template: bytes) -> None:
+    segment = Segment(write_segment(tmp_path, template))
+    assert len(segment.read_events(0)) == 10
+    assert _native.validate_file(str(segment.reader.path)) == ""
+
+
+@pytest.mark.parametrize(
+    "offset, fmt, value, reason",
+    [
+        (0, "<Q", 0x1122334455667788, "bad magic"),
+        (8, "<I", 99, "layout version 99"),
+        (12, "<I", 256, "header size"),
+        (16, "<Q", 1 << 40, "disagrees with the capacities"),
+        (56, "<I", 0, "event ring count"),
+        (60, "<I", 1000, "not a power of two"),
+        (68, "<I", 0, "kernel slots"),
+        (72, "<I", 0, "name arena"),
+        (76, "<I", 32, "record sizes"),
+        (96, "<Q", 64, "section offsets"),
+        (152, "<I", 7, "state 7"),
+    ],
+)
+def test_bad_header_fields_are_named(tmp_path: Path, template: bytes, offset: int, fmt: str, value: int,
+                                     reason: str) -> None:
+    data = bytearray(template)
+    struct.pack_into(fmt, data, offset, value)
+    path = write_segment(tmp_path, bytes(data))
+    with pytest.raises(SegmentError, match=reason):
+        Segment(path)
+    assert reason in _native.validate_file(str(path))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(offset=st.integers(0, HEADER_BYTES - 1), data=st.binary(min_size=1, max_size=16))
+def test_fuzzed_headers_are_rejected_or_read_safely(tmp_path: Path, template: bytes, offset: int, data: bytes) -> None:
+    mutated = bytearray(template)
+    mutated[offset : offset + len(data)] = data
+    mutated = mutated[: len(template)]
+    path = write_segment(tmp_path, bytes(mutated), name=f"gpuobs-{offset}-{len(data)}.seg")
+    try:
+        try:
+            segment = Segment(path)
+        except SegmentError as error:
+            assert str(error).startswith(str(path) + ": ") and len(str(error)) > len(str(path)) + 2
+            return
+        # accepted: the mutation hit a field that does not decide the layout; reading is safe
+        segment.drain_counts()
+        segment.kernels()
+        segment.counters()
+        segment.control_state()
+        segment.accounting()
+    finally:
+        path.unlink()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(offsets=st.lists(st.integers(HEADER_BYTES, 1 << 16), min_size=1, max_size=40), byte=st.integers(0, 255))
+def test_fuzzed_bodies_never_crash_the_reader(tmp_path: Path, template: bytes, offsets: list[int], byte: int) -> None:
+    """Garbage in control blocks, counters, kernel entries and rings: counted, never fatal."""
+    mutated = bytearray(template)
+    for offset in offsets:
+        if offset < len(mutated):
+            mutated[offset] = byte
+    path = write_segment(tmp_path, bytes(mutated), name="gpuobs-body.seg")
+    try:
+        segment = Segment(path)
+        segment.reader.set_torn_timeout(0)
+        for _ in range(3):
+            segment.drain_counts()
+        for kernel in segment.kernels():
+            assert isinstance(kernel["demangled"], str)
+        segment.counters()
+        segment.accounting()
+        stats = segment.reader.event_ring_stats(0)
+        assert stats["delivered"] + stats["torn"] + stats["corrupt"] <= stats["tail"] + 10 + (1 << 20)
+    finally:
+        path.unlink()
+
+
+def test_truncated_files_are_rejected(tmp_path: Path, template: bytes) -> None:
+    for size in [0, 100, HEADER_BYTES, len(template) // 2, len(template) - 1]:
+        path = write_segment(tmp_path, template[:size], name=f"gpuobs-t{size}.seg")
+        with pytest.raises(SegmentError, match="truncated|bytes, the header says"):
+            Segment(path)
+
+
+def test_world_accessible_segment_is_refused(tmp_path: Path, template: bytes) -> None:
+    path = write_segment(tmp_path, template, mode=0o666)
+    with pytest.raises(SegmentError, match="world-accessible"):
+        Segment(path)
+
+
+def test_group_access_only_when_allowed(tmp_path: Path, template: bytes) -> None:
+    path = write_segment(tmp_path, template, mode=0o660)
+    with pytest.raises(SegmentError, match="group-accessible"):
+        Segment(path, allow_group=False)
+    assert Segment(path).pid == struct.unpack_from("<I", template, 24)[0]
+
+
+def test_foreign_owner_is_refused(tmp_path: Path, template: bytes) -> None:
+    path = write_segment(tmp_path, template)
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")  # CI runs as root
+    os.chown(path, 54321, 54321)
+    with pytest.raises(SegmentError, match="owned by uid 54321"):
+        Segment(path)
+    assert Segment(path, owners=[54321]).pid > 0  # an explicitly trusted owner is fine
+
+
+def test_symlinks_and_non_files_are_refused(tmp_path: Path, template: bytes) -> None:
+    real = write_segment(tmp_path, template)
+    link = tmp_path / "gpuobs-link.seg"
+    link.symlink_to(real)
+    with pytest.raises(SegmentError, match="cannot open"):
+        Segment(link)
+    directory = tmp_path / "gpuobs-dir.seg"
+    directory.mkdir()
+    with pytest.raises(SegmentError):
+        Segment(directory)
+
+
+def test_random_files_are_not_segments(tmp_path: Path) -> None:
+    path = tmp_path / "gpuobs-random.seg"
+    path.write_bytes(os.urandom(1 << 16))
+    os.chmod(path, 0o600)
+    with pytest.raises(SegmentError, match="bad magic"):
+        Segment(path)
+
+
+def test_shrunk_file_is_noticed(tmp_path: Path, template: bytes) -> None:
+    path = write_segment(tmp_path, template)
+    segment = Segment(path)
+    assert segment.reader.size_intact()
+    os.truncate(path, len(template) // 2)
+    assert not segment.reader.size_intact()
+
+
+def test_no_segment_left_behind_when_the_directory_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(SegmentError, match="cannot create"):
+        _native.Writer(str(tmp_path / "missing"))
+    assert shutil.disk_usage(tmp_path)  # the fixture directory is untouched
+    assert list(tmp_path.iterdir()) == []
