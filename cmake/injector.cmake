@@ -2,7 +2,7 @@
 # library (CUDA toolkit, or PyPI's nvidia-cuda-sanitizer-api) and nvcc. Without them the
 # injector is skipped, unless GPUOBS_REQUIRE_INJECTOR is ON (CI sets it): then it is an error.
 option(GPUOBS_REQUIRE_INJECTOR "Fail when the injector cannot be built" OFF)
-set(GPUOBS_PATCH_ARCHS "90" CACHE STRING "SM architectures the patch fatbin is built for")
+set(GPUOBS_PATCH_ARCHS "80;86;89;90;100;120" CACHE STRING "SM architectures the patch fatbin is built for")
 set(GPUOBS_SANITIZER_ROOT "$ENV{GPUOBS_SANITIZER_ROOT}" CACHE PATH "Directory holding include/sanitizer.h")
 
 # Where pip's nvidia-cuda-sanitizer-api put its files, if it is installed for this Python.
@@ -36,7 +36,11 @@ endif()
 message(STATUS "gpuobs: sanitizer ${GPUOBS_SANITIZER_INCLUDE}, nvcc ${GPUOBS_NVCC}")
 
 add_library(gpuobs_injector SHARED
-  injector/src/injector_main.cpp
+  injector/src/injector.cpp
+  injector/src/control_thread.cpp
+  injector/src/device_context.cpp
+  injector/src/patcher.cpp
+  injector/src/driver_api.cpp
   injector/src/injector_config.cpp)
 target_include_directories(gpuobs_injector PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE})
 target_link_libraries(gpuobs_injector PRIVATE gpuobs_segment ${GPUOBS_SANITIZER_LIBRARY} ${CMAKE_DL_LIBS})

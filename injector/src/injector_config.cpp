@@ -55,6 +55,20 @@ InjectorConfig load_injector_config() {
     if (parse_uint(records, kMaxRingRecords, &number) && is_power_of_two(number)) config.ring_records = uint32_t(number);
     else log_line("GPUOBS_RING_RECORDS=%s is not a power of two; using %u", records, config.ring_records);
   }
+  struct Bounded {
+    const char* name;
+    uint32_t* value;
+    uint64_t low, high;
+  };
+  for (const Bounded& setting : {Bounded{"GPUOBS_CONTEXTS", &config.contexts, 1, kMaxEventRings},
+                                 Bounded{"GPUOBS_PUBLISH_MS", &config.publish_ms, 1, 60000},
+                                 Bounded{"GPUOBS_CONTROL_POLL_US", &config.control_poll_us, 50, 1000000}}) {
+    if (const char* text = env(setting.name)) {
+      if (parse_uint(text, setting.high, &number) && number >= setting.low) *setting.value = uint32_t(number);
+      else log_line("%s=%s is out of range; using %u", setting.name, text, *setting.value);
+    }
+  }
+  if (const char* text = env("GPUOBS_EXIT_PUBLISH")) config.exit_publish = std::strcmp(text, "0") != 0;
   if (const char* group = env("GPUOBS_GROUP")) {
     if (const struct group* entry = getgrnam(group)) config.group = entry->gr_gid;
     else log_line("GPUOBS_GROUP=%s: no such group; segments stay 0600", group);

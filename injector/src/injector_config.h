@@ -17,7 +17,11 @@ struct InjectorConfig {
   Mode mode = Mode::Counter;             // GPUOBS_MODE: initial mode
   uint32_t shift = 10;                   // GPUOBS_SHIFT: initial sample shift (0..31)
   gid_t group = gid_t(-1);               // GPUOBS_GROUP: group that may read the segment (0660)
-  uint32_t ring_records = 1u << 18;      // GPUOBS_RING_RECORDS: event ring records per context
+  uint32_t ring_records = 1u << 17;      // GPUOBS_RING_RECORDS: event ring records per context
+  uint32_t contexts = 4;                 // GPUOBS_CONTEXTS: event rings, one per CUDA context
+  uint32_t publish_ms = 5;               // GPUOBS_PUBLISH_MS: device counters published this often
+  uint32_t control_poll_us = 1000;       // GPUOBS_CONTROL_POLL_US: control block poll period
+  bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)
   std::string patch_file;                // GPUOBS_PATCH_FILE: patch fatbin (default: beside the library)
   std::string label;                     // GPUOBS_LABEL: free text shown by the daemon
 };

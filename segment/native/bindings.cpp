@@ -233,7 +233,7 @@ PYBIND11_MODULE(_native, m) {
                        kernel_slot, grid_x, grid_y, grid_z, block_x, block_y, block_z, context_index, kind, mode, shift,
                        flags, replay, seq);
   PYBIND11_NUMPY_DTYPE(KernelCounters, launches, blocks_expected, blocks_observed, blocks_unpatched, memory_accesses,
-                       events_produced, events_dropped, reserved);
+                       events_produced, events_dropped, blocks_unobserved);
 
   m.attr("MAGIC") = kMagic;
   m.attr("LAYOUT_VERSION") = kLayoutVersion;

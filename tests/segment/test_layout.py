@@ -36,7 +36,7 @@ int main() {
   F(LaunchRecord, shift) F(LaunchRecord, flags) F(LaunchRecord, replay) F(LaunchRecord, seq)
   F(KernelCounters, launches) F(KernelCounters, blocks_expected) F(KernelCounters, blocks_observed)
   F(KernelCounters, blocks_unpatched) F(KernelCounters, memory_accesses) F(KernelCounters, events_produced)
-  F(KernelCounters, events_dropped) F(KernelCounters, reserved)
+  F(KernelCounters, events_dropped) F(KernelCounters, blocks_unobserved)
   Capacities caps; caps.event_rings = 3; caps.event_ring_records = 1u << 12; caps.launch_ring_records = 1u << 10;
   caps.kernel_slots = 100; caps.name_arena_bytes = 12345;
   Geometry g = compute_geometry(caps);

@@ -10,6 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 
+// Functions shared by host code and patch functions.
+#if defined(__CUDACC__)
+#define GPUOBS_HD __host__ __device__ __forceinline__
+#else
+#define GPUOBS_HD inline
+#endif
+
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
@@ -256,7 +263,7 @@ struct KernelCounters {
   uint64_t memory_accesses;  // device: exact access count
   uint64_t events_produced;  // device: events this kernel tried to record
   uint64_t events_dropped;   // device: ... dropped (ring full)
-  uint64_t reserved;
+  uint64_t blocks_unobserved; // host: blocks of launches in a mode that counts none (off, noop)
 };
 static_assert(sizeof(KernelCounters) == 64, "KernelCounters is one cache line");
 

@@ -13,12 +13,6 @@
 
 #include "gpuobs/layout.h"
 
-#if defined(__CUDACC__)
-#define GPUOBS_HD __host__ __device__ __forceinline__
-#else
-#define GPUOBS_HD inline
-#endif
-
 namespace gpuobs {
 namespace ring {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "gpuobs/ring_protocol.h"  // GPUOBS_HD
+#include "gpuobs/layout.h"  // GPUOBS_HD
 
 namespace gpuobs {
 

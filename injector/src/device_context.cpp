@@ -1,0 +1,128 @@
+#include "device_context.h"
+
+#include <cstring>
+
+#include "driver_api.h"
+
+namespace gpuobs {
+
+std::unique_ptr<DeviceContext> DeviceContext::create(CUcontext context, uint32_t ring_index, SegmentWriter& writer,
+                                                     uint64_t initial_config, std::string* error) {
+  DriverApi& api = driver();
+  const SegmentView& view = writer.view();
+  std::unique_ptr<DeviceContext> state(new DeviceContext());
+  state->context_ = context;
+  state->ring_index_ = ring_index;
+  state->kernel_slots_ = view.caps.kernel_slots;
+
+  // The tool's own stream: read-back copies must not queue behind the program's kernels (a
+  // hung kernel would block them forever) nor join a stream that is being captured.
+  CUstream stream = nullptr;
+  CUresult result = api.stream_create(&stream, CU_STREAM_NON_BLOCKING);
+  if (result != CUDA_SUCCESS) {
+    *error = std::string("cuStreamCreate: ") + api.error_text(result);
+    return nullptr;
+  }
+  if (sanitizerGetStreamHandle(context, stream, &state->tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "sanitizerGetStreamHandle failed";
+    return nullptr;
+  }
+
+  CUdeviceptr ring_device = 0;
+  CUdeviceptr tail_device = 0;
+  EventRecord* ring_host = view.event_ring(ring_index);
+  if (api.mem_host_get_device_pointer(&ring_device, ring_host, 0) != CUDA_SUCCESS ||
+      api.mem_host_get_device_pointer(&tail_device, &view.event_ring_controls[ring_index].tail, 0) != CUDA_SUCCESS) {
+    *error = "the segment is not mapped into this context's address space";
+    return nullptr;
+  }
+
+  const uint64_t bytes = device_state_bytes(state->kernel_slots_);
+  void* device = nullptr;
+  if (sanitizerAlloc(context, &device, bytes) != SANITIZER_SUCCESS) {
+    *error = "sanitizerAlloc of " + std::to_string(bytes) + " bytes failed";
+    return nullptr;
+  }
+  state->device_ = static_cast<uint8_t*>(device);
+
+  // Build the whole initial image on the host and copy it once.
+  std::vector<uint8_t> image(bytes, 0);
+  auto* header = reinterpret_cast<DeviceContextState*>(image.data());
+  header->ring_head = 0;
+  header->ring_limit = view.caps.event_ring_records;
+  header->ring = reinterpret_cast<EventRecord*>(ring_device);
+  header->consumer_tail = reinterpret_cast<uint64_t*>(tail_device);
+  header->ring_capacity = view.caps.event_ring_records;
+  header->capture = state->device_ + device_capture_offset(state->kernel_slots_);
+  header->slots = reinterpret_cast<DeviceKernelSlot*>(state->device_ + device_slots_offset());
+  header->kernel_slots = state->kernel_slots_;
+  header->ring_index = ring_index;
+  header->config.config = initial_config;
+  auto* slots = reinterpret_cast<DeviceKernelSlot*>(image.data() + device_slots_offset());
+  for (uint32_t slot = 0; slot < state->kernel_slots_; ++slot) {
+    slots[slot].context = reinterpret_cast<DeviceContextState*>(state->device_);
+    slots[slot].slot = slot;
+  }
+  std::memset(image.data() + device_capture_offset(state->kernel_slots_), 1, state->kernel_slots_);
+  if (sanitizerMemcpyHostToDeviceAsync(state->device_, image.data(), bytes, state->tool_stream_) != SANITIZER_SUCCESS ||
+      sanitizerStreamSynchronize(state->tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "initialising device state failed";
+    return nullptr;
+  }
+  state->in_force_.store(initial_config, std::memory_order_release);
+  for (Staged& staged : state->staged_) staged.capture.assign(state->kernel_slots_, 1);
+  return state;
+}
+
+void* DeviceContext::slot_address(uint32_t slot) const {
+  return device_ + device_slots_offset() + uint64_t(slot) * sizeof(DeviceKernelSlot);
+}
+
+void DeviceContext::stage(uint64_t generation, uint64_t config, const std::vector<uint8_t>& capture) {
+  Staged& staged = staged_[generation % kStagedBuffers];
+  staged.config.config = config;
+  staged.config.generation = generation;
+  staged.capture.assign(kernel_slots_, 1);
+  for (size_t slot = 0; slot < capture.size() && slot < kernel_slots_; ++slot) staged.capture[slot] = capture[slot];
+  staged_generation_.store(generation, std::memory_order_release);
+}
+
+uint64_t DeviceContext::mirror_if_stale(Sanitizer_StreamHandle stream) {
+  const uint64_t wanted = staged_generation_.load(std::memory_order_acquire);
+  uint64_t mirrored = mirrored_generation_.load(std::memory_order_acquire);
+  if (wanted == mirrored) return in_force_.load(std::memory_order_acquire);
+  // One launching thread wins the right to copy this generation; the others go on.
+  if (!mirrored_generation_.compare_exchange_strong(mirrored, wanted, std::memory_order_acq_rel))
+    return in_force_.load(std::memory_order_acquire);
+  Staged& staged = staged_[wanted % kStagedBuffers];
+  uint8_t* config_address = device_ + offsetof(DeviceContextState, config);
+  // Capture flags first, then the config word, on the launch's own stream: every later
+  // launch on it sees both.
+  sanitizerMemcpyHostToDeviceAsync(device_ + device_capture_offset(kernel_slots_), staged.capture.data(),
+                                   kernel_slots_, stream);
+  sanitizerMemcpyHostToDeviceAsync(config_address, &staged.config, sizeof(uint64_t) * 2, stream);
+  in_force_.store(staged.config.config, std::memory_order_release);
+  return staged.config.config;
+}
+
+bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
+                              std::string* error) {
+  if (kernel_count > kernel_slots_) kernel_count = kernel_slots_;
+  slots->resize(kernel_count);
+  uint64_t head_words[2] = {0, 0};
+  // Head first, counters second: a claim seen in the head has its `produced` seen too.
+  if (sanitizerMemcpyDeviceToHost(head_words, device_, sizeof(head_words), tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "reading the ring head failed";
+    return false;
+  }
+  if (kernel_count > 0 &&
+      sanitizerMemcpyDeviceToHost(slots->data(), device_ + device_slots_offset(),
+                                  uint64_t(kernel_count) * sizeof(DeviceKernelSlot), tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "reading the kernel counters failed";
+    return false;
+  }
+  *ring_head = head_words[0];
+  return true;
+}
+
+}  // namespace gpuobs

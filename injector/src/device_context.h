@@ -1,0 +1,61 @@
+// One CUDA context as the injector sees it: its device state (config, ring head, per-kernel
+// counters), the segment ring it writes to, a stream of the tool's own for read-back, and the
+// config staged by the control thread waiting to be mirrored into device memory.
+#pragma once
+
+#include <sanitizer.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpuobs/device_state.h"
+#include "gpuobs/host_writer.h"
+
+namespace gpuobs {
+
+class DeviceContext {
+ public:
+  // Called in CONTEXT_CREATION_FINISHED with `context` current. nullptr and *error on failure.
+  static std::unique_ptr<DeviceContext> create(CUcontext context, uint32_t ring_index, SegmentWriter& writer,
+                                               uint64_t initial_config, std::string* error);
+
+  CUcontext context() const { return context_; }
+  uint32_t ring_index() const { return ring_index_; }
+  // Device address of a kernel slot: the userdata its patches receive.
+  void* slot_address(uint32_t slot) const;
+
+  // Control thread: a new config (and capture flags per slot) to mirror at the next launch.
+  void stage(uint64_t generation, uint64_t config, const std::vector<uint8_t>& capture);
+  // Launch path: copies the staged config into device memory on `stream` when it changed since
+  // the last mirror (one sanitizer copy per change, none otherwise). Returns the config word in
+  // force for launches issued after this call on this stream.
+  uint64_t mirror_if_stale(Sanitizer_StreamHandle stream);
+  uint64_t config_in_force() const { return in_force_.load(std::memory_order_acquire); }
+
+  // Control thread: copies the device counters of slots [0, kernel_count) and the ring head.
+  bool read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
+                 std::string* error);
+
+ private:
+  DeviceContext() = default;
+  static constexpr int kStagedBuffers = 8;
+  struct Staged {
+    DeviceConfig config{};
+    std::vector<uint8_t> capture;
+  };
+
+  CUcontext context_ = nullptr;
+  uint32_t ring_index_ = 0;
+  uint32_t kernel_slots_ = 0;
+  uint8_t* device_ = nullptr;  // sanitizerAlloc'd DeviceContextState + slots + capture
+  Sanitizer_StreamHandle tool_stream_ = nullptr;
+  Staged staged_[kStagedBuffers];
+  std::atomic<uint64_t> staged_generation_{0};
+  std::atomic<uint64_t> mirrored_generation_{0};
+  std::atomic<uint64_t> in_force_{0};
+};
+
+}  // namespace gpuobs

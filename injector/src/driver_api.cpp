@@ -1,0 +1,81 @@
+#include "driver_api.h"
+
+#include <dlfcn.h>
+
+namespace gpuobs {
+namespace {
+
+using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+template <class Fn>
+bool resolve(GetProcAddress get, const char* name, Fn* out, const char** missing) {
+  void* address = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  if (get(name, &address, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || !address) {
+    *missing = name;
+    return false;
+  }
+  *out = reinterpret_cast<Fn>(address);
+  return true;
+}
+
+}  // namespace
+
+bool DriverApi::load(const char** missing) {
+  if (loaded) return true;
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!library) library = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!library) {
+    *missing = "libcuda.so.1";
+    return false;
+  }
+  auto get = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
+  if (!get) {
+    *missing = "cuGetProcAddress_v2";
+    return false;
+  }
+  loaded = resolve(get, "cuCtxGetCurrent", &ctx_get_current, missing) &&
+           resolve(get, "cuCtxSetCurrent", &ctx_set_current, missing) &&
+           resolve(get, "cuCtxPushCurrent", &ctx_push_current, missing) &&
+           resolve(get, "cuCtxPopCurrent", &ctx_pop_current, missing) &&
+           resolve(get, "cuCtxGetDevice", &ctx_get_device, missing) &&
+           resolve(get, "cuDeviceGetAttribute", &device_get_attribute, missing) &&
+           resolve(get, "cuMemHostRegister", &mem_host_register, missing) &&
+           resolve(get, "cuMemHostGetDevicePointer", &mem_host_get_device_pointer, missing) &&
+           resolve(get, "cuStreamCreate", &stream_create, missing) &&
+           resolve(get, "cuThreadExchangeStreamCaptureMode", &thread_exchange_stream_capture_mode, missing) &&
+           resolve(get, "cuGetErrorString", &get_error_string, missing);
+  return loaded;
+}
+
+const char* DriverApi::error_text(CUresult result) const {
+  const char* text = nullptr;
+  if (get_error_string && get_error_string(result, &text) == CUDA_SUCCESS && text) return text;
+  return "unknown CUDA error";
+}
+
+DriverApi& driver() {
+  static DriverApi api;
+  return api;
+}
+
+ScopedContext::ScopedContext(CUcontext context) {
+  DriverApi& api = driver();
+  CUcontext current = nullptr;
+  if (api.ctx_get_current(&current) != CUDA_SUCCESS) return;
+  if (current == context) {
+    ok_ = true;
+    return;
+  }
+  pushed_ = api.ctx_push_current(context) == CUDA_SUCCESS;
+  ok_ = pushed_;
+}
+
+ScopedContext::~ScopedContext() {
+  if (pushed_) {
+    CUcontext popped = nullptr;
+    driver().ctx_pop_current(&popped);
+  }
+}
+
+}  // namespace gpuobs

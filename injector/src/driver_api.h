@@ -1,0 +1,45 @@
+// The few CUDA driver entry points the injector calls itself, resolved at run time from the
+// libcuda the served process already loaded (cuGetProcAddress picks the right ABI version), so
+// the library links against nothing but libsanitizer-public and builds without a driver.
+#pragma once
+
+#include <cuda.h>
+
+namespace gpuobs {
+
+struct DriverApi {
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
+  CUresult (*ctx_push_current)(CUcontext) = nullptr;
+  CUresult (*ctx_pop_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*mem_host_register)(void*, size_t, unsigned int) = nullptr;
+  CUresult (*mem_host_get_device_pointer)(CUdeviceptr*, void*, unsigned int) = nullptr;
+  CUresult (*stream_create)(CUstream*, unsigned int) = nullptr;
+  CUresult (*thread_exchange_stream_capture_mode)(CUstreamCaptureMode*) = nullptr;
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+
+  bool loaded = false;
+  // Resolves every entry point; false (and the name that failed in *missing) otherwise.
+  bool load(const char** missing);
+  const char* error_text(CUresult result) const;
+};
+
+DriverApi& driver();
+
+// Makes `context` current on this thread for the scope (no-op when it already is).
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext context);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  bool pushed_ = false;
+  bool ok_ = false;
+};
+
+}  // namespace gpuobs

@@ -1,0 +1,302 @@
+#include "injector.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "driver_api.h"
+#include "gpuobs/shm_segment.h"
+#include "injector_log.h"
+
+namespace gpuobs {
+namespace {
+
+// Set on the tool thread: the CUDA calls it makes must not feed back into our own callbacks.
+thread_local bool t_tool_thread = false;
+
+uint64_t grid_blocks(const Sanitizer_LaunchData& launch) {
+  return uint64_t(launch.gridDim_x) * launch.gridDim_y * launch.gridDim_z;
+}
+
+void count(uint64_t* word, uint64_t delta = 1) { __atomic_fetch_add(word, delta, __ATOMIC_RELAXED); }
+
+}  // namespace
+
+void mark_tool_thread() { t_tool_thread = true; }
+
+Injector::Injector() : config_(load_injector_config()), patcher_(config_.patch_set), function_slots_(1u << 16) {
+  in_force_.mode = config_.mode;
+  in_force_.shift = config_.shift;
+  in_force_.patch_set = config_.patch_set;
+}
+
+bool Injector::subscribe() {
+  const char* missing = "";
+  if (!driver().load(&missing)) {
+    log_line("CUDA driver entry point %s not found; not observing", missing);
+    return false;
+  }
+  if (sanitizerSubscribe(&subscriber_, &Injector::callback, this) != SANITIZER_SUCCESS) {
+    log_line("cannot subscribe to the sanitizer callbacks (another tool attached?); not observing");
+    return false;
+  }
+  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_RESOURCE);
+  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_LAUNCH);
+  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_GRAPHS);
+  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_SYNCHRONIZE);
+  return true;
+}
+
+void SANITIZERAPI Injector::callback(void* userdata, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid,
+                                     const void* cbdata) {
+  if (t_tool_thread) return;
+  try {
+    static_cast<Injector*>(userdata)->dispatch(domain, cbid, cbdata);
+  } catch (...) {
+    if (first_time(LogOnce::Internal)) log_line("internal error in a callback; that callback is skipped");
+  }
+}
+
+void Injector::dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, const void* cbdata) {
+  switch (domain) {
+    case SANITIZER_CB_DOMAIN_RESOURCE:
+      if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED)
+        on_context_created(*static_cast<const Sanitizer_ResourceContextData*>(cbdata));
+      else if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
+        on_context_destroying(*static_cast<const Sanitizer_ResourceContextData*>(cbdata));
+      else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_LOADED)
+        on_module_loaded(*static_cast<const Sanitizer_ResourceModuleData*>(cbdata));
+      else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING)
+        patcher_.forget(static_cast<const Sanitizer_ResourceModuleData*>(cbdata)->module);
+      break;
+    case SANITIZER_CB_DOMAIN_LAUNCH:
+      if (cbid == SANITIZER_CBID_LAUNCH_BEGIN)
+        on_launch(*static_cast<const Sanitizer_LaunchData*>(cbdata), LaunchKind::Eager, 0, 0, 0);
+      break;
+    case SANITIZER_CB_DOMAIN_GRAPHS:
+      if (cbid == SANITIZER_CBID_GRAPHS_GRAPHEXEC_CREATED) {
+        live_graph_execs_.fetch_add(1, std::memory_order_relaxed);
+      } else if (cbid == SANITIZER_CBID_GRAPHS_GRAPHEXEC_DESTROYING) {
+        live_graph_execs_.fetch_sub(1, std::memory_order_relaxed);
+      } else if (cbid == SANITIZER_CBID_GRAPHS_LAUNCH_BEGIN) {
+        on_graph_launch(*static_cast<const Sanitizer_GraphLaunchData*>(cbdata));
+      } else if (cbid == SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN) {
+        const auto& node = *static_cast<const Sanitizer_GraphNodeLaunchData*>(cbdata);
+        if (node.nodeType == CU_GRAPH_NODE_TYPE_KERNEL && !node.isGraphUpload)
+          on_launch(node.launchData, LaunchKind::GraphNode, reinterpret_cast<uint64_t>(node.graphExec),
+                    reinterpret_cast<uint64_t>(node.node), node.launchId);
+      }
+      break;
+    case SANITIZER_CB_DOMAIN_SYNCHRONIZE:
+      publish_requested_.store(true, std::memory_order_relaxed);  // a natural point to publish counts
+      break;
+    default:
+      break;
+  }
+}
+
+bool Injector::ensure_segment() {
+  if (segment_ready_.load(std::memory_order_acquire)) return true;
+  std::lock_guard<std::mutex> lock(segment_mutex_);
+  if (segment_ready_.load(std::memory_order_acquire)) return true;
+  if (segment_failed_) return false;
+  SegmentOptions options;
+  options.directory = config_.segment_dir;
+  options.caps.event_rings = config_.contexts;
+  options.caps.event_ring_records = config_.ring_records;
+  options.producer_kind = ProducerKind::Injector;
+  options.patch_set = config_.patch_set;
+  options.initial_mode = config_.mode;
+  options.initial_shift = config_.shift;
+  options.group = config_.group;
+  options.producer = "gpuobs-injector";
+  options.label = config_.label;
+  std::string error;
+  auto segment = MappedSegment::create(options, &error);
+  if (!segment) {
+    segment_failed_ = true;
+    log_line("no segment (%s); the program runs unobserved", error.c_str());
+    return false;
+  }
+  // The whole segment, pinned and mapped for every context: the device writes events into it.
+  const CUresult registered = driver().mem_host_register(segment->view().base, segment->bytes(),
+                                                         CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+  if (registered != CUDA_SUCCESS && registered != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
+    segment_failed_ = true;
+    log_line("cannot register the segment with CUDA (%s); the program runs unobserved",
+             driver().error_text(registered));
+    segment->unlink_file();
+    return false;
+  }
+  writer_ = std::make_unique<SegmentWriter>(std::move(segment));
+  ControlRequest initial = in_force_;
+  writer_->acknowledge(0, initial, ControlStatus::Ok, "");
+  slot_patched_.reset(new std::atomic<uint8_t>[writer_->view().caps.kernel_slots]());
+  log_line("observing into %s (patch set %s, mode %s)", writer_->segment().path().c_str(),
+           config_.patch_set == PatchSet::Memory ? "memory" : "block", mode_name(config_.mode));
+  segment_ready_.store(true, std::memory_order_release);
+  return true;
+}
+
+void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
+  if (!ensure_segment()) return;
+  ScopedContext current(data.context);
+  std::string error;
+  if (!patcher_.load_patches(data.context, config_.patch_file, &error)) {
+    count(&writer_->view().counters->patch_failures);
+    if (first_time(LogOnce::PatchLoad)) log_line("%s; kernels run unpatched", error.c_str());
+  }
+  std::lock_guard<std::mutex> lock(contexts_mutex_);
+  const uint32_t index = context_count_.load(std::memory_order_relaxed);
+  if (index >= writer_->view().caps.event_rings || index >= kMaxContexts) {
+    if (first_time(LogOnce::Internal))
+      log_line("more CUDA contexts than event rings (%u); raise GPUOBS_CONTEXTS", writer_->view().caps.event_rings);
+    return;
+  }
+  uint64_t initial_config = 0;
+  {
+    std::lock_guard<std::mutex> config_lock(config_mutex_);
+    initial_config = make_config(in_force_.mode, in_force_.shift);
+  }
+  auto state = DeviceContext::create(data.context, index, *writer_, initial_config, &error);
+  if (!state) {
+    log_line("context %u: %s; its kernels run unobserved", index, error.c_str());
+    return;
+  }
+  context_storage_[index] = std::move(state);
+  contexts_[index].store(context_storage_[index].get(), std::memory_order_release);
+  context_count_.store(index + 1, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> config_lock(config_mutex_);
+    if (filter_) stage_locked();  // a filter set before this context existed applies to it too
+  }
+  std::call_once(control_once_, [this] { control_thread_ = std::thread([this] { control_loop(); }); });
+}
+
+void Injector::on_context_destroying(const Sanitizer_ResourceContextData& data) {
+  if (!segment_ready_.load(std::memory_order_acquire) || !context_for(data.context)) return;
+  publish_requested_.store(true, std::memory_order_relaxed);
+}
+
+void Injector::on_module_loaded(const Sanitizer_ResourceModuleData& data) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return;
+  GlobalCounters& counters = *writer_->view().counters;
+  count(&counters.modules_loaded);
+  std::string error;
+  if (patcher_.patch_module(data.context, data.module, &error)) {
+    count(&counters.modules_patched);
+  } else {
+    count(&counters.patch_failures);
+    if (first_time(LogOnce::PatchModule)) log_line("a module could not be patched (%s); it runs unpatched", error.c_str());
+  }
+}
+
+DeviceContext* Injector::context_for(CUcontext context) {
+  const uint32_t count_now = context_count_.load(std::memory_order_acquire);
+  for (uint32_t index = 0; index < count_now; ++index) {
+    DeviceContext* candidate = contexts_[index].load(std::memory_order_acquire);
+    if (candidate && candidate->context() == context) return candidate;
+  }
+  return nullptr;
+}
+
+int64_t Injector::slot_for(const Sanitizer_LaunchData& launch, DeviceContext* context) {
+  const uint64_t function = reinterpret_cast<uint64_t>(launch.function);
+  return function_slots_.find_or_add(function, [&](uint64_t) -> int64_t {
+    const std::string mangled = launch.functionName ? launch.functionName : "<unnamed>";
+    std::lock_guard<std::mutex> lock(config_mutex_);
+    const int64_t slot = writer_->register_kernel(function, reinterpret_cast<uint64_t>(launch.module), mangled);
+    if (slot < 0) {
+      if (first_time(LogOnce::KernelTable)) log_line("kernel table full; further kernels go unattributed");
+      return slot;
+    }
+    slot_names_.resize(size_t(slot + 1) * 2);
+    slot_names_[size_t(slot) * 2] = mangled;
+    slot_names_[size_t(slot) * 2 + 1] = demangle(mangled);
+    const bool patched = patcher_.is_patched(launch.module);
+    slot_patched_[slot].store(patched ? 1 : 0, std::memory_order_release);
+    if (patched && context) {
+      // Bound to the function, for its whole life: exact under graph replay (DEVICE.md).
+      if (sanitizerSetCallbackData(launch.function, context->slot_address(uint32_t(slot))) != SANITIZER_SUCCESS) {
+        slot_patched_[slot].store(0, std::memory_order_release);
+        if (first_time(LogOnce::PatchModule)) log_line("cannot bind device data to a kernel; it runs uncounted");
+      }
+    }
+    if (filter_ && !captured_locked(uint32_t(slot))) stage_locked();
+    return slot;
+  });
+}
+
+void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, uint64_t graph_exec,
+                         uint64_t graph_node, uint64_t graph_launch_id) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return;
+  const SegmentView& view = writer_->view();
+  DeviceContext* context = context_for(launch.context);
+  uint64_t config = make_config(Mode::Off, 0);
+  if (context) {
+    config = kind == LaunchKind::Eager ? context->mirror_if_stale(launch.hStream) : context->config_in_force();
+  }
+  const int64_t slot = slot_for(launch, context);
+  const Mode mode = Mode(config_mode(config));
+  LaunchRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.grid_id = launch.gridId;
+  record.stream = reinterpret_cast<uint64_t>(launch.stream);
+  record.graph_exec = graph_exec;
+  record.graph_node = graph_node;
+  record.graph_launch_id = graph_launch_id;
+  record.kernel_slot = slot >= 0 ? uint32_t(slot) : UINT32_MAX;
+  record.grid_x = launch.gridDim_x;
+  record.grid_y = launch.gridDim_y;
+  record.grid_z = launch.gridDim_z;
+  record.block_x = launch.blockDim_x;
+  record.block_y = launch.blockDim_y;
+  record.block_z = launch.blockDim_z;
+  record.context_index = context ? context->ring_index() : UINT32_MAX;
+  record.kind = uint32_t(kind);
+  record.mode = uint32_t(mode);
+  record.shift = config_shift(config);
+  writer_->write_launch(record);
+  if (slot >= 0) {
+    KernelCounters& kernel = view.kernel_counters[slot];
+    if (!context || !slot_patched_[slot].load(std::memory_order_acquire)) {
+      count(&kernel.blocks_unpatched, grid_blocks(launch));
+    } else if (mode == Mode::Off || mode == Mode::Noop) {
+      count(&kernel.blocks_unobserved, grid_blocks(launch));
+    }
+  }
+}
+
+void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
+  if (!segment_ready_.load(std::memory_order_acquire) || data.isGraphUpload) return;
+  // Replays read the config from device memory: mirror a change before the replay starts.
+  if (DeviceContext* context = context_for(data.context)) context->mirror_if_stale(data.hStream);
+}
+
+void Injector::shutdown() {
+  if (stopping_.exchange(true)) return;
+  if (control_thread_.joinable()) control_thread_.join();
+  if (segment_ready_.load(std::memory_order_acquire)) writer_->segment().mark_exited();
+}
+
+}  // namespace gpuobs
+
+namespace {
+gpuobs::Injector* g_injector = nullptr;
+void shutdown_at_exit() {
+  if (g_injector) g_injector->shutdown();
+}
+}  // namespace
+
+// The entry point CUDA calls for a library named by CUDA_INJECTION64_PATH, before any other
+// CUDA work in the process. It returns 1 either way: a failure here must not stop the program.
+extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
+  try {
+    if (g_injector == nullptr) {
+      g_injector = new gpuobs::Injector();  // lives as long as the process
+      if (g_injector->subscribe()) std::atexit(shutdown_at_exit);
+    }
+  } catch (...) {
+    gpuobs::log_line("initialisation failed; the program runs unobserved");
+  }
+  return 1;
+}

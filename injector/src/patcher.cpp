@@ -1,0 +1,104 @@
+#include "patcher.h"
+
+namespace gpuobs {
+namespace {
+
+struct Hook {
+  Sanitizer_InstructionId instruction;
+  const char* function;
+  bool required;  // a failure on an optional hook (not on every architecture) is tolerated
+};
+
+const Hook kBlockHooks[] = {
+    {SANITIZER_INSTRUCTION_BLOCK_ENTER, "gpuobs_block_enter", true},
+    {SANITIZER_INSTRUCTION_BLOCK_EXIT, "gpuobs_block_exit", true},
+};
+const Hook kMemoryHooks[] = {
+    {SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS, "gpuobs_memory_access", true},
+    {SANITIZER_INSTRUCTION_BULK_COPY_GLOBAL_TO_SHARED, "gpuobs_bulk_global_to_shared", false},
+    {SANITIZER_INSTRUCTION_BULK_COPY_SHARED_TO_GLOBAL, "gpuobs_bulk_shared_to_global", false},
+};
+
+}  // namespace
+
+bool Patcher::load_patches(CUcontext context, const std::string& patch_file, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (contexts_with_patches_.count(context)) return true;
+  if (sanitizerAddPatchesFromFile(patch_file.c_str(), context) != SANITIZER_SUCCESS) {
+    *error = "cannot load patches from " + patch_file + " (missing, or not built for this GPU)";
+    return false;
+  }
+  contexts_with_patches_.insert(context);
+  return true;
+}
+
+bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
+  for (const Hook& hook : kBlockHooks) {
+    if (sanitizerPatchInstructions(hook.instruction, module, hook.function) != SANITIZER_SUCCESS && hook.required) {
+      *error = std::string("cannot patch ") + hook.function;
+      return false;
+    }
+  }
+  if (set == PatchSet::Memory) {
+    for (const Hook& hook : kMemoryHooks) {
+      if (sanitizerPatchInstructions(hook.instruction, module, hook.function) != SANITIZER_SUCCESS && hook.required) {
+        *error = std::string("cannot patch ") + hook.function;
+        return false;
+      }
+    }
+  }
+  if (sanitizerPatchModule(module) != SANITIZER_SUCCESS) {
+    *error = "sanitizerPatchModule failed";
+    return false;
+  }
+  return true;
+}
+
+bool Patcher::patch_module(CUcontext context, CUmodule module, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = modules_.find(module);
+  if (found != modules_.end()) return found->second;
+  if (!contexts_with_patches_.count(context)) {
+    modules_[module] = false;
+    *error = "no patches loaded in this context";
+    return false;
+  }
+  const bool patched = apply(module, set_, error);
+  modules_[module] = patched;
+  return patched;
+}
+
+bool Patcher::is_patched(CUmodule module) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = modules_.find(module);
+  return found != modules_.end() && found->second;
+}
+
+void Patcher::forget(CUmodule module) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  modules_.erase(module);
+}
+
+bool Patcher::switch_set(PatchSet set, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (set == set_) return true;
+  bool all = true;
+  for (auto& [module, patched] : modules_) {
+    if (!patched) continue;
+    if (sanitizerUnpatchModule(module) != SANITIZER_SUCCESS) {
+      *error = "sanitizerUnpatchModule failed";
+      all = false;
+      continue;
+    }
+    std::string problem;
+    patched = apply(module, set, &problem);
+    if (!patched) {
+      *error = problem;
+      all = false;
+    }
+  }
+  set_ = set;
+  return all;
+}
+
+}  // namespace gpuobs
