@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import drain_until_exit, synth_binary
+from synth_support import drain_until_exit
 from gpuobs import _native
 from gpuobs.segment import Segment
 

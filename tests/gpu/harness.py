@@ -1,0 +1,141 @@
+"""Runs a program under the injector and drains its segment live, as the daemon will."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+import gpuobs
+from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE, Segment, segment_paths
+
+INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
+WORKLOADS = Path(__file__).parent / "workloads"
+
+
+class InjectedRun:
+    """One injected process, its segment, and everything read from it."""
+
+    def __init__(self, argv: list[str], segment_dir: Path, *, mode: str = "counter", patch_set: str = "block",
+                 shift: int = 0, ring_records: int = 1 << 20, env: dict[str, str] | None = None,
+                 inject: bool = True) -> None:
+        self.argv = argv
+        self.segment_dir = segment_dir
+        self.env = dict(os.environ)
+        if inject:
+            self.env.update({
+                "CUDA_INJECTION64_PATH": str(INJECTOR),
+                "GPUOBS_SEGMENT_DIR": str(segment_dir),
+                "GPUOBS_MODE": mode,
+                "GPUOBS_PATCH_SET": patch_set,
+                "GPUOBS_SHIFT": str(shift),
+                "GPUOBS_RING_RECORDS": str(ring_records),
+            })
+        self.env.update(env or {})
+        self.segment: Segment | None = None
+        self.events: list[np.ndarray] = []
+        self.launches: list[np.ndarray] = []
+        self.first_event_at: float | None = None
+        self.exited_at: float | None = None
+        self.stdout_lines: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+
+    def _open_segment(self) -> None:
+        wanted = f"gpuobs-{self.process.pid}-"
+        for path in segment_paths(self.segment_dir):
+            if path.name.startswith(wanted):
+                self.segment = Segment(path)
+                return
+
+    def _drain_once(self) -> int:
+        got = 0
+        assert self.segment is not None
+        for ring in range(self.segment.event_rings):
+            batch = self.segment.read_events(ring)
+            if len(batch):
+                if self.first_event_at is None:
+                    self.first_event_at = time.monotonic()
+                self.events.append(batch.copy())
+                got += len(batch)
+        launches = self.segment.read_launches()
+        if len(launches):
+            self.launches.append(launches.copy())
+            got += len(launches)
+        return got
+
+    def _drain(self) -> None:
+        while not self._stop.is_set():
+            if self.segment is None:
+                self._open_segment()
+                if self.segment is None:
+                    time.sleep(0.005)
+                    continue
+            with self._lock:
+                got = self._drain_once()
+            if not got:
+                time.sleep(0.001)
+
+    def read_json_line(self, timeout: float = 120.0) -> dict:
+        line = self.process.stdout.readline()
+        self.stdout_lines.append(line)
+        return json.loads(line)
+
+    def send_line(self, text: str = "go") -> None:
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+
+    def finish(self, timeout: float = 300.0) -> dict:
+        """Waits for the process; returns its last JSON line. Drains whatever is left."""
+        out, err = self.process.communicate(timeout=timeout)
+        self.exited_at = time.monotonic()
+        self.stderr = err
+        self.stdout_lines.extend(out.splitlines())
+        self._stop.set()
+        self._drainer.join()
+        if self.segment is None:
+            self._open_segment()
+        if self.segment is not None:
+            while self._drain_once():
+                pass
+        lines = [line for line in self.stdout_lines if line.strip().startswith("{")]
+        assert self.process.returncode == 0, f"exit {self.process.returncode}: {err[-3000:]}"
+        return json.loads(lines[-1]) if lines else {}
+
+    # -- what was read ----------------------------------------------------------------------
+    def all_events(self) -> np.ndarray:
+        return np.concatenate(self.events) if self.events else np.zeros(0, dtype=EVENT_DTYPE)
+
+    def all_launches(self) -> np.ndarray:
+        return np.concatenate(self.launches) if self.launches else np.zeros(0, dtype=LAUNCH_DTYPE)
+
+    def kernel_table(self) -> dict[str, dict]:
+        """Demangled name -> counters row (as a dict) and slot."""
+        assert self.segment is not None
+        counters, kernels = self.segment.counters()
+        table = {}
+        for entry in self.segment.kernels():
+            row = {name: int(kernels[entry["slot"]][name]) for name in kernels.dtype.names}
+            row["slot"] = entry["slot"]
+            row["mangled"] = entry["mangled"]
+            table[entry["demangled"]] = row
+        return table
+
+    def global_counters(self) -> dict:
+        assert self.segment is not None
+        return self.segment.counters()[0]
+
+
+def find_kernel(table: dict[str, dict], prefix: str) -> dict:
+    matches = [row for name, row in table.items() if name.startswith(prefix) or row["mangled"].startswith(prefix)]
+    assert len(matches) == 1, f"{prefix}: {list(table)}"
+    return matches[0]

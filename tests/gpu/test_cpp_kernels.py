@@ -1,0 +1,209 @@
+"""Exact counts on CUDA C++ kernels of known geometry and known memory traffic."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from gpuobs.segment import MODES, Segment
+from harness import InjectedRun, find_kernel
+
+SM_COUNT_LIMIT = 1024  # %smid must be a small SM index
+
+
+def linear_block(events: np.ndarray, launches: np.ndarray) -> np.ndarray:
+    order = np.argsort(launches["grid_id"])
+    index = order[np.searchsorted(launches["grid_id"], events["grid_id"], sorter=order)]
+    grid_x = launches["grid_x"][index].astype(np.uint64)
+    grid_y = launches["grid_y"][index].astype(np.uint64)
+    return events["block_x"] + grid_x * (events["block_y"] + grid_y * events["block_z"].astype(np.uint64))
+
+
+def numpy_sample_keep(pc: np.ndarray, thread: np.ndarray, block: np.ndarray, shift: int) -> np.ndarray:
+    m1, m2, s33 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)
+    block = block.astype(np.uint64)
+    key = pc.astype(np.uint64) ^ (thread.astype(np.uint64) << np.uint64(48)) ^ (
+        (block << np.uint64(23)) | (block >> np.uint64(41)))
+    key ^= key >> s33
+    key *= m1
+    key ^= key >> s33
+    key *= m2
+    key ^= key >> s33
+    return (key & np.uint64((1 << shift) - 1)) == 0
+
+
+def wait_applied(segment: Segment, generation: int, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = segment.control_state()
+        if state["applied_generation"] >= generation:
+            return state
+        time.sleep(0.002)
+    raise AssertionError(f"not acknowledged: {segment.control_state()}")
+
+
+def uninjected_checksum(program: str, shm_dir, *args: str) -> str:
+    run = InjectedRun([program, *args], shm_dir, inject=False)
+    return run.finish()["checksum"]
+
+
+def test_counter_mode_counts_every_block_exactly(geometry_program, shm_dir) -> None:
+    run = InjectedRun([geometry_program, "--rounds", "3"], shm_dir, mode="counter")
+    out = run.finish()
+    table = run.kernel_table()
+    launches = run.all_launches()
+    assert len(out["kernels"]) == 4
+    for name, spec in out["kernels"].items():
+        row = find_kernel(table, name)
+        grid = math.prod(spec["grid"])
+        assert row["launches"] == 3, name
+        assert row["blocks_expected"] == 3 * grid, name
+        assert row["blocks_observed"] == 3 * grid, name
+        assert row["blocks_unpatched"] == 0 and row["blocks_unobserved"] == 0, name
+        mine = launches[launches["kernel_slot"] == row["slot"]]
+        assert len(mine) == 3
+        assert {tuple(g) for g in mine[["grid_x", "grid_y", "grid_z"]].tolist()} == {tuple(spec["grid"])}
+        assert {tuple(b) for b in mine[["block_x", "block_y", "block_z"]].tolist()} == {tuple(spec["block"])}
+        assert set(mine["mode"]) == {MODES["counter"]}
+    assert len(run.all_events()) == 0
+    counters = run.global_counters()
+    assert counters["modules_patched"] >= 1 and counters["patch_failures"] == 0
+
+
+def test_blocks_mode_records_one_enter_and_one_exit_per_block(geometry_program, shm_dir) -> None:
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="blocks")
+    out = run.finish()
+    events, launches = run.all_events(), run.all_launches()
+    counters = run.global_counters()
+    assert counters["device_events_dropped"] == 0
+    assert counters["device_events_produced"] == len(events)
+    # %gridid on the device is the gridId of the launch callback: every event joins a launch
+    assert set(np.unique(events["grid_id"])) == set(launches["grid_id"])
+    for launch in launches:
+        grid = int(launch["grid_x"]) * int(launch["grid_y"]) * int(launch["grid_z"])
+        mine = events[events["grid_id"] == launch["grid_id"]]
+        enters, exits = mine[mine["kind"] == 1], mine[mine["kind"] == 2]
+        assert len(enters) == len(exits) == grid
+        blocks = np.unique(enters[["block_x", "block_y", "block_z"]])
+        assert len(blocks) == grid  # each block exactly once
+        assert np.all(mine["kernel_slot"] == launch["kernel_slot"])
+    assert np.all(events["sm_id"] < SM_COUNT_LIMIT)
+    assert np.all(events["globaltimer_ns"] > 1_600_000_000 * 10**9)  # ns since the epoch
+    # per block: exit after enter on the device clock
+    enters = events[events["kind"] == 1]
+    exits = events[events["kind"] == 2]
+    order_e = np.lexsort((enters["block_z"], enters["block_y"], enters["block_x"], enters["grid_id"]))
+    order_x = np.lexsort((exits["block_z"], exits["block_y"], exits["block_x"], exits["grid_id"]))
+    assert np.all(exits["globaltimer_ns"][order_x] >= enters["globaltimer_ns"][order_e])
+    assert len(out["kernels"]) == 4
+
+
+def test_memory_mode_counts_every_access_exactly(geometry_program, shm_dir) -> None:
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="memory", patch_set="memory",
+                      ring_records=1 << 21)
+    out = run.finish()
+    table = run.kernel_table()
+    events = run.all_events()
+    for name, spec in out["kernels"].items():
+        row = find_kernel(table, name)
+        assert row["memory_accesses"] == 2 * spec["accesses_per_launch"], name
+        assert row["events_produced"] == row["memory_accesses"], name
+        delivered = int(np.count_nonzero(events["kernel_slot"] == row["slot"]))
+        assert delivered + row["events_dropped"] == row["events_produced"], name
+        assert row["blocks_observed"] == 2 * math.prod(spec["grid"]), name
+    memory_events = events[events["kind"] == 3]
+    assert np.all((memory_events["access_bytes"] == 4))
+    assert np.all(memory_events["address"] != 0)
+
+
+def test_sampled_keeps_exactly_the_hashed_subset_after_a_live_switch(geometry_program, shm_dir) -> None:
+    shift = 3
+    run = InjectedRun([geometry_program, "--rounds", "1", "--phases", "2"], shm_dir, mode="memory",
+                      patch_set="memory", ring_records=1 << 21)
+    assert run.read_json_line() == {"phase_done": 0}
+    while run.segment is None:
+        time.sleep(0.01)
+    generation = run.segment.request_control("sampled", shift=shift)
+    state = wait_applied(run.segment, generation)
+    assert (state["applied_mode"], state["applied_shift"]) == (MODES["sampled"], shift)
+    run.send_line()
+    out = run.finish()
+    events, launches = run.all_events(), run.all_launches()
+    assert run.global_counters()["device_events_dropped"] == 0
+    mode_of = dict(zip(launches["grid_id"].tolist(), launches["mode"].tolist()))
+    event_modes = np.array([mode_of[g] for g in events["grid_id"].tolist()])
+    full = events[event_modes == MODES["memory"]]
+    kept = events[event_modes == MODES["sampled"]]
+    assert len(full) > 0 and len(kept) > 0
+    block_full = linear_block(full, launches)
+    expected = full[numpy_sample_keep(full["pc"], full["thread"], block_full, shift)]
+    key = lambda e: np.stack([e["kernel_slot"], e["pc"], e["thread"], linear_block(e, launches)]).T.astype(np.uint64)  # noqa: E731
+    assert np.array_equal(np.unique(key(kept), axis=0), np.unique(key(expected), axis=0))
+    ratio = len(kept) / len(full)
+    assert 0.5 / 2**shift < ratio < 2.0 / 2**shift
+    # counts stay exact across the switch: two phases of one round each
+    table = run.kernel_table()
+    for name, spec in out["kernels"].items():
+        assert find_kernel(table, name)["memory_accesses"] == 2 * spec["accesses_per_launch"], name
+
+
+@pytest.mark.parametrize("mode, patch_set", [("off", "block"), ("noop", "block"), ("counter", "block"),
+                                             ("blocks", "block"), ("memory", "memory"), ("sampled", "memory")])
+def test_outputs_identical_with_and_without_the_injector(geometry_program, shm_dir, mode, patch_set) -> None:
+    reference = uninjected_checksum(geometry_program, shm_dir, "--rounds", "2")
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode=mode, patch_set=patch_set, shift=4)
+    assert run.finish()["checksum"] == reference
+
+
+def test_mode_switches_while_a_loop_runs_keep_counts_consistent(geometry_program, shm_dir) -> None:
+    run = InjectedRun([geometry_program, "--loop", "3"], shm_dir, mode="counter", ring_records=1 << 21)
+    deadline = time.monotonic() + 30
+    while run.segment is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for mode in ["blocks", "counter", "blocks", "off", "counter"]:
+        time.sleep(0.4)
+        wait_applied(run.segment, run.segment.request_control(mode))
+    run.finish()
+    events, launches = run.all_events(), run.all_launches()
+    assert run.global_counters()["device_events_dropped"] == 0
+    modes = set(launches["mode"].tolist())
+    assert {MODES["blocks"], MODES["counter"], MODES["off"]} <= modes
+    per_launch = dict(zip(*np.unique(events["grid_id"], return_counts=True)))
+    for launch in launches:
+        grid = int(launch["grid_x"]) * int(launch["grid_y"]) * int(launch["grid_z"])
+        expected = 2 * grid if launch["mode"] == MODES["blocks"] else 0
+        assert per_launch.get(launch["grid_id"], 0) == expected, (launch["mode"], grid)
+    for name, row in run.kernel_table().items():
+        assert row["blocks_observed"] + row["blocks_unobserved"] == row["blocks_expected"], name
+        assert row["blocks_unobserved"] > 0, name  # the `off` phase
+
+
+def test_events_reach_the_segment_while_the_program_runs(geometry_program, shm_dir) -> None:
+    started = time.monotonic()
+    run = InjectedRun([geometry_program, "--loop", "3"], shm_dir, mode="blocks", ring_records=1 << 21)
+    run.finish()
+    assert run.first_event_at is not None
+    assert run.first_event_at < run.exited_at - 1.5, (run.first_event_at - started, run.exited_at - started)
+
+
+def test_no_segment_directory_means_unobserved_not_broken(geometry_program, shm_dir) -> None:
+    reference = uninjected_checksum(geometry_program, shm_dir, "--rounds", "2")
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir / "missing", mode="blocks")
+    assert run.finish()["checksum"] == reference
+    lines = [line for line in run.stderr.splitlines() if line.startswith("gpuobs:")]
+    assert len(lines) == 1 and "no segment" in lines[0], run.stderr
+
+
+def test_missing_patches_mean_unpatched_counted_and_unchanged(geometry_program, shm_dir) -> None:
+    reference = uninjected_checksum(geometry_program, shm_dir, "--rounds", "2")
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="counter",
+                      env={"GPUOBS_PATCH_FILE": str(shm_dir / "absent.fatbin")})
+    assert run.finish()["checksum"] == reference
+    counters = run.global_counters()
+    assert counters["patch_failures"] >= 1
+    for name, row in run.kernel_table().items():
+        assert row["blocks_observed"] == 0 and row["blocks_unpatched"] == row["blocks_expected"] > 0, name
+    assert sum(line.startswith("gpuobs:") for line in run.stderr.splitlines()) <= 3

@@ -1,0 +1,57 @@
+"""Helpers for tests that run real gpuobs-synth processes (imported by tests and conftest)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def synth_binary() -> str:
+    """gpuobs-synth as installed beside this Python (the venv's bin), else on PATH."""
+    beside = Path(sys.executable).parent / "gpuobs-synth"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("gpuobs-synth")
+    if not found:
+        raise RuntimeError("gpuobs-synth is not installed: run scripts/setup.sh")
+    return found
+
+
+class SynthProcess:
+    """A running gpuobs-synth and the segment it created."""
+
+    def __init__(self, process: subprocess.Popen, segment: Path) -> None:
+        self.process = process
+        self.segment = segment
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait(self, timeout: float = 60.0) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+
+def drain_until_exit(segment, *, timeout: float = 60.0, pause: float = 0.0) -> tuple[int, int]:
+    """Reads `segment` until its producer has exited and everything is read."""
+    events = launches = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        exited = segment.reader.state() == 2 or not segment.reader.producer_alive()
+        got_events, got_launches = segment.drain_counts()
+        events += got_events
+        launches += got_launches
+        if exited and got_events == 0 and got_launches == 0:
+            return events, launches
+        if pause:
+            time.sleep(pause)
+    raise AssertionError("producer did not finish in time")
