@@ -16,9 +16,21 @@ import numpy as np
 
 from gpuobs import _native
 
-EVENT_DTYPE: np.dtype = _native.EVENT_DTYPE
-LAUNCH_DTYPE: np.dtype = _native.LAUNCH_DTYPE
-KERNEL_COUNTERS_DTYPE: np.dtype = _native.KERNEL_COUNTERS_DTYPE
+
+
+def _dtype(fields: list[tuple[str, int, str]], itemsize: int) -> np.dtype:
+    """A numpy dtype from a field table the native module read off a C++ struct."""
+    return np.dtype({
+        "names": [name for name, _, _ in fields],
+        "formats": [fmt for _, _, fmt in fields],
+        "offsets": [offset for _, offset, _ in fields],
+        "itemsize": itemsize,
+    })
+
+
+EVENT_DTYPE: np.dtype = _dtype(_native.EVENT_FIELDS, _native.STRUCT_SIZES["event_record"])
+LAUNCH_DTYPE: np.dtype = _dtype(_native.LAUNCH_FIELDS, _native.STRUCT_SIZES["launch_record"])
+KERNEL_COUNTERS_DTYPE: np.dtype = _dtype(_native.KERNEL_COUNTERS_FIELDS, _native.STRUCT_SIZES["kernel_counters"])
 MODES: dict[str, int] = dict(_native.MODES)
 MODE_NAMES: dict[int, str] = {value: name for name, value in MODES.items()}
 EVENT_KINDS: dict[str, int] = dict(_native.EVENT_KINDS)
@@ -116,7 +128,17 @@ class Segment:
         return self.reader.kernels()
 
     def counters(self) -> tuple[dict, np.ndarray] | None:
-        return self.reader.counters()
+        """(global counters, per-kernel counters as a KERNEL_COUNTERS_DTYPE array), one
+        consistent snapshot; None when the producer kept publishing during every try."""
+        snapshot = self.reader.counters()
+        if snapshot is None:
+            return None
+        global_counters, kernels = snapshot
+        return global_counters, np.frombuffer(kernels, dtype=KERNEL_COUNTERS_DTYPE)
+
+    def aggregates(self) -> np.ndarray:
+        """Events delivered so far, per kernel slot (rows) and event kind (columns)."""
+        return np.frombuffer(self.reader.aggregates(), dtype=np.uint64).reshape(-1, _native.EVENT_KIND_COUNT)
 
     def control_state(self) -> dict:
         return self.reader.control_state()

@@ -29,7 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def report(segment: Segment, top: int) -> bool:
     counters, kernels = segment.counters() or ({}, np.zeros(0))
     names = [k["demangled"] for k in segment.kernels()]
-    delivered = segment.reader.aggregates()[: len(names)].sum(axis=1)
+    delivered = segment.aggregates()[: len(names)].sum(axis=1)
     control = segment.control_state()
     print(f"pid {segment.pid} ({segment.header['producer']}): mode {MODE_NAMES.get(control['applied_mode'], '?')}"
           f" shift {control['applied_shift']}, {counters.get('launches', 0)} launches")

@@ -1,6 +1,8 @@
-// gpuobs._native: the segment layout, reader and writer for Python. The numpy dtypes are built
-// from the C++ structs (offsetof), so Python never holds a second copy of the layout.
-#include <pybind11/numpy.h>
+// gpuobs._native: the segment layout, reader and writer for Python. The record layouts are
+// exported as field tables read off the C++ structs (offsetof, sizeof), from which
+// gpuobs.segment builds its numpy dtypes: Python never holds a second copy of an offset.
+// Records cross the boundary through the buffer protocol only, so this module does not depend
+// on numpy's C API (whose ABI differs between the numpy versions we meet).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -74,12 +76,79 @@ Capacities make_caps(uint32_t event_rings, uint32_t event_ring_records, uint32_t
   return caps;
 }
 
+// A writable, contiguous buffer of Records (a numpy array of the matching dtype, say).
 template <class Record>
-Record* records_of(py::array_t<Record, 0>& out) {
-  py::buffer_info info = out.request(true);
+std::pair<Record*, size_t> records_of(py::buffer buffer) {
+  py::buffer_info info = buffer.request(true);
   if (info.ndim != 1) throw py::value_error("expected a 1-D record array");
-  if (info.strides[0] != ssize_t(sizeof(Record))) throw py::value_error("record array must be contiguous");
-  return static_cast<Record*>(info.ptr);
+  if (info.itemsize != ssize_t(sizeof(Record)) || info.strides[0] != ssize_t(sizeof(Record)))
+    throw py::value_error("record array must be contiguous records of " + std::to_string(sizeof(Record)) + " bytes");
+  return {static_cast<Record*>(info.ptr), size_t(info.shape[0])};
+}
+
+template <class T>
+const char* format_of() {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "plain unsigned fields");
+  return sizeof(T) == 8 ? "<u8" : sizeof(T) == 4 ? "<u4" : sizeof(T) == 2 ? "<u2" : "u1";
+}
+#define GPUOBS_FIELD(S, f) fields.append(py::make_tuple(#f, offsetof(S, f), format_of<decltype(S::f)>()))
+
+py::list event_fields() {
+  py::list fields;
+  GPUOBS_FIELD(EventRecord, globaltimer_ns);
+  GPUOBS_FIELD(EventRecord, pc);
+  GPUOBS_FIELD(EventRecord, address);
+  GPUOBS_FIELD(EventRecord, grid_id);
+  GPUOBS_FIELD(EventRecord, block_x);
+  GPUOBS_FIELD(EventRecord, block_y);
+  GPUOBS_FIELD(EventRecord, block_z);
+  GPUOBS_FIELD(EventRecord, thread);
+  GPUOBS_FIELD(EventRecord, sm_id);
+  GPUOBS_FIELD(EventRecord, kernel_slot);
+  GPUOBS_FIELD(EventRecord, replay);
+  GPUOBS_FIELD(EventRecord, kind);
+  GPUOBS_FIELD(EventRecord, access_bytes);
+  GPUOBS_FIELD(EventRecord, flags);
+  GPUOBS_FIELD(EventRecord, seq);
+  return fields;
+}
+
+py::list launch_fields() {
+  py::list fields;
+  GPUOBS_FIELD(LaunchRecord, host_time_ns);
+  GPUOBS_FIELD(LaunchRecord, grid_id);
+  GPUOBS_FIELD(LaunchRecord, stream);
+  GPUOBS_FIELD(LaunchRecord, graph_exec);
+  GPUOBS_FIELD(LaunchRecord, graph_node);
+  GPUOBS_FIELD(LaunchRecord, graph_launch_id);
+  GPUOBS_FIELD(LaunchRecord, kernel_slot);
+  GPUOBS_FIELD(LaunchRecord, grid_x);
+  GPUOBS_FIELD(LaunchRecord, grid_y);
+  GPUOBS_FIELD(LaunchRecord, grid_z);
+  GPUOBS_FIELD(LaunchRecord, block_x);
+  GPUOBS_FIELD(LaunchRecord, block_y);
+  GPUOBS_FIELD(LaunchRecord, block_z);
+  GPUOBS_FIELD(LaunchRecord, context_index);
+  GPUOBS_FIELD(LaunchRecord, kind);
+  GPUOBS_FIELD(LaunchRecord, mode);
+  GPUOBS_FIELD(LaunchRecord, shift);
+  GPUOBS_FIELD(LaunchRecord, flags);
+  GPUOBS_FIELD(LaunchRecord, replay);
+  GPUOBS_FIELD(LaunchRecord, seq);
+  return fields;
+}
+
+py::list kernel_counter_fields() {
+  py::list fields;
+  GPUOBS_FIELD(KernelCounters, launches);
+  GPUOBS_FIELD(KernelCounters, blocks_expected);
+  GPUOBS_FIELD(KernelCounters, blocks_observed);
+  GPUOBS_FIELD(KernelCounters, blocks_unpatched);
+  GPUOBS_FIELD(KernelCounters, memory_accesses);
+  GPUOBS_FIELD(KernelCounters, events_produced);
+  GPUOBS_FIELD(KernelCounters, events_dropped);
+  GPUOBS_FIELD(KernelCounters, blocks_unobserved);
+  return fields;
 }
 
 // A producer for tests and tools: the same SegmentWriter the injector uses, plus event-ring
@@ -111,14 +180,15 @@ class Writer {
   int64_t register_kernel(const std::string& mangled, uint64_t function, uint64_t module) {
     return writer_->register_kernel(function, module, mangled);
   }
-  bool write_launch(py::array_t<LaunchRecord, 0> record) {
-    return writer_->write_launch(*records_of(record));
+  bool write_launch(py::buffer record) {
+    auto [records, count] = records_of<LaunchRecord>(record);
+    if (count != 1) throw py::value_error("one launch record");
+    return writer_->write_launch(*records);
   }
   // Puts each record of `records` into event ring `ring`; returns how many got a slot.
-  size_t put_events(uint32_t ring_index, py::array_t<EventRecord, 0> records) {
+  size_t put_events(uint32_t ring_index, py::buffer records) {
     if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
-    const EventRecord* in = records_of(records);
-    const size_t count = size_t(records.shape(0));
+    auto [in, count] = records_of<EventRecord>(records);
     EventRecord* ring_base = writer_->view().event_ring(ring_index);
     const ring::ProducerView producer =
         writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
@@ -134,7 +204,9 @@ class Writer {
     return written;
   }
   // Claims a slot, writes half of `record` and stops there, as a writer killed mid-record.
-  void put_half_event(uint32_t ring_index, py::array_t<EventRecord, 0> record) {
+  void put_half_event(uint32_t ring_index, py::buffer record) {
+    if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
+    const EventRecord* body = records_of<EventRecord>(record).first;
     const ring::ProducerView producer =
         writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
     uint64_t ticket = 0;
@@ -145,7 +217,7 @@ class Writer {
     }
     EventRecord* slot = writer_->view().event_ring(ring_index) + (ticket & (producer.capacity - 1));
     ring::mark_writing(&slot->seq, ticket);
-    std::memcpy(slot, records_of(record), 24);
+    std::memcpy(slot, body, 24);
   }
   void publish(bool quiescent) {
     DeviceSnapshot snapshot;
@@ -227,22 +299,14 @@ py::dict header_dict(const SegmentReader& reader) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "gpuobs segment layout, reader and writer (native)";
   py::register_exception<SegmentError>(m, "SegmentError", PyExc_RuntimeError);
-  PYBIND11_NUMPY_DTYPE(EventRecord, globaltimer_ns, pc, address, grid_id, block_x, block_y, block_z, thread, sm_id,
-                       kernel_slot, replay, kind, access_bytes, flags, seq);
-  PYBIND11_NUMPY_DTYPE(LaunchRecord, host_time_ns, grid_id, stream, graph_exec, graph_node, graph_launch_id,
-                       kernel_slot, grid_x, grid_y, grid_z, block_x, block_y, block_z, context_index, kind, mode, shift,
-                       flags, replay, seq);
-  PYBIND11_NUMPY_DTYPE(KernelCounters, launches, blocks_expected, blocks_observed, blocks_unpatched, memory_accesses,
-                       events_produced, events_dropped, blocks_unobserved);
-
   m.attr("MAGIC") = kMagic;
   m.attr("LAYOUT_VERSION") = kLayoutVersion;
   m.attr("MAX_SHIFT") = kMaxShift;
   m.attr("SEQ_WRITING") = kSeqWriting;
   m.attr("FILTER_BYTES") = kFilterBytes;
-  m.attr("EVENT_DTYPE") = py::dtype::of<EventRecord>();
-  m.attr("LAUNCH_DTYPE") = py::dtype::of<LaunchRecord>();
-  m.attr("KERNEL_COUNTERS_DTYPE") = py::dtype::of<KernelCounters>();
+  m.attr("EVENT_FIELDS") = event_fields();
+  m.attr("LAUNCH_FIELDS") = launch_fields();
+  m.attr("KERNEL_COUNTERS_FIELDS") = kernel_counter_fields();
   py::dict modes;
   for (uint32_t value = 0; value < kModeCount; ++value) modes[mode_name(Mode(value))] = value;
   m.attr("MODES") = modes;
@@ -319,18 +383,16 @@ PYBIND11_MODULE(_native, m) {
       .def("header", &header_dict)
       .def(
           "read_events",
-          [](SegmentReader& reader, uint32_t ring_index, py::array_t<EventRecord, 0> out) {
-            EventRecord* records = records_of(out);
-            const size_t capacity = size_t(out.shape(0));
+          [](SegmentReader& reader, uint32_t ring_index, py::buffer out) {
+            auto [records, capacity] = records_of<EventRecord>(out);
             py::gil_scoped_release release;
             return reader.read_events(ring_index, records, capacity);
           },
           py::arg("ring"), py::arg("out"))
       .def(
           "read_launches",
-          [](SegmentReader& reader, py::array_t<LaunchRecord, 0> out) {
-            LaunchRecord* records = records_of(out);
-            const size_t capacity = size_t(out.shape(0));
+          [](SegmentReader& reader, py::buffer out) {
+            auto [records, capacity] = records_of<LaunchRecord>(out);
             py::gil_scoped_release release;
             return reader.read_launches(records, capacity);
           },
@@ -359,9 +421,8 @@ PYBIND11_MODULE(_native, m) {
              GlobalCounters global{};
              std::vector<KernelCounters> per_kernel;
              if (!reader.counters(&global, &per_kernel)) return py::none();
-             py::array_t<KernelCounters> kernels(per_kernel.size());
-             if (!per_kernel.empty())
-               std::memcpy(kernels.mutable_data(), per_kernel.data(), per_kernel.size() * sizeof(KernelCounters));
+             py::bytes kernels(reinterpret_cast<const char*>(per_kernel.data()),
+                               per_kernel.size() * sizeof(KernelCounters));
              return py::make_tuple(global_counters_dict(global), kernels);
            })
       .def(
@@ -395,10 +456,9 @@ PYBIND11_MODULE(_native, m) {
         reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
       })
       .def("aggregates", [](const SegmentReader& reader) {
+        // [kernel_slots][EVENT_KIND_COUNT] little-endian uint64
         const EventAggregates& counts = reader.aggregates();
-        py::array_t<uint64_t> out({ssize_t(counts.size() / kEventKindCount), ssize_t(kEventKindCount)});
-        std::memcpy(out.mutable_data(), counts.data(), counts.size() * sizeof(uint64_t));
-        return out;
+        return py::bytes(reinterpret_cast<const char*>(counts.data()), counts.size() * sizeof(uint64_t));
       });
 
   py::class_<Writer>(m, "Writer")

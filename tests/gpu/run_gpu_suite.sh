@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 out=${1:?usage: run_gpu_suite.sh OUT_DIR [pytest args]}
 shift
 mkdir -p "$out"
-export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
+export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 python=${PYTHON:-python3}
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -47,7 +47,7 @@ def test_conservation_under_load_with_a_slow_reader(start_synth) -> None:
     assert stats["torn"] == 0 and stats["corrupt"] == 0
     assert stats["delivered"] == delivered == stats["tail"] == counters["device_events_claimed"]
     # per kernel, too: what the device produced for it = delivered for it + dropped for it
-    per_kernel_delivered = segment.reader.aggregates()[: len(kernels)].sum(axis=1)
+    per_kernel_delivered = segment.aggregates()[: len(kernels)].sum(axis=1)
     assert np.array_equal(kernels["events_produced"], per_kernel_delivered + kernels["events_dropped"])
     assert kernels["events_produced"].sum() == produced
     # blocks mode: two events per observed block

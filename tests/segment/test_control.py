@@ -90,7 +90,7 @@ def test_kernel_filter_restricts_capture_but_not_counting(start_synth) -> None:
     names = [k["demangled"] for k in segment.kernels()]
     matching = [i for i, k in enumerate(segment.kernels()) if re.search("flash|^nvjet", k["mangled"])]
     assert matching == [0, 1, 2]  # cuBLAS, FlashAttention, vLLM's reshape_and_cache_flash
-    delivered = segment.reader.aggregates()[: len(names)].sum(axis=1)
+    delivered = segment.aggregates()[: len(names)].sum(axis=1)
     assert all(delivered[i] > 0 for i in matching)
     assert delivered.sum() == delivered[matching].sum()
     assert np.array_equal(kernels["blocks_observed"], kernels["blocks_expected"])  # counting stays on

@@ -146,7 +146,7 @@ def test_native_aggregates_count_delivered_events_per_kernel_and_kind(ring) -> N
     segment.read_events(0)
     writer.put_events(0, b)
     segment.read_events(0)
-    aggregates = segment.reader.aggregates()
+    aggregates = segment.aggregates()
     assert aggregates[2, 3] == 3 and aggregates[5, 1] == 4
     assert aggregates.sum() == 7
 

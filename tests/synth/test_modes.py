@@ -3,14 +3,11 @@ records, checked against independent arithmetic (numpy's own fmix64 for sampling
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
-from synth_support import drain_until_exit
 from gpuobs import _native
-from gpuobs.segment import Segment
+from gpuobs.segment import EVENT_DTYPE, Segment
 
 LAUNCHES = "300"
 M1, M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
@@ -50,7 +47,7 @@ def run_to_end(start_synth, *args: str, launches: str = LAUNCHES) -> tuple[Segme
             break
     assert synth.wait() == 0
     assert segment.counters()[0]["device_events_dropped"] == 0  # these oracles need every event
-    empty_events = np.zeros(0, dtype=_native.EVENT_DTYPE)
+    empty_events = np.zeros(0, dtype=EVENT_DTYPE)
     return (segment, np.concatenate(events) if events else empty_events, np.concatenate(launches))
 
 
