@@ -206,3 +206,19 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_bulk_shared_to_gl
                                                                                     uint32_t num_blocks) {
   return bulk_copy(userdata, pc, dst, num_blocks, kAccessWrite);
 }
+
+// The naive exact count, for comparison only (GPUOBS_NAIVE_COUNTING=1 with the memory set):
+// two atomics per access on two words shared by the whole kernel. Exact, and a queue on one
+// address for a streaming kernel; the benchmarks measure what the warp-aggregated, sharded
+// count above saves, and the GPU suite checks that both give the same counts.
+extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_memory_access_naive(void* userdata, uint64_t pc,
+                                                                                  void* ptr, uint32_t access_bytes,
+                                                                                  uint32_t flags,
+                                                                                  const void* new_value) {
+  if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
+  DeviceKernelSlot* kernel = static_cast<DeviceKernelSlot*>(userdata);
+  if (config_mode(read_config(kernel->context)) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
+  atomicAdd(reinterpret_cast<unsigned long long*>(&kernel->accesses[0]), 1ULL);
+  atomicAdd(reinterpret_cast<unsigned long long*>(&kernel->reserved[0]), (unsigned long long)access_bytes);
+  return SANITIZER_PATCH_SUCCESS;
+}

@@ -41,7 +41,10 @@ bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
   }
   if (set == PatchSet::Memory) {
     for (const Hook& hook : kMemoryHooks) {
-      if (sanitizerPatchInstructions(hook.instruction, module, hook.function) != SANITIZER_SUCCESS && hook.required) {
+      const char* function = hook.function;
+      if (naive_counting_ && hook.instruction == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS)
+        function = "gpuobs_memory_access_naive";
+      if (sanitizerPatchInstructions(hook.instruction, module, function) != SANITIZER_SUCCESS && hook.required) {
         *error = std::string("cannot patch ") + hook.function;
         return false;
       }

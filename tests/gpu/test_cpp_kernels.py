@@ -207,3 +207,17 @@ def test_missing_patches_mean_unpatched_counted_and_unchanged(geometry_program, 
     for name, row in run.kernel_table().items():
         assert row["blocks_observed"] == 0 and row["blocks_unpatched"] == row["blocks_expected"] > 0, name
     assert sum(line.startswith("gpuobs:") for line in run.stderr.splitlines()) <= 3
+
+
+def test_sharded_warp_count_equals_the_naive_count(geometry_program, shm_dir) -> None:
+    """The warp-aggregated, sharded access count against two plain atomics per access."""
+    counts = {}
+    for naive in ("0", "1"):
+        run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="memory", patch_set="memory",
+                          ring_records=1 << 21, env={"GPUOBS_NAIVE_COUNTING": naive})
+        out = run.finish()
+        table = run.kernel_table()
+        counts[naive] = {name: find_kernel(table, name)["memory_accesses"] for name in out["kernels"]}
+        for name, spec in out["kernels"].items():
+            assert counts[naive][name] == 2 * spec["accesses_per_launch"], (naive, name)
+    assert counts["0"] == counts["1"]
