@@ -44,6 +44,13 @@ SILU: list[Config] = [
     ("sampled", "sampled", "memory", 10, {}),
     ("naive exact count (2 atomics per access)", "memory", "memory", 0, {"GPUOBS_NAIVE_COUNTING": "1"}),
 ]
+DIAGNOSE: list[Config] = [
+    BASELINE,
+    ("empty patches (block set)", "off", "block", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
+    ("off, block enter only", "off", "block", 0, {"GPUOBS_DEBUG_PATCHES": "enter_only"}),
+    ("counter, block enter only", "counter", "block", 0, {"GPUOBS_DEBUG_PATCHES": "enter_only"}),
+    ("empty patches (memory set)", "off", "memory", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
+]
 GEMM: list[Config] = [
     BASELINE,
     ("off", "off", "block", 0, {}),
@@ -173,6 +180,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=["silu", "diagnose"], help="just one workload (quick looks)")
     args = parser.parse_args()
 
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
@@ -182,6 +190,13 @@ def main() -> int:
     device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip()
     rows = []
+    if args.only:
+        configs = SILU if args.only == "silu" else DIAGNOSE
+        rows = measure("silu_and_mul", [str(silu), "--iters", "30"], configs, args.rounds)
+        for row in rows:
+            print(f"{row['config']:<42} {row['ratio']:>8.3f} {row['median_ms']:>10.4f} {row['output_identical']}")
+        Path(args.out).write_text(json.dumps({"commit": args.commit, "device": device, "rows": rows}, indent=2))
+        return 0
     rows += measure("silu_and_mul", [str(silu), "--iters", "30"], SILU, args.rounds)
     rows += measure("cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM,
                     max(2, args.rounds - 1))

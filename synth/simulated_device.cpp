@@ -21,13 +21,14 @@ SimulatedDevice::SimulatedDevice(SegmentWriter* writer, uint32_t kernel_slots)
     : writer_(writer),
       kernels_(kernel_slots, DeviceKernelCounters{}),
       heads_(writer->view().caps.event_rings, 0),
-      limits_(writer->view().caps.event_rings, 0) {}
+      limits_(writer->view().caps.event_rings, 0),
+      reserved_(writer->view().caps.event_rings, 0) {}
 
 void SimulatedDevice::emit(uint32_t ring_index, const EventRecord* bodies, uint32_t count, uint32_t slot) {
   if (count == 0) return;
   events_produced_.fetch_add(count, std::memory_order_relaxed);
   device_add(&kernels_[slot].events_produced, count);
-  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
   uint64_t first = 0;
   if (!ring::claim(producer, count, &first)) {
     events_dropped_.fetch_add(count, std::memory_order_relaxed);
@@ -137,7 +138,7 @@ void SimulatedDevice::publish(bool quiescent) {
 
 void SimulatedDevice::write_half_record(uint32_t ring_index, uint32_t slot) {
   events_produced_.fetch_add(1, std::memory_order_relaxed);
-  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
   uint64_t ticket = 0;
   if (!ring::claim(producer, 1, &ticket)) {
     events_dropped_.fetch_add(1, std::memory_order_relaxed);

@@ -52,6 +52,7 @@ class SimulatedDevice {
   std::vector<DeviceKernelCounters> kernels_;  // "device memory"
   std::vector<uint64_t> heads_;
   std::vector<uint64_t> limits_;
+  std::vector<uint64_t> reserved_;
   std::atomic<uint64_t> events_produced_{0};
   std::atomic<uint64_t> events_dropped_{0};
   std::atomic<uint64_t> memory_accesses_{0};

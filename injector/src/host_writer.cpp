@@ -115,7 +115,7 @@ bool SegmentWriter::write_launch(const LaunchRecord& record) {
   }
   RingControl& control = *v.launch_ring_control;
   add(&control.produced, 1);
-  const ring::ProducerView producer{&control.head, &control.limit_cache, &control.tail,
+  const ring::ProducerView producer{&control.head, &control.reserved, &control.limit_cache, &control.tail,
                                     v.caps.launch_ring_records};
   if (ring::put(producer, v.launch_ring, record)) return true;
   add(&control.dropped, 1);
@@ -123,9 +123,10 @@ bool SegmentWriter::write_launch(const LaunchRecord& record) {
   return false;
 }
 
-ring::ProducerView SegmentWriter::event_ring_producer(uint32_t index, uint64_t* head, uint64_t* limit) const {
+ring::ProducerView SegmentWriter::event_ring_producer(uint32_t index, uint64_t* head, uint64_t* reserved,
+                                                     uint64_t* limit) const {
   const SegmentView& v = view();
-  return ring::ProducerView{head, limit, &v.event_ring_controls[index].tail, v.caps.event_ring_records};
+  return ring::ProducerView{head, reserved, limit, &v.event_ring_controls[index].tail, v.caps.event_ring_records};
 }
 
 void SegmentWriter::publish(const DeviceSnapshot& snapshot) {

@@ -1,5 +1,8 @@
 #include "patcher.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace gpuobs {
 namespace {
 
@@ -33,8 +36,15 @@ bool Patcher::load_patches(CUcontext context, const std::string& patch_file, std
 }
 
 bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
+  // GPUOBS_DEBUG_PATCHES (measurement only): "empty" puts do-nothing patches on the same
+  // instructions; "enter_only" leaves block exits unpatched.
+  const char* debug = std::getenv("GPUOBS_DEBUG_PATCHES");
+  const bool empty = debug && std::strcmp(debug, "empty") == 0;
+  const bool enter_only = debug && std::strcmp(debug, "enter_only") == 0;
   for (const Hook& hook : kBlockHooks) {
-    if (sanitizerPatchInstructions(hook.instruction, module, hook.function) != SANITIZER_SUCCESS && hook.required) {
+    if (enter_only && hook.instruction == SANITIZER_INSTRUCTION_BLOCK_EXIT) continue;
+    const char* function = empty ? "gpuobs_empty_block" : hook.function;
+    if (sanitizerPatchInstructions(hook.instruction, module, function) != SANITIZER_SUCCESS && hook.required) {
       *error = std::string("cannot patch ") + hook.function;
       return false;
     }
@@ -44,6 +54,7 @@ bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
       const char* function = hook.function;
       if (naive_counting_ && hook.instruction == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS)
         function = "gpuobs_memory_access_naive";
+      if (empty && hook.instruction == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS) function = "gpuobs_empty_access";
       if (sanitizerPatchInstructions(hook.instruction, module, function) != SANITIZER_SUCCESS && hook.required) {
         *error = std::string("cannot patch ") + hook.function;
         return false;

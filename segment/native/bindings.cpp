@@ -172,6 +172,7 @@ class Writer {
     writer_ = std::make_unique<SegmentWriter>(std::move(segment));
     heads_.assign(caps.event_rings, 0);
     limits_.assign(caps.event_rings, 0);
+    reserved_.assign(caps.event_rings, 0);
     produced_.assign(caps.event_rings, 0);
     dropped_.assign(caps.event_rings, 0);
   }
@@ -191,7 +192,7 @@ class Writer {
     auto [in, count] = records_of<EventRecord>(records);
     EventRecord* ring_base = writer_->view().event_ring(ring_index);
     const ring::ProducerView producer =
-        writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+        writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
     size_t written = 0;
     for (size_t i = 0; i < count; ++i) {
       ++produced_[ring_index];
@@ -208,7 +209,7 @@ class Writer {
     if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
     const EventRecord* body = records_of<EventRecord>(record).first;
     const ring::ProducerView producer =
-        writer_->event_ring_producer(ring_index, &heads_[ring_index], &limits_[ring_index]);
+        writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
     uint64_t ticket = 0;
     ++produced_[ring_index];
     if (!ring::claim(producer, 1, &ticket)) {
@@ -253,7 +254,7 @@ class Writer {
 
  private:
   std::unique_ptr<SegmentWriter> writer_;
-  std::vector<uint64_t> heads_, limits_, produced_, dropped_;
+  std::vector<uint64_t> heads_, limits_, reserved_, produced_, dropped_;
 };
 
 std::unique_ptr<SegmentReader> open_reader(const std::string& path, std::vector<uint32_t> owners, bool allow_group,

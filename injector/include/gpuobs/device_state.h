@@ -49,9 +49,10 @@ static_assert(sizeof(DeviceConfig) == 32, "DeviceConfig is 32 bytes");
 
 struct alignas(256) DeviceContextState {
   // ring (device-written words on their own line)
-  uint64_t ring_head;   // tickets claimed
-  uint64_t ring_limit;  // cached consumer tail + capacity
-  uint64_t reserved0[6];
+  uint64_t ring_head;      // tickets claimed
+  uint64_t ring_limit;     // cached consumer tail + capacity
+  uint64_t ring_reserved;  // room promised (ring::claim)
+  uint64_t reserved0[5];
   // ring description (host-written once)
   EventRecord* ring;               // host-mapped event ring in the segment
   uint64_t* consumer_tail;         // host-mapped RingControl::tail in the segment

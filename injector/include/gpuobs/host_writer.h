@@ -64,9 +64,9 @@ class SegmentWriter {
   // launch ring was full (counted, "host" stage). Callable from any thread, never blocks.
   bool write_launch(const LaunchRecord& record);
 
-  // The producer's view of event ring `index` for a device whose head/limit words live at the
-  // given addresses (device memory for the GPU, process memory for gpuobs-synth).
-  ring::ProducerView event_ring_producer(uint32_t index, uint64_t* head, uint64_t* limit) const;
+  // The producer's view of event ring `index` for a device whose head/reserved/limit words
+  // live at the given addresses (device memory for the GPU, process memory for gpuobs-synth).
+  ring::ProducerView event_ring_producer(uint32_t index, uint64_t* head, uint64_t* reserved, uint64_t* limit) const;
 
   void publish(const DeviceSnapshot& snapshot);
   void heartbeat();

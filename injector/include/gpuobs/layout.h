@@ -243,7 +243,8 @@ struct RingControl {
   uint64_t limit_cache;  // producer's cached tail + capacity (host rings only)
   uint64_t produced;     // records the producer tried to put in
   uint64_t dropped;      // ... of which dropped because the ring was full
-  uint64_t producer_reserved[4];
+  uint64_t reserved;     // room promised to producers (host rings only; see ring::claim)
+  uint64_t producer_reserved[3];
   // consumer side
   uint64_t tail;       // next ticket the consumer reads (atomic, release)
   uint64_t delivered;  // records handed on intact
