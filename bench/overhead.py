@@ -40,16 +40,17 @@ SILU: list[Config] = [
     ("noop", "noop", "block", 0, {}),
     ("counter", "counter", "block", 0, {}),
     ("blocks", "blocks", "block", 0, {}),
+    ("blocks, exits hooked (GPUOBS_BLOCK_EXIT=1)", "blocks", "block", 0, {"GPUOBS_BLOCK_EXIT": "1"}),
     ("per-access hook floor (memory set, noop)", "noop", "memory", 0, {}),
     ("sampled", "sampled", "memory", 10, {}),
     ("naive exact count (2 atomics per access)", "memory", "memory", 0, {"GPUOBS_NAIVE_COUNTING": "1"}),
 ]
 DIAGNOSE: list[Config] = [
     BASELINE,
-    ("empty patches (block set)", "off", "block", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
-    ("off, block enter only", "off", "block", 0, {"GPUOBS_DEBUG_PATCHES": "enter_only"}),
-    ("counter, block enter only", "counter", "block", 0, {"GPUOBS_DEBUG_PATCHES": "enter_only"}),
-    ("empty patches (memory set)", "off", "memory", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
+    ("empty block-entry patch", "off", "block", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
+    ("empty block-entry and block-exit patches", "off", "block", 0,
+     {"GPUOBS_DEBUG_PATCHES": "empty", "GPUOBS_BLOCK_EXIT": "1"}),
+    ("empty per-access patch (memory set)", "off", "memory", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
 ]
 GEMM: list[Config] = [
     BASELINE,

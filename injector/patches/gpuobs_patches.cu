@@ -125,14 +125,18 @@ __device__ __forceinline__ void record_block_event(DeviceKernelSlot* kernel, Dev
 // a 40-byte stack frame saved and restored by every thread of every block: `off` measured 4.5x
 // on SiLU-and-mul before the split.
 
-__device__ __forceinline__ SanitizerPatchResult block_enter_leader(DeviceKernelSlot* kernel, uint64_t pc) {
+__device__ __noinline__ void record_block_enter(DeviceKernelSlot* kernel, uint64_t pc) {
   DeviceContextState* context = context_of(kernel);
-  const uint32_t mode = config_mode(read_config(context));
+  if (captured(context, slot_of(kernel))) record_block_event(kernel, context, pc, EventKind::BlockEnter, sm_id());
+}
+
+// The leader's per-block work inline (a shard add, no call, few registers); only blocks-mode
+// recording is behind a call.
+__device__ __forceinline__ SanitizerPatchResult block_enter_leader(DeviceKernelSlot* kernel, uint64_t pc) {
+  const uint32_t mode = config_mode(read_config(context_of(kernel)));
   if (mode < uint32_t(Mode::Counter)) return SANITIZER_PATCH_SUCCESS;
-  const uint32_t sm = sm_id();
-  ring::add(&kernel->blocks[sm % kBlockShards], 1ULL);
-  if (mode == uint32_t(Mode::Blocks) && captured(context, slot_of(kernel)))
-    record_block_event(kernel, context, pc, EventKind::BlockEnter, sm);
+  ring::add(&kernel->blocks[sm_id() % kBlockShards], 1ULL);
+  if (mode == uint32_t(Mode::Blocks)) record_block_enter(kernel, pc);
   return SANITIZER_PATCH_SUCCESS;
 }
 
@@ -143,12 +147,13 @@ __device__ __forceinline__ SanitizerPatchResult block_exit_leader(DeviceKernelSl
   return SANITIZER_PATCH_SUCCESS;
 }
 
-// Memory and sampled modes: the warp's leader adds the warp's count to a shard (exact, and no
-// single hot word); then the threads that keep an event (all in memory, the hashed 1 in 2^shift
-// in sampled) share one ring claim made by the first of them.
-__device__ __noinline__ void record_warp_events(DeviceKernelSlot* kernel, DeviceContextState* context, uint64_t pc,
-                                                uint64_t address, uint32_t access_bytes, uint32_t flags,
-                                                uint32_t thread, uint32_t sm, uint32_t keepers, uint32_t lane) {
+// The threads of a warp that keep an event (all in memory, the hashed 1 in 2^shift in sampled)
+// share one ring claim made by the first of them. Behind a call: few warps get here in
+// sampled mode, and what every access pays must stay small.
+__device__ __noinline__ void record_warp_events(DeviceKernelSlot* kernel, uint64_t pc, uint64_t address,
+                                                uint32_t access_bytes, uint32_t flags, uint32_t keepers) {
+  DeviceContextState* context = context_of(kernel);
+  const uint32_t lane = lane_id();
   const uint32_t first_keeper = uint32_t(__ffs(keepers) - 1);
   unsigned long long first_ticket = 0;
   int claimed = 0;
@@ -164,26 +169,8 @@ __device__ __noinline__ void record_warp_events(DeviceKernelSlot* kernel, Device
   claimed = __shfl_sync(keepers, claimed, first_keeper);
   if (!claimed) return;
   const uint32_t rank = uint32_t(__popc(keepers & ((1u << lane) - 1)));
-  write_record(context, first_ticket + rank, pc, address, thread, sm, slot_of(kernel), EventKind::MemoryAccess,
-               access_bytes, flags);
-}
-
-__device__ __noinline__ SanitizerPatchResult memory_access_counted(DeviceKernelSlot* kernel, uint64_t config,
-                                                                   uint64_t pc, uint64_t address,
-                                                                   uint32_t access_bytes, uint32_t flags) {
-  DeviceContextState* context = context_of(kernel);
-  const uint32_t active = __activemask();
-  const uint32_t lane = lane_id();
-  const uint32_t sm = sm_id();
-  if (lane == uint32_t(__ffs(active) - 1))
-    ring::add(&kernel->accesses[sm % kAccessShards], uint64_t(__popc(active)));
-  if (!captured(context, slot_of(kernel))) return SANITIZER_PATCH_SUCCESS;
-  const uint32_t thread = linear_thread();
-  const bool keep = config_mode(config) == uint32_t(Mode::Memory) ||
-                    sample_keep(pc, thread, linear_block(), config_shift(config));
-  const uint32_t keepers = __ballot_sync(active, keep);
-  if (keep) record_warp_events(kernel, context, pc, address, access_bytes, flags, thread, sm, keepers, lane);
-  return SANITIZER_PATCH_SUCCESS;
+  write_record(context, first_ticket + rank, pc, address, linear_thread(), sm_id(), slot_of(kernel),
+               EventKind::MemoryAccess, access_bytes, flags);
 }
 
 }  // namespace
@@ -202,15 +189,27 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_block_exit(void* 
 }
 
 // Global memory access, in every thread that executes an access instruction. Below `memory`
-// it costs two loads and a compare: the floor of the memory patch set.
+// it costs two cached loads and a compare: the floor of the memory patch set. In memory and
+// sampled modes the warp's first active lane adds the warp's count to a shard (exact, one
+// reduction per warp, no single hot word), then each thread decides by hash whether it keeps
+// an event; only keepers go on to record.
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_memory_access(void* userdata, uint64_t pc, void* ptr,
                                                                             uint32_t access_bytes, uint32_t flags,
                                                                             const void* new_value) {
   if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
   DeviceKernelSlot* kernel = static_cast<DeviceKernelSlot*>(userdata);
-  const uint64_t config = read_config(context_of(kernel));
+  const DeviceContextState* context = context_of(kernel);
+  const uint64_t config = read_config(context);
   if (config_mode(config) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
-  return memory_access_counted(kernel, config, pc, reinterpret_cast<uint64_t>(ptr), access_bytes, flags);
+  const uint32_t active = __activemask();
+  if (lane_id() == uint32_t(__ffs(active) - 1))
+    ring::add(&kernel->accesses[sm_id() % kAccessShards], uint64_t(__popc(active)));
+  if (!captured(context, slot_of(kernel))) return SANITIZER_PATCH_SUCCESS;
+  const bool keep = config_mode(config) == uint32_t(Mode::Memory) ||
+                    sample_keep(pc, linear_thread(), linear_block(), config_shift(config));
+  const uint32_t keepers = __ballot_sync(active, keep);
+  if (keep) record_warp_events(kernel, pc, reinterpret_cast<uint64_t>(ptr), access_bytes, flags, keepers);
+  return SANITIZER_PATCH_SUCCESS;
 }
 
 namespace {

@@ -23,7 +23,7 @@ void count(uint64_t* word, uint64_t delta = 1) { __atomic_fetch_add(word, delta,
 
 void mark_tool_thread() { t_tool_thread = true; }
 
-Injector::Injector() : config_(load_injector_config()), patcher_(config_.patch_set, config_.naive_counting), function_slots_(1u << 16) {
+Injector::Injector() : config_(load_injector_config()), patcher_(config_.patch_set, config_.block_exit, config_.naive_counting), function_slots_(1u << 16) {
   in_force_.mode = config_.mode;
   in_force_.shift = config_.shift;
   in_force_.patch_set = config_.patch_set;

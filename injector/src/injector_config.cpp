@@ -68,6 +68,7 @@ InjectorConfig load_injector_config() {
       else log_line("%s=%s is out of range; using %u", setting.name, text, *setting.value);
     }
   }
+  if (const char* text = env("GPUOBS_BLOCK_EXIT")) config.block_exit = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_NAIVE_COUNTING")) config.naive_counting = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_EXIT_PUBLISH")) config.exit_publish = std::strcmp(text, "0") != 0;
   if (const char* group = env("GPUOBS_GROUP")) {

@@ -21,6 +21,7 @@ struct InjectorConfig {
   uint32_t contexts = 4;                 // GPUOBS_CONTEXTS: event rings, one per CUDA context
   uint32_t publish_ms = 5;               // GPUOBS_PUBLISH_MS: device counters published this often
   uint32_t control_poll_us = 1000;       // GPUOBS_CONTROL_POLL_US: control block poll period
+  bool block_exit = false;               // GPUOBS_BLOCK_EXIT: hook block exits too (exit events)
   bool naive_counting = false;           // GPUOBS_NAIVE_COUNTING: benchmark-only naive access count
   bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)
   std::string patch_file;                // GPUOBS_PATCH_FILE: patch fatbin (default: beside the library)

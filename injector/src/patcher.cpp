@@ -42,7 +42,7 @@ bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
   const bool empty = debug && std::strcmp(debug, "empty") == 0;
   const bool enter_only = debug && std::strcmp(debug, "enter_only") == 0;
   for (const Hook& hook : kBlockHooks) {
-    if (enter_only && hook.instruction == SANITIZER_INSTRUCTION_BLOCK_EXIT) continue;
+    if ((enter_only || !block_exit_) && hook.instruction == SANITIZER_INSTRUCTION_BLOCK_EXIT) continue;
     const char* function = empty ? "gpuobs_empty_block" : hook.function;
     if (sanitizerPatchInstructions(hook.instruction, module, function) != SANITIZER_SUCCESS && hook.required) {
       *error = std::string("cannot patch ") + hook.function;

@@ -16,8 +16,10 @@ namespace gpuobs {
 
 class Patcher {
  public:
-  // naive_counting: the memory set's access hook is the naive two-atomic count (benchmarks).
-  Patcher(PatchSet set, bool naive_counting) : set_(set), naive_counting_(naive_counting) {}
+  // block_exit: also hook block exits (exit events; costly, see README). naive_counting: the
+  // memory set's access hook is the naive two-atomic count (benchmarks).
+  Patcher(PatchSet set, bool block_exit, bool naive_counting)
+      : set_(set), block_exit_(block_exit), naive_counting_(naive_counting) {}
 
   // Loads the patch fatbin into `context`. False with a reason (wrong architecture, missing file).
   bool load_patches(CUcontext context, const std::string& patch_file, std::string* error);
@@ -35,6 +37,7 @@ class Patcher {
 
   std::mutex mutex_;
   PatchSet set_;
+  bool block_exit_;
   bool naive_counting_;
   std::unordered_set<CUcontext> contexts_with_patches_;
   std::unordered_map<CUmodule, bool> modules_;  // module -> patched
