@@ -74,7 +74,7 @@ def test_counter_mode_counts_every_block_exactly(geometry_program, shm_dir) -> N
 
 
 def test_blocks_mode_records_one_enter_and_one_exit_per_block(geometry_program, shm_dir) -> None:
-    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="blocks")
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="blocks", env={"GPUOBS_BLOCK_EXIT": "1"})
     out = run.finish()
     events, launches = run.all_events(), run.all_launches()
     counters = run.global_counters()
@@ -150,11 +150,14 @@ def test_sampled_keeps_exactly_the_hashed_subset_after_a_live_switch(geometry_pr
         assert find_kernel(table, name)["memory_accesses"] == 2 * spec["accesses_per_launch"], name
 
 
-@pytest.mark.parametrize("mode, patch_set", [("off", "block"), ("noop", "block"), ("counter", "block"),
-                                             ("blocks", "block"), ("memory", "memory"), ("sampled", "memory")])
-def test_outputs_identical_with_and_without_the_injector(geometry_program, shm_dir, mode, patch_set) -> None:
+@pytest.mark.parametrize("mode, patch_set, exits", [("off", "block", "0"), ("noop", "block", "0"),
+                                                    ("counter", "block", "0"), ("blocks", "block", "0"),
+                                                    ("blocks", "block", "1"), ("memory", "memory", "0"),
+                                                    ("sampled", "memory", "0")])
+def test_outputs_identical_with_and_without_the_injector(geometry_program, shm_dir, mode, patch_set, exits) -> None:
     reference = uninjected_checksum(geometry_program, shm_dir, "--rounds", "2")
-    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode=mode, patch_set=patch_set, shift=4)
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode=mode, patch_set=patch_set, shift=4,
+                      env={"GPUOBS_BLOCK_EXIT": exits})
     assert run.finish()["checksum"] == reference
 
 
@@ -174,7 +177,7 @@ def test_mode_switches_while_a_loop_runs_keep_counts_consistent(geometry_program
     per_launch = dict(zip(*np.unique(events["grid_id"], return_counts=True)))
     for launch in launches:
         grid = int(launch["grid_x"]) * int(launch["grid_y"]) * int(launch["grid_z"])
-        expected = 2 * grid if launch["mode"] == MODES["blocks"] else 0
+        expected = grid if launch["mode"] == MODES["blocks"] else 0  # enter events (exits not hooked)
         assert per_launch.get(launch["grid_id"], 0) == expected, (launch["mode"], grid)
     for name, row in run.kernel_table().items():
         assert row["blocks_observed"] + row["blocks_unobserved"] == row["blocks_expected"], name

@@ -71,11 +71,12 @@ def test_graph_replays_are_counted_exactly(shm_dir) -> None:
 
 @pytest.mark.parametrize("mode, patch_set", [("counter", "block"), ("blocks", "block"), ("sampled", "memory")])
 def test_torch_outputs_unchanged(shm_dir, mode: str, patch_set: str) -> None:
+    """Same bytes out with and without the injector (block exits hooked in `blocks`)."""
     reference = InjectedRun(TORCH_OPS + ["--iters", "2"], shm_dir, inject=False).finish()["checksum"]
     for graph in ([], ["--graph", "--replays", "3"]):
         if graph:
             reference = InjectedRun(TORCH_OPS + graph, shm_dir, inject=False).finish()["checksum"]
         run = InjectedRun(TORCH_OPS + (graph or ["--iters", "2"]), shm_dir, mode=mode, patch_set=patch_set,
-                          shift=10)
+                          shift=10, env={"GPUOBS_BLOCK_EXIT": "1" if mode == "blocks" else "0"})
         assert run.finish()["checksum"] == reference, (mode, graph)
     assert MODES[mode] >= 0
