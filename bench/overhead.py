@@ -123,7 +123,8 @@ def run_config(argv: list[str], config: Config) -> dict:
     return result
 
 
-def measure(workload: str, argv: list[str], configs: list[Config], rounds: int) -> list[dict]:
+def measure(workload: str, argv: list[str], configs: list[Config], rounds: int,
+            deterministic: bool = True) -> list[dict]:
     per_config: dict[str, list[dict]] = {c[0]: [] for c in configs}
     for round_index in range(rounds):
         for config in configs:
@@ -146,7 +147,9 @@ def measure(workload: str, argv: list[str], configs: list[Config], rounds: int) 
             "ratio": statistics.median(ratios),
             "ratios_per_round": ratios,
             "median_ms": statistics.median(r["median_ms"] for r in results),
-            "output_identical": all(r["checksum"] == b["checksum"] for r, b in zip(results, baseline)),
+            # None: the workload's output varies between uninstrumented runs too (bench/diag_decode.sh)
+            "output_identical": all(r["checksum"] == b["checksum"] for r, b in zip(results, baseline))
+            if deterministic else None,
             "events_produced": results[-1]["events"]["produced"],
             "events_dropped": results[-1]["events"]["dropped"],
         }
@@ -202,7 +205,7 @@ def main() -> int:
     rows += measure("cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM,
                     max(2, args.rounds - 1))
     rows += measure("decode_graph", [sys.executable, str(HERE / "workloads" / "decode_graph.py")], DECODE,
-                    max(2, args.rounds - 1))
+                    max(2, args.rounds - 1), deterministic=False)
     targets = check_targets(rows)
     report = {
         "commit": args.commit,

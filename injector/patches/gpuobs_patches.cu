@@ -102,7 +102,7 @@ __device__ __forceinline__ void write_record(DeviceContextState* context, uint64
 
 __device__ __forceinline__ ring::ProducerView producer_view(DeviceContextState* context) {
   return ring::ProducerView{&context->ring_head, &context->ring_reserved, &context->ring_limit,
-                            context->consumer_tail, context->ring_capacity};
+                            context->consumer_tail, context->ring_capacity, &context->ring_refresh_after};
 }
 
 // One block-level event from the leader thread: its own claim (enter and exit are separate
