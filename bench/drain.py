@@ -60,7 +60,6 @@ def measure_drain(seconds: float, ring_records: int, batch_records: int) -> dict
             segment = Segment(segment_paths(directory)[0], batch_records=batch_records)
             out = np.empty(batch_records, dtype=EVENT_DTYPE)
             read = segment.reader.read_events
-            stats = segment.reader.event_ring_stats
             clock = time.perf_counter
             delivered = full_batches = 0
             busy = 0.0

@@ -55,3 +55,14 @@ def drain_until_exit(segment, *, timeout: float = 60.0, pause: float = 0.0) -> t
         if pause:
             time.sleep(pause)
     raise AssertionError("producer did not finish in time")
+
+
+def wait_applied(segment, generation: int, timeout: float = 10.0) -> dict:
+    """Polls the segment's control block until the producer acknowledged `generation`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = segment.control_state()
+        if state["applied_generation"] >= generation:
+            return state
+        time.sleep(0.001)
+    raise AssertionError(f"generation {generation} not acknowledged: {segment.control_state()}")

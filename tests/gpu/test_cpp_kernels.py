@@ -8,41 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from gpuobs.segment import MODES, Segment
+from gpuobs.segment import MODES
 from harness import InjectedRun, find_kernel
+from oracles import linear_block, numpy_sample_keep
+from synth_support import wait_applied
 
 SM_COUNT_LIMIT = 1024  # %smid must be a small SM index
-
-
-def linear_block(events: np.ndarray, launches: np.ndarray) -> np.ndarray:
-    order = np.argsort(launches["grid_id"])
-    index = order[np.searchsorted(launches["grid_id"], events["grid_id"], sorter=order)]
-    grid_x = launches["grid_x"][index].astype(np.uint64)
-    grid_y = launches["grid_y"][index].astype(np.uint64)
-    return events["block_x"] + grid_x * (events["block_y"] + grid_y * events["block_z"].astype(np.uint64))
-
-
-def numpy_sample_keep(pc: np.ndarray, thread: np.ndarray, block: np.ndarray, shift: int) -> np.ndarray:
-    m1, m2, s33 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)
-    block = block.astype(np.uint64)
-    key = pc.astype(np.uint64) ^ (thread.astype(np.uint64) << np.uint64(48)) ^ (
-        (block << np.uint64(23)) | (block >> np.uint64(41)))
-    key ^= key >> s33
-    key *= m1
-    key ^= key >> s33
-    key *= m2
-    key ^= key >> s33
-    return (key & np.uint64((1 << shift) - 1)) == 0
-
-
-def wait_applied(segment: Segment, generation: int, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = segment.control_state()
-        if state["applied_generation"] >= generation:
-            return state
-        time.sleep(0.002)
-    raise AssertionError(f"not acknowledged: {segment.control_state()}")
 
 
 def uninjected_checksum(program: str, shm_dir, *args: str) -> str:

@@ -10,16 +10,7 @@ import numpy as np
 import pytest
 
 from gpuobs.segment import CONTROL_STATUS, MODES, PATCH_SETS, Segment
-
-
-def wait_applied(segment: Segment, generation: int, timeout: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = segment.control_state()
-        if state["applied_generation"] >= generation:
-            return state
-        time.sleep(0.001)
-    raise AssertionError(f"generation {generation} not acknowledged: {segment.control_state()}")
+from synth_support import wait_applied
 
 
 def test_mode_switch_is_acknowledged_and_takes_effect(start_synth) -> None:

@@ -8,26 +8,9 @@ import pytest
 
 from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, Segment
+from oracles import linear_block, numpy_fmix64, numpy_sample_keep
 
 LAUNCHES = "300"
-M1, M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
-
-
-def numpy_fmix64(key: np.ndarray) -> np.ndarray:
-    key = key.astype(np.uint64)
-    key ^= key >> np.uint64(33)
-    key *= M1
-    key ^= key >> np.uint64(33)
-    key *= M2
-    key ^= key >> np.uint64(33)
-    return key
-
-
-def numpy_sample_keep(pc: np.ndarray, thread: np.ndarray, block: np.ndarray, shift: int) -> np.ndarray:
-    block = block.astype(np.uint64)
-    rotated = (block << np.uint64(23)) | (block >> np.uint64(41))
-    key = pc.astype(np.uint64) ^ (thread.astype(np.uint64) << np.uint64(48)) ^ rotated
-    return (numpy_fmix64(key) & np.uint64((1 << shift) - 1)) == 0
 
 
 def run_to_end(start_synth, *args: str, launches: str = LAUNCHES) -> tuple[Segment, np.ndarray, np.ndarray]:
@@ -49,14 +32,6 @@ def run_to_end(start_synth, *args: str, launches: str = LAUNCHES) -> tuple[Segme
     assert segment.counters()[0]["device_events_dropped"] == 0  # these oracles need every event
     empty_events = np.zeros(0, dtype=EVENT_DTYPE)
     return (segment, np.concatenate(events) if events else empty_events, np.concatenate(launches))
-
-
-def linear_block(events: np.ndarray, launches: np.ndarray) -> np.ndarray:
-    order = np.argsort(launches["grid_id"])
-    index = order[np.searchsorted(launches["grid_id"], events["grid_id"], sorter=order)]
-    grid_x = launches["grid_x"][index].astype(np.uint64)
-    grid_y = launches["grid_y"][index].astype(np.uint64)
-    return events["block_x"] + grid_x * (events["block_y"] + grid_y * events["block_z"].astype(np.uint64))
 
 
 def test_fmix64_matches_numpy() -> None:
