@@ -183,9 +183,6 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   view.launch_ring_control->limit_cache = launch_capacity;
 
   __atomic_store_n(&header.state, uint32_t(SegmentState::Live), __ATOMIC_RELEASE);
-  if (::msync(mapped, sizeof(SegmentHeader), MS_ASYNC) != 0) {
-    // Not fatal: tmpfs pages are shared memory already.
-  }
   if (::rename(temp.path.c_str(), final_path.c_str()) != 0) {
     *error = errno_text("cannot publish", final_path);
     return nullptr;

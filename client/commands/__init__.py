@@ -1,0 +1,6 @@
+"""One module per gpuobsctl subcommand: each defines NAME, HELP, add_arguments(parser) and
+run(args) -> int."""
+
+from . import kernels, set_mode, status
+
+COMMANDS = (status, set_mode, kernels)

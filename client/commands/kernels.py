@@ -1,0 +1,36 @@
+"""gpuobsctl kernels [--top N] [--pid PID]"""
+
+from __future__ import annotations
+
+import argparse
+
+from google.protobuf.json_format import MessageToDict
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+
+from ..connection import call
+from ..output import emit, table
+
+NAME = "kernels"
+HELP = "per-kernel launches, blocks, accesses and events"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--top", type=int, default=20, help="most launched first; 0 for all")
+    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    response = call(args.address, "ListKernels", pb.ListKernelsRequest(pids=args.pid, top=max(0, args.top)))
+    if args.output == "json":
+        emit("json", [MessageToDict(k, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+                      for k in response.kernels])
+        return 0
+    rows = [{"pid": k.pid, "launches": k.launches, "blocks": k.blocks_observed, "expected": k.blocks_expected,
+             "unpatched": k.blocks_unpatched + k.blocks_unobserved, "accesses": k.memory_accesses,
+             "events": k.events_delivered, "dropped": k.events_dropped,
+             "name": k.name if len(k.name) <= 80 else k.name[:77] + "..."} for k in response.kernels]
+    table([("pid", "PID"), ("launches", "LAUNCHES"), ("blocks", "BLOCKS"), ("expected", "EXPECTED"),
+           ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"), ("events", "EVENTS"), ("dropped", "DROPPED"),
+           ("name", "KERNEL")], rows)
+    return 0

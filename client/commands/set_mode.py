@@ -1,0 +1,44 @@
+"""gpuobsctl set-mode MODE [--shift N] [--pid PID ...] [--kernel REGEX]"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+
+from ..connection import CommandError, call
+from ..output import emit, table
+
+NAME = "set-mode"
+HELP = "switch mode, sample shift and kernel filter of running processes"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mode", help="off | noop | counter | blocks | memory | sampled")
+    parser.add_argument("--shift", type=int, help="sampled: keep 1 in 2^SHIFT events (0..31)")
+    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--kernel", help="record events only for kernels matching this regex ('' for all)")
+    parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for acknowledgements")
+
+
+def run(args: argparse.Namespace) -> int:
+    request = pb.SetModeRequest(mode=args.mode, pids=args.pid, timeout_ms=int(args.timeout * 1000))
+    if args.shift is not None:
+        if args.shift < 0:
+            raise CommandError(f"shift {args.shift} out of range 0..31")
+        request.shift = args.shift
+    if args.kernel is not None:
+        request.kernel_regex = args.kernel
+    response = call(args.address, "SetMode", request, timeout=args.timeout + 5)
+    rows = [{"pid": r.pid, "acknowledged": r.acknowledged, "status": r.status, "generation": r.generation,
+             "message": r.message} for r in response.results]
+    if args.output == "json":
+        emit("json", {"results": rows})
+    else:
+        table([("pid", "PID"), ("status", "STATUS"), ("generation", "GEN"), ("message", "MESSAGE")], rows)
+    if not rows:
+        raise CommandError("no process to switch")
+    failed = [r for r in rows if not r["acknowledged"] or r["status"] != "ok"]
+    if failed:
+        raise CommandError(f"{len(failed)} of {len(rows)} process(es) did not switch: {failed[0]['message']}")
+    return 0

@@ -1,0 +1,46 @@
+"""gpuobsctl status: the daemon and every observed process."""
+
+from __future__ import annotations
+
+import argparse
+
+from google.protobuf.json_format import MessageToDict
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+
+from ..connection import call
+from ..output import emit, table
+
+NAME = "status"
+HELP = "show the daemon and the processes it observes"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    response = call(args.address, "GetStatus", pb.GetStatusRequest())
+    data = MessageToDict(response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    if args.output == "json":
+        emit("json", data)
+        return 0
+    print(f"gpuobsd {response.version}, up {response.uptime_ms / 1000:.0f} s, segments in {response.segment_dir}, "
+          f"{len(response.processes)} process(es)")
+    rows = []
+    for p in response.processes:
+        device = next((s for s in p.stages if s.stage == "device"), None)
+        rows.append({
+            "pid": p.pid, "label": p.label or "-", "alive": "yes" if p.alive else "gone",
+            "mode": p.mode + (f" (shift {p.shift})" if p.mode == "sampled" else ""), "set": p.patch_set,
+            "gen": p.generation, "control": p.control_status, "launches": p.launches, "kernels": p.kernels,
+            "events": device.delivered if device else 0, "dropped": device.dropped if device else 0,
+            "errors": p.accounting_errors,
+        })
+    if rows:
+        table([("pid", "PID"), ("label", "LABEL"), ("alive", "ALIVE"), ("mode", "MODE"), ("set", "SET"),
+               ("gen", "GEN"), ("control", "CONTROL"), ("launches", "LAUNCHES"), ("kernels", "KERNELS"),
+               ("events", "EVENTS"), ("dropped", "DROPPED"), ("errors", "ACCT_ERRORS")], rows)
+    for rejected in response.rejected_segments:
+        print(f"rejected: {rejected}")
+    return 0

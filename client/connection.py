@@ -1,0 +1,34 @@
+"""Reaching gpuobsd: the address (flag, GPUOBS_ADDRESS, or the default unix socket) and the
+mapping of gRPC failures to one-line reasons."""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2_grpc
+
+DEFAULT_ADDRESS = "unix:///run/gpuobs/gpuobsd.sock"
+
+
+class CommandError(Exception):
+    """A failure the CLI reports as one line and a non-zero exit."""
+
+
+def address_of(flag: str | None) -> str:
+    return flag or os.environ.get("GPUOBS_ADDRESS") or DEFAULT_ADDRESS
+
+
+def stub(address: str) -> observer_pb2_grpc.ObserverStub:
+    return observer_pb2_grpc.ObserverStub(grpc.insecure_channel(address))
+
+
+def call(address: str, method: str, request, timeout: float = 10.0):
+    try:
+        return getattr(stub(address), method)(request, timeout=timeout)
+    except grpc.RpcError as error:
+        code = error.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise CommandError(f"cannot reach gpuobsd at {address}: {error.details()}") from None
+        raise CommandError(f"{code.name.lower()}: {error.details()}") from None

@@ -1,0 +1,35 @@
+"""gpuobsctl: the command line of gpuobsd. Exit 0 on success, non-zero with a one-line reason."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .commands import COMMANDS
+from .connection import CommandError, address_of
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuobsctl", description=__doc__.splitlines()[0])
+    parser.add_argument("--address", help="gpuobsd address [GPUOBS_ADDRESS, default unix:///run/gpuobs/gpuobsd.sock]")
+    parser.add_argument("--output", choices=["table", "json"], default="table")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        sub = commands.add_parser(command.NAME, help=command.HELP)
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.address = address_of(args.address)
+    try:
+        return args.run(args)
+    except CommandError as error:
+        print(f"gpuobsctl: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The gRPC face of ObserverService: messages in and out, typed errors to status codes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator
+
+import grpc
+
+from .proto.gpuobs.v1 import observer_pb2 as pb
+from .proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
+from .registry import NotFound, Subscriber
+from .service import InvalidArgument, ObserverService
+
+MAX_MESSAGE_BYTES = 4 << 20
+
+
+def process_message(view: dict[str, Any]) -> pb.Process:
+    stages = [pb.StageCounts(**stage) for stage in view["stages"]]
+    fields = {k: v for k, v in view.items() if k != "stages"}
+    return pb.Process(stages=stages, **fields)
+
+
+class ObserverServicer(pb_grpc.ObserverServicer):
+    def __init__(self, service: ObserverService) -> None:
+        self.service = service
+
+    async def _guard(self, context: grpc.aio.ServicerContext, call):
+        try:
+            return await call() if asyncio.iscoroutinefunction(call) else call()
+        except InvalidArgument as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except NotFound as error:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
+        status = await self._guard(context, self.service.status)
+        processes = [process_message(p) for p in status.pop("processes")]
+        return pb.GetStatusResponse(processes=processes, **status)
+
+    async def SetMode(self, request: pb.SetModeRequest, context) -> pb.SetModeResponse:
+        async def call():
+            return await self.service.set_mode(
+                request.mode,
+                request.shift if request.HasField("shift") else None,
+                list(request.pids),
+                request.kernel_regex if request.HasField("kernel_regex") else None,
+                (request.timeout_ms or 2000) / 1000.0,
+            )
+
+        results = await self._guard(context, call)
+        return pb.SetModeResponse(results=[pb.ModeResult(**r) for r in results])
+
+    async def ListProcesses(self, request: pb.ListProcessesRequest, context) -> pb.ListProcessesResponse:
+        processes = await self._guard(context, self.service.processes)
+        return pb.ListProcessesResponse(processes=[process_message(p) for p in processes])
+
+    async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
+        rows = await self._guard(context, lambda: self.service.kernels(list(request.pids), request.top))
+        return pb.ListKernelsResponse(kernels=[pb.Kernel(**row) for row in rows])
+
+    async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
+        pids = list(request.pids)
+        await self._guard(context, lambda: self.service._targets(pids, live_only=False))
+        queue: asyncio.Queue = asyncio.Queue(maxsize=request.queue_batches or 64)
+
+        def put(item: tuple[int, bytes, int]) -> bool:
+            try:
+                queue.put_nowait(item)
+                return True
+            except asyncio.QueueFull:
+                return False
+
+        subscriber = Subscriber(frozenset(pids), put)
+        registry = self.service.registry
+        registry.subscribers.append(subscriber)
+        sent = 0
+        try:
+            while not request.max_events or sent < request.max_events:
+                pid, payload, count = await queue.get()
+                if request.max_events and sent + count > request.max_events:
+                    count = request.max_events - sent
+                    payload = payload[: count * 64]
+                sent += count
+                yield pb.EventBatch(pid=pid, records=payload, count=count, dropped_for_client=subscriber.dropped)
+        finally:
+            registry.subscribers.remove(subscriber)

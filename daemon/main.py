@@ -1,0 +1,137 @@
+"""gpuobsd: finds the segments of injected processes, drains them continuously, answers the
+gRPC API on a unix socket and exports Prometheus metrics."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry, start_http_server
+
+from . import logging_setup, settings, systemd
+from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer
+from .metrics import GpuobsCollector
+from .proto.gpuobs.v1 import observer_pb2, observer_pb2_grpc
+from .registry import Registry
+from .runtime_dir import AlreadyRunning, RuntimeDir
+from .service import ObserverService
+
+log = structlog.get_logger("gpuobsd")
+SERVICE_NAME = observer_pb2.DESCRIPTOR.services_by_name["Observer"].full_name
+
+
+class Daemon:
+    def __init__(self, config: settings.Config) -> None:
+        self.config = config
+        self.registry = Registry(Path(config.segment_dir), owners=config.owner_uids,
+                                 torn_timeout_s=config.torn_timeout_ms / 1000.0, remove_exited=config.remove_exited)
+        self.service = ObserverService(self.registry, config.segment_dir)
+        self.stop = asyncio.Event()
+        self.health = health.aio.HealthServicer()
+
+    async def run(self) -> int:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        observer_pb2_grpc.add_ObserverServicer_to_server(ObserverServicer(self.service), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        socket_path = self.config.socket_path
+        socket_path.unlink(missing_ok=True)  # ours to replace: we hold the runtime dir's lock
+        server.add_insecure_port(f"unix://{socket_path}")
+        if self.config.listen:
+            server.add_insecure_port(self.config.listen)
+        await server.start()
+        applied = RuntimeDir.secure_socket(socket_path, self.config.socket_group)
+        metrics_at = self._start_metrics()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop.set)
+        tasks = [asyncio.create_task(coroutine) for coroutine in (self._discover(), self._drain(), self._watch())]
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("ready", socket=str(socket_path), socket_mode=applied, metrics=metrics_at,
+                 segment_dir=self.config.segment_dir)
+        systemd.notify("READY=1")
+        await self.stop.wait()
+        systemd.notify("STOPPING=1")
+        log.info("stopping")
+        for task in tasks:
+            task.cancel()
+        await server.stop(grace=1.0)
+        return 0
+
+    def _start_metrics(self) -> str:
+        address = self.config.metrics_address
+        if not address:
+            return "off"
+        host, _, port = address.rpartition(":")
+        registry = CollectorRegistry()
+        registry.register(GpuobsCollector(self.service, self.config.kernel_label_limit))
+        start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+        return address
+
+    async def _discover(self) -> None:
+        while True:
+            self.registry.discover()
+            await asyncio.sleep(self.config.discovery_interval_ms / 1000.0)
+
+    async def _drain(self) -> None:
+        while True:
+            if self.registry.drain_pass() == 0:
+                await asyncio.sleep(self.config.drain_interval_ms / 1000.0)
+            else:
+                await asyncio.sleep(0)  # let the API run between busy passes
+
+    async def _watch(self) -> None:
+        """Health follows the drain loop; the systemd watchdog is fed only while it moves."""
+        interval = systemd.watchdog_interval_s() or 1.0
+        serving = True
+        while True:
+            await asyncio.sleep(min(interval, 1.0))
+            stalled = time.monotonic() - self.registry.last_pass_at > self.config.watchdog_stall_ms / 1000.0
+            if stalled == serving:
+                serving = not stalled
+                status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+                await self.health.set(SERVICE_NAME, status)
+                log.warning("drain_stalled") if stalled else log.info("drain_resumed")
+            if serving:
+                systemd.notify("WATCHDOG=1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpuobsd", description=__doc__.splitlines()[0])
+    settings.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = settings.resolve(args)
+    except (ValueError, OSError) as error:
+        print(f"gpuobsd: {error}", file=sys.stderr)
+        return 2
+    logging_setup.configure(config.log_format)
+    runtime = RuntimeDir(Path(config.runtime_dir))
+    try:
+        runtime.acquire()
+    except AlreadyRunning as error:
+        print(f"gpuobsd: another daemon is running: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"gpuobsd: cannot use runtime directory {config.runtime_dir}: {error}", file=sys.stderr)
+        return 1
+    try:
+        import uvloop
+
+        return uvloop.run(Daemon(config).run())
+    except OSError as error:
+        print(f"gpuobsd: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The processes gpuobsd observes: discovery of segments, continuous draining, and what has been
+read from each. All reading is batched in the native reader; nothing here loops over events.
+
+Segments are opened as their single consumer (an flock in the native reader), so a restarted
+daemon continues from the tails stored in the segments and counts nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import structlog
+
+from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
+
+log = structlog.get_logger("gpuobsd.registry")
+
+ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
+
+
+class NotFound(LookupError):
+    """No observed process has that pid."""
+
+
+@dataclasses.dataclass
+class Subscriber:
+    """A StreamEvents client: a bounded queue; what does not fit is dropped and counted here."""
+
+    pids: frozenset[int]
+    put: Callable[[tuple[int, bytes, int]], bool]  # False when the client's queue is full
+    dropped: int = 0
+
+
+@dataclasses.dataclass
+class ObservedProcess:
+    path: Path
+    segment: Segment
+    alive: bool = True
+    final_drained: bool = False
+    accounting_errors: int = 0
+    last_errors: tuple[str, ...] = ()
+    last_check: float = 0.0
+    last_accounting: Accounting | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.segment.pid
+
+
+class Registry:
+    def __init__(self, segment_dir: Path, *, owners: list[int], torn_timeout_s: float, remove_exited: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.segment_dir = Path(segment_dir)
+        self.owners = owners
+        self.torn_timeout_s = torn_timeout_s
+        self.remove_exited = remove_exited
+        self.clock = clock
+        self.processes: dict[Path, ObservedProcess] = {}
+        self.rejected: dict[Path, str] = {}
+        self.subscribers: list[Subscriber] = []
+        self.last_pass_at = clock()
+
+    # -- discovery ---------------------------------------------------------------------------
+    def discover(self) -> None:
+        present = set(segment_paths(self.segment_dir))
+        for path in sorted(present - self.processes.keys() - self.rejected.keys()):
+            try:
+                segment = Segment(path, owners=self.owners)
+            except SegmentError as error:
+                reason = str(error).split(": ", 1)[-1]
+                self.rejected[path] = reason
+                log.warning("segment_rejected", path=str(path), reason=reason)
+                continue
+            segment.reader.set_torn_timeout(self.torn_timeout_s)
+            self.processes[path] = ObservedProcess(path, segment)
+            log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
+                     label=segment.header["label"], path=str(path))
+        for path in list(self.rejected):
+            if path not in present:
+                del self.rejected[path]  # gone, or replaced: look again next time
+        for path in list(self.processes):
+            if path not in present and self.processes[path].final_drained:
+                del self.processes[path]
+
+    # -- draining ----------------------------------------------------------------------------
+    def drain_pass(self, max_batches: int = 8) -> int:
+        """Reads what is available from every process (bounded per process so one busy
+        producer cannot starve the others). Returns the number of records read."""
+        total = 0
+        now = self.clock()
+        for process in list(self.processes.values()):
+            if process.final_drained:
+                continue
+            total += self._drain_process(process, max_batches)
+            if now - process.last_check >= ACCOUNTING_CHECK_S:
+                self._check(process, now)
+        self.last_pass_at = self.clock()
+        return total
+
+    def _drain_process(self, process: ObservedProcess, max_batches: int) -> int:
+        segment = process.segment
+        if not segment.reader.size_intact():
+            log.error("segment_shrunk", pid=process.pid, path=str(process.path))
+            process.final_drained = True
+            process.alive = False
+            return 0
+        exited = segment.reader.state() == STATE_EXITED or not segment.reader.producer_alive()
+        read = 0
+        for ring in range(segment.event_rings):
+            for _ in range(max_batches):
+                batch = segment.read_events(ring)
+                if not len(batch):
+                    break
+                read += len(batch)
+                self._publish(process.pid, batch)
+        for _ in range(max_batches):
+            launches = segment.read_launches()
+            if not len(launches):
+                break
+            read += len(launches)
+        if exited and read == 0:
+            # the producer is done and everything it committed has been read
+            process.alive = False
+            process.final_drained = True
+            self._check(process, self.clock())
+            log.info("process_gone", pid=process.pid, accounting_errors=process.accounting_errors)
+            if self.remove_exited:
+                try:
+                    os.unlink(process.path)
+                except FileNotFoundError:
+                    pass
+        return read
+
+    def _publish(self, pid: int, batch: np.ndarray) -> None:
+        if not self.subscribers:
+            return
+        payload = batch.tobytes()
+        for subscriber in self.subscribers:
+            if subscriber.pids and pid not in subscriber.pids:
+                continue
+            if not subscriber.put((pid, payload, len(batch))):
+                subscriber.dropped += len(batch)
+
+    def _check(self, process: ObservedProcess, now: float) -> None:
+        process.last_check = now
+        account = process.segment.accounting()
+        process.last_accounting = account
+        if account.errors and account.errors != process.last_errors:
+            process.accounting_errors += len(account.errors)
+            log.error("accounting_mismatch", pid=process.pid, errors=list(account.errors))
+        process.last_errors = account.errors
+
+    # -- queries -----------------------------------------------------------------------------
+    def live(self) -> list[ObservedProcess]:
+        return [p for p in list(self.processes.values()) if p.alive]
+
+    def find(self, pid: int) -> ObservedProcess:
+        for process in self.processes.values():
+            if process.pid == pid and process.alive:
+                return process
+        raise NotFound(f"no observed process with pid {pid}")

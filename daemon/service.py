@@ -1,0 +1,158 @@
+"""What gpuobsd answers, apart from how (gRPC, metrics): plain methods over the registry that
+raise typed errors. The transport layer maps them to messages and status codes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from gpuobs import __version__, _native
+from gpuobs.segment import CONTROL_STATUS, MODE_NAMES, MODES, PATCH_SETS
+
+from .registry import NotFound, ObservedProcess, Registry
+
+STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
+PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
+MAX_PIDS = 4096
+
+
+class InvalidArgument(ValueError):
+    """The request is malformed; nothing was changed."""
+
+
+class ObserverService:
+    def __init__(self, registry: Registry, segment_dir: str) -> None:
+        self.registry = registry
+        self.segment_dir = segment_dir
+        self.started = time.monotonic()
+
+    # -- reads -------------------------------------------------------------------------------
+    def process_view(self, process: ObservedProcess) -> dict[str, Any]:
+        segment = process.segment
+        control = segment.control_state()
+        snapshot = segment.counters()
+        counters = snapshot[0] if snapshot else {}
+        account = process.last_accounting or segment.accounting()
+        fill = 0.0
+        for ring in range(segment.event_rings):
+            stats = segment.reader.event_ring_stats(ring)
+            backlog = max(0, stats["head"] - stats["tail"])
+            fill = max(fill, min(1.0, backlog / stats["capacity"]))
+        return {
+            "pid": process.pid,
+            "producer": segment.header["producer"],
+            "label": segment.header["label"],
+            "segment": str(process.path),
+            "alive": process.alive,
+            "mode": MODE_NAMES.get(control["applied_mode"], "unknown"),
+            "shift": control["applied_shift"],
+            "patch_set": PATCH_SET_NAMES.get(control["applied_patch_set"], "unknown"),
+            "kernel_filter": control["applied_filter"],
+            "generation": control["applied_generation"],
+            "control_status": STATUS_NAMES.get(control["status"], "unknown"),
+            "control_message": control["status_message"],
+            "launches": counters.get("launches", 0),
+            "kernels": segment.reader.kernel_count(),
+            "stages": [
+                {"stage": s.stage, "produced": s.produced, "delivered": s.delivered, "dropped": s.dropped,
+                 "torn": s.torn, "corrupt": s.corrupt, "in_flight": s.in_flight}
+                for s in account.stages
+            ],
+            "ring_fill_ratio": fill,
+            "accounting_errors": process.accounting_errors,
+        }
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "segment_dir": self.segment_dir,
+            "uptime_ms": int((time.monotonic() - self.started) * 1000),
+            "processes": self.processes(),
+            "rejected_segments": [f"{path}: {reason}" for path, reason in self.registry.rejected.items()],
+        }
+
+    def processes(self) -> list[dict[str, Any]]:
+        # a copy: the metrics thread reads while the drain loop may add or drop processes
+        return [self.process_view(p) for p in list(self.registry.processes.values())]
+
+    def kernels(self, pids: list[int], top: int) -> list[dict[str, Any]]:
+        targets = self._targets(pids, live_only=False)
+        rows: list[dict[str, Any]] = []
+        for process in targets:
+            snapshot = process.segment.counters()
+            if snapshot is None:
+                continue
+            _, counters = snapshot
+            delivered = process.segment.aggregates()[: len(counters)].sum(axis=1)
+            for entry in process.segment.kernels():
+                slot = entry["slot"]
+                if slot >= len(counters):
+                    continue
+                row = counters[slot]
+                rows.append({
+                    "pid": process.pid, "slot": slot, "name": entry["demangled"], "mangled": entry["mangled"],
+                    "launches": int(row["launches"]), "blocks_expected": int(row["blocks_expected"]),
+                    "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
+                    "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
+                    "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
+                })
+        rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
+        return rows[:top] if top else rows
+
+    # -- control -----------------------------------------------------------------------------
+    async def set_mode(self, mode: str, shift: int | None, pids: list[int], kernel_regex: str | None,
+                       timeout_s: float) -> list[dict[str, Any]]:
+        if mode not in MODES:
+            raise InvalidArgument(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
+        if shift is not None and not 0 <= shift <= _native.MAX_SHIFT:
+            raise InvalidArgument(f"shift {shift} out of range 0..{_native.MAX_SHIFT}")
+        if kernel_regex is not None:
+            problem = _native.control_request_problem(MODES[mode], shift or 0, 0, kernel_regex)
+            if problem:
+                raise InvalidArgument(problem)
+        if not 0 < timeout_s <= 60:
+            raise InvalidArgument("timeout must be within (0, 60] seconds")
+        targets = self._targets(pids, live_only=True)  # NotFound before anything is written
+        generations: dict[int, tuple[ObservedProcess, int]] = {}
+        for process in targets:
+            control = process.segment.control_state()
+            filter_text = kernel_regex if kernel_regex is not None else control["applied_filter"]
+            shift_value = shift if shift is not None else control["applied_shift"]
+            generation = process.segment.request_control(mode, shift_value, filter_text)
+            generations[process.pid] = (process, generation)
+        deadline = time.monotonic() + timeout_s
+        pending = dict(generations)
+        while pending and time.monotonic() < deadline:
+            for pid, (process, generation) in list(pending.items()):
+                if process.segment.control_state()["applied_generation"] >= generation:
+                    del pending[pid]
+            if pending:
+                await asyncio.sleep(0.0005)
+        results = []
+        for pid, (process, generation) in generations.items():
+            control = process.segment.control_state()
+            acknowledged = control["applied_generation"] >= generation
+            results.append({
+                "pid": pid,
+                "acknowledged": acknowledged,
+                "status": STATUS_NAMES.get(control["status"], "unknown") if acknowledged else "timeout",
+                "message": control["status_message"] if acknowledged else "no acknowledgement before the timeout",
+                "generation": generation,
+            })
+        return results
+
+    def _targets(self, pids: list[int], *, live_only: bool) -> list[ObservedProcess]:
+        if len(pids) > MAX_PIDS:
+            raise InvalidArgument(f"at most {MAX_PIDS} pids")
+        if not pids:
+            return self.registry.live() if live_only else list(self.registry.processes.values())
+        known = list(self.registry.processes.values())
+        found = []
+        for pid in pids:
+            matches = [p for p in known if p.pid == pid and (p.alive or not live_only)]
+            if not matches:
+                raise NotFound(f"no observed process with pid {pid}")
+            found.extend(matches)
+        return found
+

@@ -1,0 +1,105 @@
+"""Every gpuobsd setting, defined once: name, default, GPUOBS_* environment twin, flag, help.
+
+Precedence: built-in default < settings file (TOML, `--config`) < environment < flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+
+    @property
+    def env(self) -> str:
+        return "GPUOBS_" + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("runtime_dir", "/run/gpuobs", "directory of the control socket and the daemon lock"),
+    Setting("segment_dir", "/dev/shm", "where injected processes create their segments"),
+    Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)"),
+    Setting("listen", "", "extra gRPC address (e.g. 127.0.0.1:50061); the unix socket is always served"),
+    Setting("socket_group", "gpuobs", "group given the control socket (0660) when it exists"),
+    Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", int),
+    Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", int),
+    Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", int),
+    Setting("remove_exited", False, "delete segments of exited processes after their final drain", _bool),
+    Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", int),
+    Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long", int),
+    Setting("log_format", "auto", "json, console, or auto (console on a terminal, JSON otherwise)"),
+    Setting("owners", "", "comma-separated uids whose segments are trusted (default: ours and root)"),
+)
+
+
+@dataclasses.dataclass
+class Config:
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError as missing:
+            raise AttributeError(name) from missing
+
+    @property
+    def socket_path(self) -> Path:
+        return Path(self.values["runtime_dir"]) / "gpuobsd.sock"
+
+    @property
+    def owner_uids(self) -> list[int]:
+        text = self.values["owners"]
+        return [int(part) for part in text.split(",") if part.strip()] if text else []
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="settings file (TOML); flags and GPUOBS_* variables override it")
+    for setting in SETTINGS:
+        parser.add_argument(setting.flag, dest=setting.name, default=None, help=f"{setting.help} "
+                            f"[{setting.env}, default {setting.default!r}]")
+
+
+def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Config:
+    """Default, then file, then environment, then flags. Raises ValueError naming the setting."""
+    environ = os.environ if environ is None else environ
+    values = {setting.name: setting.default for setting in SETTINGS}
+    by_name = {setting.name: setting for setting in SETTINGS}
+    config_file = getattr(args, "config", None) or environ.get("GPUOBS_CONFIG")
+    if config_file:
+        with open(config_file, "rb") as handle:
+            for name, value in tomllib.load(handle).items():
+                if name not in by_name:
+                    raise ValueError(f"{config_file}: unknown setting {name!r}")
+                values[name] = by_name[name].parse(str(value)) if not isinstance(value, type(values[name])) else value
+    for setting in SETTINGS:
+        layers = [(setting.env, environ.get(setting.env)), (setting.flag, getattr(args, setting.name, None))]
+        for source, text in layers:
+            if text is None:
+                continue
+            try:
+                values[setting.name] = setting.parse(text)
+            except ValueError as error:
+                raise ValueError(f"{source}={text!r}: {error}") from error
+    return Config(values)
