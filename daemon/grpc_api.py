@@ -85,3 +85,48 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 yield pb.EventBatch(pid=pid, records=payload, count=count, dropped_for_client=subscriber.dropped)
         finally:
             registry.subscribers.remove(subscriber)
+
+
+class _Malformed:
+    """Stands in for a request whose bytes did not parse (answered INVALID_ARGUMENT)."""
+
+
+def _safe_deserializer(message_class):
+    def parse(data: bytes):
+        try:
+            return message_class.FromString(data)
+        except Exception:  # DecodeError and friends: the bytes are not this message
+            return _Malformed()
+
+    return parse
+
+
+def add_to_server(servicer: ObserverServicer, server: grpc.aio.Server) -> None:
+    """Registers the service like the generated helper, except that a request that does not
+    parse is answered INVALID_ARGUMENT (gRPC's own answer would be UNKNOWN)."""
+    service = pb.DESCRIPTOR.services_by_name["Observer"]
+    handlers = {}
+    for method in service.methods:
+        request_class = getattr(pb, method.input_type.name)
+        response_class = getattr(pb, method.output_type.name)
+        implementation = getattr(servicer, method.name)
+        if method.server_streaming:
+            async def stream(request, context, implementation=implementation):
+                if isinstance(request, _Malformed):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
+                async for item in implementation(request, context):
+                    yield item
+
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=_safe_deserializer(request_class),
+                response_serializer=response_class.SerializeToString)
+        else:
+            async def unary(request, context, implementation=implementation):
+                if isinstance(request, _Malformed):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
+                return await implementation(request, context)
+
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=_safe_deserializer(request_class),
+                response_serializer=response_class.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))

@@ -17,9 +17,9 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
 from . import logging_setup, settings, systemd
-from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer
+from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
-from .proto.gpuobs.v1 import observer_pb2, observer_pb2_grpc
+from .proto.gpuobs.v1 import observer_pb2
 from .registry import Registry
 from .runtime_dir import AlreadyRunning, RuntimeDir
 from .service import ObserverService
@@ -39,7 +39,7 @@ class Daemon:
 
     async def run(self) -> int:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
-        observer_pb2_grpc.add_ObserverServicer_to_server(ObserverServicer(self.service), server)
+        add_to_server(ObserverServicer(self.service), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
         socket_path = self.config.socket_path

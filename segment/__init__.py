@@ -168,7 +168,9 @@ class Segment:
         counters, _ = snapshot
         quiescent = bool(counters["device_quiescent"])
         rings = [self.reader.event_ring_stats(i) for i in range(self.event_rings)]
-        claimed = sum(r["head"] for r in rings)
+        # claimed from the same seqlock snapshot as produced: the ring heads are republished
+        # with every snapshot and would be newer than `produced` if read on their own
+        claimed = counters["device_events_claimed"]
         delivered = sum(r["delivered"] for r in rings)
         torn = sum(r["torn"] for r in rings)
         corrupt = sum(r["corrupt"] for r in rings)

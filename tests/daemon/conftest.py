@@ -1,0 +1,94 @@
+"""A real gpuobsd (subprocess, unprivileged temp runtime dir) beside real gpuobs-synth processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import grpc
+import pytest
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DaemonProcess:
+    def __init__(self, runtime_dir: Path, segment_dir: Path, metrics_port: int, *extra: str) -> None:
+        self.runtime_dir = runtime_dir
+        self.segment_dir = segment_dir
+        self.metrics_port = metrics_port
+        self.address = f"unix://{runtime_dir}/gpuobsd.sock"
+        runtime_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = runtime_dir.parent / f"gpuobsd-{time.monotonic_ns()}.log"
+        self.log_file = open(self.log_path, "w")  # a file, not a pipe: a full pipe would block the daemon
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(runtime_dir), "--segment-dir",
+             str(segment_dir), "--metrics-address", f"127.0.0.1:{metrics_port}", "--log-format", "json",
+             "--discovery-interval-ms", "50", *extra],
+            stdout=self.log_file, stderr=subprocess.STDOUT, text=True)
+        self.stub = pb_grpc.ObserverStub(grpc.insecure_channel(self.address))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gpuobsd exited {self.process.returncode}: {self.log()}")
+            try:
+                self.stub.GetStatus(pb.GetStatusRequest(), timeout=1)
+                return
+            except grpc.RpcError:
+                time.sleep(0.05)
+        raise RuntimeError("gpuobsd did not come up")
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def status(self) -> pb.GetStatusResponse:
+        return self.stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+
+    def wait_processes(self, count: int, timeout: float = 10.0) -> pb.GetStatusResponse:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if sum(p.alive for p in status.processes) >= count:
+                return status
+            time.sleep(0.05)
+        raise AssertionError(f"daemon sees {len(self.status().processes)} processes, wanted {count}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path) -> Path:
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def start_daemon(runtime_dir: Path, segment_dir: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    started: list[DaemonProcess] = []
+
+    def start(*extra: str) -> DaemonProcess:
+        daemon = DaemonProcess(runtime_dir, segment_dir, free_port(), *extra)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop(signal.SIGKILL)

@@ -1,0 +1,172 @@
+"""gpuobsd driving real producers: set-mode reaches every process, bad requests change nothing,
+one daemon per runtime directory, permissions as designed."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.segment import Segment
+
+
+def ctl(daemon, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def device_stage(process: pb.Process) -> pb.StageCounts:
+    return next(s for s in process.stages if s.stage == "device")
+
+
+def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_synth, start_daemon) -> None:
+    synths = [start_synth("--mode", "memory", "--patch-set", "memory", "--rate", "1000000", "--kernels", "6",
+                          "--seed", str(seed)) for seed in (1, 2, 3)]
+    daemon = start_daemon()
+    daemon.wait_processes(3)
+    window = 1.0
+
+    def accesses() -> int:
+        return sum(k.memory_accesses for k in daemon.stub.ListKernels(pb.ListKernelsRequest()).kernels)
+
+    def events_per_access() -> float:
+        """Events produced per memory access over a window: independent of how fast the
+        producers actually ran (a producer that fell behind its --rate catches up later)."""
+        events_before = sum(device_stage(p).produced for p in daemon.status().processes)
+        accesses_before = accesses()
+        time.sleep(window)
+        events = sum(device_stage(p).produced for p in daemon.status().processes) - events_before
+        return events / max(1, accesses() - accesses_before)
+
+    full = events_per_access()
+    assert 0.9 < full <= 1.0  # memory mode: every access recorded
+    result = ctl(daemon, "set-mode", "sampled", "--shift", "10")
+    assert result.returncode == 0, result.stderr
+    status = daemon.status()
+    assert {p.mode for p in status.processes} == {"sampled"} and {p.shift for p in status.processes} == {10}
+    assert all(p.control_status == "ok" and p.generation >= 1 for p in status.processes)
+    time.sleep(0.1)  # launches already under way finish in the old mode
+    sampled = events_per_access()
+    assert 2**10 / 3 < full / max(sampled, 1e-12) < 2**10 * 3, (full, sampled)
+    for synth in synths:
+        assert synth.stop() == 0
+    time.sleep(0.5)
+    # counts stay exact: every access was counted, and events conserve per process
+    for process in daemon.status().processes:
+        stage = device_stage(process)
+        assert stage.produced == stage.delivered + stage.dropped + stage.torn + stage.corrupt
+        assert process.accounting_errors == 0
+
+
+def test_invalid_requests_answer_the_right_code_and_change_nothing(start_synth, start_daemon) -> None:
+    synth = start_synth("--mode", "counter", "--rate", "10000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    before = daemon.status().processes[0]
+    cases = [
+        (pb.SetModeRequest(mode="sampled", shift=99), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.SetModeRequest(mode="warp-speed"), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.SetModeRequest(mode="blocks", pids=[1]), grpc.StatusCode.NOT_FOUND),
+        (pb.SetModeRequest(mode="blocks", kernel_regex="(unclosed"), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.SetModeRequest(mode="blocks", kernel_regex="x" * 1000), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.SetModeRequest(mode="blocks", pids=list(range(5000))), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.SetModeRequest(mode="blocks", kernel_regex="y" * (5 << 20)), grpc.StatusCode.RESOURCE_EXHAUSTED),
+    ]
+    for request, code in cases:
+        with pytest.raises(grpc.RpcError) as caught:
+            daemon.stub.SetMode(request, timeout=10)
+        assert caught.value.code() == code, request.mode
+    # garbage bytes where a request belongs
+    channel = grpc.insecure_channel(daemon.address)
+    raw = channel.unary_unary("/gpuobs.v1.Observer/SetMode", request_serializer=lambda b: b,
+                              response_deserializer=lambda b: b)
+    for garbage in (b"\xff\xff\xff", os.urandom(64), b"\x0a\xff\xff\xff\xff\x0f"):
+        with pytest.raises(grpc.RpcError) as caught:
+            raw(garbage, timeout=10)
+        assert caught.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
+    after = daemon.status().processes[0]
+    assert (after.mode, after.shift, after.generation) == (before.mode, before.shift, before.generation) == (
+        "counter", before.shift, 0)
+    result = ctl(daemon, "set-mode", "sampled", "--shift", "99")
+    assert result.returncode != 0 and result.stderr.count("\n") == 1 and "shift 99" in result.stderr
+    result = ctl(daemon, "set-mode", "blocks", "--pid", "1")
+    assert result.returncode != 0 and "no observed process with pid 1" in result.stderr
+    assert daemon.process.poll() is None
+    assert synth.stop() == 0
+
+
+def test_a_second_daemon_exits_and_the_first_keeps_serving(start_synth, start_daemon, runtime_dir, segment_dir) -> None:
+    start_synth("--mode", "counter", "--rate", "10000")
+    first = start_daemon()
+    first.wait_processes(1)
+    second = subprocess.run([sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(runtime_dir),
+                             "--segment-dir", str(segment_dir), "--metrics-address", ""],
+                            capture_output=True, text=True, timeout=30)
+    assert second.returncode == 1 and "another daemon is running" in second.stderr
+    assert len(first.status().processes) == 1  # the first one's socket still answers
+
+
+def test_runtime_dir_and_socket_permissions(start_daemon, runtime_dir) -> None:
+    start_daemon()
+    assert stat.S_IMODE(os.stat(runtime_dir).st_mode) == 0o750
+    socket_mode = os.stat(runtime_dir / "gpuobsd.sock").st_mode
+    assert stat.S_ISSOCK(socket_mode) and stat.S_IMODE(socket_mode) == 0o660
+
+
+def test_daemon_restart_continues_counts_without_double_counting(start_synth, start_daemon) -> None:
+    synth = start_synth("--mode", "blocks", "--rate", "500000", "--ring-records", str(1 << 20))
+    first = start_daemon()
+    first.wait_processes(1)
+    time.sleep(0.5)
+    delivered_before = device_stage(first.status().processes[0]).delivered
+    first.stop(9)  # SIGKILL: no goodbye
+    second = start_daemon()
+    second.wait_processes(1)
+    time.sleep(0.5)
+    assert synth.stop() == 0
+    time.sleep(0.3)
+    process = second.status().processes[0]
+    stage = device_stage(process)
+    assert stage.delivered > delivered_before > 0
+    assert stage.produced == stage.delivered + stage.dropped  # nothing lost, nothing counted twice
+    assert process.accounting_errors == 0
+
+
+def test_killed_producer_is_marked_gone_and_keeps_its_counts(start_synth, start_daemon) -> None:
+    synth = start_synth("--mode", "counter", "--rate", "100000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    time.sleep(0.3)
+    synth.process.kill()
+    synth.process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and daemon.status().processes[0].alive:
+        time.sleep(0.05)
+    process = daemon.status().processes[0]
+    assert not process.alive and process.launches > 0
+    kernels = daemon.stub.ListKernels(pb.ListKernelsRequest(pids=[process.pid])).kernels
+    assert sum(k.launches for k in kernels) == process.launches
+    # the device half was last published up to a publish period before the kill
+    assert all(0 < k.blocks_observed <= k.blocks_expected for k in kernels if k.launches > 3)
+    time.sleep(0.5)
+    later = daemon.stub.ListKernels(pb.ListKernelsRequest(pids=[process.pid])).kernels
+    assert [(k.slot, k.launches, k.blocks_observed) for k in later] == [
+        (k.slot, k.launches, k.blocks_observed) for k in kernels]  # kept, not reset or dropped
+
+
+def test_rejected_segments_are_reported_not_fatal(start_daemon, segment_dir) -> None:
+    bogus = segment_dir / "gpuobs-999-1.seg"
+    bogus.write_bytes(b"not a segment" * 100)
+    os.chmod(bogus, 0o600)
+    daemon = start_daemon()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not daemon.status().rejected_segments:
+        time.sleep(0.05)
+    assert any("bad magic" in line for line in daemon.status().rejected_segments)
+    assert daemon.process.poll() is None
