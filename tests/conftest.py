@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Callable, Iterator
 import pytest
 
 from gpuobs.segment import segment_paths
+from daemon_support import DaemonProcess, free_port
 from synth_support import SynthProcess, synth_binary
 
 
@@ -51,3 +53,22 @@ def start_synth(segment_dir: Path) -> Iterator[Callable[..., SynthProcess]]:
         if synth.process.poll() is None:
             synth.process.kill()
             synth.process.wait()
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path) -> Path:
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def start_daemon(runtime_dir: Path, segment_dir: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    started: list[DaemonProcess] = []
+
+    def start(*extra: str) -> DaemonProcess:
+        daemon = DaemonProcess(runtime_dir, segment_dir, free_port(), *extra)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop(signal.SIGKILL)

@@ -3,11 +3,8 @@ server scrapes it and answers queries over it."""
 
 from __future__ import annotations
 
-import json
-import urllib.parse
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -15,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from prometheus_support import PrometheusServer, require
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
 
@@ -33,15 +30,6 @@ def wait_gone(daemon, timeout: float = 10.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("producer not seen to finish")
-
-
-def require(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{tool} is required in CI (.ci/run installs Debian's prometheus package)")
-        pytest.skip(f"{tool} not installed")
-    return path
 
 
 @pytest.fixture
@@ -70,48 +58,17 @@ def test_exposition_matches_the_golden_file(finished_run) -> None:
 
 
 def test_a_real_prometheus_scrapes_the_daemon(start_synth, start_daemon, tmp_path: Path) -> None:
-    prometheus = require("prometheus")
     start_synth("--mode", "blocks", "--rate", "200000", "--kernels", "12")
     daemon = start_daemon()
     daemon.wait_processes(1)
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(f"""global:
-  scrape_interval: 1s
-scrape_configs:
-  - job_name: gpuobsd
-    static_configs:
-      - targets: ["127.0.0.1:{daemon.metrics_port}"]
-""")
-    server = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                               f"--web.listen-address=127.0.0.1:{port}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = PrometheusServer(daemon.metrics_port, tmp_path)
     try:
-        queries = {
-            "gpuobs_processes": None,
-            "sum by (kernel) (gpuobs_blocks_total)": None,
-            "rate(gpuobs_events_total[5s])": None,
-            "gpuobs_events_dropped_total": None,
-            "gpuobs_mode": None,
-            "gpuobs_accounting_errors_total": None,
-        }
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(v is None for v in queries.values()):
-            for query in [q for q, v in queries.items() if v is None]:
-                url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-                try:
-                    with urllib.request.urlopen(url, timeout=5) as response:
-                        result = json.load(response)["data"]["result"]
-                except OSError:
-                    continue
-                if result:
-                    queries[query] = result
-            time.sleep(0.5)
-        missing = [q for q, v in queries.items() if v is None]
-        assert not missing, missing
-        assert float(queries["gpuobs_processes"][0]["value"][1]) == 1.0
-        assert all(float(r["value"][1]) == 0.0 for r in queries["gpuobs_accounting_errors_total"]), daemon.log()
-        assert len(queries["sum by (kernel) (gpuobs_blocks_total)"]) == 12
+        results = server.wait_all([
+            "gpuobs_processes", "sum by (kernel) (gpuobs_blocks_total)", "rate(gpuobs_events_total[5s])",
+            "gpuobs_events_dropped_total", "gpuobs_mode", "gpuobs_accounting_errors_total",
+        ])
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        server.stop()
+    assert float(results["gpuobs_processes"][0]["value"][1]) == 1.0
+    assert all(float(r["value"][1]) == 0.0 for r in results["gpuobs_accounting_errors_total"]), daemon.log()
+    assert len(results["sum by (kernel) (gpuobs_blocks_total)"]) == 12

@@ -1,18 +1,15 @@
-"""A real gpuobsd (subprocess, unprivileged temp runtime dir) beside real gpuobs-synth processes."""
+"""A real gpuobsd (subprocess, unprivileged temp runtime dir) for tests that need one."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
 
 import grpc
-import pytest
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
@@ -73,22 +70,3 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
-
-
-@pytest.fixture
-def runtime_dir(tmp_path: Path) -> Path:
-    return tmp_path / "run"
-
-
-@pytest.fixture
-def start_daemon(runtime_dir: Path, segment_dir: Path) -> Iterator[Callable[..., DaemonProcess]]:
-    started: list[DaemonProcess] = []
-
-    def start(*extra: str) -> DaemonProcess:
-        daemon = DaemonProcess(runtime_dir, segment_dir, free_port(), *extra)
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.stop(signal.SIGKILL)
