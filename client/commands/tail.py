@@ -1,0 +1,51 @@
+"""gpuobsctl tail [--pid PID] [--count N]: live events, one line each (JSON lines with --output json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import grpc
+import numpy as np
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
+
+from ..connection import CommandError, stub
+
+NAME = "tail"
+HELP = "print live events as they are drained"
+KIND_NAMES = {value: name for name, value in EVENT_KINDS.items()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--count", type=int, default=0, help="stop after this many events (0: until Ctrl-C)")
+
+
+def run(args: argparse.Namespace) -> int:
+    request = pb.StreamEventsRequest(pids=args.pid, max_events=max(0, args.count))
+    printed = 0
+    dropped = 0
+    try:
+        for batch in stub(args.address).StreamEvents(request):
+            records = np.frombuffer(batch.records, dtype=EVENT_DTYPE, count=batch.count)
+            for record in records:  # printing is per event by nature; the daemon never is
+                row = {name: int(record[name]) for name in EVENT_DTYPE.names}
+                row["pid"] = batch.pid
+                row["kind"] = KIND_NAMES.get(row["kind"], str(row["kind"]))
+                if args.output == "json":
+                    print(json.dumps(row))
+                else:
+                    print(f"{row['pid']} {row['kind']:<13} slot {row['kernel_slot']:<4} block "
+                          f"({row['block_x']},{row['block_y']},{row['block_z']}) sm {row['sm_id']:<3} "
+                          f"t {row['globaltimer_ns']} pc 0x{row['pc']:x}")
+                printed += 1
+            dropped = batch.dropped_for_client
+    except grpc.RpcError as error:
+        raise CommandError(f"{error.code().name.lower()}: {error.details()}") from None
+    except KeyboardInterrupt:
+        pass
+    if dropped:
+        print(f"# {dropped} events skipped: this terminal read slower than events arrived")
+    return 0
