@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# The main job on a machine without a GPU: set up, then two gpuobs-synth processes (one in
-# `blocks`, one in `sampled --shift 6`) play injected vLLM workers while gpuobs-drain drains
-# their segments continuously and reports kernels, counts and the per-stage accounting.
+# The main job on a machine without a GPU: set up, start gpuobsd (unprivileged, in a temporary
+# runtime directory), let two gpuobs-synth processes play injected vLLM workers, then drive the
+# daemon with gpuobsctl and read its Prometheus metrics. On a GPU machine the producers are real
+# CUDA processes started with CUDA_INJECTION64_PATH (README, "Observing a CUDA program").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-.venv/bin/gpuobs-synth --segment-dir "$dir" --mode blocks --rate 2000000 --duration 3 --label rank0 >/dev/null &
-.venv/bin/gpuobs-synth --segment-dir "$dir" --mode sampled --shift 6 --kernels 12 --rate 20000000 --duration 3 \
-  --label rank1 >/dev/null &
-sleep 0.2
-.venv/bin/gpuobs-drain --segment-dir "$dir" --duration 0 --top 6
-wait
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+mkdir -p "$work/segments"
+port=${GPUOBS_DEMO_METRICS_PORT:-19464}
+.venv/bin/gpuobsd --runtime-dir "$work/run" --segment-dir "$work/segments" --metrics-address "127.0.0.1:$port" \
+  --log-format console 2> "$work/gpuobsd.log" & pids+=($!)
+.venv/bin/gpuobs-synth --segment-dir "$work/segments" --mode counter --rate 2000000 --label rank0 2>/dev/null & pids+=($!)
+.venv/bin/gpuobs-synth --segment-dir "$work/segments" --mode memory --patch-set memory --kernels 12 --rate 2000000 \
+  --label rank1 --seed 2 2>/dev/null & pids+=($!)
+export GPUOBS_ADDRESS="unix://$work/run/gpuobsd.sock"
+for _ in $(seq 100); do [ -S "$work/run/gpuobsd.sock" ] && break; sleep 0.1; done
+[ -S "$work/run/gpuobsd.sock" ] || { cat "$work/gpuobsd.log"; exit 1; }
+sleep 1
+ctl() { echo "\$ gpuobsctl $*"; .venv/bin/gpuobsctl "$@"; echo; }
+ctl status
+ctl set-mode sampled --shift 6
+sleep 1
+ctl kernels --top 5
+ctl status
+echo "\$ curl -s 127.0.0.1:$port/metrics | grep -E '^gpuobs_(processes|events_total|events_dropped_total|sample_shift|accounting)'"
+curl -s "127.0.0.1:$port/metrics" | grep -E '^gpuobs_(processes|events_total|events_dropped_total|sample_shift|accounting)'
