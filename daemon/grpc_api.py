@@ -64,7 +64,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         await self._guard(context, lambda: self.service._targets(pids, live_only=False))
         queue: asyncio.Queue = asyncio.Queue(maxsize=request.queue_batches or 64)
 
-        def put(item: tuple[int, bytes, int]) -> bool:
+        def put(item: tuple[str, int, bytes, int]) -> bool:
             try:
                 queue.put_nowait(item)
                 return True
@@ -77,7 +77,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         sent = 0
         try:
             while not request.max_events or sent < request.max_events:
-                pid, payload, count = await queue.get()
+                _, pid, payload, count = await queue.get()
                 if request.max_events and sent + count > request.max_events:
                     count = request.max_events - sent
                     payload = payload[: count * 64]
@@ -85,6 +85,14 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 yield pb.EventBatch(pid=pid, records=payload, count=count, dropped_for_client=subscriber.dropped)
         finally:
             registry.subscribers.remove(subscriber)
+
+    async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
+        async def call():
+            return await self.service.record(request.path, request.duration_ms / 1000.0, request.max_events,
+                                             list(request.pids))
+
+        files = await self._guard(context, call)
+        return pb.RecordResponse(files=[pb.RecordedFile(**f) for f in files])
 
 
 class _Malformed:

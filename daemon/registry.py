@@ -29,10 +29,12 @@ class NotFound(LookupError):
 
 @dataclasses.dataclass
 class Subscriber:
-    """A StreamEvents client: a bounded queue; what does not fit is dropped and counted here."""
+    """A consumer of drained batches (StreamEvents, Record): a bounded queue; what does not fit
+    is dropped and counted here, so a slow consumer never slows the drain."""
 
     pids: frozenset[int]
-    put: Callable[[tuple[int, bytes, int]], bool]  # False when the client's queue is full
+    put: Callable[[tuple[str, int, bytes, int]], bool]  # (kind, pid, bytes, count); False when full
+    wants_launches: bool = False
     dropped: int = 0
 
 
@@ -117,12 +119,13 @@ class Registry:
                 if not len(batch):
                     break
                 read += len(batch)
-                self._publish(process.pid, batch)
+                self._publish("events", process.pid, batch)
         for _ in range(max_batches):
             launches = segment.read_launches()
             if not len(launches):
                 break
             read += len(launches)
+            self._publish("launches", process.pid, launches)
         if exited and read == 0:
             # the producer is done and everything it committed has been read
             process.alive = False
@@ -136,15 +139,15 @@ class Registry:
                     pass
         return read
 
-    def _publish(self, pid: int, batch: np.ndarray) -> None:
+    def _publish(self, kind: str, pid: int, batch: np.ndarray) -> None:
         if not self.subscribers:
             return
         payload = batch.tobytes()
         for subscriber in self.subscribers:
-            if subscriber.pids and pid not in subscriber.pids:
+            if (subscriber.pids and pid not in subscriber.pids) or (kind == "launches" and not subscriber.wants_launches):
                 continue
-            if not subscriber.put((pid, payload, len(batch))):
-                subscriber.dropped += len(batch)
+            if not subscriber.put((kind, pid, payload, len(batch))):
+                subscriber.dropped += len(batch) if kind == "events" else 0
 
     def _check(self, process: ObservedProcess, now: float) -> None:
         process.last_check = now

@@ -4,13 +4,17 @@ raise typed errors. The transport layer maps them to messages and status codes."
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from gpuobs import __version__, _native
 from gpuobs.segment import CONTROL_STATUS, MODE_NAMES, MODES, PATCH_SETS
 
-from .registry import NotFound, ObservedProcess, Registry
+from gpuobs.recording import RecordingWriter
+
+from .registry import NotFound, ObservedProcess, Registry, Subscriber
 
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
@@ -140,6 +144,66 @@ class ObserverService:
                 "message": control["status_message"] if acknowledged else "no acknowledgement before the timeout",
                 "generation": generation,
             })
+        return results
+
+    async def record(self, path: str, duration_s: float, max_events: int, pids: list[int]) -> list[dict[str, Any]]:
+        target = Path(path)
+        if not target.is_absolute():
+            raise InvalidArgument("the record path must be absolute")
+        if not duration_s and not max_events:
+            raise InvalidArgument("give a duration or a number of events")
+        if duration_s > 3600:
+            raise InvalidArgument("at most one hour per recording")
+        if not target.parent.is_dir() or not os.access(target.parent, os.W_OK):
+            raise InvalidArgument(f"{target.parent} is not a directory gpuobsd can write to")
+        processes = self._targets(pids, live_only=True)
+        if not processes:
+            raise NotFound("no live process to record")
+        paths = {p.pid: target if len(processes) == 1 else target.with_name(f"{target.stem}-{p.pid}{target.suffix}")
+                 for p in processes}
+        existing = [str(p) for p in paths.values() if p.exists()]
+        if existing:
+            raise InvalidArgument(f"would overwrite {existing[0]}")
+        writers = {pid: RecordingWriter(paths[pid], pid, time.time_ns()) for pid in paths}
+        queue: asyncio.Queue = asyncio.Queue(maxsize=256)
+
+        def put(item: tuple[str, int, bytes, int]) -> bool:
+            try:
+                queue.put_nowait(item)
+                return True
+            except asyncio.QueueFull:
+                return False
+
+        subscriber = Subscriber(frozenset(paths), put, wants_launches=True)
+        self.registry.subscribers.append(subscriber)
+        deadline = time.monotonic() + duration_s if duration_s else float("inf")
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    kind, pid, payload, count = await asyncio.wait_for(queue.get(),
+                                                                        timeout=min(0.1, max(0.001, deadline - time.monotonic())))
+                except asyncio.TimeoutError:
+                    if all(not p.alive for p in processes):
+                        break
+                    continue
+                writer = writers[pid]
+                if kind == "launches":
+                    writer.add_launches(payload, count)
+                    continue
+                if max_events and writer.event_count + count >= max_events:
+                    writer.add_events(payload, max_events - writer.event_count)
+                    if all(w.event_count >= max_events for w in writers.values()):
+                        break
+                elif not max_events or writer.event_count < max_events:
+                    writer.add_events(payload, count)
+        finally:
+            self.registry.subscribers.remove(subscriber)
+        by_pid = {p.pid: p for p in processes}
+        results = []
+        for pid, writer in writers.items():
+            written = writer.finish(by_pid[pid].segment.kernels(), dropped=subscriber.dropped)
+            results.append({"pid": pid, "path": str(written), "events": writer.event_count,
+                            "launches": writer.launch_count, "dropped": subscriber.dropped})
         return results
 
     def _targets(self, pids: list[int], *, live_only: bool) -> list[ObservedProcess]:

@@ -39,6 +39,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.StreamEventsRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.EventBatch.FromString,
                 )
+        self.Record = channel.unary_unary(
+                '/gpuobs.v1.Observer/Record',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordResponse.FromString,
+                )
 
 
 class ObserverServicer(object):
@@ -80,6 +85,14 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Record(self, request, context):
+        """Records events, launches and the kernel table of each targeted process to a file of its
+        own (gpuobs.recording), for a duration or a number of events, whichever comes first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -107,6 +120,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.StreamEvents,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.StreamEventsRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.EventBatch.SerializeToString,
+            ),
+            'Record': grpc.unary_unary_rpc_method_handler(
+                    servicer.Record,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -200,5 +218,22 @@ class Observer(object):
         return grpc.experimental.unary_stream(request, target, '/gpuobs.v1.Observer/StreamEvents',
             gpuobs_dot_v1_dot_observer__pb2.StreamEventsRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.EventBatch.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Record(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/Record',
+            gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.RecordResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,35 @@
+"""gpuobsctl record PATH [--duration S] [--count N] [--pid PID]: write events to event files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+
+from ..connection import call
+from ..output import emit, table
+
+NAME = "record"
+HELP = "record events, launches and kernel names to event files (one per process)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="output file (the daemon writes it); several processes: PATH-<pid>")
+    parser.add_argument("--duration", type=float, default=0.0, help="seconds to record")
+    parser.add_argument("--count", type=int, default=0, help="events to record per process")
+    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    request = pb.RecordRequest(path=os.path.abspath(args.path), duration_ms=int(args.duration * 1000),
+                               max_events=max(0, args.count), pids=args.pid)
+    response = call(args.address, "Record", request, timeout=args.duration + 30)
+    rows = [{"pid": f.pid, "path": f.path, "events": f.events, "launches": f.launches, "dropped": f.dropped}
+            for f in response.files]
+    if args.output == "json":
+        emit("json", {"files": rows})
+    else:
+        table([("pid", "PID"), ("events", "EVENTS"), ("launches", "LAUNCHES"), ("dropped", "DROPPED"),
+               ("path", "FILE")], rows)
+    return 0

@@ -1,0 +1,115 @@
+"""Event files: what `gpuobsctl record` writes, readable without the daemon.
+
+Layout (little endian), one file per process:
+
+    offset 0     64-byte header (RECORDING_HEADER below)
+    offset 64    event_count x 64-byte events   (gpuobs.segment.EVENT_DTYPE)
+    then         launch_count x 128-byte launch records (gpuobs.segment.LAUNCH_DTYPE)
+    then         kernel table, UTF-8 JSON: [{"slot", "name", "mangled"}, ...]
+
+Reading: `Recording.open(path)` gives numpy arrays (`events`, `launches`) and the kernel names.
+Device times (`globaltimer_ns`) and host times (`host_time_ns`, CLOCK_MONOTONIC) are separate
+clocks and are never mixed here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE
+
+MAGIC = b"GPUOBSRC"
+VERSION = 1
+RECORDING_HEADER = np.dtype([
+    ("magic", "S8"), ("version", "<u4"), ("event_bytes", "<u4"), ("pid", "<u4"), ("launch_bytes", "<u4"),
+    ("event_count", "<u8"), ("launch_count", "<u8"), ("kernel_table_bytes", "<u8"), ("started_realtime_ns", "<u8"),
+    ("dropped", "<u8"),
+])
+HEADER_BYTES = 64
+assert RECORDING_HEADER.itemsize <= HEADER_BYTES
+
+
+class RecordingError(ValueError):
+    """Not a gpuobs event file, or a damaged one."""
+
+
+class RecordingWriter:
+    """Streams batches to disk; the header is written last, so a crash leaves a file that
+    `Recording.open` rejects rather than misreads."""
+
+    def __init__(self, path: Path, pid: int, started_realtime_ns: int) -> None:
+        self.path = Path(path)
+        self.pid = pid
+        self.started_realtime_ns = started_realtime_ns
+        self.events = open(self.path, "wb")
+        self.events.write(b"\0" * HEADER_BYTES)
+        self.launch_chunks: list[bytes] = []
+        self.event_count = 0
+        self.launch_count = 0
+        self.dropped = 0
+
+    def add_events(self, payload: bytes, count: int) -> None:
+        self.events.write(payload[: count * EVENT_DTYPE.itemsize])
+        self.event_count += count
+
+    def add_launches(self, payload: bytes, count: int) -> None:
+        self.launch_chunks.append(payload[: count * LAUNCH_DTYPE.itemsize])
+        self.launch_count += count
+
+    def finish(self, kernels: list[dict], dropped: int = 0) -> Path:
+        table = json.dumps([{"slot": k["slot"], "name": k["demangled"], "mangled": k["mangled"]} for k in kernels])
+        for chunk in self.launch_chunks:
+            self.events.write(chunk)
+        self.events.write(table.encode())
+        header = np.zeros(1, dtype=RECORDING_HEADER)
+        header["magic"] = MAGIC
+        header["version"] = VERSION
+        header["event_bytes"] = EVENT_DTYPE.itemsize
+        header["launch_bytes"] = LAUNCH_DTYPE.itemsize
+        header["pid"] = self.pid
+        header["event_count"] = self.event_count
+        header["launch_count"] = self.launch_count
+        header["kernel_table_bytes"] = len(table.encode())
+        header["started_realtime_ns"] = self.started_realtime_ns
+        header["dropped"] = dropped
+        self.events.seek(0)
+        self.events.write(header.tobytes().ljust(HEADER_BYTES, b"\0"))
+        self.events.close()
+        return self.path
+
+
+@dataclasses.dataclass
+class Recording:
+    pid: int
+    events: np.ndarray
+    launches: np.ndarray
+    kernels: dict[int, dict]
+    dropped: int
+    started_realtime_ns: int
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> "Recording":
+        data = Path(path).read_bytes()
+        if len(data) < HEADER_BYTES:
+            raise RecordingError(f"{path}: {len(data)} bytes, shorter than the header")
+        header = np.frombuffer(data[: RECORDING_HEADER.itemsize], dtype=RECORDING_HEADER)[0]
+        if header["magic"] != MAGIC:
+            raise RecordingError(f"{path}: not a gpuobs event file (or never finished)")
+        if header["version"] != VERSION or header["event_bytes"] != EVENT_DTYPE.itemsize or \
+                header["launch_bytes"] != LAUNCH_DTYPE.itemsize:
+            raise RecordingError(f"{path}: version {header['version']} or record sizes not understood")
+        events_end = HEADER_BYTES + int(header["event_count"]) * EVENT_DTYPE.itemsize
+        launches_end = events_end + int(header["launch_count"]) * LAUNCH_DTYPE.itemsize
+        table_end = launches_end + int(header["kernel_table_bytes"])
+        if table_end != len(data):
+            raise RecordingError(f"{path}: sections add up to {table_end} bytes, the file has {len(data)}")
+        events = np.frombuffer(data[HEADER_BYTES:events_end], dtype=EVENT_DTYPE)
+        launches = np.frombuffer(data[events_end:launches_end], dtype=LAUNCH_DTYPE)
+        kernels = {entry["slot"]: entry for entry in json.loads(data[launches_end:table_end] or b"[]")}
+        return cls(int(header["pid"]), events, launches, kernels, int(header["dropped"]),
+                   int(header["started_realtime_ns"]))

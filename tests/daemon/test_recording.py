@@ -1,0 +1,80 @@
+"""Record: event files readable without the daemon, and their export to a Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.recording import Recording, RecordingError
+from gpuobs.trace_export import to_trace
+
+
+def ctl(daemon, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daemon, tmp_path: Path) -> None:
+    synth = start_synth("--mode", "blocks", "--rate", "300000", "--kernels", "10", "--label", "rank0")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    path = tmp_path / "run.gpuobs"
+    done = ctl(daemon, "--output", "json", "record", str(path), "--count", "20000", "--duration", "20")
+    assert done.returncode == 0, done.stderr
+    files = json.loads(done.stdout)["files"]
+    assert len(files) == 1 and files[0]["path"] == str(path) and files[0]["events"] == 20000
+    recording = Recording.open(path)
+    assert recording.pid == synth.pid and len(recording.events) == 20000
+    assert files[0]["dropped"] == 0
+    seq = recording.events["seq"]
+    assert np.all(np.diff(seq) == 1)  # one contiguous stretch of the ring, nothing skipped
+    assert set(np.unique(recording.events["kind"])) == {1, 2}
+    assert set(np.unique(recording.events["kernel_slot"])) <= set(recording.kernels)
+    assert len(recording.launches) > 0
+    assert set(np.unique(recording.events["grid_id"])) & set(recording.launches["grid_id"].tolist())
+    assert any("flash_fwd_kernel" in k["name"] for k in recording.kernels.values())
+
+    trace_path = tmp_path / "trace.json"
+    done = ctl(daemon, "export-trace", str(path), "--out", str(trace_path))
+    assert done.returncode == 0, done.stderr
+    trace = json.loads(trace_path.read_text())["traceEvents"]
+    blocks = [e for e in trace if e.get("pid") == 1 and e["ph"] == "X"]
+    kernels = [e for e in trace if e.get("pid") == 2 and e["ph"] == "X"]
+    assert blocks and kernels
+    assert all(e["dur"] > 0 and e["ts"] >= 0 and isinstance(e["tid"], int) for e in blocks + kernels)
+    assert {e["name"] for e in kernels} <= {k["name"] for k in recording.kernels.values()}
+    assert to_trace(recording) == json.loads(trace_path.read_text())
+
+
+def test_record_refuses_bad_requests(start_synth, start_daemon, tmp_path: Path) -> None:
+    start_synth("--mode", "blocks", "--rate", "10000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    existing = tmp_path / "exists.gpuobs"
+    existing.write_bytes(b"keep me")
+    for request in [pb.RecordRequest(path="relative.gpuobs", max_events=10),
+                    pb.RecordRequest(path=str(tmp_path / "x.gpuobs")),
+                    pb.RecordRequest(path=str(existing), max_events=10),
+                    pb.RecordRequest(path=str(tmp_path / "missing" / "x.gpuobs"), max_events=10)]:
+        with pytest.raises(grpc.RpcError) as caught:
+            daemon.stub.Record(request, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert existing.read_bytes() == b"keep me"
+    with pytest.raises(grpc.RpcError) as caught:
+        daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / "y.gpuobs"), max_events=5, pids=[1]), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_damaged_event_files_are_rejected(tmp_path: Path) -> None:
+    for name, data in [("short", b"GPUOBSRC"), ("foreign", b"\0" * 200), ("unfinished", b"\0" * 64 + b"x" * 64)]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(RecordingError):
+            Recording.open(path)
