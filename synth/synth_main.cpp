@@ -74,6 +74,17 @@ uint64_t parse_number(const char* text, const char* flag) {
   return value;
 }
 
+// Defaults come from the same GPUOBS_* variables the injector reads, so a command line that
+// starts an injected program (gpuobsctl run) starts gpuobs-synth the same way.
+void apply_environment(Options* o) {
+  if (const char* dir = std::getenv("GPUOBS_SEGMENT_DIR"); dir && *dir) o->segment_dir = dir;
+  if (const char* mode = std::getenv("GPUOBS_MODE"); mode && *mode && !parse_mode(mode, &o->mode))
+    usage("GPUOBS_MODE is not a mode");
+  if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_number(shift, "GPUOBS_SHIFT"));
+  if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set && std::strcmp(set, "memory") == 0) o->patch_set = PatchSet::Memory;
+  if (const char* label = std::getenv("GPUOBS_LABEL"); label && *label) o->label = label;
+}
+
 Options parse(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
          kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink };
@@ -90,6 +101,7 @@ Options parse(int argc, char** argv) {
       {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
       {"unlink-at-exit", no_argument, nullptr, kUnlink}, {nullptr, 0, nullptr, 0}};
   Options o;
+  apply_environment(&o);
   int code = 0;
   while ((code = getopt_long(argc, argv, "", long_options, nullptr)) != -1) {
     switch (code) {

@@ -1,0 +1,132 @@
+"""gpuobsctl run [--mode M] [--shift N] [--patch-set S] -- CMD ...
+
+The embedded default: uses the daemon at --address when one answers, else starts a private
+gpuobsd in a temporary directory; runs CMD with the injector set (CUDA_INJECTION64_PATH and the
+GPUOBS_* settings), and prints what its processes did when it exits: kernels, blocks, events
+and drops. Exits with CMD's exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+import gpuobs
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+
+from ..connection import CommandError, stub
+from ..output import table
+
+NAME = "run"
+HELP = "run a command under the injector and summarise its kernels at exit"
+INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", default="counter", help="initial mode (default counter)")
+    parser.add_argument("--shift", type=int, default=10, help="sample shift for sampled (default 10)")
+    parser.add_argument("--patch-set", choices=["block", "memory"], help="default: what the mode needs")
+    parser.add_argument("--top", type=int, default=15, help="kernels in the summary")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+
+def reachable(address: str) -> pb.GetStatusResponse | None:
+    try:
+        return stub(address).GetStatus(pb.GetStatusRequest(), timeout=1)
+    except grpc.RpcError:
+        return None
+
+
+def start_private_daemon(work: Path) -> tuple[subprocess.Popen, str]:
+    (work / "segments").mkdir()
+    log = open(work / "gpuobsd.log", "w")
+    daemon = subprocess.Popen([sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(work / "run"),
+                               "--segment-dir", str(work / "segments"), "--metrics-address", "",
+                               "--discovery-interval-ms", "50", "--log-format", "json"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    address = f"unix://{work}/run/gpuobsd.sock"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            raise CommandError(f"the private gpuobsd exited: {(work / 'gpuobsd.log').read_text()[-500:]}")
+        if reachable(address):
+            return daemon, address
+        time.sleep(0.05)
+    daemon.kill()
+    raise CommandError("the private gpuobsd did not come up")
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise CommandError("nothing to run: gpuobsctl run [options] -- CMD ...")
+    if not INJECTOR.exists():
+        raise CommandError(f"{INJECTOR} is missing: this gpuobs was built without the injector")
+    work = Path(tempfile.mkdtemp(prefix="gpuobs-run-"))
+    daemon = None
+    try:
+        status = reachable(args.address)
+        address = args.address
+        if status is None:
+            daemon, address = start_private_daemon(work)
+            status = reachable(address)
+        env = dict(os.environ)
+        env.update({
+            "CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": status.segment_dir,
+            "GPUOBS_MODE": args.mode, "GPUOBS_SHIFT": str(args.shift),
+            "GPUOBS_PATCH_SET": args.patch_set or ("memory" if args.mode in ("memory", "sampled") else "block"),
+        })
+        try:
+            child = subprocess.Popen(command, env=env)
+        except OSError as error:
+            raise CommandError(f"cannot run {command[0]}: {error}") from None
+        returncode = child.wait()
+        summarise(address, child.pid, private=daemon is not None, top=args.top)
+        return returncode
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=20)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def summarise(address: str, child_pid: int, *, private: bool, top: int) -> None:
+    """Waits for the daemon's final drain of the command's processes, then prints them."""
+    observer = stub(address)
+    deadline = time.monotonic() + 10
+    mine: list[pb.Process] = []
+    while time.monotonic() < deadline:
+        processes = observer.GetStatus(pb.GetStatusRequest(), timeout=5).processes
+        mine = [p for p in processes if private or p.pid == child_pid]
+        if mine and not any(p.alive for p in mine):
+            break
+        time.sleep(0.05)
+    if not mine:
+        print("gpuobs: the command created no segment (no CUDA context, or injection disabled)", file=sys.stderr)
+        return
+    pids = [p.pid for p in mine]
+    kernels = observer.ListKernels(pb.ListKernelsRequest(pids=pids, top=top), timeout=5).kernels
+    print(f"\ngpuobs summary: {len(mine)} process(es) {', '.join(map(str, pids))}", file=sys.stderr)
+    for process in mine:
+        stages = ", ".join(f"{s.stage}: {s.produced} produced, {s.delivered} delivered, {s.dropped} dropped"
+                           for s in process.stages)
+        print(f"pid {process.pid} mode {process.mode}: {process.launches} launches, {process.kernels} kernels; "
+              f"{stages}; accounting errors {process.accounting_errors}", file=sys.stderr)
+    rows = [{"pid": k.pid, "launches": k.launches, "blocks": k.blocks_observed, "expected": k.blocks_expected,
+             "events": k.events_delivered, "dropped": k.events_dropped,
+             "name": k.name if len(k.name) <= 70 else k.name[:67] + "..."} for k in kernels]
+    stdout = sys.stdout
+    sys.stdout = sys.stderr  # the summary goes beside the command's own output, not into it
+    try:
+        table([("pid", "PID"), ("launches", "LAUNCHES"), ("blocks", "BLOCKS"), ("expected", "EXPECTED"),
+               ("events", "EVENTS"), ("dropped", "DROPPED"), ("name", "KERNEL")], rows)
+    finally:
+        sys.stdout = stdout
