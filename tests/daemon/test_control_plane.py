@@ -13,7 +13,6 @@ import grpc
 import pytest
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
-from gpuobs.segment import Segment
 
 
 def ctl(daemon, *args: str) -> subprocess.CompletedProcess:
