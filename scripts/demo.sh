@@ -11,7 +11,7 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 mkdir -p "$work/segments"
-port=${GPUOBS_DEMO_METRICS_PORT:-19464}
+port=${GPUOBS_DEMO_METRICS_PORT:-$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 .venv/bin/gpuobsd --runtime-dir "$work/run" --segment-dir "$work/segments" --metrics-address "127.0.0.1:$port" \
   --log-format console 2> "$work/gpuobsd.log" & pids+=($!)
 .venv/bin/gpuobs-synth --segment-dir "$work/segments" --mode counter --rate 2000000 --label rank0 2>/dev/null & pids+=($!)
