@@ -23,7 +23,7 @@ class InjectedRun:
 
     def __init__(self, argv: list[str], segment_dir: Path, *, mode: str = "counter", patch_set: str = "block",
                  shift: int = 0, ring_records: int = 1 << 20, env: dict[str, str] | None = None,
-                 inject: bool = True) -> None:
+                 inject: bool = True, drain: bool = True) -> None:
         self.argv = argv
         self.segment_dir = segment_dir
         self.env = dict(os.environ)
@@ -47,8 +47,10 @@ class InjectedRun:
         self._lock = threading.Lock()
         self.process = subprocess.Popen(argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
-        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        # drain=False leaves the segment to a gpuobsd (one consumer per segment)
+        self._drainer = threading.Thread(target=self._drain if drain else (lambda: None), daemon=True)
         self._drainer.start()
+        self._drain_enabled = drain
 
     def _open_segment(self) -> None:
         wanted = f"gpuobs-{self.process.pid}-"
@@ -102,9 +104,9 @@ class InjectedRun:
         self.stdout_lines.extend(out.splitlines())
         self._stop.set()
         self._drainer.join()
-        if self.segment is None:
+        if self._drain_enabled and self.segment is None:
             self._open_segment()
-        if self.segment is not None:
+        if self._drain_enabled and self.segment is not None:
             while self._drain_once():
                 pass
         lines = [line for line in self.stdout_lines if line.strip().startswith("{")]
