@@ -79,12 +79,20 @@ class Daemon:
 
     async def _discover(self) -> None:
         while True:
-            self.registry.discover()
+            try:
+                self.registry.discover()
+            except Exception:  # a bug here must not end discovery for good: log it, go on
+                log.exception("discovery_failed")
             await asyncio.sleep(self.config.discovery_interval_ms / 1000.0)
 
     async def _drain(self) -> None:
         while True:
-            if self.registry.drain_pass() == 0:
+            try:
+                read = self.registry.drain_pass()
+            except Exception:  # logged; a loop that keeps failing shows as a stall in health
+                log.exception("drain_failed")
+                read = 0
+            if read == 0:
                 await asyncio.sleep(self.config.drain_interval_ms / 1000.0)
             else:
                 await asyncio.sleep(0)  # let the API run between busy passes

@@ -95,13 +95,19 @@ class Registry:
         producer cannot starve the others). Returns the number of records read."""
         total = 0
         now = self.clock()
+        failures = 0
         for process in list(self.processes.values()):
             if process.final_drained:
                 continue
-            total += self._drain_process(process, max_batches)
-            if now - process.last_check >= ACCOUNTING_CHECK_S:
-                self._check(process, now)
-        self.last_pass_at = self.clock()
+            try:
+                total += self._drain_process(process, max_batches)
+                if now - process.last_check >= ACCOUNTING_CHECK_S:
+                    self._check(process, now)
+            except Exception:  # one bad segment must not stop the others being drained
+                failures += 1
+                log.exception("drain_process_failed", pid=process.pid)
+        if failures == 0 or total > 0:
+            self.last_pass_at = self.clock()  # a pass that only failed is a stall
         return total
 
     def _drain_process(self, process: ObservedProcess, max_batches: int) -> int:

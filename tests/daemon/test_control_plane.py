@@ -44,7 +44,9 @@ def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_s
         return events / max(1, accesses() - accesses_before)
 
     full = events_per_access()
-    assert 0.9 < full <= 1.0  # memory mode: every access recorded
+    # memory mode records every access; events and accesses are read by two calls a few ms apart,
+    # so the windowed ratio is near 1, not exactly 1 (exactness is checked at rest below)
+    assert 0.8 < full < 1.2
     result = ctl(daemon, "set-mode", "sampled", "--shift", "10")
     assert result.returncode == 0, result.stderr
     status = daemon.status()
