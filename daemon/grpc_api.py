@@ -86,6 +86,14 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         finally:
             registry.subscribers.remove(subscriber)
 
+    async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
+        rows = await self._guard(context, lambda: self.service.graphs(list(request.pids)))
+        graphs = []
+        for row in rows:
+            nodes = [pb.GraphNode(**node) for node in row.pop("nodes")]
+            graphs.append(pb.Graph(nodes=nodes, **row))
+        return pb.ListGraphsResponse(graphs=graphs)
+
     async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
         async def call():
             return await self.service.record(request.path, request.duration_ms / 1000.0, request.max_events,

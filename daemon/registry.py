@@ -18,6 +18,8 @@ import structlog
 
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
+from .graph_census import GraphCensuses
+
 log = structlog.get_logger("gpuobsd.registry")
 
 ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
@@ -48,6 +50,7 @@ class ObservedProcess:
     last_errors: tuple[str, ...] = ()
     last_check: float = 0.0
     last_accounting: Accounting | None = None
+    graphs: GraphCensuses = dataclasses.field(default_factory=GraphCensuses)
 
     @property
     def pid(self) -> int:
@@ -131,6 +134,7 @@ class Registry:
             if not len(launches):
                 break
             read += len(launches)
+            process.graphs.update(launches)
             self._publish("launches", process.pid, launches)
         if exited and read == 0:
             # the producer is done and everything it committed has been read

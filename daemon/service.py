@@ -104,6 +104,25 @@ class ObserverService:
         rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
         return rows[:top] if top else rows
 
+    def graphs(self, pids: list[int]) -> list[dict[str, Any]]:
+        rows = []
+        for process in self._targets(pids, live_only=False):
+            names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
+            for census in process.graphs.graphs.values():
+                nodes = [{
+                    "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
+                    "grid": list(n.grid), "block": list(n.block), "executions": n.executions,
+                    "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
+                } for n in sorted(census.nodes.values(), key=lambda n: census.order.index(n.node)
+                                  if n.node in census.order else len(census.order))]
+                rows.append({
+                    "pid": process.pid, "graph_exec": census.graph_exec, "replays": census.replays,
+                    "first_launch_id": census.first_launch_id, "last_launch_id": census.last_launch_id,
+                    "node_executions": census.node_executions, "order_stable": census.order_stable,
+                    "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
+                })
+        return rows
+
     # -- control -----------------------------------------------------------------------------
     async def set_mode(self, mode: str, shift: int | None, pids: list[int], kernel_regex: str | None,
                        timeout_s: float) -> list[dict[str, Any]]:

@@ -60,6 +60,7 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   for (EventRecord& body : bodies) {
     body.grid_id = launch.grid_id;
     body.kernel_slot = launch.slot;
+    body.replay = uint32_t(launch.replay);
   }
   uint64_t work = 0;
   uint64_t block_index = 0;

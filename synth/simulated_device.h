@@ -20,6 +20,7 @@ struct LaunchShape {
   uint32_t block_threads;
   uint64_t grid_id;
   uint32_t ring;
+  uint64_t replay;  // graph replay sequence (0 for eager launches), copied into events
 };
 
 struct DeviceConfig {

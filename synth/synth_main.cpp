@@ -47,6 +47,7 @@ struct Options {
   uint32_t launch_ring_records = 1u << 14;
   uint32_t live_graphs = 0;   // graph execs "alive": a patch-set switch is refused while > 0
   uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
+  uint32_t graph_nodes = 0;   // > 0: launches are replays of one CUDA graph of this many kernel nodes
   uint32_t publish_us = 2000;
   uint32_t control_poll_us = 500;
   std::string label;
@@ -61,7 +62,7 @@ struct Options {
                "  [--mode off|noop|counter|blocks|memory|sampled] [--shift N] [--seed N] [--patch-set block|memory]\n"
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
-               "  [--kernel REGEX] [--unlink-at-exit]\n",
+               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N]\n",
                message);
   std::exit(2);
 }
@@ -87,7 +88,7 @@ void apply_environment(Options* o) {
 
 Options parse(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -99,7 +100,8 @@ Options parse(int argc, char** argv) {
       {"live-graphs", required_argument, nullptr, kLiveGraphs}, {"crash-after", required_argument, nullptr, kCrash},
       {"publish-us", required_argument, nullptr, kPublish}, {"control-poll-us", required_argument, nullptr, kPoll},
       {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
-      {"unlink-at-exit", no_argument, nullptr, kUnlink}, {nullptr, 0, nullptr, 0}};
+      {"unlink-at-exit", no_argument, nullptr, kUnlink}, {"graph-nodes", required_argument, nullptr, kGraphNodes},
+      {nullptr, 0, nullptr, 0}};
   Options o;
   apply_environment(&o);
   int code = 0;
@@ -131,6 +133,7 @@ Options parse(int argc, char** argv) {
       case kLabel: o.label = optarg; break;
       case kFilter: o.filter = optarg; break;
       case kUnlink: o.unlink_at_exit = true; break;
+      case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
       default: usage("unknown flag");
     }
   }
@@ -282,6 +285,11 @@ int run(const Options& options) {
   std::vector<double> weights;
   for (size_t i = 0; i < catalog.size(); ++i) weights.push_back(1.0 / double(1 + i % 8));  // a few hot kernels
   std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
+  // --graph-nodes: one graph exec replayed again and again; its nodes keep their grid ids across
+  // replays (as CUDA graph nodes do) and each replay has a launch id of its own.
+  const uint64_t graph_exec = 0x6a0000000000ULL + uint64_t(::getpid());
+  std::vector<uint64_t> node_grid_ids;
+  uint64_t replay = 0;
   while (!g_stop.load(std::memory_order_relaxed)) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (options.duration > 0 && elapsed >= options.duration) break;
@@ -302,10 +310,22 @@ int run(const Options& options) {
       config_version = config.version();
       config.copy(&in_force, &captured);
     }
-    const size_t index = pick(rng);
+    size_t index = 0;
+    uint64_t launch_grid_id = 0;
+    uint32_t node_index = 0;
+    if (options.graph_nodes) {
+      node_index = uint32_t(launches % options.graph_nodes);
+      if (node_index == 0) ++replay;
+      index = node_index % catalog.size();
+      if (node_grid_ids.size() <= node_index) node_grid_ids.push_back(++grid_id);
+      launch_grid_id = node_grid_ids[node_index];
+    } else {
+      index = pick(rng);
+      launch_grid_id = ++grid_id;
+    }
     const KernelProfile& profile = catalog[index];
-    LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads, ++grid_id,
-                      uint32_t(launches % options.contexts)};
+    LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads,
+                      launch_grid_id, uint32_t(launches % options.contexts), options.graph_nodes ? replay : 0};
     LaunchRecord record{};
     record.host_time_ns = monotonic_ns();
     record.grid_id = shape.grid_id;
@@ -318,7 +338,13 @@ int run(const Options& options) {
     record.block_y = 1;
     record.block_z = 1;
     record.context_index = shape.ring;
-    record.kind = uint32_t(LaunchKind::Eager);
+    record.kind = uint32_t(options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager);
+    if (options.graph_nodes) {
+      record.graph_exec = graph_exec;
+      record.graph_node = 0xa000 + node_index;
+      record.graph_launch_id = replay;
+      record.replay = replay;
+    }
     record.mode = uint32_t(in_force.mode);
     record.shift = in_force.shift;
     record.flags = captured[index] ? kLaunchCaptured : 0;

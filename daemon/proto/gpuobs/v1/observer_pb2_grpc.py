@@ -44,6 +44,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordResponse.FromString,
                 )
+        self.ListGraphs = channel.unary_unary(
+                '/gpuobs.v1.Observer/ListGraphs',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsResponse.FromString,
+                )
 
 
 class ObserverServicer(object):
@@ -93,6 +98,14 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGraphs(self, request, context):
+        """Per CUDA graph exec: its kernel nodes, replays, node executions and blocks per replay,
+        from the launch records of node launches.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +138,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.Record,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordResponse.SerializeToString,
+            ),
+            'ListGraphs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGraphs,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -235,5 +253,22 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/Record',
             gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.RecordResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListGraphs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListGraphs',
+            gpuobs_dot_v1_dot_observer__pb2.ListGraphsRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.ListGraphsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
