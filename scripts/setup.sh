@@ -11,7 +11,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # Build requirements installed up front so that the build can see the sanitizer package.
 .venv/bin/python -m pip install -q "scikit-build-core>=0.11" "pybind11>=2.13" "numpy>=1.26" \
-  "nvidia-cuda-sanitizer-api==13.0.*" "pytest>=8" "hypothesis>=6.100"
+  "nvidia-cuda-sanitizer-api==13.0.*" "nvidia-cuda-nvdisasm" "pytest>=8" "hypothesis>=6.100"
 require=OFF
 if [ "${GPUOBS_REQUIRE_INJECTOR:-0}" = "1" ]; then require=ON; fi
 .venv/bin/python -m pip install -q --no-build-isolation \
