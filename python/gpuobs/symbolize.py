@@ -96,9 +96,6 @@ class CubinSymbols:
                 return Location(function, offset, text, frames)
         raise SymbolizeError(f"{function}+0x{offset:x} is not an instruction boundary")
 
-    def function_at(self, function_hint: str | None = None) -> list[str]:
-        return [name for name in self.functions if function_hint is None or function_hint in name]
-
 
 def format_location(location: Location, demangled: str | None = None) -> list[str]:
     lines = [f"{demangled or location.function}+0x{location.offset:x}: {location.instruction}"]
