@@ -1,12 +1,8 @@
 // The ring protocol, written once for the host (gpuobs-synth, the injector's host callbacks)
-// and the device (patch functions): claim tickets with a bounded compare-and-swap, write the
-// record, store seq last. Drop-newest: a producer that finds the ring full counts a drop and
-// returns; it never waits for the consumer and never overwrites an unread record.
-//
-// Why CAS and not fetch_add: a fetch_add that overshoots the capacity leaves a claimed ticket
-// that nobody will ever write, and the in-order reader would stall on that hole forever. The
-// CAS only retries when another producer made progress (lock-free), and warp aggregation on
-// the device keeps it to one claim per warp.
+// and the device (patch functions): reserve room, claim tickets, write the record, store seq
+// last. Drop-newest: a producer that finds the ring full counts a drop and returns; it never
+// waits for the consumer and never overwrites an unread record. Why a reservation and not a
+// plain fetch_add or a CAS loop: see claim() below.
 #pragma once
 
 #include <cstdint>
