@@ -236,12 +236,14 @@ size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
 }
 
 namespace {
+// Read in the order that keeps `produced >= head + dropped` true for a live producer (which
+// counts `produced` before it claims or drops): dropped, head, then produced.
 RingStats stats_of(const RingControl& control, uint64_t capacity) {
   RingStats stats;
-  stats.head = relaxed(&control.head);
+  stats.dropped = __atomic_load_n(&control.dropped, __ATOMIC_ACQUIRE);
+  stats.head = __atomic_load_n(&control.head, __ATOMIC_ACQUIRE);
+  stats.produced = __atomic_load_n(&control.produced, __ATOMIC_ACQUIRE);
   stats.tail = relaxed(&control.tail);
-  stats.produced = relaxed(&control.produced);
-  stats.dropped = relaxed(&control.dropped);
   stats.delivered = relaxed(&control.delivered);
   stats.torn = relaxed(&control.torn);
   stats.corrupt = relaxed(&control.corrupt);
