@@ -1,1 +1,1 @@
-"""gpuobsctl: the command-line client of gpuobsd (lands with the daemon issue)."""
+"""gpuobsctl: the command line of gpuobsd, one module per subcommand in `commands/`."""

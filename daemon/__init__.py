@@ -1,5 +1,2 @@
-"""gpuobsd: the long-running daemon (discovery, drain, control, metrics).
-
-Lands with the daemon issue; the spine provides the segment reader it is built on
-(gpuobs.segment).
-"""
+"""gpuobsd: discovers the segments of injected processes, drains them continuously, answers the
+gRPC API (`gpuobs.v1.Observer`) and exports Prometheus metrics. Entry point: `main.py`."""
