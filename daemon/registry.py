@@ -162,6 +162,8 @@ class Registry:
     def _check(self, process: ObservedProcess, now: float) -> None:
         process.last_check = now
         account = process.segment.accounting()
+        if not account.complete:
+            return  # no consistent snapshot this time: check again on the next pass
         process.last_accounting = account
         if account.errors and account.errors != process.last_errors:
             process.accounting_errors += len(account.errors)

@@ -77,6 +77,7 @@ class Accounting:
     stages: tuple[StageAccount, ...]
     errors: tuple[str, ...]
     quiescent: bool
+    complete: bool = True  # False: no consistent snapshot this time (the producer was publishing)
 
 
 class Segment:
@@ -164,7 +165,8 @@ class Segment:
         snapshot = self.counters()
         errors: list[str] = []
         if snapshot is None:
-            return Accounting((), ("counters kept changing during every read",), False)
+            # not an error: a producer preempted in the middle of a publish; look again later
+            return Accounting((), (), False, complete=False)
         counters, _ = snapshot
         quiescent = bool(counters["device_quiescent"])
         rings = [self.reader.event_ring_stats(i) for i in range(self.event_rings)]

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -288,7 +289,10 @@ bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>
   const uint32_t count = kernel_count();
   for (int attempt = 0; attempt < kCounterTries; ++attempt) {
     const uint64_t before = __atomic_load_n(&view_.counters->publish_seq, __ATOMIC_ACQUIRE);
-    if (before & 1) continue;
+    if (before & 1) {
+      sched_yield();  // the producer is mid-publish (perhaps preempted): let it finish
+      continue;
+    }
     copy_words(global, view_.counters);
     if (per_kernel) {
       per_kernel->resize(count);

@@ -57,7 +57,8 @@ GPUOBS_HD uint64_t fetch_add(uint64_t* word, uint64_t delta) {
   asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(before) : "l"(word), "l"(delta) : "memory");
   return before;
 #else
-  return __atomic_fetch_add(word, delta, __ATOMIC_RELAXED);
+  // acq_rel: a producer's earlier count (`produced`) is never seen after its claim
+  return __atomic_fetch_add(word, delta, __ATOMIC_ACQ_REL);
 #endif
 }
 
