@@ -36,7 +36,7 @@ class DaemonProcess:
              "--discovery-interval-ms", "50", *extra],
             stdout=self.log_file, stderr=subprocess.STDOUT, text=True)
         self.stub = pb_grpc.ObserverStub(grpc.insecure_channel(self.address))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded 2-core machine starts Python slowly
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gpuobsd exited {self.process.returncode}: {self.log()}")
