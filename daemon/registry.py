@@ -173,9 +173,3 @@ class Registry:
     # -- queries -----------------------------------------------------------------------------
     def live(self) -> list[ObservedProcess]:
         return [p for p in list(self.processes.values()) if p.alive]
-
-    def find(self, pid: int) -> ObservedProcess:
-        for process in self.processes.values():
-            if process.pid == pid and process.alive:
-                return process
-        raise NotFound(f"no observed process with pid {pid}")

@@ -70,3 +70,13 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+def gpuobsctl(address: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs the real CLI against a daemon address and captures what it prints."""
+    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", address, *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def device_stage(process: pb.Process) -> pb.StageCounts:
+    return next(s for s in process.stages if s.stage == "device")

@@ -3,17 +3,15 @@ same GPUOBS_* variables as the injector)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
+from daemon_support import gpuobsctl as run_gpuobsctl
 from synth_support import synth_binary
 
 NO_DAEMON = "unix:///nonexistent/gpuobsd.sock"
 
 
-def gpuobsctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", NO_DAEMON, *args],
-                          capture_output=True, text=True, timeout=timeout)
+def gpuobsctl(*args: str):
+    return run_gpuobsctl(NO_DAEMON, *args)
 
 
 def test_run_starts_a_private_daemon_and_summarises(tmp_path) -> None:

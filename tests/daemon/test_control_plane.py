@@ -13,15 +13,7 @@ import grpc
 import pytest
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
-
-
-def ctl(daemon, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, *args],
-                          capture_output=True, text=True, timeout=30)
-
-
-def device_stage(process: pb.Process) -> pb.StageCounts:
-    return next(s for s in process.stages if s.stage == "device")
+from daemon_support import device_stage, gpuobsctl
 
 
 def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_synth, start_daemon) -> None:
@@ -47,7 +39,7 @@ def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_s
     # memory mode records every access; events and accesses are read by two calls a few ms apart,
     # so the windowed ratio is near 1, not exactly 1 (exactness is checked at rest below)
     assert 0.8 < full < 1.2
-    result = ctl(daemon, "set-mode", "sampled", "--shift", "10")
+    result = gpuobsctl(daemon.address, "set-mode", "sampled", "--shift", "10")
     assert result.returncode == 0, result.stderr
     status = daemon.status()
     assert {p.mode for p in status.processes} == {"sampled"} and {p.shift for p in status.processes} == {10}
@@ -94,9 +86,9 @@ def test_invalid_requests_answer_the_right_code_and_change_nothing(start_synth, 
     after = daemon.status().processes[0]
     assert (after.mode, after.shift, after.generation) == (before.mode, before.shift, before.generation) == (
         "counter", before.shift, 0)
-    result = ctl(daemon, "set-mode", "sampled", "--shift", "99")
+    result = gpuobsctl(daemon.address, "set-mode", "sampled", "--shift", "99")
     assert result.returncode != 0 and result.stderr.count("\n") == 1 and "shift 99" in result.stderr
-    result = ctl(daemon, "set-mode", "blocks", "--pid", "1")
+    result = gpuobsctl(daemon.address, "set-mode", "blocks", "--pid", "1")
     assert result.returncode != 0 and "no observed process with pid 1" in result.stderr
     assert daemon.process.poll() is None
     assert synth.stop() == 0

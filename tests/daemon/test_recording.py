@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -14,11 +12,7 @@ import pytest
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.recording import Recording, RecordingError
 from gpuobs.trace_export import to_trace
-
-
-def ctl(daemon, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, *args],
-                          capture_output=True, text=True, timeout=60)
+from daemon_support import gpuobsctl
 
 
 def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daemon, tmp_path: Path) -> None:
@@ -26,7 +20,7 @@ def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daem
     daemon = start_daemon()
     daemon.wait_processes(1)
     path = tmp_path / "run.gpuobs"
-    done = ctl(daemon, "--output", "json", "record", str(path), "--count", "20000", "--duration", "20")
+    done = gpuobsctl(daemon.address, "--output", "json", "record", str(path), "--count", "20000", "--duration", "20")
     assert done.returncode == 0, done.stderr
     files = json.loads(done.stdout)["files"]
     assert len(files) == 1 and files[0]["path"] == str(path) and files[0]["events"] == 20000
@@ -42,7 +36,7 @@ def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daem
     assert any("flash_fwd_kernel" in k["name"] for k in recording.kernels.values())
 
     trace_path = tmp_path / "trace.json"
-    done = ctl(daemon, "export-trace", str(path), "--out", str(trace_path))
+    done = gpuobsctl(daemon.address, "export-trace", str(path), "--out", str(trace_path))
     assert done.returncode == 0, done.stderr
     trace = json.loads(trace_path.read_text())["traceEvents"]
     blocks = [e for e in trace if e.get("pid") == 1 and e["ph"] == "X"]

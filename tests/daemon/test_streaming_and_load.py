@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE
-
-
-def device_stage(process: pb.Process) -> pb.StageCounts:
-    return next(s for s in process.stages if s.stage == "device")
+from daemon_support import device_stage, gpuobsctl
 
 
 def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_daemon) -> None:
@@ -45,8 +40,7 @@ def test_tail_prints_events(start_synth, start_daemon) -> None:
     start_synth("--mode", "blocks", "--rate", "100000")
     daemon = start_daemon()
     daemon.wait_processes(1)
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "--output",
-                           "json", "tail", "--count", "50"], capture_output=True, text=True, timeout=30)
+    done = gpuobsctl(daemon.address, "--output", "json", "tail", "--count", "50", timeout=30)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 50 and all('"kind": "block_' in line for line in lines)

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port
+from daemon_support import DaemonProcess, free_port, gpuobsctl
 from harness import WORKLOADS, InjectedRun
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
 TORCH_OPS = [sys.executable, str(WORKLOADS / "torch_ops.py"), "--iters", "3"]
 TORCH_LOOP = [sys.executable, str(WORKLOADS / "torch_loop.py"), "--seconds", "10"]
-
-
-def gpuobsctl(address: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", address, *args],
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_gpuobsctl_run_summarises_a_pytorch_program() -> None:
