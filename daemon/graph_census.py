@@ -1,13 +1,72 @@
-"""Per process, what its CUDA graphs did, built from launch records (node launches carry graph
-exec, node and replay launch id). One numpy pass per drained batch; no per-record Python."""
+"""Per process, what its CUDA graphs did: graph execs, replays and node executions from the
+launch records, each node execution joined to its device block events.
+
+The join key is (grid id, replay number), never the order of arrival: a graph node keeps its
+grid id in every replay, and the injector pushes a replay number of its own into device memory
+at each graph launch, which the patches stamp into every event (DESIGN §6). Launch records are
+drained before events in each pass (a launch record is written before its kernel can run), so
+an event's node execution is normally known when the event arrives; events that match none are
+held until their replay is finished with and then counted as unmatched.
+
+Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in detail; older ones
+are folded into totals.
+"""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
 
-GRAPH_NODE = 2  # LaunchKind::GraphNode
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, MODES
+
+GRAPH_NODE = LAUNCH_KINDS["graph_node"]
+GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
+EXEC_CREATED = LAUNCH_KINDS["graph_exec_created"]
+EXEC_DESTROYED = LAUNCH_KINDS["graph_exec_destroyed"]
+BLOCK_ENTER = EVENT_KINDS["block_enter"]
+BLOCK_EXIT = EVENT_KINDS["block_exit"]
+MODE_BLOCKS = MODES["blocks"]
+CAPTURED = 0x1
+REPLAY_MASK = 0xFFFFFFFF  # the device carries the low 32 bits of the replay number
+
+MATCHED, MISMATCHED, UNRECORDED = "matched", "mismatched", "unrecorded"
+
+
+def device_key(grid_id: int, replay: int) -> int:
+    return (grid_id << 32) | (replay & REPLAY_MASK)
+
+
+@dataclasses.dataclass
+class DeviceSpan:
+    """The block events of one (grid id, replay): one node execution as the device saw it."""
+
+    enters: int = 0
+    events: int = 0
+    first_ns: int = 0  # first block enter
+    last_ns: int = 0   # last block event of any kind
+
+
+@dataclasses.dataclass
+class NodeExecution:
+    node: int
+    grid_id: int
+    slot: int
+    blocks: int  # grid size
+    recordable: bool  # blocks mode, kernel captured, replay number known
+
+    def key(self, replay: int) -> int:
+        return device_key(self.grid_id, replay)
+
+
+@dataclasses.dataclass
+class ReplayRecord:
+    replay: int
+    launch_id: int
+    host_time_ns: int
+    mode: int
+    executions: list[NodeExecution] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -18,6 +77,11 @@ class NodeCensus:
     block: tuple[int, int, int]
     executions: int = 0
     grid_ids: set[int] = dataclasses.field(default_factory=set)
+    # folded in from replays no longer kept in detail
+    matched: int = 0
+    mismatched: int = 0
+    unrecorded: int = 0
+    blocks_observed: int = 0
 
     @property
     def blocks_per_execution(self) -> int:
@@ -27,62 +91,238 @@ class NodeCensus:
 @dataclasses.dataclass
 class GraphCensus:
     graph_exec: int
+    alive: bool = True
     nodes: dict[int, NodeCensus] = dataclasses.field(default_factory=dict)
     first_launch_id: int = 0
     last_launch_id: int = 0
+    replays_seen: int = 0  # GRAPHS_LAUNCH_BEGIN records
     node_executions: int = 0
-    order: list[int] = dataclasses.field(default_factory=list)  # node order of the first replay seen
+    order: list[int] = dataclasses.field(default_factory=list)  # node order of the longest replay seen
     order_stable: bool = True
+    device_order: list[int] = dataclasses.field(default_factory=list)
+    device_order_stable: bool = True
+    events_unmatched: int = 0
+    recent: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)  # replay -> ReplayRecord
 
     @property
     def replays(self) -> int:
+        if self.replays_seen:
+            return self.replays_seen
         return self.last_launch_id - self.first_launch_id + 1 if self.last_launch_id else 0
 
 
 class GraphCensuses:
     """All graph execs of one process."""
 
-    MAX_GRAPHS = 4096  # bounded: a process that makes more graph execs than this is summarised partly
+    MAX_GRAPHS = 4096     # a process that makes more graph execs than this is summarised partly
+    KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
 
     def __init__(self) -> None:
         self.graphs: dict[int, GraphCensus] = {}
         self.graphs_dropped = 0
+        self.spans: dict[int, DeviceSpan] = {}
+        self.grid_owner: dict[int, int] = {}  # node grid id -> graph exec
+        self._node_grid_ids = np.zeros(0, dtype=np.uint64)
+
+    # -- launch records ------------------------------------------------------------------------
+    def _graph(self, graph_exec: int) -> GraphCensus | None:
+        census = self.graphs.get(graph_exec)
+        if census is None:
+            if len(self.graphs) >= self.MAX_GRAPHS:
+                self.graphs_dropped += 1
+                return None
+            census = self.graphs[graph_exec] = GraphCensus(graph_exec)
+        return census
 
     def update(self, launches: np.ndarray) -> None:
-        nodes = launches[launches["kind"] == GRAPH_NODE]
-        if not len(nodes):
+        kinds = launches["kind"]
+        interesting = launches[(kinds >= GRAPH_NODE) & (kinds <= EXEC_DESTROYED)]
+        if not len(interesting):
             return
-        for graph_exec in np.unique(nodes["graph_exec"]).tolist():
-            mine = nodes[nodes["graph_exec"] == graph_exec]
-            census = self.graphs.get(graph_exec)
+        names = interesting.dtype.names
+        for values in interesting.tolist():  # graph records: one per node execution, in order
+            row = dict(zip(names, values))
+            kind = int(row["kind"])
+            census = self._graph(int(row["graph_exec"]))
             if census is None:
-                if len(self.graphs) >= self.MAX_GRAPHS:
-                    self.graphs_dropped += 1
-                    continue
-                census = self.graphs[graph_exec] = GraphCensus(graph_exec, first_launch_id=int(mine["graph_launch_id"].min()))
-            census.last_launch_id = max(census.last_launch_id, int(mine["graph_launch_id"].max()))
-            census.first_launch_id = min(census.first_launch_id, int(mine["graph_launch_id"].min()))
-            census.node_executions += len(mine)
-            node_ids, first_index, counts = np.unique(mine["graph_node"], return_index=True, return_counts=True)
-            for node, index, count in zip(node_ids.tolist(), first_index.tolist(), counts.tolist()):
-                entry = census.nodes.get(node)
-                if entry is None:
-                    row = mine[index]
-                    entry = census.nodes[node] = NodeCensus(
-                        node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
-                        (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
-                entry.executions += count
-                if len(entry.grid_ids) < 4:
-                    entry.grid_ids.update(np.unique(mine["grid_id"][mine["graph_node"] == node]).tolist()[:4])
-            self._check_order(census, mine)
+                continue
+            if kind == EXEC_CREATED:
+                census.alive = True
+            elif kind == EXEC_DESTROYED:
+                census.alive = False
+            elif kind == GRAPH_LAUNCH:
+                census.replays_seen += 1
+                replay = int(row["replay"])
+                self._keep(census, ReplayRecord(replay, 0, int(row["host_time_ns"]), int(row["mode"])))
+            else:
+                self._node_execution(census, row)
 
-    @staticmethod
-    def _check_order(census: GraphCensus, mine: np.ndarray) -> None:
-        """Every complete replay in the batch must run the nodes in the first replay's order."""
-        for launch_id in np.unique(mine["graph_launch_id"]).tolist():
-            replay = mine[mine["graph_launch_id"] == launch_id]
-            order = replay["graph_node"][np.argsort(replay["host_time_ns"], kind="stable")].tolist()
-            if len(order) > len(census.order):
-                census.order = order  # a longer replay: the first ones seen may have been cut by a batch
-            elif len(order) == len(census.order) and order != census.order:
-                census.order_stable = False
+    def _node_execution(self, census: GraphCensus, row: dict) -> None:
+        node, grid_id, launch_id = int(row["graph_node"]), int(row["grid_id"]), int(row["graph_launch_id"])
+        replay = int(row["replay"])
+        census.node_executions += 1
+        census.first_launch_id = min(census.first_launch_id or launch_id, launch_id)
+        census.last_launch_id = max(census.last_launch_id, launch_id)
+        entry = census.nodes.get(node)
+        if entry is None:
+            entry = census.nodes[node] = NodeCensus(
+                node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
+                (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
+        entry.executions += 1
+        if len(entry.grid_ids) < 4:
+            entry.grid_ids.add(grid_id)
+        self.grid_owner.setdefault(grid_id, census.graph_exec)
+        record = census.recent.get(replay) if replay else None
+        if record is None:
+            # no graph launch record for this replay (dropped, or an injector without them)
+            record = self._keep(census, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
+        record.launch_id = launch_id
+        recordable = (int(row["mode"]) == MODE_BLOCKS and bool(int(row["flags"]) & CAPTURED) and replay != 0
+                      and int(row["kernel_slot"]) != 0xFFFFFFFF)
+        record.executions.append(NodeExecution(node, grid_id, int(row["kernel_slot"]), entry.blocks_per_execution,
+                                               recordable))
+
+    def _keep(self, census: GraphCensus, record: ReplayRecord) -> ReplayRecord:
+        key = record.replay if record.replay else -(census.node_executions + 1)  # unknown replays stay apart
+        if key in census.recent:
+            return census.recent[key]
+        census.recent[key] = record
+        while len(census.recent) > self.KEEP_REPLAYS:
+            _, oldest = census.recent.popitem(last=False)
+            self._fold(census, oldest)
+        return record
+
+    def _fold(self, census: GraphCensus, record: ReplayRecord) -> None:
+        """A replay leaves the detailed window: its results go into the totals, its spans away."""
+        self._check_orders(census, record)
+        for execution in record.executions:
+            node = census.nodes[execution.node]
+            status, observed = self.execution_status(execution, record.replay)
+            setattr(node, status, getattr(node, status) + 1)
+            node.blocks_observed += observed
+            self.spans.pop(execution.key(record.replay), None)
+
+    # -- device events -------------------------------------------------------------------------
+    def node_grid_ids(self) -> np.ndarray:
+        """Grid ids that belong to graph nodes (their events carry a meaningful replay number)."""
+        if len(self._node_grid_ids) != len(self.grid_owner):
+            self._node_grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
+        return self._node_grid_ids
+
+    def add_events(self, events: np.ndarray) -> None:
+        if not self.grid_owner or not len(events):
+            return
+        kinds = events["kind"]
+        block = events[((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT)) & np.isin(events["grid_id"], self.node_grid_ids())]
+        if not len(block):
+            return
+        keys = (block["grid_id"].astype(np.uint64) << np.uint64(32)) | block["replay"].astype(np.uint64)
+        order = np.argsort(keys, kind="stable")
+        keys, block = keys[order], block[order]
+        uniques, starts, counts = np.unique(keys, return_index=True, return_counts=True)
+        is_enter = block["kind"] == BLOCK_ENTER
+        times = block["globaltimer_ns"].astype(np.int64)
+        enters = np.add.reduceat(is_enter.astype(np.int64), starts)
+        enter_times = np.where(is_enter, times, np.iinfo(np.int64).max)
+        firsts = np.minimum.reduceat(enter_times, starts)
+        lasts = np.maximum.reduceat(times, starts)
+        for key, n_events, n_enters, first, last in zip(uniques.tolist(), counts.tolist(), enters.tolist(),
+                                                        firsts.tolist(), lasts.tolist()):
+            span = self.spans.get(key)
+            if span is None:
+                span = self.spans[key] = DeviceSpan()
+            if n_enters:
+                span.first_ns = first if not span.enters else min(span.first_ns, first)
+            span.enters += n_enters
+            span.events += n_events
+            span.last_ns = max(span.last_ns, last)
+        if len(self.spans) > 2 * self.KEEP_REPLAYS * max(1, len(self.grid_owner)):
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Spans no kept replay claims are unmatched events: counted, then forgotten."""
+        claimed = {execution.key(record.replay) for census in self.graphs.values()
+                   for record in census.recent.values() for execution in record.executions}
+        for key in [k for k in self.spans if k not in claimed]:
+            span = self.spans.pop(key)
+            owner = self.graphs.get(self.grid_owner.get(key >> 32, -1))
+            if owner is not None:
+                owner.events_unmatched += span.events
+
+    # -- reading -------------------------------------------------------------------------------
+    def execution_status(self, execution: NodeExecution, replay: int) -> tuple[str, int]:
+        span = self.spans.get(execution.key(replay)) if replay else None
+        observed = span.enters if span else 0
+        if not execution.recordable:
+            return UNRECORDED, observed
+        return (MATCHED if observed == execution.blocks else MISMATCHED), observed
+
+    def unmatched_events(self, census: GraphCensus) -> int:
+        """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
+        claimed = {execution.key(record.replay) for record in census.recent.values() for execution in record.executions}
+        held = sum(span.events for key, span in self.spans.items()
+                   if self.grid_owner.get(key >> 32) == census.graph_exec and key not in claimed)
+        return census.events_unmatched + held
+
+    def _check_orders(self, census: GraphCensus, record: ReplayRecord) -> None:
+        """Host order: node callbacks in launch order; device order: first block enter per node.
+        Both compared with the longest replay seen (a replay cut off by the start of observation
+        is shorter)."""
+        order = [execution.node for execution in record.executions]
+        if len(order) > len(census.order):
+            census.order = order
+        elif len(order) == len(census.order) and order != census.order:
+            census.order_stable = False
+        firsts = []
+        for execution in record.executions:
+            span = self.spans.get(execution.key(record.replay))
+            if not execution.recordable or span is None or not span.enters:
+                return  # only fully recorded replays say anything about device order
+            firsts.append((span.first_ns, execution.node))
+        device_order = [node for _, node in sorted(firsts)]
+        if len(device_order) > len(census.device_order):
+            census.device_order = device_order
+        elif len(device_order) == len(census.device_order) and device_order != census.device_order:
+            census.device_order_stable = False
+
+    def report(self, census: GraphCensus, replays: int) -> dict:
+        """Totals over every replay seen, and the last `replays` in detail."""
+        totals = {status: 0 for status in (MATCHED, MISMATCHED, UNRECORDED)}
+        per_node = {node: {status: census.nodes[node].__dict__[status] for status in totals} |
+                    {"blocks_observed": census.nodes[node].blocks_observed} for node in census.nodes}
+        order_check = GraphCensus(census.graph_exec, order=list(census.order), order_stable=census.order_stable,
+                                  device_order=list(census.device_order),
+                                  device_order_stable=census.device_order_stable)
+        details = []
+        previous_end = 0
+        for record in census.recent.values():
+            self._check_orders(order_check, record)
+            blocks, matched, start, end = [], 0, 0, 0
+            for execution in record.executions:
+                status, observed = self.execution_status(execution, record.replay)
+                per_node[execution.node][status] += 1
+                per_node[execution.node]["blocks_observed"] += observed
+                matched += status == MATCHED
+                blocks.append(observed)
+                span = self.spans.get(execution.key(record.replay)) if record.replay else None
+                if span and span.enters:
+                    start = span.first_ns if not start else min(start, span.first_ns)
+                    end = max(end, span.last_ns)
+            details.append({
+                "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
+                "mode": record.mode, "node_executions": len(record.executions), "nodes_matched": matched,
+                "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
+                "span_ns": end - start if start else 0,
+                "gap_ns": start - previous_end if start and previous_end else 0,
+            })
+            if end:
+                previous_end = end
+        for node in per_node.values():
+            for status in totals:
+                totals[status] += node[status]
+        return {
+            "totals": totals, "per_node": per_node, "replays": details[-replays:] if replays else [],
+            "order": order_check.order, "order_stable": order_check.order_stable,
+            "device_order_stable": order_check.device_order_stable,
+            "events_unmatched": self.unmatched_events(census),
+        }

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any, AsyncIterator
 
 import grpc
+from google.protobuf import json_format
 
 from .proto.gpuobs.v1 import observer_pb2 as pb
 from .proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
@@ -57,7 +58,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
     async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
         rows = await self._guard(context, lambda: self.service.kernels(list(request.pids), request.top))
-        return pb.ListKernelsResponse(kernels=[pb.Kernel(**row) for row in rows])
+        return pb.ListKernelsResponse(kernels=[json_format.ParseDict(row, pb.Kernel()) for row in rows])
 
     async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
         pids = list(request.pids)
@@ -87,12 +88,8 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             registry.subscribers.remove(subscriber)
 
     async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
-        rows = await self._guard(context, lambda: self.service.graphs(list(request.pids)))
-        graphs = []
-        for row in rows:
-            nodes = [pb.GraphNode(**node) for node in row.pop("nodes")]
-            graphs.append(pb.Graph(nodes=nodes, **row))
-        return pb.ListGraphsResponse(graphs=graphs)
+        rows = await self._guard(context, lambda: self.service.graphs(list(request.pids), request.replays or 16))
+        return pb.ListGraphsResponse(graphs=[json_format.ParseDict(row, pb.Graph()) for row in rows])
 
     async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
         async def call():

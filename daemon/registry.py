@@ -19,6 +19,7 @@ import structlog
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
 from .graph_census import GraphCensuses
+from .kernel_census import AnalysisBudget, KernelCensus
 
 log = structlog.get_logger("gpuobsd.registry")
 
@@ -51,6 +52,7 @@ class ObservedProcess:
     last_check: float = 0.0
     last_accounting: Accounting | None = None
     graphs: GraphCensuses = dataclasses.field(default_factory=GraphCensuses)
+    kernels: KernelCensus = dataclasses.field(default_factory=KernelCensus)  # the registry passes its budget
 
     @property
     def pid(self) -> int:
@@ -69,6 +71,7 @@ class Registry:
         self.rejected: dict[Path, str] = {}
         self.subscribers: list[Subscriber] = []
         self.last_pass_at = clock()
+        self.analysis_budget = AnalysisBudget()
 
     # -- discovery ---------------------------------------------------------------------------
     def discover(self) -> None:
@@ -82,7 +85,7 @@ class Registry:
                 log.warning("segment_rejected", path=str(path), reason=reason)
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
-            self.processes[path] = ObservedProcess(path, segment)
+            self.processes[path] = ObservedProcess(path, segment, kernels=KernelCensus(self.analysis_budget))
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
                      label=segment.header["label"], path=str(path))
         for path in list(self.rejected):
@@ -122,20 +125,25 @@ class Registry:
             return 0
         exited = segment.reader.state() == STATE_EXITED or not segment.reader.producer_alive()
         read = 0
-        for ring in range(segment.event_rings):
-            for _ in range(max_batches):
-                batch = segment.read_events(ring)
-                if not len(batch):
-                    break
-                read += len(batch)
-                self._publish("events", process.pid, batch)
+        # Launches first: a launch record is written before its kernel runs, so the events read
+        # next find their launch (graph node) already known.
         for _ in range(max_batches):
             launches = segment.read_launches()
             if not len(launches):
                 break
             read += len(launches)
             process.graphs.update(launches)
+            process.kernels.update(launches)
             self._publish("launches", process.pid, launches)
+        for ring in range(segment.event_rings):
+            for _ in range(max_batches):
+                batch = segment.read_events(ring)
+                if not len(batch):
+                    break
+                read += len(batch)
+                process.graphs.add_events(batch)
+                process.kernels.add_events(batch, process.graphs.node_grid_ids())
+                self._publish("events", process.pid, batch)
         if exited and read == 0:
             # the producer is done and everything it committed has been read
             process.alive = False

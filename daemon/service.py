@@ -100,26 +100,43 @@ class ObserverService:
                     "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
                     "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
                     "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
+                    **process.kernels.report(slot),
                 })
         rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
         return rows[:top] if top else rows
 
-    def graphs(self, pids: list[int]) -> list[dict[str, Any]]:
+    def graphs(self, pids: list[int], replays: int = 16) -> list[dict[str, Any]]:
+        if not 0 <= replays <= 1024:
+            raise InvalidArgument("replays must be within 0..1024")
         rows = []
         for process in self._targets(pids, live_only=False):
             names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-            for census in process.graphs.graphs.values():
-                nodes = [{
-                    "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
-                    "grid": list(n.grid), "block": list(n.block), "executions": n.executions,
-                    "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
-                } for n in sorted(census.nodes.values(), key=lambda n: census.order.index(n.node)
-                                  if n.node in census.order else len(census.order))]
+            censuses = process.graphs
+            for census in list(censuses.graphs.values()):
+                report = censuses.report(census, replays)
+                order = report["order"]
+                nodes = []
+                for n in sorted(census.nodes.values(), key=lambda n: order.index(n.node) if n.node in order else len(order)):
+                    counts = report["per_node"][n.node]
+                    nodes.append({
+                        "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
+                        "grid": list(n.grid), "block": list(n.block), "executions": n.executions,
+                        "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
+                        "position": order.index(n.node) if n.node in order else len(order),
+                        "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
+                        "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
+                    })
+                recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
                 rows.append({
-                    "pid": process.pid, "graph_exec": census.graph_exec, "replays": census.replays,
-                    "first_launch_id": census.first_launch_id, "last_launch_id": census.last_launch_id,
-                    "node_executions": census.node_executions, "order_stable": census.order_stable,
+                    "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
+                    "replays": census.replays, "first_launch_id": census.first_launch_id,
+                    "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
+                    "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
                     "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
+                    "executions_matched": report["totals"]["matched"],
+                    "executions_mismatched": report["totals"]["mismatched"],
+                    "executions_unrecorded": report["totals"]["unrecorded"],
+                    "events_unmatched": report["events_unmatched"], "recent_replays": recent,
                 })
         return rows
 

@@ -34,6 +34,7 @@ KERNEL_COUNTERS_DTYPE: np.dtype = _dtype(_native.KERNEL_COUNTERS_FIELDS, _native
 MODES: dict[str, int] = dict(_native.MODES)
 MODE_NAMES: dict[int, str] = {value: name for name, value in MODES.items()}
 EVENT_KINDS: dict[str, int] = dict(_native.EVENT_KINDS)
+LAUNCH_KINDS: dict[str, int] = dict(_native.LAUNCH_KINDS)
 CONTROL_STATUS: dict[str, int] = dict(_native.CONTROL_STATUS)
 PATCH_SETS: dict[str, int] = {"block": 0, "memory": 1}
 STATE_LIVE = 1

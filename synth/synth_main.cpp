@@ -315,7 +315,24 @@ int run(const Options& options) {
     uint32_t node_index = 0;
     if (options.graph_nodes) {
       node_index = uint32_t(launches % options.graph_nodes);
-      if (node_index == 0) ++replay;
+      if (node_index == 0) {
+        LaunchRecord graph_record{};
+        graph_record.host_time_ns = monotonic_ns();
+        graph_record.graph_exec = graph_exec;
+        graph_record.kernel_slot = UINT32_MAX;
+        graph_record.context_index = UINT32_MAX;
+        if (replay == 0) {  // the exec is instantiated before its first replay
+          graph_record.kind = uint32_t(LaunchKind::GraphExecCreated);
+          writer.write_launch(graph_record);
+        }
+        ++replay;
+        graph_record.kind = uint32_t(LaunchKind::GraphLaunch);
+        graph_record.stream = 0x1000;
+        graph_record.replay = replay;
+        graph_record.mode = uint32_t(in_force.mode);
+        graph_record.shift = in_force.shift;
+        writer.write_launch(graph_record);
+      }
       index = node_index % catalog.size();
       if (node_grid_ids.size() <= node_index) node_grid_ids.push_back(++grid_id);
       launch_grid_id = node_grid_ids[node_index];

@@ -17,24 +17,41 @@ HELP = "per CUDA graph exec: nodes, replays, node executions, blocks per node an
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--replays", type=int, default=8, help="the last N replays of each graph in detail (1..1024)")
+
+
+def micros(ns: int) -> str:
+    return f"{ns / 1000:.1f}"
 
 
 def run(args: argparse.Namespace) -> int:
-    response = call(args.address, "ListGraphs", pb.ListGraphsRequest(pids=args.pid))
+    response = call(args.address, "ListGraphs", pb.ListGraphsRequest(pids=args.pid, replays=args.replays))
     if args.output == "json":
         emit("json", [MessageToDict(g, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
                       for g in response.graphs])
         return 0
     for graph in response.graphs:
-        print(f"pid {graph.pid} graph exec 0x{graph.graph_exec:x}: {len(graph.nodes)} kernel nodes, "
-              f"{graph.replays} replays (launch ids {graph.first_launch_id}..{graph.last_launch_id}), "
-              f"{graph.node_executions} node executions, {graph.blocks_per_replay} blocks per replay, "
-              f"node order {'stable' if graph.order_stable else 'CHANGED between replays'}")
-        table([("node", "NODE"), ("executions", "EXECUTIONS"), ("blocks", "BLOCKS/EXEC"), ("grid", "GRID"),
-               ("name", "KERNEL")],
-              [{"node": f"0x{n.node:x}", "executions": n.executions, "blocks": n.blocks_per_execution,
-                "grid": "x".join(map(str, n.grid)), "name": n.name if len(n.name) <= 70 else n.name[:67] + "..."}
+        print(f"pid {graph.pid} graph exec 0x{graph.graph_exec:x}{'' if graph.alive else ' (destroyed)'}: "
+              f"{len(graph.nodes)} kernel nodes, {graph.replays} replays (launch ids "
+              f"{graph.first_launch_id}..{graph.last_launch_id}), {graph.node_executions} node executions, "
+              f"{graph.blocks_per_replay} blocks per replay, node order "
+              f"{'stable' if graph.order_stable else 'CHANGED between replays'}")
+        print(f"  joined to device events: {graph.executions_matched} matched, {graph.executions_mismatched} "
+              f"mismatched, {graph.executions_unrecorded} unrecorded; {graph.events_unmatched} unmatched events")
+        table([("position", "#"), ("node", "NODE"), ("executions", "EXECUTIONS"), ("matched", "MATCHED"),
+               ("blocks", "BLOCKS/EXEC"), ("grid", "GRID"), ("name", "KERNEL")],
+              [{"position": n.position, "node": f"0x{n.node:x}", "executions": n.executions,
+                "matched": n.executions_matched, "blocks": n.blocks_per_execution,
+                "grid": "x".join(map(str, n.grid)), "name": n.name if len(n.name) <= 60 else n.name[:57] + "..."}
                for n in graph.nodes])
+        if graph.recent_replays:
+            print()
+            table([("replay", "REPLAY"), ("launch_id", "LAUNCH ID"), ("mode", "MODE"), ("matched", "NODES MATCHED"),
+                   ("blocks", "BLOCKS"), ("span", "DEVICE SPAN us"), ("gap", "GAP us")],
+                  [{"replay": r.replay, "launch_id": r.launch_id, "mode": r.mode,
+                    "matched": f"{r.nodes_matched}/{r.node_executions}", "blocks": sum(r.node_blocks),
+                    "span": micros(r.span_ns) if r.device_start_ns else "-",
+                    "gap": micros(r.gap_ns) if r.gap_ns else "-"} for r in graph.recent_replays])
         print()
     if not response.graphs:
         print("no CUDA graph launches seen")

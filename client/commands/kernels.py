@@ -20,17 +20,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
 
 
+def shape_text(kernel: pb.Kernel) -> str:
+    """The most launched (grid, block) shape, and how many others there were."""
+    if not kernel.shapes:
+        return "-"
+    top = kernel.shapes[0]
+    text = f"{'x'.join(map(str, top.grid))}/{'x'.join(map(str, top.block))}"
+    others = len(kernel.shapes) - 1 + (1 if kernel.other_shape_launches else 0)
+    return f"{text} +{others}" if others else text
+
+
+def duration_text(durations: pb.BlockDurations) -> str:
+    if not durations.count:
+        return "-"
+    return f"{durations.p50_ns / 1000:.1f}/{durations.p99_ns / 1000:.1f}"
+
+
 def run(args: argparse.Namespace) -> int:
     response = call(args.address, "ListKernels", pb.ListKernelsRequest(pids=args.pid, top=max(0, args.top)))
     if args.output == "json":
         emit("json", [MessageToDict(k, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
                       for k in response.kernels])
         return 0
-    rows = [{"pid": k.pid, "launches": k.launches, "blocks": k.blocks_observed, "expected": k.blocks_expected,
-             "unpatched": k.blocks_unpatched + k.blocks_unobserved, "accesses": k.memory_accesses,
-             "events": k.events_delivered, "dropped": k.events_dropped,
-             "name": k.name if len(k.name) <= 80 else k.name[:77] + "..."} for k in response.kernels]
-    table([("pid", "PID"), ("launches", "LAUNCHES"), ("blocks", "BLOCKS"), ("expected", "EXPECTED"),
-           ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"), ("events", "EVENTS"), ("dropped", "DROPPED"),
-           ("name", "KERNEL")], rows)
+    rows = [{"pid": k.pid, "launches": k.launches, "graph": k.graph_launches, "blocks": k.blocks_observed,
+             "expected": k.blocks_expected, "unpatched": k.blocks_unpatched + k.blocks_unobserved,
+             "accesses": k.memory_accesses, "events": k.events_delivered, "dropped": k.events_dropped,
+             "shape": shape_text(k), "duration": duration_text(k.block_durations),
+             "name": k.name if len(k.name) <= 60 else k.name[:57] + "..."} for k in response.kernels]
+    table([("pid", "PID"), ("launches", "LAUNCHES"), ("graph", "IN GRAPHS"), ("blocks", "BLOCKS"),
+           ("expected", "EXPECTED"), ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"), ("events", "EVENTS"),
+           ("dropped", "DROPPED"), ("shape", "GRID/BLOCK"), ("duration", "BLOCK us p50/p99"), ("name", "KERNEL")],
+          rows)
     return 0

@@ -45,11 +45,21 @@ def reachable(address: str) -> pb.GetStatusResponse | None:
         return None
 
 
-def start_private_daemon(work: Path) -> tuple[subprocess.Popen, str]:
-    (work / "segments").mkdir()
+def segment_directory(work: Path) -> Path:
+    """The segments must live on a tmpfs: CUDA pins the segment (cuMemHostRegister), which fails
+    with "invalid argument" for a file on a disk file system such as the /tmp of many hosts."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return Path(tempfile.mkdtemp(prefix="gpuobs-run-segments-", dir=shm))
+    directory = work / "segments"
+    directory.mkdir()
+    return directory
+
+
+def start_private_daemon(work: Path, segments: Path) -> tuple[subprocess.Popen, str]:
     log = open(work / "gpuobsd.log", "w")
     daemon = subprocess.Popen([sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(work / "run"),
-                               "--segment-dir", str(work / "segments"), "--metrics-address", "",
+                               "--segment-dir", str(segments), "--metrics-address", "",
                                "--discovery-interval-ms", "50", "--log-format", "json"],
                               stdout=log, stderr=subprocess.STDOUT)
     address = f"unix://{work}/run/gpuobsd.sock"
@@ -71,12 +81,14 @@ def run(args: argparse.Namespace) -> int:
     if not INJECTOR.exists():
         raise CommandError(f"{INJECTOR} is missing: this gpuobs was built without the injector")
     work = Path(tempfile.mkdtemp(prefix="gpuobs-run-"))
+    segments: Path | None = None
     daemon = None
     try:
         status = reachable(args.address)
         address = args.address
         if status is None:
-            daemon, address = start_private_daemon(work)
+            segments = segment_directory(work)
+            daemon, address = start_private_daemon(work, segments)
             status = reachable(address)
         env = dict(os.environ)
         env.update({
@@ -96,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
             daemon.terminate()
             daemon.wait(timeout=20)
         shutil.rmtree(work, ignore_errors=True)
+        if segments is not None:
+            shutil.rmtree(segments, ignore_errors=True)
 
 
 def summarise(address: str, child_pid: int, *, private: bool, top: int) -> None:

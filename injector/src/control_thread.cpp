@@ -28,6 +28,7 @@ std::vector<uint8_t> Injector::capture_for_all_locked() {
 void Injector::stage_locked() {
   const uint64_t config = make_config(in_force_.mode, in_force_.shift);
   const std::vector<uint8_t> capture = capture_for_all_locked();
+  for (uint32_t slot = 0; slot < capture.size(); ++slot) slot_captured_[slot].store(capture[slot], std::memory_order_relaxed);
   ++device_generation_;
   const uint32_t contexts = context_count_.load(std::memory_order_acquire);
   for (uint32_t index = 0; index < contexts; ++index) {

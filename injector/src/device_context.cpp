@@ -105,6 +105,16 @@ uint64_t DeviceContext::mirror_if_stale(Sanitizer_StreamHandle stream) {
   return staged.config.config;
 }
 
+uint64_t DeviceContext::push_replay(Sanitizer_StreamHandle stream) {
+  const uint64_t replay = replay_.fetch_add(1, std::memory_order_relaxed) + 1;
+  uint64_t& source = replay_sources_[replay % kReplayBuffers];
+  source = replay;
+  uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
+  if (sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) != SANITIZER_SUCCESS)
+    return 0;
+  return replay;
+}
+
 bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
                               std::string* error) {
   if (kernel_count > kernel_slots_) kernel_count = kernel_slots_;

@@ -34,6 +34,13 @@ class DeviceContext {
   // force for launches issued after this call on this stream.
   uint64_t mirror_if_stale(Sanitizer_StreamHandle stream);
   uint64_t config_in_force() const { return in_force_.load(std::memory_order_acquire); }
+  // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this context and copies
+  // it into DeviceConfig::replay on the graph's stream, ahead of the replay's nodes, which stamp
+  // it into their events (graph nodes keep their grid ids across replays, so the grid id alone
+  // cannot say which replay an event belongs to). Returns the number, 0 when the copy failed.
+  // One word per context: graphs replayed at the same time on different streams can overwrite
+  // each other's number; the daemon then finds events whose (grid id, replay) match no launch.
+  uint64_t push_replay(Sanitizer_StreamHandle stream);
 
   // Control thread: copies the device counters of slots [0, kernel_count) and the ring head.
   bool read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
@@ -42,6 +49,7 @@ class DeviceContext {
  private:
   DeviceContext() = default;
   static constexpr int kStagedBuffers = 8;
+  static constexpr uint32_t kReplayBuffers = 256;  // copy sources stay untouched while a copy may be pending
   struct Staged {
     DeviceConfig config{};
     std::vector<uint8_t> capture;
@@ -56,6 +64,8 @@ class DeviceContext {
   std::atomic<uint64_t> staged_generation_{0};
   std::atomic<uint64_t> mirrored_generation_{0};
   std::atomic<uint64_t> in_force_{0};
+  std::atomic<uint64_t> replay_{0};
+  uint64_t replay_sources_[kReplayBuffers] = {};
 };
 
 }  // namespace gpuobs

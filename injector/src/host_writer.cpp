@@ -105,13 +105,15 @@ int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const
 
 bool SegmentWriter::write_launch(const LaunchRecord& record) {
   const SegmentView& v = view();
-  add(&v.counters->launches, 1);
-  if (record.kernel_slot < v.caps.kernel_slots) {
-    KernelCounters& kernel = v.kernel_counters[record.kernel_slot];
-    add(&kernel.launches, 1);
-    add(&kernel.blocks_expected, uint64_t(record.grid_x) * record.grid_y * record.grid_z);
-  } else {
-    add(&v.counters->launches_unattributed, 1);
+  if (is_kernel_launch(record.kind)) {
+    add(&v.counters->launches, 1);
+    if (record.kernel_slot < v.caps.kernel_slots) {
+      KernelCounters& kernel = v.kernel_counters[record.kernel_slot];
+      add(&kernel.launches, 1);
+      add(&kernel.blocks_expected, uint64_t(record.grid_x) * record.grid_y * record.grid_z);
+    } else {
+      add(&v.counters->launches_unattributed, 1);
+    }
   }
   RingControl& control = *v.launch_ring_control;
   add(&control.produced, 1);

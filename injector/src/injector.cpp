@@ -13,6 +13,14 @@ namespace {
 // Set on the tool thread: the CUDA calls it makes must not feed back into our own callbacks.
 thread_local bool t_tool_thread = false;
 
+// The graph launch this thread is inside (between GRAPHS_LAUNCH_BEGIN and _END): its node
+// launch callbacks come on the same thread and take the replay number from here.
+struct GraphLaunchInProgress {
+  uint64_t graph_exec = 0;
+  uint64_t replay = 0;
+};
+thread_local GraphLaunchInProgress t_graph_launch;
+
 uint64_t grid_blocks(const Sanitizer_LaunchData& launch) {
   return uint64_t(launch.gridDim_x) * launch.gridDim_y * launch.gridDim_z;
 }
@@ -70,20 +78,29 @@ void Injector::dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cb
       break;
     case SANITIZER_CB_DOMAIN_LAUNCH:
       if (cbid == SANITIZER_CBID_LAUNCH_BEGIN)
-        on_launch(*static_cast<const Sanitizer_LaunchData*>(cbdata), LaunchKind::Eager, 0, 0, 0);
+        on_launch(*static_cast<const Sanitizer_LaunchData*>(cbdata), LaunchKind::Eager, GraphPosition{});
       break;
     case SANITIZER_CB_DOMAIN_GRAPHS:
       if (cbid == SANITIZER_CBID_GRAPHS_GRAPHEXEC_CREATED) {
         live_graph_execs_.fetch_add(1, std::memory_order_relaxed);
+        on_graph_exec(*static_cast<const Sanitizer_GraphExecData*>(cbdata), LaunchKind::GraphExecCreated);
       } else if (cbid == SANITIZER_CBID_GRAPHS_GRAPHEXEC_DESTROYING) {
         live_graph_execs_.fetch_sub(1, std::memory_order_relaxed);
+        on_graph_exec(*static_cast<const Sanitizer_GraphExecData*>(cbdata), LaunchKind::GraphExecDestroyed);
       } else if (cbid == SANITIZER_CBID_GRAPHS_LAUNCH_BEGIN) {
         on_graph_launch(*static_cast<const Sanitizer_GraphLaunchData*>(cbdata));
+      } else if (cbid == SANITIZER_CBID_GRAPHS_LAUNCH_END) {
+        t_graph_launch = GraphLaunchInProgress{};
       } else if (cbid == SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN) {
         const auto& node = *static_cast<const Sanitizer_GraphNodeLaunchData*>(cbdata);
-        if (node.nodeType == CU_GRAPH_NODE_TYPE_KERNEL && !node.isGraphUpload)
-          on_launch(node.launchData, LaunchKind::GraphNode, reinterpret_cast<uint64_t>(node.graphExec),
-                    reinterpret_cast<uint64_t>(node.node), node.launchId);
+        if (node.nodeType == CU_GRAPH_NODE_TYPE_KERNEL && !node.isGraphUpload) {
+          GraphPosition position;
+          position.graph_exec = reinterpret_cast<uint64_t>(node.graphExec);
+          position.graph_node = reinterpret_cast<uint64_t>(node.node);
+          position.launch_id = node.launchId;
+          position.replay = t_graph_launch.graph_exec == position.graph_exec ? t_graph_launch.replay : 0;
+          on_launch(node.launchData, LaunchKind::GraphNode, position);
+        }
       }
       break;
     case SANITIZER_CB_DOMAIN_SYNCHRONIZE:
@@ -122,8 +139,8 @@ bool Injector::ensure_segment() {
                                                          CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
   if (registered != CUDA_SUCCESS && registered != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
     segment_failed_ = true;
-    log_line("cannot register the segment with CUDA (%s); the program runs unobserved",
-             driver().error_text(registered));
+    log_line("cannot register the segment with CUDA (%s; is %s on a tmpfs such as /dev/shm?); the program runs "
+             "unobserved", driver().error_text(registered), config_.segment_dir.c_str());
     segment->unlink_file();
     return false;
   }
@@ -131,6 +148,8 @@ bool Injector::ensure_segment() {
   ControlRequest initial = in_force_;
   writer_->acknowledge(0, initial, ControlStatus::Ok, "");
   slot_patched_.reset(new std::atomic<uint8_t>[writer_->view().caps.kernel_slots]());
+  slot_captured_.reset(new std::atomic<uint8_t>[writer_->view().caps.kernel_slots]());
+  for (uint32_t slot = 0; slot < writer_->view().caps.kernel_slots; ++slot) slot_captured_[slot].store(1);
   log_line("observing into %s (patch set %s, mode %s)", writer_->segment().path().c_str(),
            config_.patch_set == PatchSet::Memory ? "memory" : "block", mode_name(config_.mode));
   segment_ready_.store(true, std::memory_order_release);
@@ -226,8 +245,7 @@ int64_t Injector::slot_for(const Sanitizer_LaunchData& launch, DeviceContext* co
   });
 }
 
-void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, uint64_t graph_exec,
-                         uint64_t graph_node, uint64_t graph_launch_id) {
+void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, const GraphPosition& position) {
   if (!segment_ready_.load(std::memory_order_acquire)) return;
   const SegmentView& view = writer_->view();
   DeviceContext* context = context_for(launch.context);
@@ -241,9 +259,10 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, ui
   record.host_time_ns = monotonic_ns();
   record.grid_id = launch.gridId;
   record.stream = reinterpret_cast<uint64_t>(launch.stream);
-  record.graph_exec = graph_exec;
-  record.graph_node = graph_node;
-  record.graph_launch_id = graph_launch_id;
+  record.graph_exec = position.graph_exec;
+  record.graph_node = position.graph_node;
+  record.graph_launch_id = position.launch_id;
+  record.replay = position.replay;
   record.kernel_slot = slot >= 0 ? uint32_t(slot) : UINT32_MAX;
   record.grid_x = launch.gridDim_x;
   record.grid_y = launch.gridDim_y;
@@ -255,6 +274,7 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, ui
   record.kind = uint32_t(kind);
   record.mode = uint32_t(mode);
   record.shift = config_shift(config);
+  record.flags = slot >= 0 && slot_captured_[slot].load(std::memory_order_relaxed) ? kLaunchCaptured : 0;
   writer_->write_launch(record);
   if (slot >= 0) {
     KernelCounters& kernel = view.kernel_counters[slot];
@@ -267,9 +287,37 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, ui
 }
 
 void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
+  t_graph_launch = GraphLaunchInProgress{};
   if (!segment_ready_.load(std::memory_order_acquire) || data.isGraphUpload) return;
-  // Replays read the config from device memory: mirror a change before the replay starts.
-  if (DeviceContext* context = context_for(data.context)) context->mirror_if_stale(data.hStream);
+  DeviceContext* context = context_for(data.context);
+  LaunchRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.stream = reinterpret_cast<uint64_t>(data.stream);
+  record.graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
+  record.kernel_slot = UINT32_MAX;
+  record.kind = uint32_t(LaunchKind::GraphLaunch);
+  record.context_index = context ? context->ring_index() : UINT32_MAX;
+  if (context) {
+    // Replays read the config from device memory: mirror a change before the replay starts,
+    // then give the replay its number.
+    const uint64_t config = context->mirror_if_stale(data.hStream);
+    record.mode = config_mode(config);
+    record.shift = config_shift(config);
+    record.replay = context->push_replay(data.hStream);
+    t_graph_launch = GraphLaunchInProgress{record.graph_exec, record.replay};
+  }
+  writer_->write_launch(record);
+}
+
+void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return;
+  LaunchRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
+  record.kernel_slot = UINT32_MAX;
+  record.context_index = UINT32_MAX;
+  record.kind = uint32_t(kind);
+  writer_->write_launch(record);
 }
 
 void Injector::shutdown() {

@@ -30,6 +30,14 @@ namespace gpuobs {
 // Marks the calling thread as the tool's own: callbacks it triggers are ignored.
 void mark_tool_thread();
 
+// Where a kernel launch sits in a graph replay (all zero for an eager launch).
+struct GraphPosition {
+  uint64_t graph_exec = 0;
+  uint64_t graph_node = 0;
+  uint64_t launch_id = 0;  // the driver's per-exec launch id
+  uint64_t replay = 0;     // our replay number, pushed to the device (DeviceContext::push_replay)
+};
+
 class Injector {
  public:
   Injector();
@@ -46,9 +54,9 @@ class Injector {
   void on_context_destroying(const Sanitizer_ResourceContextData& data);
   void on_module_loaded(const Sanitizer_ResourceModuleData& data);
   // launch callbacks
-  void on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, uint64_t graph_exec, uint64_t graph_node,
-                 uint64_t graph_launch_id);
+  void on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, const GraphPosition& position);
   void on_graph_launch(const Sanitizer_GraphLaunchData& data);
+  void on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind);
 
   bool ensure_segment();
   DeviceContext* context_for(CUcontext context);
@@ -79,6 +87,7 @@ class Injector {
 
   FunctionSlots function_slots_;
   std::unique_ptr<std::atomic<uint8_t>[]> slot_patched_;  // per slot: its module is patched
+  std::unique_ptr<std::atomic<uint8_t>[]> slot_captured_;  // per slot: the kernel filter lets it record
 
   // config in force (guarded by config_mutex_; never taken on the launch path)
   std::mutex config_mutex_;

@@ -318,6 +318,13 @@ PYBIND11_MODULE(_native, m) {
   kinds["bulk_copy"] = uint32_t(EventKind::BulkCopy);
   m.attr("EVENT_KINDS") = kinds;
   m.attr("EVENT_KIND_COUNT") = kEventKindCount;
+  py::dict launch_kinds;
+  launch_kinds["eager"] = uint32_t(LaunchKind::Eager);
+  launch_kinds["graph_node"] = uint32_t(LaunchKind::GraphNode);
+  launch_kinds["graph_launch"] = uint32_t(LaunchKind::GraphLaunch);
+  launch_kinds["graph_exec_created"] = uint32_t(LaunchKind::GraphExecCreated);
+  launch_kinds["graph_exec_destroyed"] = uint32_t(LaunchKind::GraphExecDestroyed);
+  m.attr("LAUNCH_KINDS") = launch_kinds;
   py::dict statuses;
   statuses["ok"] = uint32_t(ControlStatus::Ok);
   statuses["invalid_argument"] = uint32_t(ControlStatus::InvalidArgument);

@@ -229,8 +229,8 @@ size_t SegmentReader::read_events(uint32_t ring_index, EventRecord* out, size_t 
 size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
   const uint32_t slots = view_.caps.kernel_slots;
   auto validate = [slots](const LaunchRecord& record) {
-    const bool kind_ok = record.kind == uint32_t(LaunchKind::Eager) || record.kind == uint32_t(LaunchKind::GraphNode);
-    return kind_ok && (record.kernel_slot < slots || record.kernel_slot == UINT32_MAX);
+    if (is_kernel_launch(record.kind)) return record.kernel_slot < slots || record.kernel_slot == UINT32_MAX;
+    return record.kind > 0 && record.kind < kLaunchKindCount && record.kernel_slot == UINT32_MAX;
   };
   return read_ring(*view_.launch_ring_control, view_.launch_ring, view_.caps.launch_ring_records, out, max_records,
                    &launch_pending_since_, validate);

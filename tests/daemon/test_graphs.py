@@ -36,3 +36,50 @@ def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon) -> No
                            "json", "graphs"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["replays"] == str(REPLAYS)  # uint64 is a string in proto JSON
+
+
+def test_every_node_execution_is_joined_to_its_own_replays_events(start_synth, start_daemon) -> None:
+    """Blocks mode: the nodes keep their grid ids in all 40 replays, so only the replay number
+    tells the replays' events apart; a join on grid id alone would give node_blocks x40."""
+    synth = start_synth("--mode", "blocks", "--graph-nodes", str(NODES), "--launches", str(NODES * REPLAYS),
+                        "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18))
+    daemon = start_daemon()
+    assert synth.wait() == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (not daemon.status().processes or daemon.status().processes[0].alive):
+        time.sleep(0.05)
+    graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(replays=REPLAYS), timeout=10).graphs[0]
+    assert graph.alive and graph.replays == REPLAYS
+    assert (graph.executions_matched, graph.executions_mismatched, graph.executions_unrecorded) == (NODES * REPLAYS, 0, 0)
+    assert graph.events_unmatched == 0 and graph.order_stable and graph.device_order_stable
+    assert [r.replay for r in graph.recent_replays] == list(range(1, REPLAYS + 1))
+    per_node = [node.blocks_per_execution for node in graph.nodes]
+    for replay in graph.recent_replays:
+        assert (replay.node_executions, replay.nodes_matched, replay.mode) == (NODES, NODES, "blocks")
+        assert list(replay.node_blocks) == per_node
+        assert replay.device_end_ns >= replay.device_start_ns > 0
+    starts = [r.device_start_ns for r in graph.recent_replays]
+    assert starts == sorted(starts)
+    assert all(r.gap_ns >= 0 for r in graph.recent_replays[1:]) and graph.recent_replays[0].gap_ns == 0
+    for node in graph.nodes:
+        assert (node.executions_matched, node.blocks_observed) == (REPLAYS, REPLAYS * node.blocks_per_execution)
+    kernels = daemon.stub.ListKernels(pb.ListKernelsRequest(), timeout=10).kernels
+    for kernel in kernels:
+        if not kernel.launches:
+            continue
+        assert kernel.graph_launches == kernel.launches
+        assert len(kernel.shapes) == 1 and kernel.shapes[0].launches == kernel.launches
+        durations = kernel.block_durations
+        # gpuobs-synth writes an exit after every enter: every block pairs
+        assert (durations.count, durations.unpaired) == (kernel.blocks_observed, 0), kernel.name
+        assert durations.min_ns <= durations.p50_ns <= durations.p99_ns <= durations.max_ns
+
+
+def test_replays_argument_is_checked(start_daemon) -> None:
+    import grpc
+    import pytest
+
+    daemon = start_daemon()
+    with pytest.raises(grpc.RpcError) as error:
+        daemon.stub.ListGraphs(pb.ListGraphsRequest(replays=5000), timeout=10)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT

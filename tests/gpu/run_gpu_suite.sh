@@ -9,6 +9,7 @@ out=${1:?usage: run_gpu_suite.sh OUT_DIR [pytest args]}
 shift
 mkdir -p "$out"
 export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+export GPUOBS_REPORT_DIR="$out"  # reports the tests write (graphs-40x7.json)
 python=${PYTHON:-python3}
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

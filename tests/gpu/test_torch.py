@@ -16,10 +16,14 @@ from harness import WORKLOADS, InjectedRun
 TORCH_OPS = [sys.executable, str(WORKLOADS / "torch_ops.py")]
 
 
-def profiler_census(shm_dir) -> dict[str, tuple[int, int]]:
-    """name -> (launches, blocks) as torch.profiler records them, in a run without the injector."""
+def profiler_kernels(shm_dir) -> list[dict]:
+    """Kernel events as torch.profiler records them, in a run without the injector."""
     run = InjectedRun(TORCH_OPS + ["--profile", "--iters", "3"], shm_dir, inject=False)
-    kernels = run.finish()["profiler_kernels"]
+    return run.finish()["profiler_kernels"]
+
+
+def census_of(kernels: list[dict]) -> dict[str, tuple[int, int]]:
+    """name -> (launches, blocks)."""
     census: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for kernel in kernels:
         census[kernel["name"]][0] += 1
@@ -28,7 +32,8 @@ def profiler_census(shm_dir) -> dict[str, tuple[int, int]]:
 
 
 def test_eager_counts_equal_the_profilers(shm_dir) -> None:
-    census = profiler_census(shm_dir)
+    profiled = profiler_kernels(shm_dir)
+    census = census_of(profiled)
     assert any("nvjet" in name or "gemm" in name.lower() for name in census), census  # cuBLAS
     assert any("scale_add_kernel" in name for name in census), census  # Triton
     assert any("elementwise" in name for name in census), census
@@ -47,6 +52,12 @@ def test_eager_counts_equal_the_profilers(shm_dir) -> None:
         assert len(mine) == row["launches"]
     for name, row in table.items():
         assert row["blocks_observed"] == row["blocks_expected"], name
+    # launch by launch: the same (kernel, grid) pairs as the profiler's, 4/3 as many of each
+    names = {row["slot"]: name for name, row in table.items()}
+    ours = collections.Counter((names[int(l["kernel_slot"])], (int(l["grid_x"]), int(l["grid_y"]), int(l["grid_z"])))
+                               for l in launches if int(l["kernel_slot"]) in names)
+    theirs = collections.Counter((k["name"], tuple(k["grid"])) for k in profiled)
+    assert {key: count * 4 // 3 for key, count in theirs.items()} == {key: ours[key] for key in theirs}
 
 
 def test_graph_replays_are_counted_exactly(shm_dir) -> None:

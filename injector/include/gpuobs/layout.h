@@ -20,7 +20,7 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;  // 2: graph launch and graph exec records
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
 constexpr uint32_t kPageBytes = 4096;
@@ -62,10 +62,19 @@ enum MemoryFlags : uint16_t {
   kAccessPrefetch = 0x8,
 };
 
+// Launch table records: kernel launches (1, 2) and the graph events around them (3-5), which
+// carry no kernel (kernel_slot = UINT32_MAX, no geometry).
 enum class LaunchKind : uint32_t {
-  Eager = 1,      // LAUNCH_BEGIN of an ordinary launch
-  GraphNode = 2,  // NODE_LAUNCH_BEGIN inside a graph replay
+  Eager = 1,               // LAUNCH_BEGIN of an ordinary launch
+  GraphNode = 2,           // NODE_LAUNCH_BEGIN inside a graph replay (kernel nodes only)
+  GraphLaunch = 3,         // GRAPHS_LAUNCH_BEGIN: one replay; graph_exec, stream, replay
+  GraphExecCreated = 4,    // GRAPHEXEC_CREATED: graph_exec
+  GraphExecDestroyed = 5,  // GRAPHEXEC_DESTROYING: graph_exec
 };
+constexpr uint32_t kLaunchKindCount = 6;
+constexpr bool is_kernel_launch(uint32_t kind) {
+  return kind == uint32_t(LaunchKind::Eager) || kind == uint32_t(LaunchKind::GraphNode);
+}
 
 enum class ControlStatus : uint32_t {
   Ok = 0,
@@ -93,7 +102,9 @@ struct alignas(64) EventRecord {
   uint16_t thread;          // linear thread index in the block (memory events)
   uint16_t sm_id;           // %smid
   uint32_t kernel_slot;     // index into the kernel table
-  uint32_t replay;          // graph replay sequence pushed by the host (0 for eager)
+  uint32_t replay;          // low 32 bits of the replay sequence in force on the device: the join
+                            // key with LaunchRecord::replay for graph nodes (grid ids repeat across
+                            // replays); meaningless for eager launches, whose grid id is unique
   uint8_t kind;             // EventKind
   uint8_t access_bytes;     // memory events: access size in bytes
   uint16_t flags;           // MemoryFlags for memory events
@@ -122,7 +133,9 @@ struct alignas(64) LaunchRecord {
   uint32_t mode;           // Mode in force for this launch
   uint32_t shift;          // sample shift in force for this launch
   uint32_t flags;          // bit 0: captured by the kernel filter
-  uint64_t replay;         // replay sequence pushed to the device (EventRecord::replay)
+  uint64_t replay;         // graph nodes and graph launches: the replay sequence the host pushed
+                           // to the device for this replay (its low 32 bits are EventRecord::replay);
+                           // 0 for eager launches and for a node whose replay was not seen
   uint64_t reserved[2];
   uint64_t seq;  // ticket + 1, stored last
 };

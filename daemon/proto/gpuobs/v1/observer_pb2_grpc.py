@@ -99,8 +99,9 @@ class ObserverServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListGraphs(self, request, context):
-        """Per CUDA graph exec: its kernel nodes, replays, node executions and blocks per replay,
-        from the launch records of node launches.
+        """Per CUDA graph exec: its kernel nodes, replays, node executions and blocks per node per
+        replay; each node execution joined to its device events by (grid id, replay number), and
+        each replay's span on the device clock with the gap to the one before.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

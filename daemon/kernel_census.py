@@ -1,0 +1,219 @@
+"""Per kernel, what the counters in the segment do not hold: the launch shapes (from launch
+records) and how long blocks ran (block enter paired with block exit, from events). Batched in
+numpy: no Python per event.
+
+Block durations need exit events, which the injector records only with GPUOBS_BLOCK_EXIT=1
+(an exit hook is costly, bench/results/injector-decisions-2026-11-29.md). Enter events are held
+for pairing only once a process has shown an exit event, so a process without exit hooks costs
+nothing here. Pairing sorts; all processes together may spend at most a fixed share of the
+daemon's time on it (AnalysisBudget), so the drain never falls behind because of it: block events
+beyond that budget are counted per kernel as not analysed (their partners then show as unpaired).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+
+import numpy as np
+
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS
+
+BLOCK_ENTER = EVENT_KINDS["block_enter"]
+BLOCK_EXIT = EVENT_KINDS["block_exit"]
+KERNEL_KINDS = (LAUNCH_KINDS["eager"], LAUNCH_KINDS["graph_node"])
+GRAPH_NODE = LAUNCH_KINDS["graph_node"]
+NO_SLOT = 0xFFFFFFFF
+BUCKETS_PER_OCTAVE = 8
+BUCKETS = 64 * BUCKETS_PER_OCTAVE
+SHAPE_FIELDS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
+                          ("time", np.int64), ("slot", np.uint32)])
+
+
+class AnalysisBudget:
+    """The share of the daemon's wall time that optional analysis may use, shared by every
+    observed process."""
+
+    def __init__(self, share: float = 0.2, grace_s: float = 0.05) -> None:
+        self.share = share
+        self.grace_s = grace_s
+        self.started = time.monotonic()
+        self.spent_s = 0.0
+
+    def allows(self) -> bool:
+        return self.spent_s <= self.share * (time.monotonic() - self.started) + self.grace_s
+
+    def charge(self, seconds: float) -> None:
+        self.spent_s += seconds
+
+
+@dataclasses.dataclass
+class Durations:
+    histogram: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(BUCKETS, dtype=np.uint64))
+    count: int = 0
+    total_ns: int = 0
+    min_ns: int = 0
+    max_ns: int = 0
+
+    def add(self, durations: np.ndarray) -> None:
+        buckets = np.floor(np.log2(np.maximum(durations, 1)) * BUCKETS_PER_OCTAVE).astype(np.int64)
+        np.add.at(self.histogram, np.clip(buckets, 0, BUCKETS - 1), 1)
+        low, high = int(durations.min()), int(durations.max())
+        self.min_ns = low if not self.count else min(self.min_ns, low)
+        self.max_ns = max(self.max_ns, high)
+        self.count += len(durations)
+        self.total_ns += int(durations.sum())
+
+    def percentile(self, fraction: float) -> int:
+        """The geometric middle of the bucket holding that fraction of the blocks, kept within
+        the observed min and max."""
+        if not self.count:
+            return 0
+        rank = fraction * self.count
+        bucket = int(np.searchsorted(np.cumsum(self.histogram), max(rank, 1)))
+        middle = 2.0 ** ((bucket + 0.5) / BUCKETS_PER_OCTAVE)
+        return int(min(max(middle, self.min_ns), self.max_ns))
+
+
+@dataclasses.dataclass
+class KernelShapes:
+    shapes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    other: int = 0
+    graph_launches: int = 0
+
+
+class KernelCensus:
+    """Shapes and block durations of every kernel slot of one process."""
+
+    MAX_SHAPES = 8          # distinct (grid, block) shapes kept per kernel
+    MAX_PENDING = 1 << 16   # enter events waiting for their exit (blocks in flight, ring latency)
+
+    def __init__(self, budget: AnalysisBudget | None = None) -> None:
+        self.budget = budget or AnalysisBudget()
+        self.unanalysed: dict[int, int] = collections.defaultdict(int)
+        self.shapes: dict[int, KernelShapes] = {}
+        self.durations: dict[int, Durations] = {}
+        self.unpaired: dict[int, int] = collections.defaultdict(int)
+        self.pending = np.zeros(0, dtype=PENDING_DTYPE)
+        self.exits_seen = False
+        self._last = np.zeros((0, 2), dtype=np.uint64)  # per slot: its last launch's packed shape
+
+    def update(self, launches: np.ndarray) -> None:
+        kernel = launches[np.isin(launches["kind"], KERNEL_KINDS) & (launches["kernel_slot"] != NO_SLOT)]
+        if not len(kernel):
+            return
+        # (slot, shape, in a graph) packed exactly into two words: slot < 2^20, grid x < 2^31,
+        # grid y, z < 2^16, block x, y <= 1024, block z <= 64
+        u64 = np.uint64
+        slots = kernel["kernel_slot"].astype(np.int64)
+        packed = np.empty((len(kernel), 2), dtype=u64)
+        packed[:, 0] = ((slots.astype(u64) << u64(44)) | (kernel["grid_x"].astype(u64) << u64(13)) |
+                        (kernel["block_z"].astype(u64) << u64(1)) | (kernel["kind"] == GRAPH_NODE).astype(u64))
+        packed[:, 1] = ((kernel["grid_y"].astype(u64) << u64(48)) | (kernel["grid_z"].astype(u64) << u64(32)) |
+                        (kernel["block_x"].astype(u64) << u64(16)) | kernel["block_y"].astype(u64))
+        # Most launches repeat their kernel's previous shape: those are counted with one bincount;
+        # only the others are sorted and grouped.
+        if len(self._last) <= slots.max():
+            grown = np.zeros((int(slots.max()) + 1, 2), dtype=u64)
+            grown[: len(self._last)] = self._last
+            self._last = grown
+        repeat = np.all(packed == self._last[slots], axis=1)
+        counts = np.bincount(slots[repeat])
+        for slot in np.flatnonzero(counts).tolist():
+            self._add(*self._last[slot].tolist(), int(counts[slot]))
+        rest = packed[~repeat]
+        if not len(rest):
+            return
+        rest = rest[np.lexsort((rest[:, 1], rest[:, 0]))]
+        starts = np.flatnonzero(np.concatenate([[True], np.any(rest[1:] != rest[:-1], axis=1)]))
+        group_counts = np.diff(np.append(starts, len(rest)))
+        for (first, second), count in zip(rest[starts].tolist(), group_counts.tolist()):
+            self._add(first, second, count)
+            self._last[first >> 44] = (first, second)
+
+    def _add(self, first: int, second: int, count: int) -> None:
+        slot, graph = first >> 44, first & 1
+        shape = ((first >> 13) & 0x7FFFFFFF, (second >> 48) & 0xFFFF, (second >> 32) & 0xFFFF,
+                 (second >> 16) & 0xFFFF, second & 0xFFFF, (first >> 1) & 0xFFF)
+        entry = self.shapes.setdefault(slot, KernelShapes())
+        if graph:
+            entry.graph_launches += count
+        if shape in entry.shapes or len(entry.shapes) < self.MAX_SHAPES:
+            entry.shapes[shape] += count
+        else:
+            entry.other += count
+
+    def add_events(self, events: np.ndarray, node_grid_ids: np.ndarray) -> None:
+        kinds = events["kind"]
+        exits = kinds == BLOCK_EXIT
+        if not self.exits_seen:
+            if not exits.any():
+                return
+            self.exits_seen = True
+        began = time.perf_counter()
+        try:
+            wanted = (kinds == BLOCK_ENTER) | exits
+            if not self.budget.allows():
+                counts = np.bincount(events["kernel_slot"][wanted])
+                for slot in np.flatnonzero(counts).tolist():
+                    self.unanalysed[slot] += int(counts[slot])
+                return
+            block = events[wanted]
+            if len(block):
+                self._pair(block, node_grid_ids)
+        finally:
+            self.budget.charge(time.perf_counter() - began)
+
+    def _pair(self, block: np.ndarray, node_grid_ids: np.ndarray) -> None:
+        fresh = np.zeros(len(block), dtype=PENDING_DTYPE)
+        fresh["grid_id"] = block["grid_id"]
+        # an eager launch's events carry whatever replay number was in force: not part of its key
+        fresh["replay"] = np.where(np.isin(block["grid_id"], node_grid_ids), block["replay"], 0)
+        fresh["block"] = (block["block_x"].astype(np.uint64) | (block["block_y"].astype(np.uint64) << np.uint64(32)) |
+                          (block["block_z"].astype(np.uint64) << np.uint64(48)))
+        fresh["time"] = block["globaltimer_ns"].astype(np.int64)
+        fresh["slot"] = block["kernel_slot"]
+        is_exit = np.concatenate([np.zeros(len(self.pending), dtype=bool), block["kind"] == BLOCK_EXIT])
+        rows = np.concatenate([self.pending, fresh])
+        # enters sort before exits of the same block; a stable sort keeps ring order otherwise
+        order = np.lexsort((is_exit, rows["block"], rows["replay"], rows["grid_id"]))
+        rows, is_exit = rows[order], is_exit[order]
+        same = ((rows["grid_id"][1:] == rows["grid_id"][:-1]) & (rows["replay"][1:] == rows["replay"][:-1]) &
+                (rows["block"][1:] == rows["block"][:-1]))
+        pair = same & ~is_exit[:-1] & is_exit[1:]
+        enter_index = np.flatnonzero(pair)
+        exit_index = enter_index + 1
+        if len(enter_index):
+            durations = rows["time"][exit_index] - rows["time"][enter_index]
+            slots = rows["slot"][enter_index]
+            for slot in np.unique(slots).tolist():
+                self.durations.setdefault(slot, Durations()).add(np.maximum(durations[slots == slot], 0))
+        paired = np.zeros(len(rows), dtype=bool)
+        paired[enter_index] = True
+        paired[exit_index] = True
+        lonely_exits = ~paired & is_exit
+        for slot, count in zip(*np.unique(rows["slot"][lonely_exits], return_counts=True)):
+            self.unpaired[int(slot)] += int(count)
+        waiting = rows[~paired & ~is_exit]
+        if len(waiting) > self.MAX_PENDING:
+            waiting = waiting[np.argsort(waiting["time"], kind="stable")]
+            for slot, count in zip(*np.unique(waiting["slot"][:-self.MAX_PENDING], return_counts=True)):
+                self.unpaired[int(slot)] += int(count)
+            waiting = waiting[-self.MAX_PENDING:]
+        self.pending = waiting
+
+    def report(self, slot: int) -> dict:
+        entry = self.shapes.get(slot, KernelShapes())
+        shapes = [{"grid": list(shape[:3]), "block": list(shape[3:]), "launches": count}
+                  for shape, count in entry.shapes.most_common()]
+        durations = self.durations.get(slot)
+        pending = int(np.count_nonzero(self.pending["slot"] == slot)) if len(self.pending) else 0
+        stats = {"count": 0, "mean_ns": 0.0, "min_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0,
+                 "unpaired": self.unpaired.get(slot, 0) + pending, "unanalysed": self.unanalysed.get(slot, 0)}
+        if durations is not None and durations.count:
+            stats.update(count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,
+                         p50_ns=durations.percentile(0.5), p99_ns=durations.percentile(0.99), max_ns=durations.max_ns)
+        return {"shapes": shapes, "other_shape_launches": entry.other, "graph_launches": entry.graph_launches,
+                "block_durations": stats}

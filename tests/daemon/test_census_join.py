@@ -1,0 +1,101 @@
+"""The join of device events to launches, on hand-made records: what must count as matched,
+mismatched and unmatched, and how enter and exit events pair into block durations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuobs.daemon.graph_census import GraphCensuses
+from gpuobs.daemon.kernel_census import KernelCensus
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
+
+EXEC = 0x7000
+NODES = {0xA0: (11, 4), 0xA1: (12, 3)}  # node -> (grid id, blocks)
+
+
+def graph_launches(replays: range, mode: str = "blocks") -> np.ndarray:
+    rows = []
+    for replay in replays:
+        rows.append(dict(kind=LAUNCH_KINDS["graph_launch"], graph_exec=EXEC, replay=replay, kernel_slot=0xFFFFFFFF,
+                         mode=MODES[mode], host_time_ns=replay * 1000))
+        for slot, (node, (grid_id, blocks)) in enumerate(NODES.items()):
+            rows.append(dict(kind=LAUNCH_KINDS["graph_node"], graph_exec=EXEC, graph_node=node, graph_launch_id=replay,
+                             replay=replay, grid_id=grid_id, kernel_slot=slot, grid_x=blocks, grid_y=1, grid_z=1,
+                             block_x=128, block_y=1, block_z=1, mode=MODES[mode], flags=1,
+                             host_time_ns=replay * 1000 + slot))
+    array = np.zeros(len(rows), dtype=LAUNCH_DTYPE)
+    for index, row in enumerate(rows):
+        for name, value in row.items():
+            array[index][name] = value
+    return array
+
+
+def block_events(grid_id: int, replay: int, blocks: int, *, slot: int, t0: int, kind: str = "block_enter") -> np.ndarray:
+    events = np.zeros(blocks, dtype=EVENT_DTYPE)
+    events["grid_id"] = grid_id
+    events["replay"] = replay
+    events["block_x"] = np.arange(blocks)
+    events["kind"] = EVENT_KINDS[kind]
+    events["kernel_slot"] = slot
+    events["globaltimer_ns"] = t0 + np.arange(blocks) * 10
+    return events
+
+
+def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
+    census = GraphCensuses()
+    census.update(graph_launches(range(1, 4)))
+    (grid_a, blocks_a), (grid_b, blocks_b) = NODES.values()
+    census.add_events(np.concatenate([
+        block_events(grid_a, 1, blocks_a, slot=0, t0=100), block_events(grid_b, 1, blocks_b, slot=1, t0=200),
+        block_events(grid_a, 2, blocks_a - 1, slot=0, t0=1100),  # one enter lost: mismatched
+        block_events(grid_b, 2, blocks_b, slot=1, t0=1200),
+        # replay 3 recorded nothing for node b; its events carry a replay number nobody launched
+        block_events(grid_a, 3, blocks_a, slot=0, t0=2100), block_events(grid_b, 9, blocks_b, slot=1, t0=2200),
+    ]))
+    graph = census.graphs[EXEC]
+    report = census.report(graph, replays=3)
+    assert report["totals"] == {"matched": 4, "mismatched": 2, "unrecorded": 0}
+    assert report["events_unmatched"] == blocks_b
+    assert [r["node_blocks"] for r in report["replays"]] == [[4, 3], [3, 3], [4, 0]]
+    first, second = report["replays"][:2]
+    assert (first["device_start_ns"], first["device_end_ns"]) == (100, 200 + 2 * 10)
+    assert second["gap_ns"] == 1100 - 220
+
+
+def test_counter_mode_replays_are_unrecorded_not_mismatched() -> None:
+    census = GraphCensuses()
+    census.update(graph_launches(range(1, 3), mode="counter"))
+    report = census.report(census.graphs[EXEC], replays=2)
+    assert report["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 4}
+
+
+def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
+    census = GraphCensuses()
+    census.KEEP_REPLAYS = 4
+    for replay in range(1, 11):
+        census.update(graph_launches(range(replay, replay + 1)))
+        for slot, (grid_id, blocks) in enumerate(NODES.values()):
+            census.add_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
+    graph = census.graphs[EXEC]
+    assert len(graph.recent) == 4 and len(census.spans) == 4 * len(NODES)
+    report = census.report(graph, replays=16)
+    assert report["totals"]["matched"] == 10 * len(NODES) and len(report["replays"]) == 4
+    assert report["per_node"][0xA0]["blocks_observed"] == 10 * 4
+
+
+def test_block_durations_pair_enter_and_exit_across_batches() -> None:
+    kernels = KernelCensus()
+    enters = block_events(5, 7, 6, slot=2, t0=1000)
+    exits = block_events(5, 8, 6, slot=2, t0=1500, kind="block_exit")  # eager: replay word moved on
+    kernels.add_events(enters, node_grid_ids=np.zeros(0, dtype=np.uint64))  # no exit seen yet: nothing held
+    kernels.add_events(np.concatenate([enters, exits[:4]]), node_grid_ids=np.zeros(0, dtype=np.uint64))
+    kernels.add_events(exits[4:], node_grid_ids=np.zeros(0, dtype=np.uint64))
+    stats = kernels.report(2)["block_durations"]
+    assert (stats["count"], stats["unpaired"], stats["min_ns"], stats["max_ns"]) == (6, 0, 500, 500)
+    assert abs(stats["p50_ns"] - 500) <= 500 * 0.09
+    # for a graph node the replay number is part of the key: an exit of another replay does not pair
+    kernels.add_events(np.concatenate([block_events(5, 1, 2, slot=3, t0=0),
+                                       block_events(5, 2, 2, slot=3, t0=50, kind="block_exit")]),
+                       node_grid_ids=np.array([5], dtype=np.uint64))
+    assert kernels.report(3)["block_durations"]["count"] == 0
+    assert kernels.report(3)["block_durations"]["unpaired"] == 4
