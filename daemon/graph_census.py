@@ -9,7 +9,9 @@ an event's node execution is normally known when the event arrives; events that 
 held until their replay is finished with and then counted as unmatched.
 
 Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in detail; older ones
-are folded into totals.
+are folded into totals, but only once the daemon has caught up with the event rings (settle()):
+a replay's events may still be in a ring when a fast program has already launched a thousand more
+replays. A daemon that never catches up folds anyway past MAX_UNSETTLED replays.
 """
 
 from __future__ import annotations
@@ -116,12 +118,14 @@ class GraphCensuses:
 
     MAX_GRAPHS = 4096     # a process that makes more graph execs than this is summarised partly
     KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
+    MAX_UNSETTLED = 1 << 16  # replays out of the window waiting for the daemon to catch up
 
     def __init__(self) -> None:
         self.graphs: dict[int, GraphCensus] = {}
         self.graphs_dropped = 0
         self.spans: dict[int, DeviceSpan] = {}
         self.grid_owner: dict[int, int] = {}  # node grid id -> graph exec
+        self.unsettled: collections.deque[tuple[GraphCensus, ReplayRecord]] = collections.deque()
         self._node_grid_ids = np.zeros(0, dtype=np.uint64)
 
     # -- launch records ------------------------------------------------------------------------
@@ -189,8 +193,15 @@ class GraphCensuses:
         census.recent[key] = record
         while len(census.recent) > self.KEEP_REPLAYS:
             _, oldest = census.recent.popitem(last=False)
-            self._fold(census, oldest)
+            self.unsettled.append((census, oldest))
+        while len(self.unsettled) > self.MAX_UNSETTLED:
+            self._fold(*self.unsettled.popleft())
         return record
+
+    def settle(self) -> None:
+        """The daemon has read every event ring to its end: replays out of the window are final."""
+        while self.unsettled:
+            self._fold(*self.unsettled.popleft())
 
     def _fold(self, census: GraphCensus, record: ReplayRecord) -> None:
         """A replay leaves the detailed window: its results go into the totals, its spans away."""
@@ -243,6 +254,7 @@ class GraphCensuses:
         """Spans no kept replay claims are unmatched events: counted, then forgotten."""
         claimed = {execution.key(record.replay) for census in self.graphs.values()
                    for record in census.recent.values() for execution in record.executions}
+        claimed.update(execution.key(record.replay) for _, record in self.unsettled for execution in record.executions)
         for key in [k for k in self.spans if k not in claimed]:
             span = self.spans.pop(key)
             owner = self.graphs.get(self.grid_owner.get(key >> 32, -1))
@@ -260,6 +272,8 @@ class GraphCensuses:
     def unmatched_events(self, census: GraphCensus) -> int:
         """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
         claimed = {execution.key(record.replay) for record in census.recent.values() for execution in record.executions}
+        claimed.update(execution.key(record.replay) for owner, record in self.unsettled if owner is census
+                       for execution in record.executions)
         held = sum(span.events for key, span in self.spans.items()
                    if self.grid_owner.get(key >> 32) == census.graph_exec and key not in claimed)
         return census.events_unmatched + held
@@ -294,6 +308,12 @@ class GraphCensuses:
                                   device_order=list(census.device_order),
                                   device_order_stable=census.device_order_stable)
         details = []
+        for owner, record in self.unsettled:
+            if owner is census:
+                for execution in record.executions:
+                    status, observed = self.execution_status(execution, record.replay)
+                    per_node[execution.node][status] += 1
+                    per_node[execution.node]["blocks_observed"] += observed
         previous_end = 0
         for record in census.recent.values():
             self._check_orders(order_check, record)

@@ -91,6 +91,14 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         rows = await self._guard(context, lambda: self.service.graphs(list(request.pids), request.replays or 16))
         return pb.ListGraphsResponse(graphs=[json_format.ParseDict(row, pb.Graph()) for row in rows])
 
+    async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
+        min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
+        pids = list(request.pids)
+        rows = await self._guard(context, lambda: self.service.hangs(pids, min_age_ms))
+        evidence = await self._guard(context, lambda: self.service.hang_evidence(pids))
+        return pb.ListHangsResponse(launches=[json_format.ParseDict(row, pb.HungLaunch()) for row in rows],
+                                    processes=[pb.HangEvidence(**row) for row in evidence])
+
     async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
         async def call():
             return await self.service.record(request.path, request.duration_ms / 1000.0, request.max_events,

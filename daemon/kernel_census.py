@@ -2,10 +2,11 @@
 records) and how long blocks ran (block enter paired with block exit, from events). Batched in
 numpy: no Python per event.
 
-Block durations need exit events, which the injector records only with GPUOBS_BLOCK_EXIT=1
-(an exit hook is costly, bench/results/injector-decisions-2026-11-29.md). Enter events are held
-for pairing only once a process has shown an exit event, so a process without exit hooks costs
-nothing here. Pairing sorts; all processes together may spend at most a fixed share of the
+Block durations and in-flight blocks (hang evidence) need exit events, which the injector
+records only with GPUOBS_BLOCK_EXIT=1 (an exit hook is costly, see
+bench/results/injector-decisions-2026-11-29.md); the segment header says whether it does. Enter
+events are held for pairing only for such a process (or once one shows an exit event), so a
+process without exit hooks costs nothing here. The enters still held are the blocks in flight. Pairing sorts; all processes together may spend at most a fixed share of the
 daemon's time on it (AnalysisBudget), so the drain never falls behind because of it: block events
 beyond that budget are counted per kernel as not analysed (their partners then show as unpaired).
 """
@@ -29,7 +30,7 @@ BUCKETS_PER_OCTAVE = 8
 BUCKETS = 64 * BUCKETS_PER_OCTAVE
 SHAPE_FIELDS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
-                          ("time", np.int64), ("slot", np.uint32)])
+                          ("time", np.int64), ("slot", np.uint32), ("sm", np.uint32)])
 
 
 class AnalysisBudget:
@@ -90,14 +91,14 @@ class KernelCensus:
     MAX_SHAPES = 8          # distinct (grid, block) shapes kept per kernel
     MAX_PENDING = 1 << 16   # enter events waiting for their exit (blocks in flight, ring latency)
 
-    def __init__(self, budget: AnalysisBudget | None = None) -> None:
+    def __init__(self, budget: AnalysisBudget | None = None, exits_hooked: bool = False) -> None:
         self.budget = budget or AnalysisBudget()
         self.unanalysed: dict[int, int] = collections.defaultdict(int)
         self.shapes: dict[int, KernelShapes] = {}
         self.durations: dict[int, Durations] = {}
         self.unpaired: dict[int, int] = collections.defaultdict(int)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
-        self.exits_seen = False
+        self.exits_seen = exits_hooked
         self._last = np.zeros((0, 2), dtype=np.uint64)  # per slot: its last launch's packed shape
 
     def update(self, launches: np.ndarray) -> None:
@@ -159,6 +160,9 @@ class KernelCensus:
                 counts = np.bincount(events["kernel_slot"][wanted])
                 for slot in np.flatnonzero(counts).tolist():
                     self.unanalysed[slot] += int(counts[slot])
+                # the exits of the enters held may be in this batch: holding them on would show
+                # blocks in flight that are not
+                self._give_up_pending()
                 return
             block = events[wanted]
             if len(block):
@@ -175,6 +179,7 @@ class KernelCensus:
                           (block["block_z"].astype(np.uint64) << np.uint64(48)))
         fresh["time"] = block["globaltimer_ns"].astype(np.int64)
         fresh["slot"] = block["kernel_slot"]
+        fresh["sm"] = block["sm_id"]
         is_exit = np.concatenate([np.zeros(len(self.pending), dtype=bool), block["kind"] == BLOCK_EXIT])
         rows = np.concatenate([self.pending, fresh])
         # enters sort before exits of the same block; a stable sort keeps ring order otherwise
@@ -203,6 +208,36 @@ class KernelCensus:
                 self.unpaired[int(slot)] += int(count)
             waiting = waiting[-self.MAX_PENDING:]
         self.pending = waiting
+
+    def _give_up_pending(self) -> None:
+        for slot, count in zip(*np.unique(self.pending["slot"], return_counts=True)):
+            self.unpaired[int(slot)] += int(count)
+        self.pending = np.zeros(0, dtype=PENDING_DTYPE)
+
+    def in_flight(self, now_ns: int, min_age_ns: int) -> list[dict]:
+        """Blocks that entered and have not exited, at least min_age_ns old, per launch (grid id
+        and, for graph nodes, replay number). Ages compare the device clock (%globaltimer, ns
+        since the epoch) with the host's realtime clock."""
+        if not self.exits_seen or not len(self.pending):
+            return []
+        old = self.pending[self.pending["time"] <= now_ns - min_age_ns]
+        launches = []
+        for grid_id, replay in sorted({(int(g), int(r)) for g, r in zip(old["grid_id"], old["replay"])}):
+            mine = old[(old["grid_id"] == grid_id) & (old["replay"] == replay)]
+            block = mine["block"].astype(np.uint64)
+            blocks = sorted(zip((block & np.uint64(0xFFFFFFFF)).tolist(), ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
+                                (block >> np.uint64(48)).tolist()))
+            oldest = int(mine["time"].min())
+            launches.append({"grid_id": grid_id, "replay": replay, "slot": int(mine["slot"][0]), "blocks": blocks,
+                             "sms": sorted(set(mine["sm"].tolist())), "oldest_enter_ns": oldest,
+                             "age_ns": max(0, now_ns - oldest)})
+        return launches
+
+    def in_flight_summary(self, now_ns: int) -> tuple[int, int]:
+        """(blocks in flight, age of the oldest in ns)."""
+        if not self.exits_seen or not len(self.pending):
+            return 0, 0
+        return len(self.pending), max(0, now_ns - int(self.pending["time"].min()))
 
     def report(self, slot: int) -> dict:
         entry = self.shapes.get(slot, KernelShapes())

@@ -48,6 +48,11 @@ class GpuobsCollector(Collector):
                                       labels=["pid", "stage"])
         errors = CounterMetricFamily("gpuobs_accounting_errors", "Conservation checks that failed (must stay 0)",
                                      labels=["pid"])
+        in_flight = GaugeMetricFamily("gpuobs_blocks_in_flight",
+                                      "Blocks that entered and have not exited (processes that record block exits)",
+                                      labels=["pid"])
+        oldest = GaugeMetricFamily("gpuobs_oldest_block_in_flight_age_seconds",
+                                   "Age of the oldest block in flight (0 when none)", labels=["pid"])
         alive = 0
         for view in self.service.processes():
             pid = str(view["pid"])
@@ -62,6 +67,10 @@ class GpuobsCollector(Collector):
                 if stage["stage"] == "device":
                     events.add_metric([pid], float(stage["delivered"]))
                     dropped.add_metric([pid, "reader"], float(stage["torn"] + stage["corrupt"]))
+        for evidence in self.service.hang_evidence([]):
+            if evidence["exits_hooked"] and evidence["alive"]:
+                in_flight.add_metric([str(evidence["pid"])], float(evidence["blocks_in_flight"]))
+                oldest.add_metric([str(evidence["pid"])], evidence["oldest_age_ns"] / 1e9)
         subscribers_dropped = sum(s.dropped for s in self.service.registry.subscribers)
         dropped.add_metric(["", "stream"], float(subscribers_dropped))
         rows = self.service.kernels([], 0)
@@ -89,4 +98,4 @@ class GpuobsCollector(Collector):
                 blocks.add_metric(label, float(sum(r["blocks_observed"] for r in rest)))
                 accesses.add_metric(label, float(sum(r["memory_accesses"] for r in rest)))
         processes.add_metric([], float(alive))
-        yield from (processes, mode, shift, fill, launches, blocks, accesses, events, dropped, errors)
+        yield from (processes, mode, shift, fill, launches, blocks, accesses, events, dropped, errors, in_flight, oldest)

@@ -24,6 +24,8 @@ from .kernel_census import AnalysisBudget, KernelCensus
 log = structlog.get_logger("gpuobsd.registry")
 
 ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
+HANG_CHECK_S = 0.5  # blocks in flight are compared with the hang threshold at most this often
+MAX_WARNED = 4096   # launches remembered as already reported, per process
 
 
 class NotFound(LookupError):
@@ -53,6 +55,7 @@ class ObservedProcess:
     last_accounting: Accounting | None = None
     graphs: GraphCensuses = dataclasses.field(default_factory=GraphCensuses)
     kernels: KernelCensus = dataclasses.field(default_factory=KernelCensus)  # the registry passes its budget
+    hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
 
     @property
     def pid(self) -> int:
@@ -61,7 +64,7 @@ class ObservedProcess:
 
 class Registry:
     def __init__(self, segment_dir: Path, *, owners: list[int], torn_timeout_s: float, remove_exited: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, hang_threshold_s: float = 10.0) -> None:
         self.segment_dir = Path(segment_dir)
         self.owners = owners
         self.torn_timeout_s = torn_timeout_s
@@ -72,6 +75,8 @@ class Registry:
         self.subscribers: list[Subscriber] = []
         self.last_pass_at = clock()
         self.analysis_budget = AnalysisBudget()
+        self.hang_threshold_s = hang_threshold_s
+        self.last_hang_check = 0.0
 
     # -- discovery ---------------------------------------------------------------------------
     def discover(self) -> None:
@@ -85,7 +90,8 @@ class Registry:
                 log.warning("segment_rejected", path=str(path), reason=reason)
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
-            self.processes[path] = ObservedProcess(path, segment, kernels=KernelCensus(self.analysis_budget))
+            kernels = KernelCensus(self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked")))
+            self.processes[path] = ObservedProcess(path, segment, kernels=kernels)
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
                      label=segment.header["label"], path=str(path))
         for path in list(self.rejected):
@@ -114,7 +120,30 @@ class Registry:
                 log.exception("drain_process_failed", pid=process.pid)
         if failures == 0 or total > 0:
             self.last_pass_at = self.clock()  # a pass that only failed is a stall
+        if now - self.last_hang_check >= HANG_CHECK_S:
+            self.last_hang_check = now
+            self.report_hangs()
         return total
+
+    def report_hangs(self) -> None:
+        """One structured warning per launch whose blocks stayed in flight past the threshold."""
+        now_ns = time.time_ns()
+        for process in list(self.processes.values()):
+            if not process.alive:
+                continue
+            suspects = process.kernels.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
+            if not suspects:
+                continue
+            names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
+            for launch in suspects:
+                key = (launch["grid_id"], launch["replay"])
+                if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:
+                    continue
+                process.hangs_reported.add(key)
+                log.warning("kernel_hang_suspected", pid=process.pid, kernel=names.get(launch["slot"], "?"),
+                            grid_id=launch["grid_id"], replay=launch["replay"], blocks_in_flight=len(launch["blocks"]),
+                            first_blocks=launch["blocks"][:8], sms=launch["sms"][:32],
+                            age_s=round(launch["age_ns"] / 1e9, 3))
 
     def _drain_process(self, process: ObservedProcess, max_batches: int) -> int:
         segment = process.segment
@@ -135,6 +164,7 @@ class Registry:
             process.graphs.update(launches)
             process.kernels.update(launches)
             self._publish("launches", process.pid, launches)
+        caught_up = True
         for ring in range(segment.event_rings):
             for _ in range(max_batches):
                 batch = segment.read_events(ring)
@@ -144,6 +174,10 @@ class Registry:
                 process.graphs.add_events(batch)
                 process.kernels.add_events(batch, process.graphs.node_grid_ids())
                 self._publish("events", process.pid, batch)
+            else:
+                caught_up = False  # max_batches read and maybe more waiting
+        if caught_up:
+            process.graphs.settle()
         if exited and read == 0:
             # the producer is done and everything it committed has been read
             process.alive = False

@@ -140,6 +140,42 @@ class ObserverService:
                 })
         return rows
 
+    def hangs(self, pids: list[int], min_age_ms: int) -> list[dict[str, Any]]:
+        """Launches with blocks in flight at least min_age_ms, oldest first; and, per process,
+        whether it can say (only a process that records block exits can)."""
+        if not 0 <= min_age_ms <= 86_400_000:
+            raise InvalidArgument("min_age_ms must be within 0..86400000")
+        now_ns = time.time_ns()
+        rows = []
+        for process in self._targets(pids, live_only=False):
+            names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
+            counters = process.segment.counters()
+            dropped = counters[1]["events_dropped"] if counters else None
+            owner = process.graphs.grid_owner
+            for launch in process.kernels.in_flight(now_ns, min_age_ms * 1_000_000):
+                graph_exec = owner.get(launch["grid_id"], 0)
+                rows.append({
+                    "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
+                    "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
+                    "replay": launch["replay"] if graph_exec else 0,
+                    "blocks": [{"x": x, "y": y, "z": z} for x, y, z in launch["blocks"]], "sms": launch["sms"],
+                    "oldest_enter_ns": launch["oldest_enter_ns"], "age_ns": launch["age_ns"],
+                    "kernel_events_dropped": int(dropped[launch["slot"]]) if dropped is not None and
+                    launch["slot"] < len(dropped) else 0,
+                })
+        rows.sort(key=lambda r: -r["age_ns"])
+        return rows
+
+    def hang_evidence(self, pids: list[int]) -> list[dict[str, Any]]:
+        """Per process: can it show blocks in flight, how many, the oldest's age."""
+        now_ns = time.time_ns()
+        out = []
+        for process in self._targets(pids, live_only=False):
+            count, age = process.kernels.in_flight_summary(now_ns)
+            out.append({"pid": process.pid, "exits_hooked": process.kernels.exits_seen, "blocks_in_flight": count,
+                        "oldest_age_ns": age, "alive": process.alive})
+        return out
+
     # -- control -----------------------------------------------------------------------------
     async def set_mode(self, mode: str, shift: int | None, pids: list[int], kernel_regex: str | None,
                        timeout_s: float) -> list[dict[str, Any]]:

@@ -48,6 +48,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", int),
     Setting("remove_exited", False, "delete segments of exited processes after their final drain", _bool),
     Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", int),
+    Setting("hang_threshold_ms", 10000, "blocks in flight this long are reported once per launch as a suspected hang "
+            "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", int),
     Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long", int),
     Setting("log_format", "auto", "json, console, or auto (console on a terminal, JSON otherwise)"),
     Setting("owners", "", "comma-separated uids whose segments are trusted (default: ours and root)"),

@@ -25,7 +25,7 @@ show() {  # prints the command as typed, then its output
 }
 
 gpuobsd --runtime-dir "$work/run" --segment-dir "$segments" --metrics-address 127.0.0.1:9464 \
-  --log-format json > "$out/gpuobsd.log" 2>&1 &
+  --hang-threshold-ms 1000 --log-format json > "$out/gpuobsd.log" 2>&1 &
 daemon=$!
 for _ in $(seq 100); do gpuobsctl status > /dev/null 2>&1 && break; sleep 0.1; done
 
@@ -53,6 +53,19 @@ CUDA_INJECTION64_PATH=$injector GPUOBS_SEGMENT_DIR=$segments GPUOBS_MODE=blocks 
 sleep 1
 show gpuobsctl graphs --replays 7
 show gpuobsctl kernels --top 8
+echo "# a kernel that hangs (a Triton kernel spinning on a flag), block exits recorded" >> "$log"
+CUDA_INJECTION64_PATH=$injector GPUOBS_SEGMENT_DIR=$segments GPUOBS_MODE=blocks GPUOBS_BLOCK_EXIT=1 \
+  GPUOBS_LABEL=spin $python tests/gpu/workloads/spin_flag.py --grid 6 --release-after 4 > "$out/spin.out" 2>&1 &
+spinner=$!
+for _ in $(seq 300); do grep -q spinning "$out/spin.out" 2>/dev/null && break; sleep 0.1; done
+sleep 1.5
+show gpuobsctl hangs
+echo "\$ curl -s 127.0.0.1:9464/metrics | grep -E '^gpuobs_(blocks_in_flight|oldest_block)'" >> "$log"
+curl -s 127.0.0.1:9464/metrics | grep -E '^gpuobs_(blocks_in_flight|oldest_block)' >> "$log"
+echo >> "$log"
+wait $spinner
+grep kernel_hang_suspected "$out/gpuobsd.log" >> "$log"
+echo >> "$log"
 echo "\$ gpuobsctl run --mode counter -- python tests/gpu/workloads/torch_ops.py --iters 3" >> "$log"
 gpuobsctl --address unix:///nonexistent.sock run --mode counter --top 8 -- \
   $python tests/gpu/workloads/torch_ops.py --iters 3 >> "$log" 2>&1

@@ -1,6 +1,8 @@
 #include "simulated_device.h"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
@@ -71,18 +73,9 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
         if (mode == Mode::Blocks) {
           work += 2;
           if (!config.captured) continue;
-          for (uint32_t edge = 0; edge < 2; ++edge) {
-            EventRecord& body = bodies[edge];
-            body.globaltimer_ns = realtime_ns();
-            body.pc = profile.base_pc + (edge ? 0xff0 : 0);
-            body.block_x = x;
-            body.block_y = uint16_t(y);
-            body.block_z = uint16_t(z);
-            body.sm_id = sm;
-            body.kind = uint8_t(edge ? EventKind::BlockExit : EventKind::BlockEnter);
-            // enter and exit are separate patch calls on the device: separate claims here
-            emit(launch.ring, &body, 1, launch.slot);
-          }
+          // enter and exit are separate patch calls on the device: separate claims here
+          emit_block_event(launch, profile, x, y, z, block_index, false);
+          emit_block_event(launch, profile, x, y, z, block_index, true);
           continue;
         }
         // memory / sampled: every thread executes every access instruction once
@@ -118,6 +111,40 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
     }
   }
   return work;
+}
+
+void SimulatedDevice::emit_block_event(const LaunchShape& launch, const KernelProfile& profile, uint32_t x, uint32_t y,
+                                       uint32_t z, uint64_t block_index, bool exit) {
+  EventRecord body;
+  std::memset(&body, 0, sizeof(body));
+  body.grid_id = launch.grid_id;
+  body.kernel_slot = launch.slot;
+  body.replay = uint32_t(launch.replay);
+  body.globaltimer_ns = realtime_ns();
+  body.pc = profile.base_pc + (exit ? 0xff0 : 0);
+  body.block_x = x;
+  body.block_y = uint16_t(y);
+  body.block_z = uint16_t(z);
+  body.sm_id = uint16_t(block_index % kSmCount);
+  body.kind = uint8_t(exit ? EventKind::BlockExit : EventKind::BlockEnter);
+  emit(launch.ring, &body, 1, launch.slot);
+}
+
+void SimulatedDevice::run_held(const LaunchShape& launch, const KernelProfile& profile, double seconds,
+                               const std::atomic<bool>& stop) {
+  const uint64_t blocks = uint64_t(launch.grid_x) * launch.grid_y * launch.grid_z;
+  device_add(&kernels_[launch.slot].blocks_observed, blocks);
+  blocks_.fetch_add(blocks, std::memory_order_relaxed);
+  for (int exit = 0; exit < 2; ++exit) {
+    uint64_t block_index = 0;
+    for (uint32_t z = 0; z < launch.grid_z; ++z)
+      for (uint32_t y = 0; y < launch.grid_y; ++y)
+        for (uint32_t x = 0; x < launch.grid_x; ++x, ++block_index)
+          emit_block_event(launch, profile, x, y, z, block_index, exit != 0);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!exit && !stop.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 void SimulatedDevice::publish(bool quiescent) {

@@ -37,6 +37,10 @@ class SimulatedDevice {
   // entries+exits, or memory accesses when the mode hooks them), for pacing.
   uint64_t run(const LaunchShape& launch, const KernelProfile& profile, const DeviceConfig& config);
 
+  // A hung kernel in blocks mode: every block enters, none exits until `seconds` passed or
+  // `stop` is set; then all exit.
+  void run_held(const LaunchShape& launch, const KernelProfile& profile, double seconds, const std::atomic<bool>& stop);
+
   // Consistent enough to publish at any time; exact when `quiescent`.
   void publish(bool quiescent);
   uint64_t events_produced() const { return events_produced_.load(std::memory_order_relaxed); }
@@ -46,6 +50,9 @@ class SimulatedDevice {
   void write_half_record(uint32_t ring, uint32_t slot);
 
  private:
+  // One block enter or exit event of `launch`.
+  void emit_block_event(const LaunchShape& launch, const KernelProfile& profile, uint32_t x, uint32_t y, uint32_t z,
+                        uint64_t block_index, bool exit);
   // Records `count` events (the active lanes of one warp) with one claim.
   void emit(uint32_t ring, const EventRecord* bodies, uint32_t count, uint32_t slot);
 

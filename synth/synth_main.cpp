@@ -48,6 +48,7 @@ struct Options {
   uint32_t live_graphs = 0;   // graph execs "alive": a patch-set switch is refused while > 0
   uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
   uint32_t graph_nodes = 0;   // > 0: launches are replays of one CUDA graph of this many kernel nodes
+  double hang_seconds = 0;    // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
   uint32_t publish_us = 2000;
   uint32_t control_poll_us = 500;
   std::string label;
@@ -62,7 +63,7 @@ struct Options {
                "  [--mode off|noop|counter|blocks|memory|sampled] [--shift N] [--seed N] [--patch-set block|memory]\n"
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
-               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N]\n",
+               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N] [--hang-seconds S]\n",
                message);
   std::exit(2);
 }
@@ -88,7 +89,7 @@ void apply_environment(Options* o) {
 
 Options parse(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -101,6 +102,7 @@ Options parse(int argc, char** argv) {
       {"publish-us", required_argument, nullptr, kPublish}, {"control-poll-us", required_argument, nullptr, kPoll},
       {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
       {"unlink-at-exit", no_argument, nullptr, kUnlink}, {"graph-nodes", required_argument, nullptr, kGraphNodes},
+      {"hang-seconds", required_argument, nullptr, kHang},
       {nullptr, 0, nullptr, 0}};
   Options o;
   apply_environment(&o);
@@ -134,6 +136,7 @@ Options parse(int argc, char** argv) {
       case kFilter: o.filter = optarg; break;
       case kUnlink: o.unlink_at_exit = true; break;
       case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
+      case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
       default: usage("unknown flag");
     }
   }
@@ -229,6 +232,7 @@ int run(const Options& options) {
   segment_options.initial_shift = options.shift;
   segment_options.producer = "gpuobs-synth";
   segment_options.label = options.label;
+  segment_options.producer_flags = kBlockExitsHooked;  // blocks mode records both edges here
   std::string error;
   auto segment = MappedSegment::create(segment_options, &error);
   if (!segment) {
@@ -370,6 +374,29 @@ int run(const Options& options) {
     if (shape.slot == UINT32_MAX) continue;
     DeviceConfig device_config{in_force.mode, in_force.shift, captured[index] != 0};
     work_done += device.run(shape, profile, device_config);
+  }
+  if (options.hang_seconds > 0 && slots[0] != UINT32_MAX) {
+    // A kernel that hangs: its launch record, its blocks' enters, then nothing until released.
+    const KernelProfile& profile = catalog[0];
+    LaunchShape shape{slots[0], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads, ++grid_id, 0, 0};
+    LaunchRecord record{};
+    record.host_time_ns = monotonic_ns();
+    record.grid_id = shape.grid_id;
+    record.kernel_slot = shape.slot;
+    record.grid_x = shape.grid_x;
+    record.grid_y = shape.grid_y;
+    record.grid_z = shape.grid_z;
+    record.block_x = shape.block_threads;
+    record.block_y = 1;
+    record.block_z = 1;
+    record.kind = uint32_t(LaunchKind::Eager);
+    record.mode = uint32_t(Mode::Blocks);
+    record.flags = kLaunchCaptured;
+    writer.write_launch(record);
+    std::fprintf(stderr, "gpuobs-synth: hanging kernel 0 (grid id %llu) for %.0f s\n", (unsigned long long)shape.grid_id,
+                 options.hang_seconds);
+    device.run_held(shape, profile, options.hang_seconds, g_stop);
+    ++launches;
   }
   device_done.store(true);
   control_thread.join();

@@ -127,6 +127,7 @@ bool Injector::ensure_segment() {
   options.group = config_.group;
   options.producer = "gpuobs-injector";
   options.label = config_.label;
+  options.producer_flags = config_.block_exit ? kBlockExitsHooked : 0;
   std::string error;
   auto segment = MappedSegment::create(options, &error);
   if (!segment) {

@@ -168,6 +168,7 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   header.heartbeat_ns = header.start_monotonic_ns;
   copy_text(header.producer, sizeof(header.producer), options.producer);
   copy_text(header.label, sizeof(header.label), options.label);
+  header.producer_flags = options.producer_flags;
 
   ControlBlock& control = *view.control;
   control.desired_mode = uint32_t(options.initial_mode);

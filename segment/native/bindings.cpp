@@ -287,6 +287,7 @@ py::dict header_dict(const SegmentReader& reader) {
   out["kernel_slots"] = h.kernel_slots;
   out["name_arena_bytes"] = h.name_arena_bytes;
   out["patch_set"] = h.patch_set;
+  out["block_exits_hooked"] = (h.producer_flags & kBlockExitsHooked) != 0;
   out["segment_bytes"] = h.segment_bytes;
   out["heartbeat_ns"] = __atomic_load_n(&h.heartbeat_ns, __ATOMIC_ACQUIRE);
   // Text from another process: decoded leniently, a bad byte must not make the header unreadable.

@@ -76,6 +76,7 @@ def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
         census.update(graph_launches(range(replay, replay + 1)))
         for slot, (grid_id, blocks) in enumerate(NODES.values()):
             census.add_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
+        census.settle()  # the daemon read every ring to its end
     graph = census.graphs[EXEC]
     assert len(graph.recent) == 4 and len(census.spans) == 4 * len(NODES)
     report = census.report(graph, replays=16)
@@ -99,3 +100,19 @@ def test_block_durations_pair_enter_and_exit_across_batches() -> None:
                        node_grid_ids=np.array([5], dtype=np.uint64))
     assert kernels.report(3)["block_durations"]["count"] == 0
     assert kernels.report(3)["block_durations"]["unpaired"] == 4
+
+
+def test_replays_leaving_the_window_wait_for_their_events() -> None:
+    """A fast program launches many replays before the daemon reads their events: a replay that
+    leaves the detailed window is judged only once the daemon has caught up."""
+    census = GraphCensuses()
+    census.KEEP_REPLAYS = 4
+    census.update(graph_launches(range(1, 11)))  # launch records of 10 replays read first
+    for replay in range(1, 11):
+        for slot, (grid_id, blocks) in enumerate(NODES.values()):
+            census.add_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
+    census.settle()
+    report = census.report(census.graphs[EXEC], replays=16)
+    assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "unrecorded": 0}
+    assert report["events_unmatched"] == 0 and not census.spans.keys() - {
+        (grid_id << 32) | replay for replay in range(7, 11) for grid_id, _ in NODES.values()}

@@ -87,6 +87,12 @@ enum class SegmentState : uint32_t { Initialising = 0, Live = 1, Exited = 2 };
 
 enum class ProducerKind : uint32_t { Injector = 1, Synth = 2, Test = 3 };
 
+// What a producer's events can say, fixed at its start.
+enum ProducerFlags : uint32_t {
+  kBlockExitsHooked = 0x1,  // block exits are recorded (GPUOBS_BLOCK_EXIT=1): in-flight blocks and
+                            // block durations can be derived; without it an enter has no partner
+};
+
 // ---- records -----------------------------------------------------------------------------
 
 // One device event: one cache line, written by the device (or gpuobs-synth playing it).
@@ -188,7 +194,7 @@ struct SegmentHeader {
   uint32_t kernel_count;     // kernel table entries published (atomic, release)
   uint64_t heartbeat_ns;     // CLOCK_MONOTONIC of the producer's last publish (atomic)
   uint32_t name_arena_used;  // bytes of the arena in use (atomic, release)
-  uint32_t reserved0;
+  uint32_t producer_flags;   // ProducerFlags, set at creation
   char producer[32];  // "gpuobs-injector", "gpuobs-synth"
   char label[64];     // free text: role, rank, model
   uint8_t reserved[240];

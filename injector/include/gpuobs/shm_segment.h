@@ -24,6 +24,7 @@ struct SegmentOptions {
   gid_t group = gid_t(-1);  // when set: group-owned and mode 0660, else 0600
   std::string producer = "gpuobs";
   std::string label;
+  uint32_t producer_flags = 0;  // ProducerFlags
 };
 
 // The file name a process's segment gets: the pid plus its start time, so a reused pid never

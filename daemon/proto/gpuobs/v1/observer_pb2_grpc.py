@@ -49,6 +49,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsResponse.FromString,
                 )
+        self.ListHangs = channel.unary_unary(
+                '/gpuobs.v1.Observer/ListHangs',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsResponse.FromString,
+                )
 
 
 class ObserverServicer(object):
@@ -107,6 +112,15 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHangs(self, request, context):
+        """Launches whose blocks entered and have not exited, at least min_age_ms old (hang
+        evidence). Only processes that record block exits (GPUOBS_BLOCK_EXIT=1) can show them;
+        `processes` says which do.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +158,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.ListGraphs,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsResponse.SerializeToString,
+            ),
+            'ListHangs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHangs,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -271,5 +290,22 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListGraphs',
             gpuobs_dot_v1_dot_observer__pb2.ListGraphsRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.ListGraphsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListHangs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListHangs',
+            gpuobs_dot_v1_dot_observer__pb2.ListHangsRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.ListHangsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

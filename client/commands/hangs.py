@@ -1,0 +1,70 @@
+"""gpuobsctl hangs [--min-age-ms N] [--pid PID]: blocks that entered and have not exited.
+
+Hang evidence needs block enter and exit events: only a process started with
+GPUOBS_BLOCK_EXIT=1 and running in blocks mode shows it; the command says which observed
+processes cannot (no exit hooks).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from google.protobuf.json_format import MessageToDict
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+
+from ..connection import call
+from ..output import emit, table
+
+NAME = "hangs"
+HELP = "launches whose blocks entered and have not exited (which kernel, which blocks, SMs, since when)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--min-age-ms", type=int, default=1000, help="only blocks in flight this long (default 1000)")
+    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+
+
+def block_ranges(blocks) -> str:
+    """Block indices, runs of consecutive x compressed: 0-5, 9 (y and z shown when not 0)."""
+    parts: list[str] = []
+    run_start = previous = None
+    for block in blocks:
+        if block.y or block.z:
+            parts.append(f"({block.x},{block.y},{block.z})")
+            continue
+        if previous is not None and block.x == previous + 1:
+            previous = block.x
+            continue
+        if run_start is not None:
+            parts.append(f"{run_start}-{previous}" if previous != run_start else str(run_start))
+        run_start = previous = block.x
+    if run_start is not None:
+        parts.append(f"{run_start}-{previous}" if previous != run_start else str(run_start))
+    return ", ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    response = call(args.address, "ListHangs", pb.ListHangsRequest(pids=args.pid, min_age_ms=max(0, args.min_age_ms)))
+    if args.output == "json":
+        emit("json", {"launches": [MessageToDict(h, preserving_proto_field_name=True,
+                                                 always_print_fields_with_no_presence=True) for h in response.launches],
+                      "processes": [MessageToDict(p, preserving_proto_field_name=True,
+                                                  always_print_fields_with_no_presence=True)
+                                    for p in response.processes]})
+        return 0
+    blind = [p.pid for p in response.processes if p.alive and not p.exits_hooked]
+    if response.launches:
+        table([("pid", "PID"), ("age", "AGE s"), ("blocks", "IN FLIGHT"), ("which", "BLOCKS"), ("sms", "SMS"),
+               ("where", "LAUNCH"), ("kernel", "KERNEL")],
+              [{"pid": h.pid, "age": f"{h.age_ns / 1e9:.2f}", "blocks": len(h.blocks), "which": block_ranges(h.blocks),
+                "sms": ",".join(map(str, h.sms[:16])) + ("..." if len(h.sms) > 16 else ""),
+                "where": (f"graph 0x{h.graph_exec:x} replay {h.replay}" if h.graph_exec else f"grid id {h.grid_id}")
+                + (f" ({h.kernel_events_dropped} events of this kernel dropped)" if h.kernel_events_dropped else ""),
+                "kernel": h.kernel if len(h.kernel) <= 60 else h.kernel[:57] + "..."} for h in response.launches])
+    else:
+        print(f"no blocks in flight for {args.min_age_ms} ms or more")
+    if blind:
+        print(f"cannot tell for pid {', '.join(map(str, blind))}: started without GPUOBS_BLOCK_EXIT=1 "
+              "(block exits not recorded)")
+    return 0
