@@ -12,16 +12,25 @@ Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in deta
 are folded into totals, but only once the daemon has caught up with the event rings (settle()):
 a replay's events may still be in a ring when a fast program has already launched a thousand more
 replays. A daemon that never catches up folds anyway past MAX_UNSETTLED replays.
+
+The census (graph execs, replays, node executions per node) is exact and vectorized. The join
+is per node execution in Python, so it runs under the daemon's analysis budget: node executions
+of launch batches beyond the budget, and replays in the window when an event batch had to be
+skipped, are counted as unjoined rather than judged.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
+import time
 
 import numpy as np
 
 from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, MODES
+
+from .kernel_census import AnalysisBudget
 
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
@@ -33,7 +42,9 @@ MODE_BLOCKS = MODES["blocks"]
 CAPTURED = 0x1
 REPLAY_MASK = 0xFFFFFFFF  # the device carries the low 32 bits of the replay number
 
-MATCHED, MISMATCHED, UNRECORDED = "matched", "mismatched", "unrecorded"
+MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
+STATUSES = (MATCHED, MISMATCHED, UNRECORDED, UNJOINED)
+_record_numbers = itertools.count(1)
 
 
 def device_key(grid_id: int, replay: int) -> int:
@@ -69,6 +80,7 @@ class ReplayRecord:
     host_time_ns: int
     mode: int
     executions: list[NodeExecution] = dataclasses.field(default_factory=list)
+    number: int = dataclasses.field(default_factory=lambda: next(_record_numbers))  # creation order
 
 
 @dataclasses.dataclass
@@ -83,6 +95,7 @@ class NodeCensus:
     matched: int = 0
     mismatched: int = 0
     unrecorded: int = 0
+    unjoined: int = 0
     blocks_observed: int = 0
 
     @property
@@ -118,9 +131,14 @@ class GraphCensuses:
 
     MAX_GRAPHS = 4096     # a process that makes more graph execs than this is summarised partly
     KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
-    MAX_UNSETTLED = 1 << 16  # replays out of the window waiting for the daemon to catch up
+    MAX_UNSETTLED = 8 * 1024  # replays out of the window waiting for the daemon to catch up
+    SWEEP_SPANS = 1 << 16     # spans held before unclaimed ones are looked for ...
+    SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
 
-    def __init__(self) -> None:
+    def __init__(self, budget: AnalysisBudget | None = None) -> None:
+        self.budget = budget or AnalysisBudget()
+        self.tainted_through = 0  # replay records numbered up to this may miss events skipped by the budget
+        self.last_sweep = 0.0
         self.graphs: dict[int, GraphCensus] = {}
         self.graphs_dropped = 0
         self.spans: dict[int, DeviceSpan] = {}
@@ -140,54 +158,105 @@ class GraphCensuses:
 
     def update(self, launches: np.ndarray) -> None:
         kinds = launches["kind"]
-        interesting = launches[(kinds >= GRAPH_NODE) & (kinds <= EXEC_DESTROYED)]
-        if not len(interesting):
+        rows = launches[(kinds >= GRAPH_NODE) & (kinds <= EXEC_DESTROYED)]
+        if not len(rows):
             return
-        names = interesting.dtype.names
-        for values in interesting.tolist():  # graph records: one per node execution, in order
-            row = dict(zip(names, values))
-            kind = int(row["kind"])
+        self._count(rows)
+        began = time.perf_counter()
+        try:
+            if self.budget.allows():
+                self._join_launches(rows)
+            else:
+                self._count_unjoined(rows[rows["kind"] == GRAPH_NODE])
+        finally:
+            self.budget.charge(time.perf_counter() - began)
+
+    def _count(self, rows: np.ndarray) -> None:
+        """The exact census, one numpy pass: lifetimes, replays, node executions per node."""
+        kinds = rows["kind"]
+        for kind, graph_exec in rows[(kinds == EXEC_CREATED) | (kinds == EXEC_DESTROYED)][["kind", "graph_exec"]].tolist():
+            census = self._graph(int(graph_exec))
+            if census is not None:
+                census.alive = kind == EXEC_CREATED
+        execs, counts = np.unique(rows["graph_exec"][kinds == GRAPH_LAUNCH], return_counts=True)
+        for graph_exec, count in zip(execs.tolist(), counts.tolist()):
+            census = self._graph(graph_exec)
+            if census is not None:
+                census.replays_seen += count
+        nodes = rows[kinds == GRAPH_NODE]
+        if not len(nodes):
+            return
+        order = np.lexsort((nodes["graph_node"], nodes["graph_exec"]))
+        nodes = nodes[order]
+        pairs = np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1)
+        starts = np.flatnonzero(np.concatenate([[True], np.any(pairs[1:] != pairs[:-1], axis=1)]))
+        ends = np.append(starts[1:], len(nodes))
+        launch_ids = nodes["graph_launch_id"].astype(np.int64)
+        low, high = np.minimum.reduceat(launch_ids, starts), np.maximum.reduceat(launch_ids, starts)
+        grid_ids = nodes["grid_id"]
+        one_grid_id = np.minimum.reduceat(grid_ids, starts) == np.maximum.reduceat(grid_ids, starts)
+        for start, end, first_id, last_id, single in zip(starts.tolist(), ends.tolist(), low.tolist(), high.tolist(),
+                                                         one_grid_id.tolist()):
+            row = nodes[start]
             census = self._graph(int(row["graph_exec"]))
             if census is None:
                 continue
-            if kind == EXEC_CREATED:
-                census.alive = True
-            elif kind == EXEC_DESTROYED:
-                census.alive = False
-            elif kind == GRAPH_LAUNCH:
-                census.replays_seen += 1
-                replay = int(row["replay"])
-                self._keep(census, ReplayRecord(replay, 0, int(row["host_time_ns"]), int(row["mode"])))
+            node = int(row["graph_node"])
+            entry = census.nodes.get(node)
+            if entry is None:
+                entry = census.nodes[node] = NodeCensus(
+                    node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
+                    (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
+            entry.executions += end - start
+            census.node_executions += end - start
+            census.first_launch_id = min(census.first_launch_id or first_id, first_id)
+            census.last_launch_id = max(census.last_launch_id, last_id)
+            # a node keeps its grid id across replays: normally one value per group
+            for grid_id in [int(grid_ids[start])] if single else np.unique(grid_ids[start:end]).tolist():
+                if len(entry.grid_ids) < 4:
+                    entry.grid_ids.add(grid_id)
+                self.grid_owner.setdefault(grid_id, census.graph_exec)
+
+    def _count_unjoined(self, nodes: np.ndarray) -> None:
+        pairs, counts = np.unique(np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1), axis=0,
+                                  return_counts=True)
+        for (graph_exec, node), count in zip(pairs.tolist(), counts.tolist()):
+            census = self.graphs.get(graph_exec)
+            if census is not None and node in census.nodes:
+                census.nodes[node].unjoined += count
+
+    def _join_launches(self, rows: np.ndarray) -> None:
+        """Per replay and node execution, what the join needs (in order: one graph launch, then
+        its node launches)."""
+        names = rows.dtype.names
+        for values in rows.tolist():
+            row = dict(zip(names, values))
+            kind = int(row["kind"])
+            if kind not in (GRAPH_LAUNCH, GRAPH_NODE):
+                continue
+            census = self.graphs.get(int(row["graph_exec"]))
+            if census is None:
+                continue
+            if kind == GRAPH_LAUNCH:
+                self._keep(census, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]), int(row["mode"])))
             else:
                 self._node_execution(census, row)
 
     def _node_execution(self, census: GraphCensus, row: dict) -> None:
         node, grid_id, launch_id = int(row["graph_node"]), int(row["grid_id"]), int(row["graph_launch_id"])
         replay = int(row["replay"])
-        census.node_executions += 1
-        census.first_launch_id = min(census.first_launch_id or launch_id, launch_id)
-        census.last_launch_id = max(census.last_launch_id, launch_id)
-        entry = census.nodes.get(node)
-        if entry is None:
-            entry = census.nodes[node] = NodeCensus(
-                node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
-                (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
-        entry.executions += 1
-        if len(entry.grid_ids) < 4:
-            entry.grid_ids.add(grid_id)
-        self.grid_owner.setdefault(grid_id, census.graph_exec)
         record = census.recent.get(replay) if replay else None
         if record is None:
-            # no graph launch record for this replay (dropped, or an injector without them)
+            # no graph launch record for this replay (dropped, or skipped by the budget)
             record = self._keep(census, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
         record.launch_id = launch_id
         recordable = (int(row["mode"]) == MODE_BLOCKS and bool(int(row["flags"]) & CAPTURED) and replay != 0
                       and int(row["kernel_slot"]) != 0xFFFFFFFF)
-        record.executions.append(NodeExecution(node, grid_id, int(row["kernel_slot"]), entry.blocks_per_execution,
-                                               recordable))
+        record.executions.append(NodeExecution(node, grid_id, int(row["kernel_slot"]),
+                                               census.nodes[node].blocks_per_execution, recordable))
 
     def _keep(self, census: GraphCensus, record: ReplayRecord) -> ReplayRecord:
-        key = record.replay if record.replay else -(census.node_executions + 1)  # unknown replays stay apart
+        key = record.replay if record.replay else -record.number  # unknown replays stay apart
         if key in census.recent:
             return census.recent[key]
         census.recent[key] = record
@@ -208,7 +277,7 @@ class GraphCensuses:
         self._check_orders(census, record)
         for execution in record.executions:
             node = census.nodes[execution.node]
-            status, observed = self.execution_status(execution, record.replay)
+            status, observed = self.execution_status(execution, record)
             setattr(node, status, getattr(node, status) + 1)
             node.blocks_observed += observed
             self.spans.pop(execution.key(record.replay), None)
@@ -223,6 +292,17 @@ class GraphCensuses:
     def add_events(self, events: np.ndarray) -> None:
         if not self.grid_owner or not len(events):
             return
+        began = time.perf_counter()
+        try:
+            if self.budget.allows():
+                self._join_events(events)
+            else:
+                # these events are not joined: every replay known so far may miss some
+                self.tainted_through = next(_record_numbers)
+        finally:
+            self.budget.charge(time.perf_counter() - began)
+
+    def _join_events(self, events: np.ndarray) -> None:
         kinds = events["kind"]
         block = events[((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT)) & np.isin(events["grid_id"], self.node_grid_ids())]
         if not len(block):
@@ -247,7 +327,9 @@ class GraphCensuses:
             span.enters += n_enters
             span.events += n_events
             span.last_ns = max(span.last_ns, last)
-        if len(self.spans) > 2 * self.KEEP_REPLAYS * max(1, len(self.grid_owner)):
+        now = time.monotonic()
+        if len(self.spans) > self.SWEEP_SPANS and now - self.last_sweep >= self.SWEEP_EVERY_S:
+            self.last_sweep = now
             self._sweep()
 
     def _sweep(self) -> None:
@@ -262,11 +344,14 @@ class GraphCensuses:
                 owner.events_unmatched += span.events
 
     # -- reading -------------------------------------------------------------------------------
-    def execution_status(self, execution: NodeExecution, replay: int) -> tuple[str, int]:
+    def execution_status(self, execution: NodeExecution, record: ReplayRecord) -> tuple[str, int]:
+        replay = record.replay
         span = self.spans.get(execution.key(replay)) if replay else None
         observed = span.enters if span else 0
         if not execution.recordable:
             return UNRECORDED, observed
+        if record.number <= self.tainted_through:
+            return UNJOINED, observed
         return (MATCHED if observed == execution.blocks else MISMATCHED), observed
 
     def unmatched_events(self, census: GraphCensus) -> int:
@@ -301,7 +386,7 @@ class GraphCensuses:
 
     def report(self, census: GraphCensus, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""
-        totals = {status: 0 for status in (MATCHED, MISMATCHED, UNRECORDED)}
+        totals = {status: 0 for status in STATUSES}
         per_node = {node: {status: census.nodes[node].__dict__[status] for status in totals} |
                     {"blocks_observed": census.nodes[node].blocks_observed} for node in census.nodes}
         order_check = GraphCensus(census.graph_exec, order=list(census.order), order_stable=census.order_stable,
@@ -311,7 +396,7 @@ class GraphCensuses:
         for owner, record in self.unsettled:
             if owner is census:
                 for execution in record.executions:
-                    status, observed = self.execution_status(execution, record.replay)
+                    status, observed = self.execution_status(execution, record)
                     per_node[execution.node][status] += 1
                     per_node[execution.node]["blocks_observed"] += observed
         previous_end = 0
@@ -319,7 +404,7 @@ class GraphCensuses:
             self._check_orders(order_check, record)
             blocks, matched, start, end = [], 0, 0, 0
             for execution in record.executions:
-                status, observed = self.execution_status(execution, record.replay)
+                status, observed = self.execution_status(execution, record)
                 per_node[execution.node][status] += 1
                 per_node[execution.node]["blocks_observed"] += observed
                 matched += status == MATCHED
@@ -331,6 +416,7 @@ class GraphCensuses:
             details.append({
                 "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
                 "mode": record.mode, "node_executions": len(record.executions), "nodes_matched": matched,
+                "joined": record.number > self.tainted_through,
                 "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
                 "span_ns": end - start if start else 0,
                 "gap_ns": start - previous_end if start and previous_end else 0,

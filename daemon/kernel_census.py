@@ -37,7 +37,7 @@ class AnalysisBudget:
     """The share of the daemon's wall time that optional analysis may use, shared by every
     observed process."""
 
-    def __init__(self, share: float = 0.2, grace_s: float = 0.05) -> None:
+    def __init__(self, share: float = 0.3, grace_s: float = 0.05) -> None:
         self.share = share
         self.grace_s = grace_s
         self.started = time.monotonic()
@@ -214,23 +214,34 @@ class KernelCensus:
             self.unpaired[int(slot)] += int(count)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
 
+    MAX_HUNG_LAUNCHES = 256     # launches listed by in_flight, oldest first
+    MAX_LISTED_BLOCKS = 4096    # blocks listed per launch (the count is always exact)
+
     def in_flight(self, now_ns: int, min_age_ns: int) -> list[dict]:
         """Blocks that entered and have not exited, at least min_age_ns old, per launch (grid id
-        and, for graph nodes, replay number). Ages compare the device clock (%globaltimer, ns
-        since the epoch) with the host's realtime clock."""
+        and, for graph nodes, replay number), oldest launch first. Ages compare the device clock
+        (%globaltimer, ns since the epoch) with the host's realtime clock."""
         if not self.exits_seen or not len(self.pending):
             return []
         old = self.pending[self.pending["time"] <= now_ns - min_age_ns]
+        if not len(old):
+            return []
+        old = old[np.lexsort((old["block"], old["replay"], old["grid_id"]))]
+        change = (old["grid_id"][1:] != old["grid_id"][:-1]) | (old["replay"][1:] != old["replay"][:-1])
+        starts = np.flatnonzero(np.concatenate([[True], change]))
+        ends = np.append(starts[1:], len(old))
+        oldest = np.minimum.reduceat(old["time"], starts)
         launches = []
-        for grid_id, replay in sorted({(int(g), int(r)) for g, r in zip(old["grid_id"], old["replay"])}):
-            mine = old[(old["grid_id"] == grid_id) & (old["replay"] == replay)]
-            block = mine["block"].astype(np.uint64)
-            blocks = sorted(zip((block & np.uint64(0xFFFFFFFF)).tolist(), ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
-                                (block >> np.uint64(48)).tolist()))
-            oldest = int(mine["time"].min())
-            launches.append({"grid_id": grid_id, "replay": replay, "slot": int(mine["slot"][0]), "blocks": blocks,
-                             "sms": sorted(set(mine["sm"].tolist())), "oldest_enter_ns": oldest,
-                             "age_ns": max(0, now_ns - oldest)})
+        for index in np.argsort(oldest, kind="stable")[: self.MAX_HUNG_LAUNCHES].tolist():
+            mine = old[starts[index]:ends[index]]
+            block = mine["block"][: self.MAX_LISTED_BLOCKS]
+            blocks = list(zip((block & np.uint64(0xFFFFFFFF)).tolist(),
+                              ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
+                              (block >> np.uint64(48)).tolist()))
+            launches.append({"grid_id": int(mine["grid_id"][0]), "replay": int(mine["replay"][0]),
+                             "slot": int(mine["slot"][0]), "blocks": blocks, "block_count": len(mine),
+                             "sms": np.unique(mine["sm"]).tolist(), "oldest_enter_ns": int(oldest[index]),
+                             "age_ns": max(0, now_ns - int(oldest[index]))})
         return launches
 
     def in_flight_summary(self, now_ns: int) -> tuple[int, int]:

@@ -91,7 +91,8 @@ class Registry:
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
             kernels = KernelCensus(self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked")))
-            self.processes[path] = ObservedProcess(path, segment, kernels=kernels)
+            self.processes[path] = ObservedProcess(path, segment, kernels=kernels,
+                                                   graphs=GraphCensuses(self.analysis_budget))
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
                      label=segment.header["label"], path=str(path))
         for path in list(self.rejected):
@@ -135,13 +136,17 @@ class Registry:
             if not suspects:
                 continue
             names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
+            snapshot = process.segment.counters()
+            dropped = snapshot[1]["events_dropped"] if snapshot else None
             for launch in suspects:
                 key = (launch["grid_id"], launch["replay"])
                 if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:
                     continue
+                if dropped is None or launch["slot"] >= len(dropped) or dropped[launch["slot"]]:
+                    continue  # a dropped exit event looks like a block in flight: `hangs` lists it, no warning
                 process.hangs_reported.add(key)
                 log.warning("kernel_hang_suspected", pid=process.pid, kernel=names.get(launch["slot"], "?"),
-                            grid_id=launch["grid_id"], replay=launch["replay"], blocks_in_flight=len(launch["blocks"]),
+                            grid_id=launch["grid_id"], replay=launch["replay"], blocks_in_flight=launch["block_count"],
                             first_blocks=launch["blocks"][:8], sms=launch["sms"][:32],
                             age_s=round(launch["age_ns"] / 1e9, 3))
 

@@ -125,6 +125,7 @@ class ObserverService:
                         "position": order.index(n.node) if n.node in order else len(order),
                         "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
                         "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
+                        "executions_unjoined": counts["unjoined"],
                     })
                 recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
                 rows.append({
@@ -136,6 +137,7 @@ class ObserverService:
                     "executions_matched": report["totals"]["matched"],
                     "executions_mismatched": report["totals"]["mismatched"],
                     "executions_unrecorded": report["totals"]["unrecorded"],
+                    "executions_unjoined": report["totals"]["unjoined"],
                     "events_unmatched": report["events_unmatched"], "recent_replays": recent,
                 })
         return rows
@@ -159,6 +161,7 @@ class ObserverService:
                     "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
                     "replay": launch["replay"] if graph_exec else 0,
                     "blocks": [{"x": x, "y": y, "z": z} for x, y, z in launch["blocks"]], "sms": launch["sms"],
+                    "block_count": launch["block_count"],
                     "oldest_enter_ns": launch["oldest_enter_ns"], "age_ns": launch["age_ns"],
                     "kernel_events_dropped": int(dropped[launch["slot"]]) if dropped is not None and
                     launch["slot"] < len(dropped) else 0,

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
               f"{graph.blocks_per_replay} blocks per replay, node order "
               f"{'stable' if graph.order_stable else 'CHANGED between replays'}")
         print(f"  joined to device events: {graph.executions_matched} matched, {graph.executions_mismatched} "
-              f"mismatched, {graph.executions_unrecorded} unrecorded; {graph.events_unmatched} unmatched events")
+              f"mismatched, {graph.executions_unrecorded} unrecorded, {graph.executions_unjoined} unjoined; "
+              f"{graph.events_unmatched} unmatched events")
         table([("position", "#"), ("node", "NODE"), ("executions", "EXECUTIONS"), ("matched", "MATCHED"),
                ("blocks", "BLOCKS/EXEC"), ("grid", "GRID"), ("name", "KERNEL")],
               [{"position": n.position, "node": f"0x{n.node:x}", "executions": n.executions,

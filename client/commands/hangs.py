@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if response.launches:
         table([("pid", "PID"), ("age", "AGE s"), ("blocks", "IN FLIGHT"), ("which", "BLOCKS"), ("sms", "SMS"),
                ("where", "LAUNCH"), ("kernel", "KERNEL")],
-              [{"pid": h.pid, "age": f"{h.age_ns / 1e9:.2f}", "blocks": len(h.blocks), "which": block_ranges(h.blocks),
+              [{"pid": h.pid, "age": f"{h.age_ns / 1e9:.2f}", "blocks": h.block_count, "which": block_ranges(h.blocks),
                 "sms": ",".join(map(str, h.sms[:16])) + ("..." if len(h.sms) > 16 else ""),
                 "where": (f"graph 0x{h.graph_exec:x} replay {h.replay}" if h.graph_exec else f"grid id {h.grid_id}")
                 + (f" ({h.kernel_events_dropped} events of this kernel dropped)" if h.kernel_events_dropped else ""),

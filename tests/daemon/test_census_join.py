@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuobs.daemon.graph_census import GraphCensuses
-from gpuobs.daemon.kernel_census import KernelCensus
+from gpuobs.daemon.kernel_census import AnalysisBudget, KernelCensus
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
 
 EXEC = 0x7000
@@ -54,7 +54,7 @@ def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
     ]))
     graph = census.graphs[EXEC]
     report = census.report(graph, replays=3)
-    assert report["totals"] == {"matched": 4, "mismatched": 2, "unrecorded": 0}
+    assert report["totals"] == {"matched": 4, "mismatched": 2, "unrecorded": 0, "unjoined": 0}
     assert report["events_unmatched"] == blocks_b
     assert [r["node_blocks"] for r in report["replays"]] == [[4, 3], [3, 3], [4, 0]]
     first, second = report["replays"][:2]
@@ -66,7 +66,7 @@ def test_counter_mode_replays_are_unrecorded_not_mismatched() -> None:
     census = GraphCensuses()
     census.update(graph_launches(range(1, 3), mode="counter"))
     report = census.report(census.graphs[EXEC], replays=2)
-    assert report["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 4}
+    assert report["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 4, "unjoined": 0}
 
 
 def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
@@ -113,6 +113,32 @@ def test_replays_leaving_the_window_wait_for_their_events() -> None:
             census.add_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
     census.settle()
     report = census.report(census.graphs[EXEC], replays=16)
-    assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "unrecorded": 0}
+    assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": 0}
     assert report["events_unmatched"] == 0 and not census.spans.keys() - {
         (grid_id << 32) | replay for replay in range(7, 11) for grid_id, _ in NODES.values()}
+
+
+def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudged() -> None:
+    census = GraphCensuses(AnalysisBudget(share=0.0, grace_s=-1.0))  # no time for the join at all
+    census.update(graph_launches(range(1, 4)))
+    grid_id, blocks = NODES[0xA0]
+    census.add_events(block_events(grid_id, 1, blocks, slot=0, t0=0))
+    graph = census.graphs[EXEC]
+    assert (graph.replays, graph.node_executions) == (3, 3 * len(NODES))  # the census stays exact
+    assert census.report(graph, replays=3)["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 0,
+                                                         "unjoined": 3 * len(NODES)}
+
+
+def test_a_skipped_event_batch_leaves_the_replays_it_may_hold_unjoined() -> None:
+    budget = AnalysisBudget(grace_s=1e9)
+    census = GraphCensuses(budget)
+    census.update(graph_launches(range(1, 3)))
+    budget.grace_s = -1.0  # this batch of events is skipped
+    census.add_events(np.concatenate([block_events(g, 1, b, slot=s, t0=0) for s, (g, b) in enumerate(NODES.values())]))
+    budget.grace_s = 1e9
+    census.update(graph_launches(range(3, 4)))
+    census.add_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (2, 3)
+                                      for s, (g, b) in enumerate(NODES.values())]))
+    report = census.report(census.graphs[EXEC], replays=3)
+    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": 2 * len(NODES)}
+    assert [r["joined"] for r in report["replays"]] == [False, False, True]

@@ -37,7 +37,7 @@ def test_a_hung_launch_is_named_with_exactly_its_blocks(start_synth, start_daemo
     assert hung["kernel"] == kernel0["name"] and hung["graph_exec"] == "0"
     assert sorted((b["x"], b["y"], b["z"]) for b in hung["blocks"]) == expected
     assert hung["sms"] and int(hung["age_ns"]) >= 300_000_000
-    assert found["processes"][0]["exits_hooked"] and int(found["processes"][0]["blocks_in_flight"]) == len(expected)
+    assert found["processes"][0]["exits_hooked"] and int(found["processes"][0]["blocks_in_flight"]) == len(expected) == int(hung["block_count"])
     # every other launch's blocks exited: nothing else is in flight, even at age 0
     assert len(hangs(daemon, 0)["launches"]) == 1
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:
