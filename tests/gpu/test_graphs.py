@@ -65,8 +65,10 @@ def test_a_decode_graph_40_layers_7_replays_every_node_execution_matched(shm_dir
         graphs = cli_json(daemon, "graphs", "--replays", str(REPLAYS))
         kernels = cli_json(daemon, "kernels", "--top", "0")
         process = daemon.status().processes[0]
+        mismatches = [line for line in daemon.log().splitlines() if "accounting_mismatch" in line]
     finally:
         daemon.stop()
+    assert not mismatches, mismatches[:3]
     assert out["replays"] == REPLAYS
     graph = the_graph(graphs)
     cache_nodes = [n for n in graph["nodes"] if CACHE_KERNEL in n["name"]]
