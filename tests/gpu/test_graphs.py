@@ -168,11 +168,21 @@ def test_d_mode_switches_while_graphs_replay_in_a_loop(shm_dir: Path, tmp_path: 
     finally:
         daemon.stop()
     assert not failures, failures[:3]
-    assert device_stage(process).dropped == 0 and process.accounting_errors == 0
     assert out["loop_iterations"] > 20 and out["mismatches"] == 0, out
     assert out["checksum"] == reference["checksum"]
-    assert unexplained_blocks(kernels) == {}
-    assert int(graph["executions_mismatched"]) == 0 and int(graph["events_unmatched"]) == 0, \
-        {key: graph[key] for key in ("replays", "executions_matched", "executions_mismatched", "executions_unrecorded",
-                                     "events_unmatched")}
+    assert unexplained_blocks(kernels) == {}  # host counts and device counters: exact whatever the rings did
+    # This loop replays as fast as the GPU goes (thousands of replays a second): the rings may
+    # overflow. Then events are dropped and counted, never lost, and executions whose events
+    # were dropped are mismatched; without drops every recorded execution must match.
+    stage = device_stage(process)
+    assert process.accounting_errors == 0
+    assert stage.produced == stage.delivered + stage.dropped + stage.torn + stage.corrupt and stage.in_flight == 0
+    host = next(s for s in process.stages if s.stage == "host")
+    assert host.produced == host.delivered + host.dropped
+    judged = sum(int(graph[f"executions_{status}"]) for status in ("matched", "mismatched", "unrecorded", "unjoined"))
+    assert judged == int(graph["node_executions"]) > 0
+    if stage.dropped == 0 and host.dropped == 0:
+        assert int(graph["executions_mismatched"]) == 0 and int(graph["events_unmatched"]) == 0, \
+            {key: graph[key] for key in ("replays", "executions_matched", "executions_mismatched",
+                                         "executions_unrecorded", "events_unmatched")}
     assert int(graph["executions_matched"]) > 0  # some replays ran in blocks mode
