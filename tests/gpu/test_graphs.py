@@ -185,4 +185,4 @@ def test_d_mode_switches_while_graphs_replay_in_a_loop(shm_dir: Path, tmp_path: 
         assert int(graph["executions_mismatched"]) == 0 and int(graph["events_unmatched"]) == 0, \
             {key: graph[key] for key in ("replays", "executions_matched", "executions_mismatched",
                                          "executions_unrecorded", "events_unmatched")}
-    assert int(graph["executions_matched"]) > 0  # some replays ran in blocks mode
+    assert judged - int(graph["executions_unrecorded"]) > 0  # the switches reached the replays: some ran in blocks
