@@ -1,6 +1,6 @@
-"""Per kernel, what the counters in the segment do not hold: the launch shapes (from launch
-records) and how long blocks ran (block enter paired with block exit, from events). Batched in
-numpy: no Python per event.
+"""Per kernel, what the counters in the segment do not hold: how long blocks ran (block enter
+paired with block exit) and which blocks are still in flight. Batched in numpy: no Python per
+event. (Launch shapes are counted by the native reader as it hands launch records on.)
 
 Block durations and in-flight blocks (hang evidence) need exit events, which the injector
 records only with GPUOBS_BLOCK_EXIT=1 (an exit hook is costly, see
@@ -19,16 +19,12 @@ import time
 
 import numpy as np
 
-from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS
+from gpuobs.segment import EVENT_KINDS
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
-KERNEL_KINDS = (LAUNCH_KINDS["eager"], LAUNCH_KINDS["graph_node"])
-GRAPH_NODE = LAUNCH_KINDS["graph_node"]
-NO_SLOT = 0xFFFFFFFF
 BUCKETS_PER_OCTAVE = 8
 BUCKETS = 64 * BUCKETS_PER_OCTAVE
-SHAPE_FIELDS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
                           ("time", np.int64), ("slot", np.uint32), ("sm", np.uint32)])
 
@@ -78,94 +74,38 @@ class Durations:
         return int(min(max(middle, self.min_ns), self.max_ns))
 
 
-@dataclasses.dataclass
-class KernelShapes:
-    shapes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    other: int = 0
-    graph_launches: int = 0
-
-
 class KernelCensus:
-    """Shapes and block durations of every kernel slot of one process."""
+    """Block durations and blocks in flight of every kernel slot of one process."""
 
-    MAX_SHAPES = 8          # distinct (grid, block) shapes kept per kernel
     MAX_PENDING = 1 << 16   # enter events waiting for their exit (blocks in flight, ring latency)
 
     def __init__(self, budget: AnalysisBudget | None = None, exits_hooked: bool = False) -> None:
         self.budget = budget or AnalysisBudget()
-        self.unanalysed: dict[int, int] = collections.defaultdict(int)
-        self.shapes: dict[int, KernelShapes] = {}
+        self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per slot
         self.durations: dict[int, Durations] = {}
         self.unpaired: dict[int, int] = collections.defaultdict(int)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
         self.exits_seen = exits_hooked
-        self._last = np.zeros((0, 2), dtype=np.uint64)  # per slot: its last launch's packed shape
-
-    def update(self, launches: np.ndarray) -> None:
-        kernel = launches[np.isin(launches["kind"], KERNEL_KINDS) & (launches["kernel_slot"] != NO_SLOT)]
-        if not len(kernel):
-            return
-        # (slot, shape, in a graph) packed exactly into two words: slot < 2^20, grid x < 2^31,
-        # grid y, z < 2^16, block x, y <= 1024, block z <= 64
-        u64 = np.uint64
-        slots = kernel["kernel_slot"].astype(np.int64)
-        packed = np.empty((len(kernel), 2), dtype=u64)
-        packed[:, 0] = ((slots.astype(u64) << u64(44)) | (kernel["grid_x"].astype(u64) << u64(13)) |
-                        (kernel["block_z"].astype(u64) << u64(1)) | (kernel["kind"] == GRAPH_NODE).astype(u64))
-        packed[:, 1] = ((kernel["grid_y"].astype(u64) << u64(48)) | (kernel["grid_z"].astype(u64) << u64(32)) |
-                        (kernel["block_x"].astype(u64) << u64(16)) | kernel["block_y"].astype(u64))
-        # Most launches repeat their kernel's previous shape: those are counted with one bincount;
-        # only the others are sorted and grouped.
-        if len(self._last) <= slots.max():
-            grown = np.zeros((int(slots.max()) + 1, 2), dtype=u64)
-            grown[: len(self._last)] = self._last
-            self._last = grown
-        repeat = np.all(packed == self._last[slots], axis=1)
-        counts = np.bincount(slots[repeat])
-        for slot in np.flatnonzero(counts).tolist():
-            self._add(*self._last[slot].tolist(), int(counts[slot]))
-        rest = packed[~repeat]
-        if not len(rest):
-            return
-        rest = rest[np.lexsort((rest[:, 1], rest[:, 0]))]
-        starts = np.flatnonzero(np.concatenate([[True], np.any(rest[1:] != rest[:-1], axis=1)]))
-        group_counts = np.diff(np.append(starts, len(rest)))
-        for (first, second), count in zip(rest[starts].tolist(), group_counts.tolist()):
-            self._add(first, second, count)
-            self._last[first >> 44] = (first, second)
-
-    def _add(self, first: int, second: int, count: int) -> None:
-        slot, graph = first >> 44, first & 1
-        shape = ((first >> 13) & 0x7FFFFFFF, (second >> 48) & 0xFFFF, (second >> 32) & 0xFFFF,
-                 (second >> 16) & 0xFFFF, second & 0xFFFF, (first >> 1) & 0xFFF)
-        entry = self.shapes.setdefault(slot, KernelShapes())
-        if graph:
-            entry.graph_launches += count
-        if shape in entry.shapes or len(entry.shapes) < self.MAX_SHAPES:
-            entry.shapes[shape] += count
-        else:
-            entry.other += count
 
     def add_events(self, events: np.ndarray, node_grid_ids: np.ndarray) -> None:
-        kinds = events["kind"]
-        exits = kinds == BLOCK_EXIT
         if not self.exits_seen:
-            if not exits.any():
+            if not (events["kind"] == BLOCK_EXIT).any():
                 return
             self.exits_seen = True
+        if not self.budget.allows():
+            # Nothing per event here: a skipped batch costs nothing. What it held shows as
+            # delivered block events minus analysed ones (report()).
+            if len(self.pending):
+                self._give_up_pending()  # their exits may be in this batch: do not show them in flight
+            return
         began = time.perf_counter()
         try:
-            wanted = (kinds == BLOCK_ENTER) | exits
-            if not self.budget.allows():
-                counts = np.bincount(events["kernel_slot"][wanted])
-                for slot in np.flatnonzero(counts).tolist():
-                    self.unanalysed[slot] += int(counts[slot])
-                # the exits of the enters held may be in this batch: holding them on would show
-                # blocks in flight that are not
-                self._give_up_pending()
-                return
-            block = events[wanted]
+            kinds = events["kind"]
+            block = events[(kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT)]
             if len(block):
+                counts = np.bincount(block["kernel_slot"])
+                for slot in np.flatnonzero(counts).tolist():
+                    self.analysed[slot] += int(counts[slot])
                 self._pair(block, node_grid_ids)
         finally:
             self.budget.charge(time.perf_counter() - began)
@@ -250,16 +190,15 @@ class KernelCensus:
             return 0, 0
         return len(self.pending), max(0, now_ns - int(self.pending["time"].min()))
 
-    def report(self, slot: int) -> dict:
-        entry = self.shapes.get(slot, KernelShapes())
-        shapes = [{"grid": list(shape[:3]), "block": list(shape[3:]), "launches": count}
-                  for shape, count in entry.shapes.most_common()]
+    def report(self, slot: int, block_events_delivered: int = 0) -> dict:
+        """`block_events_delivered`: the slot's block enter and exit events the reader delivered
+        (the native reader's aggregates); those not analysed were skipped by the budget."""
         durations = self.durations.get(slot)
         pending = int(np.count_nonzero(self.pending["slot"] == slot)) if len(self.pending) else 0
         stats = {"count": 0, "mean_ns": 0.0, "min_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0,
-                 "unpaired": self.unpaired.get(slot, 0) + pending, "unanalysed": self.unanalysed.get(slot, 0)}
+                 "unpaired": self.unpaired.get(slot, 0) + pending,
+                 "unanalysed": max(0, block_events_delivered - self.analysed.get(slot, 0)) if self.exits_seen else 0}
         if durations is not None and durations.count:
             stats.update(count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,
                          p50_ns=durations.percentile(0.5), p99_ns=durations.percentile(0.99), max_ns=durations.max_ns)
-        return {"shapes": shapes, "other_shape_launches": entry.other, "graph_launches": entry.graph_launches,
-                "block_durations": stats}
+        return {"block_durations": stats}

@@ -33,7 +33,8 @@ class Daemon:
         self.config = config
         self.registry = Registry(Path(config.segment_dir), owners=config.owner_uids,
                                  torn_timeout_s=config.torn_timeout_ms / 1000.0, remove_exited=config.remove_exited,
-                                 hang_threshold_s=config.hang_threshold_ms / 1000.0)
+                                 hang_threshold_s=config.hang_threshold_ms / 1000.0,
+                                 analysis_share=config.analysis_share)
         self.service = ObserverService(self.registry, config.segment_dir)
         self.stop = asyncio.Event()
         self.health = health.aio.HealthServicer()

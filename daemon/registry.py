@@ -56,6 +56,7 @@ class ObservedProcess:
     graphs: GraphCensuses = dataclasses.field(default_factory=GraphCensuses)
     kernels: KernelCensus = dataclasses.field(default_factory=KernelCensus)  # the registry passes its budget
     hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
+    seen_dead: bool = False  # the producer was found dead on an idle pass
 
     @property
     def pid(self) -> int:
@@ -64,7 +65,8 @@ class ObservedProcess:
 
 class Registry:
     def __init__(self, segment_dir: Path, *, owners: list[int], torn_timeout_s: float, remove_exited: bool,
-                 clock: Callable[[], float] = time.monotonic, hang_threshold_s: float = 10.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, hang_threshold_s: float = 10.0,
+                 analysis_share: float = 0.3) -> None:
         self.segment_dir = Path(segment_dir)
         self.owners = owners
         self.torn_timeout_s = torn_timeout_s
@@ -74,7 +76,7 @@ class Registry:
         self.rejected: dict[Path, str] = {}
         self.subscribers: list[Subscriber] = []
         self.last_pass_at = clock()
-        self.analysis_budget = AnalysisBudget()
+        self.analysis_budget = AnalysisBudget(share=analysis_share, grace_s=0.05 if analysis_share > 0 else -1.0)
         self.hang_threshold_s = hang_threshold_s
         self.last_hang_check = 0.0
 
@@ -157,7 +159,9 @@ class Registry:
             process.final_drained = True
             process.alive = False
             return 0
-        exited = segment.reader.state() == STATE_EXITED or not segment.reader.producer_alive()
+        # Sampled before reading: a producer seen exited here has committed all it will; if this
+        # pass then reads nothing, everything is in. (/proc is only asked on an idle segment.)
+        exited = segment.reader.state() == STATE_EXITED
         read = 0
         # Launches first: a launch record is written before its kernel runs, so the events read
         # next find their launch (graph node) already known.
@@ -167,7 +171,6 @@ class Registry:
                 break
             read += len(launches)
             process.graphs.update(launches)
-            process.kernels.update(launches)
             self._publish("launches", process.pid, launches)
         caught_up = True
         for ring in range(segment.event_rings):
@@ -183,6 +186,11 @@ class Registry:
                 caught_up = False  # max_batches read and maybe more waiting
         if caught_up:
             process.graphs.settle()
+        if read == 0 and not exited and not segment.reader.producer_alive():
+            # died without marking the segment: its last claims are settled by the torn timeout,
+            # so look again on the next pass before declaring it drained
+            exited = process.seen_dead
+            process.seen_dead = True
         if exited and read == 0:
             # the producer is done and everything it committed has been read
             process.alive = False

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuobs import __version__, _native
-from gpuobs.segment import CONTROL_STATUS, MODE_NAMES, MODES, PATCH_SETS
+from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH_SETS
 
 from gpuobs.recording import RecordingWriter
 
@@ -19,6 +19,16 @@ from .registry import NotFound, ObservedProcess, Registry, Subscriber
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
 MAX_PIDS = 4096
+
+
+def shape_report(entry: tuple | None) -> dict[str, Any]:
+    """The native reader's launch shapes of one kernel, most launched first."""
+    if entry is None:
+        return {"shapes": [], "other_shape_launches": 0, "graph_launches": 0}
+    shapes, other, graph = entry
+    ordered = sorted(shapes, key=lambda shape: -shape[2])
+    return {"shapes": [{"grid": list(grid), "block": list(block), "launches": count} for grid, block, count in ordered],
+            "other_shape_launches": other, "graph_launches": graph}
 
 
 class InvalidArgument(ValueError):
@@ -88,7 +98,10 @@ class ObserverService:
             if snapshot is None:
                 continue
             _, counters = snapshot
-            delivered = process.segment.aggregates()[: len(counters)].sum(axis=1)
+            aggregates = process.segment.aggregates()[: len(counters)]
+            delivered = aggregates.sum(axis=1)
+            block_events = aggregates[:, EVENT_KINDS["block_enter"]] + aggregates[:, EVENT_KINDS["block_exit"]]
+            shapes = process.segment.reader.launch_shapes()
             for entry in process.segment.kernels():
                 slot = entry["slot"]
                 if slot >= len(counters):
@@ -100,7 +113,8 @@ class ObserverService:
                     "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
                     "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
                     "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
-                    **process.kernels.report(slot),
+                    **shape_report(shapes.get(slot)),
+                    **process.kernels.report(slot, int(block_events[slot])),
                 })
         rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
         return rows[:top] if top else rows

@@ -29,6 +29,13 @@ class Setting:
         return "--" + self.name.replace("_", "-")
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"not a share within 0..1: {text!r}")
+    return value
+
+
 def _bool(text: str) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
@@ -48,6 +55,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", int),
     Setting("remove_exited", False, "delete segments of exited processes after their final drain", _bool),
     Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", int),
+    Setting("analysis_share", 0.3, "share of the daemon's time for joining graph replays to events and pairing "
+            "block enters with exits (0 turns both off; counts stay exact)", _share),
     Setting("hang_threshold_ms", 10000, "blocks in flight this long are reported once per launch as a suspected hang "
             "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", int),
     Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long", int),

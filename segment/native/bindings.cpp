@@ -464,6 +464,20 @@ PYBIND11_MODULE(_native, m) {
       .def("set_torn_timeout", [](SegmentReader& reader, double seconds) {
         reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
       })
+      .def("launch_shapes", [](const SegmentReader& reader) {
+        // {slot: ([(grid, block, launches), ...], other_launches, graph_launches)} for slots launched
+        py::dict out;
+        for (const SlotShapes& entry : reader.launch_shapes().launched()) {
+          py::list shapes;
+          for (uint32_t index = 0; index < entry.used; ++index) {
+            const LaunchShape& shape = entry.shapes[index];
+            shapes.append(py::make_tuple(py::make_tuple(shape.grid[0], shape.grid[1], shape.grid[2]),
+                                         py::make_tuple(shape.block[0], shape.block[1], shape.block[2]), shape.launches));
+          }
+          out[py::int_(entry.slot)] = py::make_tuple(shapes, entry.other_launches, entry.graph_launches);
+        }
+        return out;
+      })
       .def("aggregates", [](const SegmentReader& reader) {
         // [kernel_slots][EVENT_KIND_COUNT] little-endian uint64
         const EventAggregates& counts = reader.aggregates();

@@ -127,6 +127,7 @@ std::unique_ptr<SegmentReader> SegmentReader::open(const std::string& path, cons
   const Capacities caps = capacities_of(header);
   reader->view_ = make_view(reader->base_, caps);
   reader->aggregates_.assign(uint64_t(caps.kernel_slots) * kEventKindCount, 0);
+  reader->shapes_ = LaunchShapes(caps.kernel_slots);
   reader->event_pending_since_.assign(caps.event_rings, 0);
   return reader;
 }
@@ -228,8 +229,14 @@ size_t SegmentReader::read_events(uint32_t ring_index, EventRecord* out, size_t 
 
 size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
   const uint32_t slots = view_.caps.kernel_slots;
-  auto validate = [slots](const LaunchRecord& record) {
-    if (is_kernel_launch(record.kind)) return record.kernel_slot < slots || record.kernel_slot == UINT32_MAX;
+  LaunchShapes* shapes = &shapes_;
+  auto validate = [slots, shapes](const LaunchRecord& record) {
+    if (is_kernel_launch(record.kind)) {
+      if (record.kernel_slot == UINT32_MAX) return true;
+      if (record.kernel_slot >= slots) return false;
+      shapes->add(record);
+      return true;
+    }
     return record.kind > 0 && record.kind < kLaunchKindCount && record.kernel_slot == UINT32_MAX;
   };
   return read_ring(*view_.launch_ring_control, view_.launch_ring, view_.caps.launch_ring_records, out, max_records,

@@ -14,6 +14,7 @@
 #include "gpuobs/host_writer.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/segment_view.h"
+#include "launch_shapes.h"
 
 namespace gpuobs {
 
@@ -99,6 +100,7 @@ class SegmentReader {
   bool size_intact() const;
 
   const EventAggregates& aggregates() const { return aggregates_; }
+  const LaunchShapes& launch_shapes() const { return shapes_; }
   void set_torn_timeout_ns(uint64_t timeout_ns) { torn_timeout_ns_ = timeout_ns; }
 
  private:
@@ -114,6 +116,7 @@ class SegmentReader {
   uint64_t bytes_ = 0;
   SegmentView view_{};
   EventAggregates aggregates_;
+  LaunchShapes shapes_;
   std::vector<uint64_t> event_pending_since_;
   uint64_t launch_pending_since_ = 0;
   uint64_t torn_timeout_ns_ = 1000000000ULL;
