@@ -77,7 +77,7 @@ class Durations:
 class KernelCensus:
     """Block durations and blocks in flight of every kernel slot of one process."""
 
-    MAX_PENDING = 1 << 16   # enter events waiting for their exit (blocks in flight, ring latency)
+    MAX_PENDING = 1 << 14   # enter events waiting for their exit: an H200 holds at most 132 x 32 blocks
 
     def __init__(self, budget: AnalysisBudget | None = None, exits_hooked: bool = False) -> None:
         self.budget = budget or AnalysisBudget()
