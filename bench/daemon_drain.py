@@ -40,12 +40,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
         segments = Path(tmp) / "segments"
         segments.mkdir()
-        producers = [subprocess.Popen([synth_binary(), "--segment-dir", str(segments), "--mode", "blocks", "--rate",
-                                       "0", "--seed", str(i), "--kernels", "16", "--ring-records", str(1 << 17)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                     for i in range(args.producers)]
+        # the daemon first: full-speed producers on a small machine would starve its start-up
         daemon = DaemonProcess(Path(tmp) / "run", segments, free_port())
+        producers: list[subprocess.Popen] = []
         try:
+            producers = [subprocess.Popen([synth_binary(), "--segment-dir", str(segments), "--mode", "blocks",
+                                           "--rate", "0", "--seed", str(i), "--kernels", "16", "--ring-records",
+                                           str(1 << 17)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         for i in range(args.producers)]
             daemon.wait_processes(args.producers, timeout=30)
             time.sleep(1.0)
             delivered0, dropped0 = totals(daemon)

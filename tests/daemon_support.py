@@ -45,6 +45,7 @@ class DaemonProcess:
                 return
             except grpc.RpcError:
                 time.sleep(0.05)
+        self.stop(signal.SIGKILL)  # not left running behind the caller's back
         raise RuntimeError("gpuobsd did not come up")
 
     def log(self) -> str:
