@@ -99,6 +99,12 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return pb.ListHangsResponse(launches=[json_format.ParseDict(row, pb.HungLaunch()) for row in rows],
                                     processes=[pb.HangEvidence(**row) for row in evidence])
 
+    async def ListHotPcs(self, request: pb.ListHotPcsRequest, context) -> pb.ListHotPcsResponse:
+        rows, counted, skipped = await self._guard(context, lambda: self.service.hot_pcs(list(request.pids),
+                                                                                         request.top))
+        return pb.ListHotPcsResponse(pcs=[pb.HotPc(**row) for row in rows], events_counted=counted,
+                                     events_skipped=skipped)
+
     async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
         async def call():
             return await self.service.record(request.path, request.duration_ms / 1000.0, request.max_events,

@@ -35,7 +35,7 @@ class Daemon:
                                  torn_timeout_s=config.torn_timeout_ms / 1000.0, remove_exited=config.remove_exited,
                                  hang_threshold_s=config.hang_threshold_ms / 1000.0,
                                  analysis_share=config.analysis_share)
-        self.service = ObserverService(self.registry, config.segment_dir)
+        self.service = ObserverService(self.registry, config.segment_dir, config.cubin_dir or None)
         self.stop = asyncio.Event()
         self.health = health.aio.HealthServicer()
 

@@ -19,6 +19,7 @@ import structlog
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
 from .graph_census import GraphCensuses
+from .hot_pcs import HotPcs
 from .kernel_census import AnalysisBudget, KernelCensus
 
 log = structlog.get_logger("gpuobsd.registry")
@@ -57,6 +58,7 @@ class ObservedProcess:
     kernels: KernelCensus = dataclasses.field(default_factory=KernelCensus)  # the registry passes its budget
     hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
     seen_dead: bool = False  # the producer was found dead on an idle pass
+    hot_pcs: HotPcs = dataclasses.field(default_factory=HotPcs)  # the registry passes its budget
 
     @property
     def pid(self) -> int:
@@ -94,7 +96,8 @@ class Registry:
             segment.reader.set_torn_timeout(self.torn_timeout_s)
             kernels = KernelCensus(self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked")))
             self.processes[path] = ObservedProcess(path, segment, kernels=kernels,
-                                                   graphs=GraphCensuses(self.analysis_budget))
+                                                   graphs=GraphCensuses(self.analysis_budget),
+                                                   hot_pcs=HotPcs(self.analysis_budget))
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
                      label=segment.header["label"], path=str(path))
         for path in list(self.rejected):
@@ -181,6 +184,7 @@ class Registry:
                 read += len(batch)
                 process.graphs.add_events(batch)
                 process.kernels.add_events(batch, process.graphs.node_grid_ids())
+                process.hot_pcs.add_events(batch)
                 self._publish("events", process.pid, batch)
             else:
                 caught_up = False  # max_batches read and maybe more waiting

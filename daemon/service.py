@@ -36,9 +36,10 @@ class InvalidArgument(ValueError):
 
 
 class ObserverService:
-    def __init__(self, registry: Registry, segment_dir: str) -> None:
+    def __init__(self, registry: Registry, segment_dir: str, cubin_dir: str | None = None) -> None:
         self.registry = registry
         self.segment_dir = segment_dir
+        self.cubin_dir = cubin_dir or str(Path(segment_dir) / "gpuobs-cubins")  # the injector's default
         self.started = time.monotonic()
 
     # -- reads -------------------------------------------------------------------------------
@@ -114,6 +115,7 @@ class ObserverService:
                     "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
                     "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
                     **shape_report(shapes.get(slot)),
+                    "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry),
                     **process.kernels.report(slot, int(block_events[slot])),
                 })
         rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
@@ -155,6 +157,29 @@ class ObserverService:
                     "events_unmatched": report["events_unmatched"], "recent_replays": recent,
                 })
         return rows
+
+    def cubin_path(self, entry: dict) -> str:
+        """The kept cubin of a kernel's module, when the file is there."""
+        if not entry.get("cubin_hash"):
+            return ""
+        path = Path(self.cubin_dir) / f"{int(entry['cubin_hash']):016x}.cubin"
+        return str(path) if path.is_file() else ""
+
+    def hot_pcs(self, pids: list[int], top: int) -> tuple[list[dict[str, Any]], int, int]:
+        if not 0 <= top <= 100_000:
+            raise InvalidArgument("top must be within 0..100000")
+        rows, counted, skipped = [], 0, 0
+        for process in self._targets(pids, live_only=False):
+            entries = {k["slot"]: k for k in process.segment.kernels()}
+            counted += process.hot_pcs.counted
+            skipped += process.hot_pcs.skipped
+            for slot, pc, events in process.hot_pcs.top(top or 50):
+                entry = entries.get(slot, {})
+                rows.append({"pid": process.pid, "slot": slot, "kernel": entry.get("demangled", f"slot {slot}"),
+                             "mangled": entry.get("mangled", ""), "pc": pc, "events": events,
+                             "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry)})
+        rows.sort(key=lambda r: -r["events"])
+        return rows[: top or 50], counted, skipped
 
     def hangs(self, pids: list[int], min_age_ms: int) -> list[dict[str, Any]]:
         """Launches with blocks in flight at least min_age_ms, oldest first; and, per process,

@@ -47,6 +47,8 @@ def _bool(text: str) -> bool:
 SETTINGS: tuple[Setting, ...] = (
     Setting("runtime_dir", "/run/gpuobs", "directory of the control socket and the daemon lock"),
     Setting("segment_dir", "/dev/shm", "where injected processes create their segments"),
+    Setting("cubin_dir", "", "where injected processes keep module cubins (default: <segment dir>/gpuobs-cubins, "
+            "as GPUOBS_CUBIN_DIR defaults in the injector)"),
     Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)"),
     Setting("listen", "", "extra gRPC address (e.g. 127.0.0.1:50061); the unix socket is always served"),
     Setting("socket_group", "gpuobs", "group given the control socket (0660) when it exists"),

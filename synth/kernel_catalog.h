@@ -19,6 +19,7 @@ struct KernelProfile {
   uint32_t block_threads;     // threads per block (multiple of 32)
   uint32_t accesses_per_thread;  // global memory instructions each thread executes
   uint64_t base_pc;
+  std::vector<uint32_t> access_offsets;  // when set: the offset of each access instruction (--cubin-offsets)
 };
 
 // `count` kernels: the catalogue first, then numbered vLLM-like layer kernels.

@@ -85,7 +85,8 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
         work += block_accesses;
         if (!config.captured) continue;
         for (uint32_t access = 0; access < profile.accesses_per_thread; ++access) {
-          const uint64_t pc = profile.base_pc + 0x100 + 0x10 * access;
+          const uint64_t pc = profile.access_offsets.empty() ? profile.base_pc + 0x100 + 0x10 * access
+                                                             : profile.base_pc + profile.access_offsets[access];
           for (uint32_t warp_base = 0; warp_base < launch.block_threads; warp_base += kWarpLanes) {
             uint32_t lanes = 0;
             for (uint32_t lane = 0; lane < kWarpLanes && warp_base + lane < launch.block_threads; ++lane) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpuobs/cubin_store.h"
 #include "gpuobs/host_writer.h"
 #include "gpuobs/shm_segment.h"
 #include "kernel_catalog.h"
@@ -49,6 +50,9 @@ struct Options {
   uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
   uint32_t graph_nodes = 0;   // > 0: launches are replays of one CUDA graph of this many kernel nodes
   double hang_seconds = 0;    // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
+  std::string cubin;          // kernel 0 is this cubin's function (--cubin-function): its cubin is kept
+  std::string cubin_function;  // as the injector keeps a module's, and its accesses sit at --cubin-offsets
+  std::vector<uint32_t> cubin_offsets;
   uint32_t publish_us = 2000;
   uint32_t control_poll_us = 500;
   std::string label;
@@ -63,7 +67,8 @@ struct Options {
                "  [--mode off|noop|counter|blocks|memory|sampled] [--shift N] [--seed N] [--patch-set block|memory]\n"
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
-               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N] [--hang-seconds S]\n",
+               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N] [--hang-seconds S]\n"
+               "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...]\n",
                message);
   std::exit(2);
 }
@@ -89,7 +94,7 @@ void apply_environment(Options* o) {
 
 Options parse(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kCubin, kCubinFunction, kCubinOffsets };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -103,6 +108,9 @@ Options parse(int argc, char** argv) {
       {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
       {"unlink-at-exit", no_argument, nullptr, kUnlink}, {"graph-nodes", required_argument, nullptr, kGraphNodes},
       {"hang-seconds", required_argument, nullptr, kHang},
+      {"cubin", required_argument, nullptr, kCubin},
+      {"cubin-function", required_argument, nullptr, kCubinFunction},
+      {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
       {nullptr, 0, nullptr, 0}};
   Options o;
   apply_environment(&o);
@@ -137,6 +145,23 @@ Options parse(int argc, char** argv) {
       case kUnlink: o.unlink_at_exit = true; break;
       case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
       case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
+      case kCubin: o.cubin = optarg; break;
+      case kCubinFunction: o.cubin_function = optarg; break;
+      case kCubinOffsets: {
+        std::string list = optarg;
+        size_t start = 0;
+        while (start <= list.size()) {
+          const size_t comma = list.find(',', start);
+          const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          char* end = nullptr;
+          const unsigned long value = std::strtoul(item.c_str(), &end, 0);
+          if (item.empty() || *end != '\0') usage("bad --cubin-offsets");
+          o.cubin_offsets.push_back(uint32_t(value));
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+        break;
+      }
       default: usage("unknown flag");
     }
   }
@@ -217,7 +242,7 @@ class AppliedConfig {
 
 int run(const Options& options) {
   std::mt19937_64 rng(options.seed);
-  const std::vector<KernelProfile> catalog = make_catalog(options.kernels, rng);
+  std::vector<KernelProfile> catalog = make_catalog(options.kernels, rng);
 
   SegmentOptions segment_options;
   segment_options.directory = options.segment_dir;
@@ -248,9 +273,34 @@ int run(const Options& options) {
     initial.filter = options.filter;
     writer.acknowledge(0, initial, ControlStatus::Ok, "");
   }
+  uint64_t kernel0_cubin = 0;
+  if (!options.cubin.empty()) {
+    // Kernel 0 plays a real cubin's function: the cubin is kept exactly as the injector keeps a
+    // module's, and its accesses sit at real instruction offsets.
+    if (options.cubin_function.empty() || options.cubin_offsets.empty())
+      usage("--cubin needs --cubin-function and --cubin-offsets");
+    std::FILE* file = std::fopen(options.cubin.c_str(), "rb");
+    if (!file) usage("cannot read --cubin");
+    std::string bytes;
+    char buffer[65536];
+    size_t got = 0;
+    while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) bytes.append(buffer, got);
+    std::fclose(file);
+    const char* dir = std::getenv("GPUOBS_CUBIN_DIR");
+    CubinStore store(dir && *dir ? dir : options.segment_dir + "/gpuobs-cubins", 64ull << 20);
+    std::string why;
+    kernel0_cubin = store.keep(1, bytes.data(), bytes.size(), &why);
+    if (!kernel0_cubin) usage(why.c_str());
+    catalog[0].mangled = options.cubin_function;
+    catalog[0].access_offsets = options.cubin_offsets;
+    catalog[0].accesses_per_thread = uint32_t(options.cubin_offsets.size());
+  }
   std::vector<uint32_t> slots;
-  for (const KernelProfile& profile : catalog) {
-    const int64_t slot = writer.register_kernel(0, 1, profile.mangled);
+  for (size_t index = 0; index < catalog.size(); ++index) {
+    const KernelProfile& profile = catalog[index];
+    const int64_t slot = index == 0 && kernel0_cubin
+                             ? writer.register_kernel(0, 1, profile.mangled, kernel0_cubin, profile.base_pc)
+                             : writer.register_kernel(0, 1, profile.mangled);
     slots.push_back(slot < 0 ? UINT32_MAX : uint32_t(slot));
   }
   std::fprintf(stderr, "gpuobs-synth: pid %d segment %s\n", int(::getpid()), writer.segment().path().c_str());

@@ -75,7 +75,8 @@ std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patc
 
 SegmentWriter::SegmentWriter(std::unique_ptr<MappedSegment> segment) : segment_(std::move(segment)) {}
 
-int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const std::string& mangled) {
+int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const std::string& mangled,
+                                       uint64_t cubin_hash, uint64_t function_pc) {
   const SegmentView& v = view();
   const std::string demangled = demangle(mangled);
   std::lock_guard<std::mutex> lock(registration_mutex_);
@@ -98,6 +99,8 @@ int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const
   entry.demangled_bytes = uint32_t(demangled.size());
   entry.registered_ns = monotonic_ns();
   entry.slot = slot;
+  entry.cubin_hash = cubin_hash;
+  entry.function_pc = function_pc;
   __atomic_store_n(&v.header->name_arena_used, used + uint32_t(needed), __ATOMIC_RELEASE);
   __atomic_store_n(&v.header->kernel_count, slot + 1, __ATOMIC_RELEASE);
   return slot;

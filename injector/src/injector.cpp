@@ -31,7 +31,11 @@ void count(uint64_t* word, uint64_t delta = 1) { __atomic_fetch_add(word, delta,
 
 void mark_tool_thread() { t_tool_thread = true; }
 
-Injector::Injector() : config_(load_injector_config()), patcher_(config_.patch_set, config_.block_exit, config_.naive_counting), function_slots_(1u << 16) {
+Injector::Injector()
+    : config_(load_injector_config()),
+      patcher_(config_.patch_set, config_.block_exit, config_.naive_counting),
+      cubins_(config_.cubin_dir, uint64_t(config_.cubin_mb) << 20),
+      function_slots_(1u << 16) {
   in_force_.mode = config_.mode;
   in_force_.shift = config_.shift;
   in_force_.patch_set = config_.patch_set;
@@ -73,8 +77,11 @@ void Injector::dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cb
         on_context_destroying(*static_cast<const Sanitizer_ResourceContextData*>(cbdata));
       else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_LOADED)
         on_module_loaded(*static_cast<const Sanitizer_ResourceModuleData*>(cbdata));
-      else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING)
-        patcher_.forget(static_cast<const Sanitizer_ResourceModuleData*>(cbdata)->module);
+      else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
+        const CUmodule module = static_cast<const Sanitizer_ResourceModuleData*>(cbdata)->module;
+        patcher_.forget(module);
+        cubins_.forget(reinterpret_cast<uint64_t>(module));
+      }
       break;
     case SANITIZER_CB_DOMAIN_LAUNCH:
       if (cbid == SANITIZER_CBID_LAUNCH_BEGIN)
@@ -201,6 +208,16 @@ void Injector::on_module_loaded(const Sanitizer_ResourceModuleData& data) {
   if (!segment_ready_.load(std::memory_order_acquire)) return;
   GlobalCounters& counters = *writer_->view().counters;
   count(&counters.modules_loaded);
+  // The cubin first, so that PCs of this module can be symbolised later by another process.
+  if (config_.cubin_mb > 0) {
+    std::string why;
+    if (cubins_.keep(reinterpret_cast<uint64_t>(data.module), data.pCubin, data.cubinSize, &why)) {
+      count(&counters.cubins_kept);
+    } else {
+      count(&counters.cubins_skipped);
+      if (first_time(LogOnce::Cubin)) log_line("a module's cubin was not kept (%s)", why.c_str());
+    }
+  }
   std::string error;
   if (patcher_.patch_module(data.context, data.module, &error)) {
     count(&counters.modules_patched);
@@ -223,8 +240,17 @@ int64_t Injector::slot_for(const Sanitizer_LaunchData& launch, DeviceContext* co
   const uint64_t function = reinterpret_cast<uint64_t>(launch.function);
   return function_slots_.find_or_add(function, [&](uint64_t) -> int64_t {
     const std::string mangled = launch.functionName ? launch.functionName : "<unnamed>";
+    const uint64_t cubin = cubins_.hash_of(reinterpret_cast<uint64_t>(launch.module));
+    uint64_t function_pc = 0;
+    uint64_t function_size = 0;
+    if (cubin != 0 && launch.functionName != nullptr &&
+        sanitizerGetFunctionPcAndSize(launch.module, launch.functionName, &function_pc, &function_size) !=
+            SANITIZER_SUCCESS) {
+      function_pc = 0;
+    }
     std::lock_guard<std::mutex> lock(config_mutex_);
-    const int64_t slot = writer_->register_kernel(function, reinterpret_cast<uint64_t>(launch.module), mangled);
+    const int64_t slot = writer_->register_kernel(function, reinterpret_cast<uint64_t>(launch.module), mangled, cubin,
+                                                  function_pc);
     if (slot < 0) {
       if (first_time(LogOnce::KernelTable)) log_line("kernel table full; further kernels go unattributed");
       return slot;

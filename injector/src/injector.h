@@ -21,6 +21,7 @@
 
 #include "device_context.h"
 #include "function_slots.h"
+#include "gpuobs/cubin_store.h"
 #include "gpuobs/host_writer.h"
 #include "injector_config.h"
 #include "patcher.h"
@@ -72,6 +73,7 @@ class Injector {
 
   InjectorConfig config_;
   Patcher patcher_;
+  CubinStore cubins_;
   Sanitizer_SubscriberHandle subscriber_ = nullptr;
 
   std::mutex segment_mutex_;

@@ -62,7 +62,8 @@ InjectorConfig load_injector_config() {
   };
   for (const Bounded& setting : {Bounded{"GPUOBS_CONTEXTS", &config.contexts, 1, kMaxEventRings},
                                  Bounded{"GPUOBS_PUBLISH_MS", &config.publish_ms, 1, 60000},
-                                 Bounded{"GPUOBS_CONTROL_POLL_US", &config.control_poll_us, 50, 1000000}}) {
+                                 Bounded{"GPUOBS_CONTROL_POLL_US", &config.control_poll_us, 50, 1000000},
+                                 Bounded{"GPUOBS_CUBIN_MB", &config.cubin_mb, 0, 1u << 20}}) {
     if (const char* text = env(setting.name)) {
       if (parse_uint(text, setting.high, &number) && number >= setting.low) *setting.value = uint32_t(number);
       else log_line("%s=%s is out of range; using %u", setting.name, text, *setting.value);
@@ -80,6 +81,7 @@ InjectorConfig load_injector_config() {
     config.mode = Mode::Counter;
   }
   if (const char* label = env("GPUOBS_LABEL")) config.label = label;
+  config.cubin_dir = env("GPUOBS_CUBIN_DIR") ? env("GPUOBS_CUBIN_DIR") : config.segment_dir + "/gpuobs-cubins";
   config.patch_file = env("GPUOBS_PATCH_FILE") ? env("GPUOBS_PATCH_FILE") : library_directory() + "/gpuobs_patches.fatbin";
   return config;
 }

@@ -26,6 +26,8 @@ struct InjectorConfig {
   bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)
   std::string patch_file;                // GPUOBS_PATCH_FILE: patch fatbin (default: beside the library)
   std::string label;                     // GPUOBS_LABEL: free text shown by the daemon
+  std::string cubin_dir;                 // GPUOBS_CUBIN_DIR: module cubins kept (default: <segment dir>/gpuobs-cubins)
+  uint32_t cubin_mb = 1024;              // GPUOBS_CUBIN_MB: disk this process may add there (0: keep none)
 };
 
 // Reads the environment; unknown or invalid values are logged once and the default kept.

@@ -8,7 +8,7 @@
 
 namespace gpuobs {
 
-enum class LogOnce : int { PatchLoad, PatchModule, KernelTable, Internal, kCount };
+enum class LogOnce : int { PatchLoad, PatchModule, KernelTable, Internal, Cubin, kCount };
 
 inline void log_line(const char* format, ...) {
   std::va_list args;

@@ -62,6 +62,8 @@ py::dict global_counters_dict(const GlobalCounters& c) {
   out["modules_patched"] = c.modules_patched;
   out["patch_failures"] = c.patch_failures;
   out["control_requests"] = c.control_requests;
+  out["cubins_kept"] = c.cubins_kept;
+  out["cubins_skipped"] = c.cubins_skipped;
   return out;
 }
 
@@ -420,6 +422,8 @@ PYBIND11_MODULE(_native, m) {
               entry["module"] = info.module;
               entry["mangled"] = lenient_text(info.mangled.data(), info.mangled.size());
               entry["demangled"] = lenient_text(info.demangled.data(), info.demangled.size());
+              entry["cubin_hash"] = info.cubin_hash;
+              entry["function_pc"] = info.function_pc;
               out.append(entry);
             }
             return out;

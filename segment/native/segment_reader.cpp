@@ -280,7 +280,7 @@ std::vector<KernelInfo> SegmentReader::kernels(uint32_t first_slot) const {
   const uint64_t arena = view_.caps.name_arena_bytes;
   for (uint32_t slot = first_slot; slot < count; ++slot) {
     const KernelEntry& entry = view_.kernel_table[slot];
-    KernelInfo info{slot, entry.function, entry.module, {}, {}};
+    KernelInfo info{slot, entry.function, entry.module, {}, {}, entry.cubin_hash, entry.function_pc};
     auto name_at = [&](uint32_t offset, uint32_t length) {
       if (uint64_t(offset) + length > arena) return std::string("<corrupt name>");
       return std::string(view_.name_arena + offset, length);

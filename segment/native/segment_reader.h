@@ -42,6 +42,8 @@ struct KernelInfo {
   uint64_t module;
   std::string mangled;
   std::string demangled;
+  uint64_t cubin_hash;
+  uint64_t function_pc;
 };
 
 struct ControlState {

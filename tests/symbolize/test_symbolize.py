@@ -52,8 +52,12 @@ def test_the_deep_load_has_the_whole_inline_chain(cubin: Path) -> None:
 
 def test_gpuobsctl_source_prints_function_offset_and_chain(cubin: Path) -> None:
     offset = next(o for o, text, _ in CubinSymbols(cubin).functions[KERNEL] if text.startswith("LDG"))
+    # two kernels in this cubin: the function must be named
     done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "source", "--cubin", str(cubin), hex(offset)],
                           capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "the cubin has 2 functions" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "source", "--cubin", str(cubin), "--function",
+                           KERNEL, hex(offset)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"hot_kernel(float const*, float*, int)+{hex(offset)}: LDG")

@@ -251,7 +251,9 @@ struct GlobalCounters {
   uint64_t modules_patched;
   uint64_t patch_failures;
   uint64_t control_requests;
-  uint64_t reserved[16];
+  uint64_t cubins_kept;     // module cubins written to the cubin directory (or already there)
+  uint64_t cubins_skipped;  // not kept: over the disk budget, unreadable, or the write failed
+  uint64_t reserved[14];
 };
 static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
 
@@ -298,7 +300,9 @@ struct KernelEntry {
   uint64_t registered_ns;  // CLOCK_MONOTONIC
   uint32_t slot;
   uint32_t flags;
-  uint64_t reserved[2];
+  uint64_t cubin_hash;   // the module's cubin kept at load (cubin_file_name), 0 when not kept
+  uint64_t function_pc;  // device address of the function's first instruction: event pc minus
+                         // this is the offset in the cubin's function; 0 when unknown
 };
 static_assert(sizeof(KernelEntry) == 64, "KernelEntry is one cache line");
 

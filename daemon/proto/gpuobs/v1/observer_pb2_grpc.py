@@ -54,6 +54,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsResponse.FromString,
                 )
+        self.ListHotPcs = channel.unary_unary(
+                '/gpuobs.v1.Observer/ListHotPcs',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsResponse.FromString,
+                )
 
 
 class ObserverServicer(object):
@@ -121,6 +126,14 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHotPcs(self, request, context):
+        """The PCs with the most memory events (memory and sampled modes), per kernel: what
+        `gpuobsctl source --top` maps to source lines.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +176,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.ListHangs,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHangsResponse.SerializeToString,
+            ),
+            'ListHotPcs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHotPcs,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,5 +325,22 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListHangs',
             gpuobs_dot_v1_dot_observer__pb2.ListHangsRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.ListHangsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListHotPcs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListHotPcs',
+            gpuobs_dot_v1_dot_observer__pb2.ListHotPcsRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.ListHotPcsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

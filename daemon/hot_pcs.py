@@ -1,0 +1,54 @@
+"""Per process, how many memory events each (kernel, pc) recorded: the input of
+`gpuobsctl source --top`, which maps PCs to source lines. One numpy pass per batch, under the
+daemon's analysis budget (a batch skipped is counted, so the ranking says what it stands on)."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import numpy as np
+
+from gpuobs.segment import EVENT_KINDS
+
+from .kernel_census import AnalysisBudget
+
+MEMORY_KINDS = (EVENT_KINDS["memory_access"], EVENT_KINDS["bulk_copy"])
+
+
+class HotPcs:
+    MAX_PCS = 1 << 16  # distinct (slot, pc) kept per process; beyond, new ones are counted as other
+
+    def __init__(self, budget: AnalysisBudget | None = None) -> None:
+        self.budget = budget or AnalysisBudget()
+        self.counts: collections.Counter[tuple[int, int]] = collections.Counter()
+        self.counted = 0
+        self.skipped = 0
+        self.other = 0
+
+    def add_events(self, events: np.ndarray) -> None:
+        kinds = events["kind"]
+        memory = np.isin(kinds, MEMORY_KINDS)
+        if not memory.any():
+            return
+        if not self.budget.allows():
+            self.skipped += int(np.count_nonzero(memory))
+            return
+        began = time.perf_counter()
+        try:
+            picked = events[memory]
+            keys = np.stack([picked["kernel_slot"].astype(np.uint64), picked["pc"]], axis=1)
+            rows, counts = np.unique(keys, axis=0, return_counts=True)
+            for (slot, pc), count in zip(rows.tolist(), counts.tolist()):
+                key = (slot, pc)
+                if key in self.counts or len(self.counts) < self.MAX_PCS:
+                    self.counts[key] += count
+                else:
+                    self.other += count
+            self.counted += len(picked)
+        finally:
+            self.budget.charge(time.perf_counter() - began)
+
+    def top(self, count: int) -> list[tuple[int, int, int]]:
+        """(slot, pc, events), most events first."""
+        return [(slot, pc, events) for (slot, pc), events in self.counts.most_common(count)]
