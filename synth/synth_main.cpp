@@ -286,11 +286,14 @@ int run(const Options& options) {
     size_t got = 0;
     while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) bytes.append(buffer, got);
     std::fclose(file);
+    // the injector's settings: GPUOBS_CUBIN_DIR, GPUOBS_CUBIN_MB (a budget too small keeps nothing)
     const char* dir = std::getenv("GPUOBS_CUBIN_DIR");
-    CubinStore store(dir && *dir ? dir : options.segment_dir + "/gpuobs-cubins", 64ull << 20);
+    const char* megabytes = std::getenv("GPUOBS_CUBIN_MB");
+    const uint64_t budget = (megabytes && *megabytes ? parse_number(megabytes, "GPUOBS_CUBIN_MB") : 1024) << 20;
+    CubinStore store(dir && *dir ? dir : options.segment_dir + "/gpuobs-cubins", budget);
     std::string why;
     kernel0_cubin = store.keep(1, bytes.data(), bytes.size(), &why);
-    if (!kernel0_cubin) usage(why.c_str());
+    if (!kernel0_cubin) std::fprintf(stderr, "gpuobs-synth: cubin not kept (%s)\n", why.c_str());
     catalog[0].mangled = options.cubin_function;
     catalog[0].access_offsets = options.cubin_offsets;
     catalog[0].accesses_per_thread = uint32_t(options.cubin_offsets.size());
@@ -301,6 +304,9 @@ int run(const Options& options) {
     const int64_t slot = index == 0 && kernel0_cubin
                              ? writer.register_kernel(0, 1, profile.mangled, kernel0_cubin, profile.base_pc)
                              : writer.register_kernel(0, 1, profile.mangled);
+    if (index == 0 && !options.cubin.empty())
+      __atomic_fetch_add(kernel0_cubin ? &writer.view().counters->cubins_kept : &writer.view().counters->cubins_skipped,
+                         1, __ATOMIC_RELAXED);
     slots.push_back(slot < 0 ? UINT32_MAX : uint32_t(slot));
   }
   std::fprintf(stderr, "gpuobs-synth: pid %d segment %s\n", int(::getpid()), writer.segment().path().c_str());

@@ -63,3 +63,31 @@ def test_source_refuses_a_pc_no_kernel_holds(start_synth, start_daemon) -> None:
     assert done.returncode == 1 and "no kernel of this process starts at or below 0x10" in done.stderr
     done = gpuobsctl(daemon.address, "source", "--pid", str(synth.pid), "--top", "0")
     assert done.returncode == 1 and "--top must be positive" in done.stderr
+
+
+def test_cubins_are_stored_once_and_within_the_budget(tmp_path: Path, start_synth, segment_dir: Path) -> None:
+    import os
+
+    from gpuobs.segment import Segment
+
+    cubin = build(tmp_path, "-lineinfo")
+    store = segment_dir / "gpuobs-cubins"
+    load = next(offset for offset, text, _ in CubinSymbols(cubin).functions[KERNEL] if text.startswith("LDG"))
+    args = ("--mode", "counter", "--kernels", "2", "--launches", "4", "--cubin", str(cubin), "--cubin-function",
+            KERNEL, "--cubin-offsets", hex(load))
+    first, second = start_synth(*args), start_synth(*args)  # two processes loading the same module
+    assert first.wait() == 0 and second.wait() == 0
+    assert [path.read_bytes() for path in store.iterdir()] == [cubin.read_bytes()]  # one file, whole
+    os.environ["GPUOBS_CUBIN_MB"] = "0"
+    try:
+        other = tmp_path / "other"
+        other.mkdir()
+        starved = start_synth(*args, directory=other)
+        assert starved.wait() == 0
+    finally:
+        del os.environ["GPUOBS_CUBIN_MB"]
+    assert not (other / "gpuobs-cubins").exists()
+    counters = Segment(starved.segment, exclusive=False).counters()[0]
+    assert (counters["cubins_kept"], counters["cubins_skipped"]) == (0, 1)
+    entry = next(k for k in Segment(starved.segment, exclusive=False).kernels() if k["mangled"] == KERNEL)
+    assert (entry["cubin_hash"], entry["function_pc"]) == (0, 0)
