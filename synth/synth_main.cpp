@@ -73,6 +73,27 @@ struct Options {
   std::exit(2);
 }
 
+// The launch record the injector writes at a kernel launch, for a launch of `shape`.
+LaunchRecord kernel_launch_record(const LaunchShape& shape, LaunchKind kind, Mode mode, uint32_t shift, bool captured) {
+  LaunchRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.grid_id = shape.grid_id;
+  record.stream = 0x1000 + shape.ring;
+  record.kernel_slot = shape.slot;
+  record.grid_x = shape.grid_x;
+  record.grid_y = shape.grid_y;
+  record.grid_z = shape.grid_z;
+  record.block_x = shape.block_threads;
+  record.block_y = 1;
+  record.block_z = 1;
+  record.context_index = shape.ring;
+  record.kind = uint32_t(kind);
+  record.mode = uint32_t(mode);
+  record.shift = shift;
+  record.flags = captured ? kLaunchCaptured : 0;
+  return record;
+}
+
 uint64_t parse_number(const char* text, const char* flag) {
   char* end = nullptr;
   errno = 0;
@@ -376,17 +397,10 @@ int run(const Options& options) {
     if (options.graph_nodes) {
       node_index = uint32_t(launches % options.graph_nodes);
       if (node_index == 0) {
-        LaunchRecord graph_record{};
-        graph_record.host_time_ns = monotonic_ns();
-        graph_record.graph_exec = graph_exec;
-        graph_record.kernel_slot = UINT32_MAX;
-        graph_record.context_index = UINT32_MAX;
-        if (replay == 0) {  // the exec is instantiated before its first replay
-          graph_record.kind = uint32_t(LaunchKind::GraphExecCreated);
-          writer.write_launch(graph_record);
-        }
+        if (replay == 0)  // the exec is instantiated before its first replay
+          writer.write_launch(graph_event_record(LaunchKind::GraphExecCreated, graph_exec));
         ++replay;
-        graph_record.kind = uint32_t(LaunchKind::GraphLaunch);
+        LaunchRecord graph_record = graph_event_record(LaunchKind::GraphLaunch, graph_exec);
         graph_record.stream = 0x1000;
         graph_record.replay = replay;
         graph_record.mode = uint32_t(in_force.mode);
@@ -403,28 +417,14 @@ int run(const Options& options) {
     const KernelProfile& profile = catalog[index];
     LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads,
                       launch_grid_id, uint32_t(launches % options.contexts), options.graph_nodes ? replay : 0};
-    LaunchRecord record{};
-    record.host_time_ns = monotonic_ns();
-    record.grid_id = shape.grid_id;
-    record.stream = 0x1000 + shape.ring;
-    record.kernel_slot = shape.slot;
-    record.grid_x = shape.grid_x;
-    record.grid_y = shape.grid_y;
-    record.grid_z = shape.grid_z;
-    record.block_x = shape.block_threads;
-    record.block_y = 1;
-    record.block_z = 1;
-    record.context_index = shape.ring;
-    record.kind = uint32_t(options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager);
+    LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
+                                               in_force.mode, in_force.shift, captured[index] != 0);
     if (options.graph_nodes) {
       record.graph_exec = graph_exec;
       record.graph_node = 0xa000 + node_index;
       record.graph_launch_id = replay;
       record.replay = replay;
     }
-    record.mode = uint32_t(in_force.mode);
-    record.shift = in_force.shift;
-    record.flags = captured[index] ? kLaunchCaptured : 0;
     writer.write_launch(record);
     ++launches;
     if (shape.slot == UINT32_MAX) continue;
@@ -435,20 +435,7 @@ int run(const Options& options) {
     // A kernel that hangs: its launch record, its blocks' enters, then nothing until released.
     const KernelProfile& profile = catalog[0];
     LaunchShape shape{slots[0], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads, ++grid_id, 0, 0};
-    LaunchRecord record{};
-    record.host_time_ns = monotonic_ns();
-    record.grid_id = shape.grid_id;
-    record.kernel_slot = shape.slot;
-    record.grid_x = shape.grid_x;
-    record.grid_y = shape.grid_y;
-    record.grid_z = shape.grid_z;
-    record.block_x = shape.block_threads;
-    record.block_y = 1;
-    record.block_z = 1;
-    record.kind = uint32_t(LaunchKind::Eager);
-    record.mode = uint32_t(Mode::Blocks);
-    record.flags = kLaunchCaptured;
-    writer.write_launch(record);
+    writer.write_launch(kernel_launch_record(shape, LaunchKind::Eager, Mode::Blocks, 0, true));
     std::fprintf(stderr, "gpuobs-synth: hanging kernel 0 (grid id %llu) for %.0f s\n", (unsigned long long)shape.grid_id,
                  options.hang_seconds);
     device.run_held(shape, profile, options.hang_seconds, g_stop);

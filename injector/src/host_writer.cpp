@@ -207,4 +207,14 @@ void SegmentWriter::acknowledge(uint64_t generation, const ControlRequest& in_fo
   __atomic_store_n(&control.applied_generation, generation, __ATOMIC_RELEASE);
 }
 
+LaunchRecord graph_event_record(LaunchKind kind, uint64_t graph_exec) {
+  LaunchRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.graph_exec = graph_exec;
+  record.kernel_slot = UINT32_MAX;
+  record.context_index = UINT32_MAX;
+  record.kind = uint32_t(kind);
+  return record;
+}
+
 }  // namespace gpuobs

@@ -317,14 +317,10 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
   t_graph_launch = GraphLaunchInProgress{};
   if (!segment_ready_.load(std::memory_order_acquire) || data.isGraphUpload) return;
   DeviceContext* context = context_for(data.context);
-  LaunchRecord record{};
-  record.host_time_ns = monotonic_ns();
+  LaunchRecord record = graph_event_record(LaunchKind::GraphLaunch, reinterpret_cast<uint64_t>(data.graphExec));
   record.stream = reinterpret_cast<uint64_t>(data.stream);
-  record.graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
-  record.kernel_slot = UINT32_MAX;
-  record.kind = uint32_t(LaunchKind::GraphLaunch);
-  record.context_index = context ? context->ring_index() : UINT32_MAX;
   if (context) {
+    record.context_index = context->ring_index();
     // Replays read the config from device memory: mirror a change before the replay starts,
     // then give the replay its number.
     const uint64_t config = context->mirror_if_stale(data.hStream);
@@ -338,13 +334,7 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
 
 void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind) {
   if (!segment_ready_.load(std::memory_order_acquire)) return;
-  LaunchRecord record{};
-  record.host_time_ns = monotonic_ns();
-  record.graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
-  record.kernel_slot = UINT32_MAX;
-  record.context_index = UINT32_MAX;
-  record.kind = uint32_t(kind);
-  writer_->write_launch(record);
+  writer_->write_launch(graph_event_record(kind, reinterpret_cast<uint64_t>(data.graphExec)));
 }
 
 void Injector::shutdown() {

@@ -88,4 +88,9 @@ class SegmentWriter {
 // Demangled C++ name, or the input when it is not a C++ mangled name.
 std::string demangle(const std::string& mangled);
 
+// A launch table record for a graph event (graph launch, exec created or destroyed): no kernel
+// and no geometry, stamped with the host time now. The caller adds what it knows (stream, mode,
+// replay number, context).
+LaunchRecord graph_event_record(LaunchKind kind, uint64_t graph_exec);
+
 }  // namespace gpuobs
