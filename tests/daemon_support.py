@@ -63,6 +63,16 @@ class DaemonProcess:
             time.sleep(0.05)
         raise AssertionError(f"daemon sees {len(self.status().processes)} processes, wanted {count}")
 
+    def wait_all_gone(self, timeout: float = 30.0) -> pb.GetStatusResponse:
+        """Waits until the daemon sees processes and has finished the final drain of every one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status.processes and not any(p.alive for p in status.processes):
+                return status
+            time.sleep(0.05)
+        raise AssertionError(f"after {timeout} s the daemon still sees a live process, or none")
+
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)

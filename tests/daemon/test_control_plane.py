@@ -138,10 +138,7 @@ def test_killed_producer_is_marked_gone_and_keeps_its_counts(start_synth, start_
     time.sleep(0.3)
     synth.process.kill()
     synth.process.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and daemon.status().processes[0].alive:
-        time.sleep(0.05)
-    process = daemon.status().processes[0]
+    process = daemon.wait_all_gone(10).processes[0]
     assert not process.alive and process.launches > 0
     kernels = daemon.stub.ListKernels(pb.ListKernelsRequest(pids=[process.pid])).kernels
     assert sum(k.launches for k in kernels) == process.launches

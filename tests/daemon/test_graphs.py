@@ -17,9 +17,7 @@ def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon) -> No
                         "--rate", "200000", "--kernels", "8")
     daemon = start_daemon()
     assert synth.wait() == 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (not daemon.status().processes or daemon.status().processes[0].alive):
-        time.sleep(0.05)
+    daemon.wait_all_gone()
     graphs = daemon.stub.ListGraphs(pb.ListGraphsRequest(), timeout=10).graphs
     assert len(graphs) == 1
     graph = graphs[0]
@@ -45,9 +43,7 @@ def test_every_node_execution_is_joined_to_its_own_replays_events(start_synth, s
                         "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18))
     daemon = start_daemon()
     assert synth.wait() == 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (not daemon.status().processes or daemon.status().processes[0].alive):
-        time.sleep(0.05)
+    daemon.wait_all_gone()
     graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(replays=REPLAYS), timeout=10).graphs[0]
     assert graph.alive and graph.replays == REPLAYS
     assert (graph.executions_matched, graph.executions_mismatched, graph.executions_unrecorded,
@@ -102,9 +98,7 @@ def test_the_daemon_answers_while_a_graph_replays_at_full_speed(start_synth, sta
         assert [r.status for r in results] == ["ok"] and time.monotonic() - began < 3, results
         time.sleep(0.3)
     assert synth.wait(timeout=60) == 0
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and daemon.status().processes[0].alive:
-        time.sleep(0.1)
+    daemon.wait_all_gone()
     graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(), timeout=30).graphs[0]
     judged = graph.executions_matched + graph.executions_mismatched + graph.executions_unrecorded
     assert judged + graph.executions_unjoined == graph.node_executions > 0

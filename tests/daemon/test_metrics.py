@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,22 +21,12 @@ def scrape(daemon) -> str:
         return response.read().decode()
 
 
-def wait_gone(daemon, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        processes = daemon.status().processes
-        if processes and not any(p.alive for p in processes):
-            return
-        time.sleep(0.05)
-    raise AssertionError("producer not seen to finish")
-
-
 @pytest.fixture
 def finished_run(start_synth, start_daemon):
     """A deterministic producer (fixed seed and launch count, counter mode) that has exited."""
     start_synth("--mode", "counter", "--launches", "400", "--seed", "5", "--kernels", "10", "--label", "golden")
     daemon = start_daemon()
-    wait_gone(daemon)
+    daemon.wait_all_gone(10)
     return daemon
 
 

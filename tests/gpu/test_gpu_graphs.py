@@ -21,17 +21,6 @@ CACHE_KERNEL = "kv_cache_write_kernel"
 LAYERS, REPLAYS = 40, 7
 
 
-def settle(daemon: DaemonProcess, timeout: float = 30.0) -> None:
-    """Waits for the daemon's final drain of every observed process."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        processes = daemon.status().processes
-        if processes and not any(p.alive for p in processes):
-            return
-        time.sleep(0.1)
-    raise AssertionError("the daemon still sees a live process")
-
-
 def cli_json(daemon: DaemonProcess, *args: str) -> list[dict]:
     done = gpuobsctl(daemon.address, "--output", "json", *args)
     assert done.returncode == 0, done.stderr
@@ -61,7 +50,7 @@ def test_a_decode_graph_40_layers_7_replays_every_node_execution_matched(shm_dir
         run = InjectedRun(DECODE + ["--layers", str(LAYERS), "--replays", str(REPLAYS)], shm_dir, mode="blocks",
                           drain=False, ring_records=1 << 22)
         out = run.finish()
-        settle(daemon)
+        daemon.wait_all_gone()
         graphs = cli_json(daemon, "graphs", "--replays", str(REPLAYS))
         kernels = cli_json(daemon, "kernels", "--top", "0")
         process = daemon.status().processes[0]
@@ -119,7 +108,7 @@ def test_c_two_streams_and_a_graph_captured_in_counter_replayed_in_blocks(shm_di
         assert switched.returncode == 0, switched.stderr
         run.send_line()
         out = run.finish()
-        settle(daemon)
+        daemon.wait_all_gone()
         graph = the_graph(cli_json(daemon, "graphs", "--replays", "5"))
         kernels = cli_json(daemon, "kernels", "--top", "0")
     finally:
@@ -161,7 +150,7 @@ def test_d_mode_switches_while_graphs_replay_in_a_loop(shm_dir: Path, tmp_path: 
         finally:
             stop.set()
             switcher.join()
-        settle(daemon)
+        daemon.wait_all_gone()
         kernels = cli_json(daemon, "kernels", "--top", "0")
         graph = the_graph(cli_json(daemon, "graphs", "--replays", "64"))
         process = daemon.status().processes[0]

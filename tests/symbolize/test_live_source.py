@@ -6,7 +6,6 @@ offsets; `gpuobsctl source --pid` and `--top` must name the right lines and inli
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from daemon_support import gpuobsctl
@@ -27,9 +26,7 @@ def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, s
                         "--ring-records", str(1 << 21), "--cubin", str(cubin), "--cubin-function", KERNEL,
                         "--cubin-offsets", f"{load:#x},{load:#x},{store:#x}")
     assert synth.wait() == 0
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(p.alive for p in daemon.status().processes):
-        time.sleep(0.1)
+    daemon.wait_all_gone(20)
     kernels = json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)
     kernel = next(k for k in kernels if k["mangled"] == KERNEL)
     kept = Path(kernel["cubin"])
