@@ -332,11 +332,17 @@ class GraphCensuses:
             self.last_sweep = now
             self._sweep()
 
+    def _claimed_keys(self, census: GraphCensus | None) -> set[int]:
+        """Device keys of the node executions still held (in a window or waiting to settle), of
+        one graph exec or of all."""
+        censuses = self.graphs.values() if census is None else (census,)
+        held = [record for c in censuses for record in c.recent.values()]
+        held += [record for owner, record in self.unsettled if census is None or owner is census]
+        return {execution.key(record.replay) for record in held for execution in record.executions}
+
     def _sweep(self) -> None:
         """Spans no kept replay claims are unmatched events: counted, then forgotten."""
-        claimed = {execution.key(record.replay) for census in self.graphs.values()
-                   for record in census.recent.values() for execution in record.executions}
-        claimed.update(execution.key(record.replay) for _, record in self.unsettled for execution in record.executions)
+        claimed = self._claimed_keys(None)
         for key in [k for k in self.spans if k not in claimed]:
             span = self.spans.pop(key)
             owner = self.graphs.get(self.grid_owner.get(key >> 32, -1))
@@ -356,9 +362,7 @@ class GraphCensuses:
 
     def unmatched_events(self, census: GraphCensus) -> int:
         """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
-        claimed = {execution.key(record.replay) for record in census.recent.values() for execution in record.executions}
-        claimed.update(execution.key(record.replay) for owner, record in self.unsettled if owner is census
-                       for execution in record.executions)
+        claimed = self._claimed_keys(census)
         held = sum(span.events for key, span in self.spans.items()
                    if self.grid_owner.get(key >> 32) == census.graph_exec and key not in claimed)
         return census.events_unmatched + held

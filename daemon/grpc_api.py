@@ -10,7 +10,7 @@ from google.protobuf import json_format
 
 from .proto.gpuobs.v1 import observer_pb2 as pb
 from .proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
-from .registry import NotFound, Subscriber
+from .registry import NotFound, queue_subscriber
 from .service import InvalidArgument, ObserverService
 
 MAX_MESSAGE_BYTES = 4 << 20
@@ -63,16 +63,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
     async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
         pids = list(request.pids)
         await self._guard(context, lambda: self.service._targets(pids, live_only=False))
-        queue: asyncio.Queue = asyncio.Queue(maxsize=request.queue_batches or 64)
-
-        def put(item: tuple[str, int, bytes, int]) -> bool:
-            try:
-                queue.put_nowait(item)
-                return True
-            except asyncio.QueueFull:
-                return False
-
-        subscriber = Subscriber(frozenset(pids), put)
+        subscriber, queue = queue_subscriber(frozenset(pids), request.queue_batches or 64)
         registry = self.service.registry
         registry.subscribers.append(subscriber)
         sent = 0

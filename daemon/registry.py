@@ -7,6 +7,7 @@ daemon continues from the tails stored in the segments and counts nothing twice.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import time
@@ -44,6 +45,22 @@ class Subscriber:
     dropped: int = 0
 
 
+def queue_subscriber(pids: frozenset[int], max_batches: int, *,
+                     wants_launches: bool = False) -> tuple[Subscriber, asyncio.Queue]:
+    """A Subscriber that feeds an asyncio queue of at most max_batches batches (the drain and its
+    consumers share one event loop, so a non-blocking put is all it needs)."""
+    queue: asyncio.Queue = asyncio.Queue(maxsize=max_batches)
+
+    def put(item: tuple[str, int, bytes, int]) -> bool:
+        try:
+            queue.put_nowait(item)
+            return True
+        except asyncio.QueueFull:
+            return False
+
+    return Subscriber(pids, put, wants_launches=wants_launches), queue
+
+
 @dataclasses.dataclass
 class ObservedProcess:
     path: Path
@@ -63,6 +80,12 @@ class ObservedProcess:
     @property
     def pid(self) -> int:
         return self.segment.pid
+
+    def events_dropped_per_slot(self) -> np.ndarray | None:
+        """Device-stage drops per kernel slot from one counters snapshot; None when no
+        consistent snapshot could be read this time."""
+        snapshot = self.segment.counters()
+        return snapshot[1]["events_dropped"] if snapshot else None
 
 
 class Registry:
@@ -141,8 +164,7 @@ class Registry:
             if not suspects:
                 continue
             names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-            snapshot = process.segment.counters()
-            dropped = snapshot[1]["events_dropped"] if snapshot else None
+            dropped = process.events_dropped_per_slot()
             for launch in suspects:
                 key = (launch["grid_id"], launch["replay"])
                 if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:

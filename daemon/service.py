@@ -14,7 +14,7 @@ from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH
 
 from gpuobs.recording import RecordingWriter
 
-from .registry import NotFound, ObservedProcess, Registry, Subscriber
+from .registry import NotFound, ObservedProcess, Registry, queue_subscriber
 
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
@@ -190,8 +190,7 @@ class ObserverService:
         rows = []
         for process in self._targets(pids, live_only=False):
             names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-            counters = process.segment.counters()
-            dropped = counters[1]["events_dropped"] if counters else None
+            dropped = process.events_dropped_per_slot()
             owner = process.graphs.grid_owner
             for launch in process.kernels.in_flight(now_ns, min_age_ms * 1_000_000):
                 graph_exec = owner.get(launch["grid_id"], 0)
@@ -279,16 +278,7 @@ class ObserverService:
         if existing:
             raise InvalidArgument(f"would overwrite {existing[0]}")
         writers = {pid: RecordingWriter(paths[pid], pid, time.time_ns()) for pid in paths}
-        queue: asyncio.Queue = asyncio.Queue(maxsize=256)
-
-        def put(item: tuple[str, int, bytes, int]) -> bool:
-            try:
-                queue.put_nowait(item)
-                return True
-            except asyncio.QueueFull:
-                return False
-
-        subscriber = Subscriber(frozenset(paths), put, wants_launches=True)
+        subscriber, queue = queue_subscriber(frozenset(paths), 256, wants_launches=True)
         self.registry.subscribers.append(subscriber)
         deadline = time.monotonic() + duration_s if duration_s else float("inf")
         try:
