@@ -162,14 +162,11 @@ class GraphCensuses:
         if not len(rows):
             return
         self._count(rows)
-        began = time.perf_counter()
-        try:
+        with self.budget.spending():
             if self.budget.allows():
                 self._join_launches(rows)
             else:
                 self._count_unjoined(rows[rows["kind"] == GRAPH_NODE])
-        finally:
-            self.budget.charge(time.perf_counter() - began)
 
     def _count(self, rows: np.ndarray) -> None:
         """The exact census, one numpy pass: lifetimes, replays, node executions per node."""
@@ -292,15 +289,12 @@ class GraphCensuses:
     def add_events(self, events: np.ndarray) -> None:
         if not self.grid_owner or not len(events):
             return
-        began = time.perf_counter()
-        try:
+        with self.budget.spending():
             if self.budget.allows():
                 self._join_events(events)
             else:
                 # these events are not joined: every replay known so far may miss some
                 self.tainted_through = next(_record_numbers)
-        finally:
-            self.budget.charge(time.perf_counter() - began)
 
     def _join_events(self, events: np.ndarray) -> None:
         kinds = events["kind"]

@@ -5,7 +5,6 @@ daemon's analysis budget (a batch skipped is counted, so the ranking says what i
 from __future__ import annotations
 
 import collections
-import time
 
 import numpy as np
 
@@ -34,8 +33,7 @@ class HotPcs:
         if not self.budget.allows():
             self.skipped += int(np.count_nonzero(memory))
             return
-        began = time.perf_counter()
-        try:
+        with self.budget.spending():
             picked = events[memory]
             keys = np.stack([picked["kernel_slot"].astype(np.uint64), picked["pc"]], axis=1)
             rows, counts = np.unique(keys, axis=0, return_counts=True)
@@ -46,8 +44,6 @@ class HotPcs:
                 else:
                     self.other += count
             self.counted += len(picked)
-        finally:
-            self.budget.charge(time.perf_counter() - began)
 
     def top(self, count: int) -> list[tuple[int, int, int]]:
         """(slot, pc, events), most events first."""

@@ -14,8 +14,10 @@ beyond that budget are counted per kernel as not analysed (their partners then s
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import time
+from typing import Iterator
 
 import numpy as np
 
@@ -44,6 +46,15 @@ class AnalysisBudget:
 
     def charge(self, seconds: float) -> None:
         self.spent_s += seconds
+
+    @contextlib.contextmanager
+    def spending(self) -> Iterator[None]:
+        """Charges the time the block takes, whatever it raises."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.charge(time.perf_counter() - began)
 
 
 @dataclasses.dataclass
@@ -98,8 +109,7 @@ class KernelCensus:
             if len(self.pending):
                 self._give_up_pending()  # their exits may be in this batch: do not show them in flight
             return
-        began = time.perf_counter()
-        try:
+        with self.budget.spending():
             kinds = events["kind"]
             block = events[(kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT)]
             if len(block):
@@ -107,8 +117,6 @@ class KernelCensus:
                 for slot in np.flatnonzero(counts).tolist():
                     self.analysed[slot] += int(counts[slot])
                 self._pair(block, node_grid_ids)
-        finally:
-            self.budget.charge(time.perf_counter() - began)
 
     def _pair(self, block: np.ndarray, node_grid_ids: np.ndarray) -> None:
         fresh = np.zeros(len(block), dtype=PENDING_DTYPE)

@@ -131,14 +131,15 @@ class ObserverService:
             for census in list(censuses.graphs.values()):
                 report = censuses.report(census, replays)
                 order = report["order"]
+                position = {node: index for index, node in enumerate(order)}
                 nodes = []
-                for n in sorted(census.nodes.values(), key=lambda n: order.index(n.node) if n.node in order else len(order)):
+                for n in sorted(census.nodes.values(), key=lambda n: position.get(n.node, len(order))):
                     counts = report["per_node"][n.node]
                     nodes.append({
                         "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
                         "grid": list(n.grid), "block": list(n.block), "executions": n.executions,
                         "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
-                        "position": order.index(n.node) if n.node in order else len(order),
+                        "position": position.get(n.node, len(order)),
                         "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
                         "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
                         "executions_unjoined": counts["unjoined"],
