@@ -147,19 +147,20 @@ class KernelCensus:
         paired[enter_index] = True
         paired[exit_index] = True
         lonely_exits = ~paired & is_exit
-        for slot, count in zip(*np.unique(rows["slot"][lonely_exits], return_counts=True)):
-            self.unpaired[int(slot)] += int(count)
+        self._count_unpaired(rows["slot"][lonely_exits])
         waiting = rows[~paired & ~is_exit]
         if len(waiting) > self.MAX_PENDING:
             waiting = waiting[np.argsort(waiting["time"], kind="stable")]
-            for slot, count in zip(*np.unique(waiting["slot"][:-self.MAX_PENDING], return_counts=True)):
-                self.unpaired[int(slot)] += int(count)
+            self._count_unpaired(waiting["slot"][:-self.MAX_PENDING])
             waiting = waiting[-self.MAX_PENDING:]
         self.pending = waiting
 
-    def _give_up_pending(self) -> None:
-        for slot, count in zip(*np.unique(self.pending["slot"], return_counts=True)):
+    def _count_unpaired(self, slots: np.ndarray) -> None:
+        for slot, count in zip(*np.unique(slots, return_counts=True)):
             self.unpaired[int(slot)] += int(count)
+
+    def _give_up_pending(self) -> None:
+        self._count_unpaired(self.pending["slot"])
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
 
     MAX_HUNG_LAUNCHES = 256     # launches listed by in_flight, oldest first
