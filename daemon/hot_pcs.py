@@ -25,9 +25,11 @@ class HotPcs:
         self.skipped = 0
         self.other = 0
 
-    def add_events(self, events: np.ndarray) -> None:
-        kinds = events["kind"]
-        memory = np.isin(kinds, MEMORY_KINDS)
+    def add_events(self, events: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
+        """kind_counts: the batch's events per kind, when the caller has them (saves a pass)."""
+        if kind_counts is not None and not kind_counts[list(MEMORY_KINDS)].any():
+            return
+        memory = np.isin(events["kind"], MEMORY_KINDS)
         if not memory.any():
             return
         if not self.budget.allows():

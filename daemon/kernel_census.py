@@ -98,9 +98,11 @@ class KernelCensus:
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
         self.exits_seen = exits_hooked
 
-    def add_events(self, events: np.ndarray, node_grid_ids: np.ndarray) -> None:
+    def add_events(self, events: np.ndarray, node_grid_ids: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
+        """kind_counts: the batch's events per kind, when the caller has them (saves a pass)."""
         if not self.exits_seen:
-            if not (events["kind"] == BLOCK_EXIT).any():
+            exits = kind_counts[BLOCK_EXIT] if kind_counts is not None else (events["kind"] == BLOCK_EXIT).any()
+            if not exits:
                 return
             self.exits_seen = True
         if not self.budget.allows():
@@ -108,6 +110,8 @@ class KernelCensus:
             # delivered block events minus analysed ones (report()).
             if len(self.pending):
                 self._give_up_pending()  # their exits may be in this batch: do not show them in flight
+            return
+        if kind_counts is not None and not (kind_counts[BLOCK_ENTER] or kind_counts[BLOCK_EXIT]):
             return
         with self.budget.spending():
             kinds = events["kind"]

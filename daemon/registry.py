@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import structlog
 
+from gpuobs._native import EVENT_KIND_COUNT
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
 from .graph_census import GraphCensuses
@@ -204,9 +205,10 @@ class Registry:
                 if not len(batch):
                     break
                 read += len(batch)
+                kind_counts = np.bincount(batch["kind"], minlength=EVENT_KIND_COUNT)  # one pass, shared
                 process.graphs.add_events(batch)
-                process.kernels.add_events(batch, process.graphs.node_grid_ids())
-                process.hot_pcs.add_events(batch)
+                process.kernels.add_events(batch, process.graphs.node_grid_ids(), kind_counts)
+                process.hot_pcs.add_events(batch, kind_counts)
                 self._publish("events", process.pid, batch)
             else:
                 caught_up = False  # max_batches read and maybe more waiting
