@@ -18,8 +18,8 @@ MAX_MESSAGE_BYTES = 4 << 20
 
 def process_message(view: dict[str, Any]) -> pb.Process:
     stages = [pb.StageCounts(**stage) for stage in view["stages"]]
-    fields = {k: v for k, v in view.items() if k != "stages"}
-    return pb.Process(stages=stages, **fields)
+    fields = {k: v for k, v in view.items() if k not in ("stages", "injector")}
+    return pb.Process(stages=stages, injector=pb.InjectorStats(**view["injector"]), **fields)
 
 
 class ObserverServicer(pb_grpc.ObserverServicer):

@@ -31,6 +31,15 @@ def shape_report(entry: tuple | None) -> dict[str, Any]:
             "other_shape_launches": other, "graph_launches": graph}
 
 
+def injector_stats(counters: dict[str, int]) -> dict[str, Any]:
+    """The injector's own work from its global counters: exact counts, and callback time in seconds."""
+    stats: dict[str, Any] = {name: counters.get(name, 0) for name in
+                             ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped")}
+    for name in ("resource_callback", "launch_callback", "graph_callback", "patch", "cubin"):
+        stats[f"{name}_seconds"] = counters.get(f"{name}_ns", 0) / 1e9
+    return stats
+
+
 class InvalidArgument(ValueError):
     """The request is malformed; nothing was changed."""
 
@@ -76,6 +85,7 @@ class ObserverService:
             ],
             "ring_fill_ratio": fill,
             "accounting_errors": process.accounting_errors,
+            "injector": injector_stats(counters),
         }
 
     def status(self) -> dict[str, Any]:

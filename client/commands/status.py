@@ -41,6 +41,13 @@ def run(args: argparse.Namespace) -> int:
         table([("pid", "PID"), ("label", "LABEL"), ("alive", "ALIVE"), ("mode", "MODE"), ("set", "SET"),
                ("gen", "GEN"), ("control", "CONTROL"), ("launches", "LAUNCHES"), ("kernels", "KERNELS"),
                ("events", "EVENTS"), ("dropped", "DROPPED"), ("errors", "ACCT_ERRORS")], rows)
+    for p in response.processes:
+        i = p.injector
+        print(f"pid {p.pid}: modules {i.modules_loaded} loaded, {i.modules_patched} patched, {i.patch_failures} "
+              f"failed; cubins {i.cubins_kept} kept, {i.cubins_skipped} skipped; time in gpuobs callbacks: "
+              f"modules {i.resource_callback_seconds:.2f} s (patching {i.patch_seconds:.2f} s, cubins "
+              f"{i.cubin_seconds:.2f} s), launches {i.launch_callback_seconds:.2f} s, graphs "
+              f"{i.graph_callback_seconds:.2f} s")
     for rejected in response.rejected_segments:
         print(f"rejected: {rejected}")
     return 0

@@ -27,6 +27,21 @@ uint64_t grid_blocks(const Sanitizer_LaunchData& launch) {
 
 void count(uint64_t* word, uint64_t delta = 1) { __atomic_fetch_add(word, delta, __ATOMIC_RELAXED); }
 
+// Adds the wall time of a scope to a counter word (nullptr: not timed, e.g. before the segment exists).
+class ScopedTimer {
+ public:
+  explicit ScopedTimer(uint64_t* word) : word_(word), start_(word ? monotonic_ns() : 0) {}
+  ~ScopedTimer() {
+    if (word_) count(word_, monotonic_ns() - start_);
+  }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+
+ private:
+  uint64_t* word_;
+  uint64_t start_;
+};
+
 }  // namespace
 
 void mark_tool_thread() { t_tool_thread = true; }
@@ -68,7 +83,19 @@ void SANITIZERAPI Injector::callback(void* userdata, Sanitizer_CallbackDomain do
   }
 }
 
+uint64_t* Injector::callback_timer(Sanitizer_CallbackDomain domain) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return nullptr;
+  GlobalCounters& counters = *writer_->view().counters;
+  switch (domain) {
+    case SANITIZER_CB_DOMAIN_RESOURCE: return &counters.resource_callback_ns;
+    case SANITIZER_CB_DOMAIN_LAUNCH: return &counters.launch_callback_ns;
+    case SANITIZER_CB_DOMAIN_GRAPHS: return &counters.graph_callback_ns;
+    default: return nullptr;
+  }
+}
+
 void Injector::dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, const void* cbdata) {
+  ScopedTimer timer(callback_timer(domain));
   switch (domain) {
     case SANITIZER_CB_DOMAIN_RESOURCE:
       if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED)
@@ -211,6 +238,7 @@ void Injector::on_module_loaded(const Sanitizer_ResourceModuleData& data) {
   // The cubin first, so that PCs of this module can be symbolised later by another process.
   if (config_.cubin_mb > 0) {
     std::string why;
+    ScopedTimer timer(&counters.cubin_ns);
     if (cubins_.keep(reinterpret_cast<uint64_t>(data.module), data.pCubin, data.cubinSize, &why)) {
       count(&counters.cubins_kept);
     } else {
@@ -219,7 +247,12 @@ void Injector::on_module_loaded(const Sanitizer_ResourceModuleData& data) {
     }
   }
   std::string error;
-  if (patcher_.patch_module(data.context, data.module, &error)) {
+  bool patched = false;
+  {
+    ScopedTimer timer(&counters.patch_ns);
+    patched = patcher_.patch_module(data.context, data.module, &error);
+  }
+  if (patched) {
     count(&counters.modules_patched);
   } else {
     count(&counters.patch_failures);

@@ -48,6 +48,8 @@ class Injector {
  private:
   static void SANITIZERAPI callback(void* userdata, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid,
                                     const void* cbdata);
+  // the counter word that times callbacks of this domain; nullptr before the segment exists
+  uint64_t* callback_timer(Sanitizer_CallbackDomain domain);
   void dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, const void* cbdata);
 
   // resource callbacks

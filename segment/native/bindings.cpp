@@ -64,6 +64,11 @@ py::dict global_counters_dict(const GlobalCounters& c) {
   out["control_requests"] = c.control_requests;
   out["cubins_kept"] = c.cubins_kept;
   out["cubins_skipped"] = c.cubins_skipped;
+  out["resource_callback_ns"] = c.resource_callback_ns;
+  out["launch_callback_ns"] = c.launch_callback_ns;
+  out["graph_callback_ns"] = c.graph_callback_ns;
+  out["patch_ns"] = c.patch_ns;
+  out["cubin_ns"] = c.cubin_ns;
   return out;
 }
 

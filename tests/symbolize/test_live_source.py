@@ -26,7 +26,9 @@ def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, s
                         "--ring-records", str(1 << 21), "--cubin", str(cubin), "--cubin-function", KERNEL,
                         "--cubin-offsets", f"{load:#x},{load:#x},{store:#x}")
     assert synth.wait() == 0
-    daemon.wait_all_gone(20)
+    status = daemon.wait_all_gone(20)
+    stats = next(p.injector for p in status.processes if p.pid == synth.pid)
+    assert (stats.cubins_kept, stats.cubins_skipped) == (1, 0)
     kernels = json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)
     kernel = next(k for k in kernels if k["mangled"] == KERNEL)
     kept = Path(kernel["cubin"])

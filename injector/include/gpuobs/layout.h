@@ -253,7 +253,14 @@ struct GlobalCounters {
   uint64_t control_requests;
   uint64_t cubins_kept;     // module cubins written to the cubin directory (or already there)
   uint64_t cubins_skipped;  // not kept: over the disk budget, unreadable, or the write failed
-  uint64_t reserved[14];
+  // wall time the injector spent inside its own callbacks, so that a slow start or a slow launch
+  // rate can be attributed to us or ruled out (the sanitizer's own work is not in these)
+  uint64_t resource_callback_ns;  // contexts and module loads, cubin keeping and patching included
+  uint64_t launch_callback_ns;    // eager launches
+  uint64_t graph_callback_ns;     // graph launches, node launches, graph exec lifetimes
+  uint64_t patch_ns;              // ... of resource_callback_ns: patching modules
+  uint64_t cubin_ns;              // ... of resource_callback_ns: keeping cubins
+  uint64_t reserved[9];
 };
 static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
 
