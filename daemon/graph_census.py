@@ -382,6 +382,17 @@ class GraphCensuses:
         elif len(device_order) == len(census.device_order) and device_order != census.device_order:
             census.device_order_stable = False
 
+    def replay_summary(self, graph_exec: int, replay: int) -> dict | None:
+        """One replay still kept in detail: its node executions, how many matched, blocks seen."""
+        census = self.graphs.get(graph_exec)
+        record = census.recent.get(replay) if census and replay else None
+        if record is None:
+            return None
+        judged = [self.execution_status(execution, record) for execution in record.executions]
+        return {"node_executions": len(judged), "nodes_matched": sum(status == MATCHED for status, _ in judged),
+                "blocks_observed": sum(observed for _, observed in judged),
+                "joined": record.number > self.tainted_through}
+
     def report(self, census: GraphCensus, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""
         totals = {status: 0 for status in STATUSES}

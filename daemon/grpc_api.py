@@ -82,6 +82,11 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         rows = await self._guard(context, lambda: self.service.graphs(list(request.pids), request.replays or 16))
         return pb.ListGraphsResponse(graphs=[json_format.ParseDict(row, pb.Graph()) for row in rows])
 
+    async def ListSteps(self, request: pb.ListStepsRequest, context) -> pb.ListStepsResponse:
+        replay = request.replay if request.HasField("replay") else None
+        result = await self._guard(context, lambda: self.service.steps(list(request.pids), request.last or 20, replay))
+        return json_format.ParseDict(result, pb.ListStepsResponse())
+
     async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
         pids = list(request.pids)

@@ -23,6 +23,7 @@ from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segm
 from .graph_census import GraphCensuses
 from .hot_pcs import HotPcs
 from .kernel_census import AnalysisBudget, KernelCensus
+from .step_census import StepCensus
 
 log = structlog.get_logger("gpuobsd.registry")
 
@@ -77,6 +78,7 @@ class ObservedProcess:
     hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
     seen_dead: bool = False  # the producer was found dead on an idle pass
     hot_pcs: HotPcs = dataclasses.field(default_factory=HotPcs)  # the registry passes its budget
+    steps: StepCensus = dataclasses.field(default_factory=StepCensus)
 
     @property
     def pid(self) -> int:
@@ -197,6 +199,7 @@ class Registry:
                 break
             read += len(launches)
             process.graphs.update(launches)
+            process.steps.update(launches)
             self._publish("launches", process.pid, launches)
         caught_up = True
         for ring in range(segment.event_rings):

@@ -15,6 +15,7 @@ from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH
 from gpuobs.recording import RecordingWriter
 
 from .registry import NotFound, ObservedProcess, Registry, queue_subscriber
+from .step_census import StepCensus
 
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
@@ -66,7 +67,7 @@ class ObserverService:
         return {
             "pid": process.pid,
             "producer": segment.header["producer"],
-            "label": segment.header["label"],
+            "label": segment.reader.header()["label"],  # live: a plugin may name the process later
             "segment": str(process.path),
             "alive": process.alive,
             "mode": MODE_NAMES.get(control["applied_mode"], "unknown"),
@@ -191,6 +192,38 @@ class ObserverService:
                              "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry)})
         rows.sort(key=lambda r: -r["events"])
         return rows[: top or 50], counted, skipped
+
+    def steps(self, pids: list[int], last: int = 20, replay: int | None = None) -> dict[str, Any]:
+        """The last engine steps of each process (or the one that launched `replay`), with the
+        replays they launched and what the graph census joined to those."""
+        if not 0 < last <= StepCensus.KEEP_STEPS:
+            raise InvalidArgument(f"last must be within 1..{StepCensus.KEEP_STEPS}")
+        rows, totals = [], []
+        for process in self._targets(pids, live_only=False):
+            census = process.steps
+            totals.append({"pid": process.pid, "steps": census.steps_seen,
+                           "launches_before_steps": census.launches_before_steps})
+            if replay is not None:
+                found = census.step_of_replay(replay)
+                chosen = [found] if found else []
+            else:
+                chosen = list(census.steps.values())[-last:]
+            label = process.segment.reader.header()["label"]
+            for step in chosen:
+                replays = []
+                for graph_exec, number in step.replays:
+                    summary = process.graphs.replay_summary(graph_exec, number) or {}
+                    replays.append({"graph_exec": graph_exec, "replay": number, **summary})
+                rows.append({
+                    "pid": process.pid, "label": label, "step": step.step, "host_time_ns": step.host_time_ns,
+                    "thread": step.thread, "requests": step.requests, "tokens": step.tokens,
+                    "request_ids": step.request_ids, "request_ids_complete": step.ids_complete,
+                    "kernel_launches": step.kernel_launches, "blocks_expected": step.blocks_expected,
+                    "replays": replays,
+                })
+        if replay is not None and not rows:
+            raise NotFound(f"no step of the targeted processes launched replay {replay} (or it is no longer kept)")
+        return {"steps": rows, "totals": totals}
 
     def hangs(self, pids: list[int], min_age_ms: int) -> list[dict[str, Any]]:
         """Launches with blocks in flight at least min_age_ms, oldest first; and, per process,

@@ -30,6 +30,9 @@ def _dtype(fields: list[tuple[str, int, str]], itemsize: int) -> np.dtype:
 
 EVENT_DTYPE: np.dtype = _dtype(_native.EVENT_FIELDS, _native.STRUCT_SIZES["event_record"])
 LAUNCH_DTYPE: np.dtype = _dtype(_native.LAUNCH_FIELDS, _native.STRUCT_SIZES["launch_record"])
+STEP_DTYPE: np.dtype = _dtype(_native.STEP_FIELDS, _native.STRUCT_SIZES["launch_record"])  # a launch ring row
+STEP_TEXT_DTYPE: np.dtype = _dtype(_native.STEP_TEXT_FIELDS, _native.STRUCT_SIZES["launch_record"])
+STEP_SAME_REQUESTS: int = int(_native.STEP_SAME_REQUESTS)
 KERNEL_COUNTERS_DTYPE: np.dtype = _dtype(_native.KERNEL_COUNTERS_FIELDS, _native.STRUCT_SIZES["kernel_counters"])
 MODES: dict[str, int] = dict(_native.MODES)
 MODE_NAMES: dict[int, str] = {value: name for name, value in MODES.items()}

@@ -49,6 +49,8 @@ struct Options {
   uint32_t live_graphs = 0;   // graph execs "alive": a patch-set switch is refused while > 0
   uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
   uint32_t graph_nodes = 0;   // > 0: launches are replays of one CUDA graph of this many kernel nodes
+  bool steps = false;         // with --graph-nodes: an engine step record before each replay, as the vLLM
+                              // plugin writes them (requests change every 3 steps)
   double hang_seconds = 0;    // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
   std::string cubin;          // kernel 0 is this cubin's function (--cubin-function): its cubin is kept
   std::string cubin_function;  // as the injector keeps a module's, and its accesses sit at --cubin-offsets
@@ -67,7 +69,7 @@ struct Options {
                "  [--mode off|noop|counter|blocks|memory|sampled] [--shift N] [--seed N] [--patch-set block|memory]\n"
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
-               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N] [--hang-seconds S]\n"
+               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
                "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...]\n",
                message);
   std::exit(2);
@@ -94,6 +96,23 @@ LaunchRecord kernel_launch_record(const LaunchShape& shape, LaunchKind kind, Mod
   return record;
 }
 
+// An engine step as the vLLM plugin records it before the step's graph replay: its requests
+// change every 3 steps (1 to 4 of them, one token each); in between, the same set is flagged.
+void write_engine_step(SegmentWriter& writer, uint64_t step) {
+  const uint64_t group = (step - 1) / 3;
+  const uint32_t requests = uint32_t(1 + group % 4);
+  if ((step - 1) % 3 != 0) {
+    writer.write_step(step, requests, requests, nullptr, 0, kStepSameRequests);
+    return;
+  }
+  std::string ids;
+  for (uint32_t k = 0; k < requests; ++k) {
+    if (k) ids += '\n';
+    ids += "cmpl-synth-" + std::to_string(group) + "-" + std::to_string(k);
+  }
+  writer.write_step(step, requests, requests, ids.data(), uint32_t(ids.size()), 0);
+}
+
 uint64_t parse_number(const char* text, const char* flag) {
   char* end = nullptr;
   errno = 0;
@@ -115,7 +134,7 @@ void apply_environment(Options* o) {
 
 Options parse(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kCubin, kCubinFunction, kCubinOffsets };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -128,7 +147,7 @@ Options parse(int argc, char** argv) {
       {"publish-us", required_argument, nullptr, kPublish}, {"control-poll-us", required_argument, nullptr, kPoll},
       {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
       {"unlink-at-exit", no_argument, nullptr, kUnlink}, {"graph-nodes", required_argument, nullptr, kGraphNodes},
-      {"hang-seconds", required_argument, nullptr, kHang},
+      {"hang-seconds", required_argument, nullptr, kHang}, {"steps", no_argument, nullptr, kSteps},
       {"cubin", required_argument, nullptr, kCubin},
       {"cubin-function", required_argument, nullptr, kCubinFunction},
       {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
@@ -165,6 +184,7 @@ Options parse(int argc, char** argv) {
       case kFilter: o.filter = optarg; break;
       case kUnlink: o.unlink_at_exit = true; break;
       case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
+      case kSteps: o.steps = true; break;
       case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
       case kCubin: o.cubin = optarg; break;
       case kCubinFunction: o.cubin_function = optarg; break;
@@ -400,6 +420,7 @@ int run(const Options& options) {
         if (replay == 0)  // the exec is instantiated before its first replay
           writer.write_launch(graph_event_record(LaunchKind::GraphExecCreated, graph_exec));
         ++replay;
+        if (options.steps) write_engine_step(writer, replay);
         LaunchRecord graph_record = graph_event_record(LaunchKind::GraphLaunch, graph_exec);
         graph_record.stream = 0x1000;
         graph_record.replay = replay;

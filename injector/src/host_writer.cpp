@@ -1,7 +1,9 @@
 #include "gpuobs/host_writer.h"
 
 #include <cxxabi.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <regex>
@@ -118,6 +120,11 @@ bool SegmentWriter::write_launch(const LaunchRecord& record) {
       add(&v.counters->launches_unattributed, 1);
     }
   }
+  return put_launch_ring(record);
+}
+
+bool SegmentWriter::put_launch_ring(const LaunchRecord& record) {
+  const SegmentView& v = view();
   RingControl& control = *v.launch_ring_control;
   add(&control.produced, 1);
   const ring::ProducerView producer{&control.head, &control.reserved, &control.limit_cache, &control.tail,
@@ -126,6 +133,48 @@ bool SegmentWriter::write_launch(const LaunchRecord& record) {
   add(&control.dropped, 1);
   add(&v.counters->launch_records_dropped, 1);
   return false;
+}
+
+namespace {
+template <class Record>
+LaunchRecord as_launch_record(const Record& record) {
+  static_assert(sizeof(Record) == sizeof(LaunchRecord), "one ring, one record size");
+  LaunchRecord raw;
+  std::memcpy(&raw, &record, sizeof raw);
+  return raw;
+}
+}  // namespace
+
+bool SegmentWriter::write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
+                               uint32_t ids_bytes, uint32_t flags) {
+  if (flags & kStepSameRequests || ids == nullptr) ids_bytes = 0;
+  StepRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.step = step;
+  record.thread = uint64_t(::gettid());
+  record.requests = requests;
+  record.tokens = tokens;
+  record.text_bytes = ids_bytes;
+  record.text_records = (ids_bytes + kStepTextBytes - 1) / kStepTextBytes;
+  record.kind = uint32_t(LaunchKind::Step);
+  record.flags = flags;
+  bool all = put_launch_ring(as_launch_record(record));
+  for (uint32_t offset = 0; offset < ids_bytes; offset += kStepTextBytes) {
+    StepTextRecord text{};
+    text.host_time_ns = record.host_time_ns;
+    text.step = step;
+    text.offset = offset;
+    text.length = std::min(kStepTextBytes, ids_bytes - offset);
+    std::memcpy(text.text, ids + offset, text.length);
+    text.kind = uint32_t(LaunchKind::StepText);
+    all = put_launch_ring(as_launch_record(text)) && all;
+  }
+  return all;
+}
+
+void SegmentWriter::set_label(const std::string& label) {
+  SegmentHeader& header = *view().header;
+  copy_bounded(header.label, sizeof(header.label), label, nullptr);  // a reader may see a mix for a moment
 }
 
 ring::ProducerView SegmentWriter::event_ring_producer(uint32_t index, uint64_t* head, uint64_t* reserved,

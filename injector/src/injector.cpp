@@ -398,3 +398,34 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   return 1;
 }
+
+int gpuobs::Injector::record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
+                                  uint32_t ids_bytes, uint32_t flags) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  return writer_->write_step(step, requests, tokens, ids, ids_bytes, flags) ? 0 : 1;
+}
+
+int gpuobs::Injector::set_label(const char* label) {
+  if (!segment_ready_.load(std::memory_order_acquire) || label == nullptr) return -1;
+  writer_->set_label(label);
+  return 0;
+}
+
+// The served program's side (ctypes from the vLLM plugin): never throws, never blocks.
+extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_t step, uint32_t requests,
+                                                                         uint32_t tokens, const char* ids,
+                                                                         uint32_t ids_bytes, uint32_t flags) {
+  try {
+    return g_injector ? g_injector->record_step(step, requests, tokens, ids, ids_bytes, flags) : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_set_label(const char* label) {
+  try {
+    return g_injector ? g_injector->set_label(label) : -1;
+  } catch (...) {
+    return -1;
+  }
+}

@@ -44,6 +44,11 @@ class Injector {
   Injector();
   bool subscribe();
   void shutdown();  // at exit: stop the tool thread, last publish, mark the segment exited
+  // Host annotations from the served program (the vLLM plugin, through the C functions below):
+  // 0 recorded, 1 a record was dropped (counted), -1 not observing (no segment).
+  int record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
+                  uint32_t flags);
+  int set_label(const char* label);
 
  private:
   static void SANITIZERAPI callback(void* userdata, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid,

@@ -145,6 +145,33 @@ py::list launch_fields() {
   return fields;
 }
 
+py::list step_fields() {
+  py::list fields;
+  GPUOBS_FIELD(StepRecord, host_time_ns);
+  GPUOBS_FIELD(StepRecord, step);
+  GPUOBS_FIELD(StepRecord, thread);
+  GPUOBS_FIELD(StepRecord, requests);
+  GPUOBS_FIELD(StepRecord, tokens);
+  GPUOBS_FIELD(StepRecord, text_bytes);
+  GPUOBS_FIELD(StepRecord, text_records);
+  GPUOBS_FIELD(StepRecord, kind);
+  GPUOBS_FIELD(StepRecord, flags);
+  GPUOBS_FIELD(StepRecord, seq);
+  return fields;
+}
+
+py::list step_text_fields() {
+  py::list fields;
+  GPUOBS_FIELD(StepTextRecord, host_time_ns);
+  GPUOBS_FIELD(StepTextRecord, step);
+  GPUOBS_FIELD(StepTextRecord, offset);
+  GPUOBS_FIELD(StepTextRecord, length);
+  fields.append(py::make_tuple("text", offsetof(StepTextRecord, text), "S" + std::to_string(kStepTextBytes)));
+  GPUOBS_FIELD(StepTextRecord, kind);
+  GPUOBS_FIELD(StepTextRecord, seq);
+  return fields;
+}
+
 py::list kernel_counter_fields() {
   py::list fields;
   GPUOBS_FIELD(KernelCounters, launches);
@@ -315,6 +342,9 @@ PYBIND11_MODULE(_native, m) {
   m.attr("FILTER_BYTES") = kFilterBytes;
   m.attr("EVENT_FIELDS") = event_fields();
   m.attr("LAUNCH_FIELDS") = launch_fields();
+  m.attr("STEP_FIELDS") = step_fields();
+  m.attr("STEP_TEXT_FIELDS") = step_text_fields();
+  m.attr("STEP_SAME_REQUESTS") = kStepSameRequests;
   m.attr("KERNEL_COUNTERS_FIELDS") = kernel_counter_fields();
   py::dict modes;
   for (uint32_t value = 0; value < kModeCount; ++value) modes[mode_name(Mode(value))] = value;
@@ -332,6 +362,8 @@ PYBIND11_MODULE(_native, m) {
   launch_kinds["graph_launch"] = uint32_t(LaunchKind::GraphLaunch);
   launch_kinds["graph_exec_created"] = uint32_t(LaunchKind::GraphExecCreated);
   launch_kinds["graph_exec_destroyed"] = uint32_t(LaunchKind::GraphExecDestroyed);
+  launch_kinds["step"] = uint32_t(LaunchKind::Step);
+  launch_kinds["step_text"] = uint32_t(LaunchKind::StepText);
   m.attr("LAUNCH_KINDS") = launch_kinds;
   py::dict statuses;
   statuses["ok"] = uint32_t(ControlStatus::Ok);

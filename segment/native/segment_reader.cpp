@@ -237,6 +237,8 @@ size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
       shapes->add(record);
       return true;
     }
+    // step annotations share the ring but not the launch fields (StepRecord, StepTextRecord)
+    if (record.kind == uint32_t(LaunchKind::Step) || record.kind == uint32_t(LaunchKind::StepText)) return true;
     return record.kind > 0 && record.kind < kLaunchKindCount && record.kernel_slot == UINT32_MAX;
   };
   return read_ring(*view_.launch_ring_control, view_.launch_ring, view_.caps.launch_ring_records, out, max_records,

@@ -65,6 +65,13 @@ class SegmentWriter {
   // launch ring was full (counted, "host" stage). Callable from any thread, never blocks.
   bool write_launch(const LaunchRecord& record);
 
+  // Appends an engine step record and its request ids (text split over StepText records; empty
+  // when flags has kStepSameRequests). False when any record was dropped (each one counted).
+  bool write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
+                  uint32_t flags);
+  // Names the process for operators (role, rank, model); cut to the header's 63 bytes.
+  void set_label(const std::string& label);
+
   // The producer's view of event ring `index` for a device whose head/reserved/limit words
   // live at the given addresses (device memory for the GPU, process memory for gpuobs-synth).
   ring::ProducerView event_ring_producer(uint32_t index, uint64_t* head, uint64_t* reserved, uint64_t* limit) const;
@@ -80,6 +87,8 @@ class SegmentWriter {
                    const std::string& message);
 
  private:
+  bool put_launch_ring(const LaunchRecord& record);
+
   std::unique_ptr<MappedSegment> segment_;
   std::mutex registration_mutex_;  // kernel registration only: never on the launch path
   std::mutex publish_mutex_;       // one publisher at a time keeps the seqlock sound

@@ -70,8 +70,10 @@ enum class LaunchKind : uint32_t {
   GraphLaunch = 3,         // GRAPHS_LAUNCH_BEGIN: one replay; graph_exec, stream, replay
   GraphExecCreated = 4,    // GRAPHEXEC_CREATED: graph_exec
   GraphExecDestroyed = 5,  // GRAPHEXEC_DESTROYING: graph_exec
+  Step = 6,                // a serving engine's step (StepRecord), written by a framework plugin
+  StepText = 7,            // request ids of the step before it (StepTextRecord)
 };
-constexpr uint32_t kLaunchKindCount = 6;
+constexpr uint32_t kLaunchKindCount = 8;
 constexpr bool is_kernel_launch(uint32_t kind) {
   return kind == uint32_t(LaunchKind::Eager) || kind == uint32_t(LaunchKind::GraphNode);
 }
@@ -148,6 +150,44 @@ struct alignas(64) LaunchRecord {
 static_assert(sizeof(LaunchRecord) == kLaunchRecordBytes, "LaunchRecord is two cache lines");
 static_assert(offsetof(LaunchRecord, seq) == 120, "seq is the last word");
 constexpr uint32_t kLaunchCaptured = 0x1;
+
+// Host annotations travel in the launch ring, in records of a launch record's size with `kind`
+// and `seq` where a launch record has them, so they are ordered with the launches they explain:
+// the launches a thread makes after its step record belong to that step.
+struct alignas(64) StepRecord {
+  uint64_t host_time_ns;  // CLOCK_MONOTONIC when the step began
+  uint64_t step;          // the engine's step number in this process
+  uint64_t thread;        // OS thread id of the engine thread (its launches follow this record)
+  uint32_t requests;      // requests scheduled in this step
+  uint32_t tokens;        // tokens scheduled in this step
+  uint32_t text_bytes;    // bytes of request ids ('\n'-separated) in the StepText records that follow
+  uint32_t text_records;  // how many StepText records follow
+  uint8_t unused[40];
+  uint32_t kind;   // LaunchKind::Step
+  uint32_t flags;  // kStepSameRequests
+  uint64_t reserved[4];
+  uint64_t seq;
+};
+static_assert(sizeof(StepRecord) == kLaunchRecordBytes, "StepRecord is a launch ring record");
+static_assert(offsetof(StepRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
+static_assert(offsetof(StepRecord, seq) == 120, "seq is the last word");
+constexpr uint32_t kStepSameRequests = 0x2;  // the same requests as the step before: no text follows
+
+constexpr uint32_t kStepTextBytes = 56;
+struct alignas(64) StepTextRecord {
+  uint64_t host_time_ns;
+  uint64_t step;    // the step these ids belong to
+  uint32_t offset;  // of this piece within the step's text
+  uint32_t length;  // bytes of text in this record
+  char text[kStepTextBytes];
+  uint32_t kind;  // LaunchKind::StepText
+  uint32_t reserved32;
+  uint64_t reserved[4];
+  uint64_t seq;
+};
+static_assert(sizeof(StepTextRecord) == kLaunchRecordBytes, "StepTextRecord is a launch ring record");
+static_assert(offsetof(StepTextRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
+static_assert(offsetof(StepTextRecord, seq) == 120, "seq is the last word");
 
 // ---- segment sections --------------------------------------------------------------------
 

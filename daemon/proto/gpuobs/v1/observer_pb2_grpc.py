@@ -59,6 +59,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsResponse.FromString,
                 )
+        self.ListSteps = channel.unary_unary(
+                '/gpuobs.v1.Observer/ListSteps',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.FromString,
+                )
 
 
 class ObserverServicer(object):
@@ -134,6 +139,14 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSteps(self, request, context):
+        """A serving engine's steps (recorded by the vLLM plugin): per step its requests and tokens,
+        the request ids, the kernel launches and graph replays it made and the blocks they ran.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -181,6 +194,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.ListHotPcs,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListHotPcsResponse.SerializeToString,
+            ),
+            'ListSteps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSteps,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -342,5 +360,22 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListHotPcs',
             gpuobs_dot_v1_dot_observer__pb2.ListHotPcsRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.ListHotPcsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListSteps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListSteps',
+            gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

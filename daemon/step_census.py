@@ -1,0 +1,148 @@
+"""Per process, the serving engine's steps (records the vLLM plugin writes through the injector)
+and the launches each step made: which step, and which requests, a graph replay belongs to.
+
+A step record is written by the engine thread before it launches the step's work, into the same
+ring as the launch records, so a launch belongs to the last step that began before it (host
+clock). Launches before the first step (start-up, warm-up, graph capture) belong to none and are
+counted apart. Request ids travel only when the set of requests changed from the step before.
+
+Memory is bounded: the last KEEP_STEPS steps are kept in detail, with the replays they launched;
+totals count every step.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+
+from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
+
+STEP = LAUNCH_KINDS["step"]
+STEP_TEXT = LAUNCH_KINDS["step_text"]
+GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
+KERNEL_LAUNCHES = (LAUNCH_KINDS["eager"], LAUNCH_KINDS["graph_node"])
+
+
+@dataclasses.dataclass
+class Step:
+    step: int
+    host_time_ns: int
+    thread: int
+    requests: int
+    tokens: int
+    text_bytes: int
+    same_requests: bool
+    text: bytearray = dataclasses.field(default_factory=bytearray)
+    text_received: int = 0
+    request_ids: list[str] = dataclasses.field(default_factory=list)
+    kernel_launches: int = 0
+    blocks_expected: int = 0
+    replays: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay)
+
+    @property
+    def ids_complete(self) -> bool:
+        return self.text_received == self.text_bytes
+
+
+class StepCensus:
+    KEEP_STEPS = 4096
+    MAX_REPLAYS_PER_STEP = 64
+
+    def __init__(self) -> None:
+        self.steps: collections.OrderedDict[int, Step] = collections.OrderedDict()  # by record order
+        self.steps_seen = 0
+        self.launches_before_steps = 0
+        self.replay_step: dict[tuple[int, int], int] = {}  # (graph exec, replay) -> step key
+        self._times = np.empty(0, dtype=np.uint64)
+        self._keys: list[int] = []
+        self._next_key = 0
+        self._last_ids: list[str] = []
+
+    def update(self, rows: np.ndarray) -> None:
+        """One launch ring batch, in ring order."""
+        if not len(rows):
+            return
+        kinds = rows["kind"]
+        annotated = (kinds == STEP) | (kinds == STEP_TEXT)
+        if not annotated.any() and not self.steps:
+            self.launches_before_steps += int(np.isin(kinds, KERNEL_LAUNCHES).sum())
+            return
+        # steps and their text, in order (a step's text follows it)
+        for index in np.flatnonzero(annotated).tolist():
+            raw = rows[index:index + 1]
+            if int(kinds[index]) == STEP:
+                self._begin(raw.view(STEP_DTYPE)[0])
+            else:
+                self._text(raw.view(STEP_TEXT_DTYPE)[0])
+        self._attribute(rows[~annotated])
+
+    def _begin(self, record: np.void) -> None:
+        same = bool(int(record["flags"]) & STEP_SAME_REQUESTS)
+        step = Step(int(record["step"]), int(record["host_time_ns"]), int(record["thread"]), int(record["requests"]),
+                    int(record["tokens"]), int(record["text_bytes"]), same)
+        if same:
+            step.request_ids = list(self._last_ids)
+        key = self._next_key
+        self._next_key += 1
+        self.steps[key] = step
+        self.steps_seen += 1
+        while len(self.steps) > self.KEEP_STEPS:
+            _, old = self.steps.popitem(last=False)
+            for replay in old.replays:
+                self.replay_step.pop(replay, None)
+        self._keys = list(self.steps)
+        self._times = np.fromiter((s.host_time_ns for s in self.steps.values()), dtype=np.uint64,
+                                  count=len(self.steps))
+        if step.text_bytes == 0 and not same:
+            self._last_ids = []
+
+    def _text(self, record: np.void) -> None:
+        step = next((s for s in reversed(self.steps.values()) if s.step == int(record["step"])), None)
+        if step is None:
+            return
+        offset, length = int(record["offset"]), int(record["length"])
+        piece = bytes(record["text"])[:length].ljust(length, b"\0")
+        if len(step.text) < offset + length:
+            step.text.extend(b"\0" * (offset + length - len(step.text)))
+        step.text[offset:offset + length] = piece
+        step.text_received += length
+        if step.ids_complete:
+            step.request_ids = step.text.decode("utf-8", "replace").split("\n")
+            self._last_ids = step.request_ids
+
+    def _attribute(self, rows: np.ndarray) -> None:
+        """Each launch to the last step that began before it."""
+        kinds = rows["kind"]
+        relevant = rows[np.isin(kinds, KERNEL_LAUNCHES) | (kinds == GRAPH_LAUNCH)]
+        if not len(relevant):
+            return
+        if not len(self._times):
+            self.launches_before_steps += int(np.isin(relevant["kind"], KERNEL_LAUNCHES).sum())
+            return
+        positions = np.searchsorted(self._times, relevant["host_time_ns"], side="right") - 1
+        is_kernel = np.isin(relevant["kind"], KERNEL_LAUNCHES)
+        before = positions < 0
+        self.launches_before_steps += int((before & is_kernel).sum())
+        blocks = (relevant["grid_x"].astype(np.uint64) * relevant["grid_y"] * relevant["grid_z"])
+        kept = ~before
+        for position in np.unique(positions[kept & is_kernel]).tolist():
+            chosen = kept & is_kernel & (positions == position)
+            step = self.steps[self._keys[position]]
+            step.kernel_launches += int(chosen.sum())
+            step.blocks_expected += int(blocks[chosen].sum())
+        for index in np.flatnonzero(kept & ~is_kernel).tolist():
+            step_key = self._keys[int(positions[index])]
+            step = self.steps[step_key]
+            replay = (int(relevant["graph_exec"][index]), int(relevant["replay"][index]))
+            if len(step.replays) < self.MAX_REPLAYS_PER_STEP:
+                step.replays.append(replay)
+            self.replay_step[replay] = step_key
+
+    def step_of_replay(self, replay: int) -> Step | None:
+        """The step that launched this replay number (any graph exec of the process)."""
+        for (_, number), key in self.replay_step.items():
+            if number == replay:
+                return self.steps.get(key)
+        return None

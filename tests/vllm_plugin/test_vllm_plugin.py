@@ -1,0 +1,155 @@
+"""The vLLM plugin without vLLM: its hook on a stand-in for vLLM's worker module, the step
+records it makes, and its behaviour when anything is missing (it must never stop the engine)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import gpuobs
+from gpuobs.vllm_plugin.annotations import NOT_OBSERVING, InjectorAnnotations
+from gpuobs.vllm_plugin.engine_hook import install_step_hook
+from gpuobs.vllm_plugin.step_recorder import MAX_ATTEMPTS, SAME_REQUESTS, StepRecorder
+
+INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
+
+
+class FakeAnnotations:
+    def __init__(self, available: bool = True, fail_on_step: int = 0) -> None:
+        self.is_available = available
+        self.fail_on_step = fail_on_step
+        self.steps: list[tuple[int, int, int, bytes | None, int]] = []
+        self.labels: list[str] = []
+
+    def available(self) -> bool:
+        return self.is_available
+
+    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int:
+        if step == self.fail_on_step:
+            raise RuntimeError("boom")
+        self.steps.append((step, requests, tokens, ids, flags))
+        return 0
+
+    def set_label(self, label: str) -> int:
+        self.labels.append(label)
+        return 0
+
+
+def scheduled(**tokens: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(num_scheduled_tokens=dict(tokens), total_num_scheduled_tokens=sum(tokens.values()))
+
+
+def worker(rank: int = 0, model: str = "/models/tiny") -> types.SimpleNamespace:
+    return types.SimpleNamespace(rank=rank, model_config=types.SimpleNamespace(served_model_name=None, model=model))
+
+
+@pytest.fixture
+def fake_worker_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    module = types.ModuleType("fake_vllm_worker")
+    calls: list[object] = []
+
+    class Worker:
+        def execute_model(self, scheduler_output: object) -> str:
+            calls.append(scheduler_output)
+            return "output"
+
+    module.Worker = Worker
+    module.calls = calls
+    monkeypatch.setitem(sys.modules, "fake_vllm_worker", module)
+    return module
+
+
+def test_steps_carry_requests_and_ids_only_when_they_change() -> None:
+    sink = FakeAnnotations()
+    record = StepRecorder(sink)
+    record(worker(rank=1), scheduled(a=7, b=1))  # prefill of a, decode of b
+    record(worker(rank=1), scheduled(a=1, b=1))  # same requests
+    record(worker(rank=1), scheduled(b=1))       # a finished
+    assert sink.steps == [(1, 2, 8, b"a\nb", 0), (2, 2, 2, None, SAME_REQUESTS), (3, 1, 1, b"b", 0)]
+    assert sink.labels == ["vllm engine rank 1 tiny"]  # once, at the first step
+
+
+def test_the_hook_wraps_once_and_records_before_the_step(fake_worker_module: types.ModuleType) -> None:
+    seen: list[tuple[object, object]] = []
+    assert install_step_hook(lambda w, out: seen.append((w, out)), "fake_vllm_worker")
+    assert not install_step_hook(lambda w, out: seen.append((w, out)), "fake_vllm_worker")  # idempotent
+    instance = fake_worker_module.Worker()
+    output = scheduled(x=3)
+    assert instance.execute_model(output) == "output"
+    assert seen == [(instance, output)] and fake_worker_module.calls == [output]  # one record per step
+
+
+def test_a_missing_hook_is_an_error_register_logs_once(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    import gpuobs.vllm_plugin as plugin
+
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setenv("CUDA_INJECTION64_PATH", str(INJECTOR))
+    monkeypatch.setattr(plugin, "install_step_hook",
+                        lambda recorder: install_step_hook(recorder, "no_such_vllm.worker"))
+    with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
+        plugin.register()
+        plugin.register()  # vLLM may call it again: nothing more happens
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "engine steps are not recorded" in warnings[0] and "no_such_vllm" in warnings[0]
+
+
+def test_without_the_injector_the_plugin_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuobs.vllm_plugin as plugin
+
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.delenv("CUDA_INJECTION64_PATH", raising=False)
+    installed: list[object] = []
+    monkeypatch.setattr(plugin, "install_step_hook", installed.append)
+    plugin.register()
+    assert installed == []
+
+
+def test_a_failing_record_disables_the_recorder_and_the_engine_runs_on(caplog) -> None:
+    sink = FakeAnnotations(fail_on_step=2)
+    record = StepRecorder(sink)
+    with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
+        for _ in range(5):
+            record(worker(), scheduled(a=1))  # never raises
+    assert [s[0] for s in sink.steps] == [1] and not record.enabled
+    assert len(caplog.records) == 1 and "RuntimeError: boom" in caplog.records[0].getMessage()
+
+
+def test_it_waits_for_cuda_to_load_the_injector_then_gives_up(caplog) -> None:
+    sink = FakeAnnotations(available=False)
+    record = StepRecorder(sink)
+    with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
+        for _ in range(MAX_ATTEMPTS + 10):
+            record(worker(), scheduled(a=1))
+    assert sink.steps == [] and not record.enabled and len(caplog.records) == 1
+    sink.is_available = True
+    record(worker(), scheduled(a=1))
+    assert sink.steps == []
+
+
+def test_the_real_injector_exports_the_annotation_functions() -> None:
+    """In a fresh process: not loaded -> unavailable (the plugin never loads a second copy);
+    loaded but never initialised by CUDA (no GPU here) -> the calls answer 'not observing'."""
+    script = f"""
+import ctypes
+from gpuobs.vllm_plugin.annotations import InjectorAnnotations
+annotations = InjectorAnnotations({str(INJECTOR)!r})
+print(annotations.available())
+ctypes.CDLL({str(INJECTOR)!r})
+print(annotations.available(), annotations.record_step(1, 2, 3, b"a\\nb", 0), annotations.set_label("x"))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", str(NOT_OBSERVING), str(NOT_OBSERVING)]
+
+
+def test_the_plugin_is_an_entry_point_vllm_finds() -> None:
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == "gpuobs"]
+    assert entry.load() is __import__("gpuobs.vllm_plugin", fromlist=["register"]).register
+    assert isinstance(InjectorAnnotations(str(INJECTOR)), InjectorAnnotations)

@@ -1,0 +1,35 @@
+"""The gpuobs plugin for vLLM (entry point group `vllm.general_plugins`).
+
+vLLM calls `register()` in every process it starts (API server, engine core, workers), maybe
+more than once. In a process the injector observes (CUDA_INJECTION64_PATH names it), the plugin
+wraps the GPU worker's `execute_model` so that each engine step is written into the process's
+segment (step number, requests and tokens scheduled, request ids), and names the process (role,
+rank, model). Elsewhere it does nothing. It never raises into vLLM: a hook that is missing or
+fails disables it with one log line, and the engine runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .annotations import InjectorAnnotations
+from .engine_hook import install_step_hook
+from .step_recorder import StepRecorder
+
+log = logging.getLogger("gpuobs.vllm_plugin")
+_registered = False
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    injector = os.environ.get("CUDA_INJECTION64_PATH", "")
+    if not injector:
+        return  # not observed: nothing to annotate
+    try:
+        install_step_hook(StepRecorder(InjectorAnnotations(injector)))
+    except Exception as error:  # noqa: BLE001 - vLLM must start whatever went wrong here
+        log.warning("gpuobs: engine steps are not recorded (%s: %s)", type(error).__name__, error)

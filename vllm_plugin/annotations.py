@@ -1,0 +1,39 @@
+"""The injector's two annotation functions, reached through ctypes in the process it observes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+RECORDED, DROPPED, NOT_OBSERVING = 0, 1, -1
+
+
+class InjectorAnnotations:
+    """Finds the injector already loaded by CUDA (never loads a second copy: RTLD_NOLOAD)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._library: ctypes.CDLL | None = None
+
+    def available(self) -> bool:
+        """True once CUDA has loaded the injector in this process (it does at the first CUDA call)."""
+        if self._library is None:
+            try:
+                library = ctypes.CDLL(self.path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+            except OSError:
+                return False
+            library.gpuobs_record_step.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
+                                                   ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
+            library.gpuobs_record_step.restype = ctypes.c_int
+            library.gpuobs_set_label.argtypes = [ctypes.c_char_p]
+            library.gpuobs_set_label.restype = ctypes.c_int
+            self._library = library
+        return True
+
+    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int:
+        assert self._library is not None
+        return int(self._library.gpuobs_record_step(step, requests, tokens, ids, len(ids or b""), flags))
+
+    def set_label(self, label: str) -> int:
+        assert self._library is not None
+        return int(self._library.gpuobs_set_label(label.encode("utf-8", "replace")[:63]))

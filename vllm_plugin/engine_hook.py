@@ -1,0 +1,28 @@
+"""Where a vLLM engine step begins: the GPU worker's execute_model(scheduler_output)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, Callable
+
+WORKER_MODULE = "vllm.v1.worker.gpu_worker"  # vLLM 0.25: both model runners are called from here
+
+
+def install_step_hook(recorder: Callable[[Any, Any], None], module_name: str = WORKER_MODULE) -> bool:
+    """Wraps Worker.execute_model once per process; False when it was already wrapped. Raises
+    (for register() to log) when vLLM has no such hook."""
+    module = importlib.import_module(module_name)
+    worker = module.Worker
+    original = worker.execute_model
+    if getattr(original, "__gpuobs_wrapped__", False):
+        return False
+
+    @functools.wraps(original)
+    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder(self, scheduler_output)
+        return original(self, scheduler_output, *args, **kwargs)
+
+    execute_model.__gpuobs_wrapped__ = True  # type: ignore[attr-defined]
+    worker.execute_model = execute_model
+    return True

@@ -1,0 +1,72 @@
+"""What one engine step tells gpuobs: written before the step launches its work."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Protocol
+
+log = logging.getLogger("gpuobs.vllm_plugin")
+
+SAME_REQUESTS = 0x2  # layout.h kStepSameRequests: the request ids are those of the step before
+MAX_ATTEMPTS = 1000  # steps to wait for CUDA to load the injector before giving up
+
+
+class Annotations(Protocol):
+    def available(self) -> bool: ...
+    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int: ...
+    def set_label(self, label: str) -> int: ...
+
+
+class StepRecorder:
+    """Called from the engine thread at each step; any failure disables it, with one log line."""
+
+    def __init__(self, annotations: Annotations) -> None:
+        self.annotations = annotations
+        self.enabled = True
+        self.step = 0
+        self.attempts = 0
+        self.labelled = False
+        self.last_ids: list[str] | None = None
+        self.results = {"recorded": 0, "dropped": 0, "not_observing": 0}
+
+    def disable(self, why: str) -> None:
+        self.enabled = False
+        log.warning("gpuobs: engine steps are no longer recorded (%s)", why)
+
+    def __call__(self, worker: Any, scheduler_output: Any) -> None:
+        if not self.enabled:
+            return
+        try:
+            if not self.annotations.available():
+                self.attempts += 1
+                if self.attempts >= MAX_ATTEMPTS:
+                    self.disable("the injector is not loaded in this process")
+                return
+            if not self.labelled:
+                self.labelled = True
+                self.annotations.set_label(process_label(worker))
+            scheduled = scheduler_output.num_scheduled_tokens
+            ids = list(scheduled)
+            tokens = int(scheduler_output.total_num_scheduled_tokens)
+            self.step += 1
+            if ids == self.last_ids:
+                result = self.annotations.record_step(self.step, len(ids), tokens, None, SAME_REQUESTS)
+            else:
+                text = "\n".join(ids).encode("utf-8", "replace")
+                result = self.annotations.record_step(self.step, len(ids), tokens, text, 0)
+                self.last_ids = ids
+            key = {0: "recorded", 1: "dropped"}.get(result, "not_observing")
+            self.results[key] += 1
+        except Exception as error:  # noqa: BLE001 - the engine must run on
+            self.disable(f"{type(error).__name__}: {error}")
+
+
+def process_label(worker: Any) -> str:
+    """role, rank, model: what an operator needs to tell the segments of one server apart."""
+    rank = getattr(worker, "rank", "?")
+    model = getattr(getattr(worker, "model_config", None), "served_model_name", None) or \
+        getattr(getattr(worker, "model_config", None), "model", "?")
+    if isinstance(model, (list, tuple)):
+        model = model[0] if model else "?"
+    return f"vllm engine rank {rank} {os.path.basename(str(model).rstrip('/'))}"
