@@ -391,7 +391,7 @@ class GraphCensuses:
         judged = [self.execution_status(execution, record) for execution in record.executions]
         return {"node_executions": len(judged), "nodes_matched": sum(status == MATCHED for status, _ in judged),
                 "blocks_observed": sum(observed for _, observed in judged),
-                "joined": record.number > self.tainted_through}
+                "joined": record.number > self.tainted_through, "mode": record.mode}
 
     def report(self, census: GraphCensus, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""

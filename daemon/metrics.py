@@ -53,6 +53,9 @@ class GpuobsCollector(Collector):
                                       labels=["pid"])
         oldest = GaugeMetricFamily("gpuobs_oldest_block_in_flight_age_seconds",
                                    "Age of the oldest block in flight (0 when none)", labels=["pid"])
+        steps = CounterMetricFamily("gpuobs_engine_steps", "Engine steps recorded (vLLM plugin)", labels=["pid"])
+        callbacks = CounterMetricFamily("gpuobs_injector_callback_seconds",
+                                        "Wall time the injector spent in its own callbacks", labels=["pid", "callback"])
         alive = 0
         for view in self.service.processes():
             pid = str(view["pid"])
@@ -62,6 +65,9 @@ class GpuobsCollector(Collector):
             shift.add_metric([pid], float(view["shift"]))
             fill.add_metric([pid], view["ring_fill_ratio"])
             errors.add_metric([pid], float(view["accounting_errors"]))
+            steps.add_metric([pid], float(view["engine_steps"]))
+            for callback in ("resource", "launch", "graph"):
+                callbacks.add_metric([pid, callback], view["injector"][f"{callback}_callback_seconds"])
             for stage in view["stages"]:
                 dropped.add_metric([pid, stage["stage"]], float(stage["dropped"]))
                 if stage["stage"] == "device":
@@ -98,4 +104,5 @@ class GpuobsCollector(Collector):
                 blocks.add_metric(label, float(sum(r["blocks_observed"] for r in rest)))
                 accesses.add_metric(label, float(sum(r["memory_accesses"] for r in rest)))
         processes.add_metric([], float(alive))
-        yield from (processes, mode, shift, fill, launches, blocks, accesses, events, dropped, errors, in_flight, oldest)
+        yield from (processes, mode, shift, fill, launches, blocks, accesses, events, dropped, errors, in_flight, oldest,
+                    steps, callbacks)

@@ -87,6 +87,7 @@ class ObserverService:
             "ring_fill_ratio": fill,
             "accounting_errors": process.accounting_errors,
             "injector": injector_stats(counters),
+            "engine_steps": process.steps.steps_seen,
         }
 
     def status(self) -> dict[str, Any]:
@@ -213,6 +214,8 @@ class ObserverService:
                 replays = []
                 for graph_exec, number in step.replays:
                     summary = process.graphs.replay_summary(graph_exec, number) or {}
+                    if "mode" in summary:
+                        summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
                     replays.append({"graph_exec": graph_exec, "replay": number, **summary})
                 rows.append({
                     "pid": process.pid, "label": label, "step": step.step, "host_time_ns": step.host_time_ns,

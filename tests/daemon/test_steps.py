@@ -41,9 +41,11 @@ def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon)
         (replay,) = step.replays
         assert (replay.graph_exec, replay.replay) == (graph.graph_exec, step.step)
         # the replay's node executions, joined to their events by the graph census
-        assert (replay.node_executions, replay.nodes_matched, replay.blocks_observed) == \
-            (NODES, NODES, blocks_per_replay)
+        assert (replay.node_executions, replay.nodes_matched, replay.blocks_observed, replay.mode) == \
+            (NODES, NODES, blocks_per_replay, "blocks")
 
+    (process,) = daemon.status().processes
+    assert process.engine_steps == REPLAYS
     done = gpuobsctl(daemon.address, "--output", "json", "steps", "--replay", "17")
     assert done.returncode == 0, done.stderr
     (found,) = json.loads(done.stdout)["steps"]

@@ -1,0 +1,45 @@
+"""bench/vllm_overhead.py driven end to end against a stand-in vLLM server (CPU only): every
+server started and stopped, the reference requests and the load made, a real gpuobsd asked to
+switch modes, figures and ratios written. The real server runs in tests/gpu/test_vllm.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from daemon_support import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+STAND_IN = Path(__file__).parent / "stand_in"
+
+
+def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "vllm_overhead.py"), "--payload", str(STAND_IN / "payload"),
+         "--out", str(out), "--model", str(tmp_path / "model"), "--requests", "8", "--tokens", "8",
+         "--port-base", str(free_port()), "--metrics-port", str(free_port()), "--commit", "test"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((out / "vllm-overhead.json").read_text())
+    assert list(data["servers"]) == ["none-cold", "gpuobs-block", "gpuobs-memory", "none"]
+    for name, row in data["servers"].items():
+        assert row["healthy"] and row["engine_init_s"] == 1.25 and row["graph_capture_s"] == 1.0, (name, row)
+    assert data["servers"]["gpuobs-memory"]["environment"]["GPUOBS_PATCH_SET"] == "memory"
+    # modes run without a switch: measured
+    for mode in ("none-cold", "sampled", "none"):
+        row = data["modes"][mode]
+        assert row["requests_ok"] == 8 and row["output_tokens"] == 64 and row["p99_ms"] >= row["p50_ms"] > 0
+    assert data["ratios_to_none"]["none"] == {"tokens_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 1.0, "start_s": 1.0,
+                                              "engine_init_s": 1.0, "graph_capture_s": 1.0}
+    assert data["tokens_identical"] and set(data["reference_tokens"]) == {"none-cold", "sampled", "none"}
+    # the stand-in has no CUDA, so gpuobsd has no process to switch: recorded as failed, not hidden
+    assert data["servers"]["gpuobs-block"]["pid"] is None
+    for mode in ("off", "counter", "blocks"):
+        assert data["modes"][mode]["requests_failed"] == 16 and data["modes"][mode]["tokens_per_s"] == 0.0
+        assert "no process to switch" in data["modes"][mode]["set_mode_error"]
+    switching = data["servers"]["gpuobs-block"]["live_switching"]
+    assert switching["requests"] > 0 and switching["requests_failed"] == 0 and len(switching["switches"]) == 6
+    assert (out / "cli" / "gpuobs-block" / "metrics.txt").read_text().startswith("# HELP")

@@ -1,0 +1,121 @@
+"""A real vLLM OpenAI server (FULL_AND_PIECEWISE CUDA graphs, FlashAttention 3) under gpuobs, with a
+real gpuobsd beside it (issue 7). One run of bench/vllm_overhead.py starts the server with no
+tool, with the drop-in deploy/systemd/vllm-gpuobs.conf (modes off, counter and blocks switched
+live) and with the memory patch set (sampled), then with no tool again; the tests below judge
+what it recorded.
+
+Needs the vLLM payload (shared/tools/vllm-device): GPUOBS_VLLM_PAYLOAD names an unpacked chunk
+folder (skipped otherwise). Its reports go to $GPUOBS_REPORT_DIR/vllm when that is set."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAYLOAD = os.environ.get("GPUOBS_VLLM_PAYLOAD")
+INJECTED = ("gpuobs-block", "gpuobs-memory")
+MODES = ("none-cold", "off", "counter", "blocks", "sampled", "none")
+REFERENCE_TOKENS = 32  # bench/vllm_overhead.py's reference requests: one at a time, 32 tokens
+
+pytestmark = pytest.mark.skipif(not PAYLOAD, reason="GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) not set")
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = Path(os.environ["GPUOBS_REPORT_DIR"]) / "vllm" if os.environ.get("GPUOBS_REPORT_DIR") else \
+        tmp_path_factory.mktemp("vllm")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "vllm_overhead.py"), "--payload", PAYLOAD,
+                           "--out", str(out)], capture_output=True, text=True, timeout=570)
+    (out / "bench-console.txt").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def result(bench: Path) -> dict:
+    return json.loads((bench / "vllm-overhead.json").read_text())
+
+
+def cli(bench: Path, config: str, name: str):
+    return json.loads((bench / "cli" / config / f"{name}.json").read_text())
+
+
+def test_every_server_and_mode_serves_the_same_tokens(bench: Path) -> None:
+    data = result(bench)
+    for name, row in data["servers"].items():
+        assert row.get("healthy"), (name, row.get("log_tail", row))
+    for mode in MODES:
+        row = data["modes"][mode]
+        assert row["requests_failed"] == 0 and row["requests_ok"] == data["load"]["requests"], (mode, row)
+    references = data["reference_tokens"]
+    assert set(references) == set(MODES)
+    first = references["none"]
+    assert len(first) == 3 and all(len(tokens) == REFERENCE_TOKENS for tokens in first)
+    assert all(tokens == first for tokens in references.values()), references
+    # the injected servers ran with the drop-in's environment, only its paths replaced
+    assert data["drop_in_environment"]["GPUOBS_PATCH_SET"] == "block"
+    assert data["replaced_paths"] == ["CUDA_INJECTION64_PATH", "GPUOBS_CUBIN_DIR", "GPUOBS_SEGMENT_DIR"]
+
+
+def test_kernels_of_vllm_cublas_and_flashattention_with_exact_blocks(bench: Path) -> None:
+    for config in INJECTED:
+        kernels = cli(bench, config, "kernels")
+        names = [k["name"] for k in kernels]
+        assert any("vllm" in n or "reshape_and_cache" in n for n in names), names
+        assert any(re.search(r"nvjet|gemm|cublas|cutlass", n, re.I) for n in names), names
+        assert any(re.search(r"flash", n, re.I) for n in names), names
+        for k in kernels:
+            expected = int(k["blocks_expected"])
+            accounted = int(k["blocks_observed"]) + int(k["blocks_unpatched"]) + int(k["blocks_unobserved"])
+            assert expected == accounted, k
+        attention = [k for k in kernels if re.search(r"flash", k["name"], re.I)]
+        assert sum(int(k["blocks_observed"]) for k in attention) > 0
+
+
+def test_one_replay_per_decode_step_of_a_request(bench: Path) -> None:
+    steps = cli(bench, "gpuobs-block", "steps")
+    (totals,) = steps["totals"]
+    assert int(totals["steps"]) > 0 and int(totals["launches_before_steps"]) > 0  # capture, warm-up
+    by_request: dict[str, list[dict]] = {}
+    for step in steps["steps"]:
+        if int(step["requests"]) == 1 and step["request_ids_complete"]:
+            by_request.setdefault(step["request_ids"][0], []).append(step)
+    # the reference requests ran alone, one after another
+    alone = [s for s in by_request.values() if len(s) >= REFERENCE_TOKENS - 1]
+    assert len(alone) >= 3, {k: len(v) for k, v in by_request.items()}
+    graphs = {int(g["graph_exec"]): g for g in cli(bench, "gpuobs-block", "graphs")}
+    for request_steps in alone[:3]:
+        decode = [s for s in request_steps if int(s["tokens"]) == 1]
+        assert len(decode) == REFERENCE_TOKENS - 1, [(s["step"], s["tokens"]) for s in request_steps]
+        for step in decode:
+            assert len(step["replays"]) == 1, step  # the FULL graph of batch size 1
+            replay = step["replays"][0]
+            assert int(replay["graph_exec"]) in graphs
+            if replay.get("mode") == "blocks":  # block events exist only in blocks mode
+                assert int(replay["nodes_matched"]) == int(replay["node_executions"]) > 0, replay
+
+
+def test_mode_switches_live_while_requests_are_served(bench: Path) -> None:
+    switching = result(bench)["servers"]["gpuobs-block"]["live_switching"]
+    assert switching["requests"] > 0 and switching["requests_failed"] == 0, switching
+    assert [s["rc"] for s in switching["switches"]] == [0] * len(switching["switches"]), switching
+
+
+def test_status_labels_and_metrics_name_the_engine(bench: Path) -> None:
+    for config, final_mode in (("gpuobs-block", "blocks"), ("gpuobs-memory", "sampled")):
+        pid = result(bench)["servers"][config]["pid"]
+        status = cli(bench, config, "status")
+        (engine,) = [p for p in status["processes"] if int(p["pid"]) == pid]
+        assert engine["label"].startswith("vllm engine rank 0"), engine
+        assert int(engine["engine_steps"]) > 0 and int(engine["injector"]["modules_patched"]) > 0, engine
+        assert int(engine["accounting_errors"]) == 0, engine
+        metrics = (bench / "cli" / config / "metrics.txt").read_text()
+        assert re.search(rf'gpuobs_engine_steps_total\{{pid="{pid}"\}} [1-9]', metrics)
+        assert re.search(rf'gpuobs_mode\{{mode="{final_mode}",pid="{pid}"\}} 1\.0', metrics)
+        assert re.search(rf'gpuobs_blocks_total\{{kernel="[^"]*",pid="{pid}"\}} [1-9]', metrics), config
