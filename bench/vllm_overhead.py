@@ -224,6 +224,11 @@ class Gpuobsd:
         except Exception as error:  # noqa: BLE001
             (into / "metrics.txt").write_text(f"# unavailable: {error!r}\n")
 
+    def capture_steps(self, into: Path, pid: int | None, last: int = 160) -> None:
+        into.parent.mkdir(parents=True, exist_ok=True)
+        done = self.ctl("--output", "json", "steps", *(["--pid", str(pid)] if pid else []), "--last", str(last))
+        into.write_text(done.stdout if done.returncode == 0 else json.dumps({"error": done.stderr}))
+
     def stop(self) -> None:
         self.process.send_signal(signal.SIGINT)
         try:
@@ -375,6 +380,8 @@ def main() -> int:
                                 continue
                         if mode not in result["reference_tokens"]:
                             result["reference_tokens"][mode] = reference_tokens(server.port, 32)
+                            if inject:  # the steps of the requests that ran alone, before the load evicts them
+                                daemon.capture_steps(args.out / "cli" / name / f"steps-reference-{mode}.json", pid)
                         rounds[mode].append(load(server.port, args.requests, args.tokens, args.concurrency))
                 for mode, measured in rounds.items():
                     result["modes"][mode] = {"server": name, **median_load(measured)}

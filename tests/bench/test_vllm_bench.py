@@ -29,6 +29,7 @@ def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path)
         assert row["healthy"] and row["engine_init_s"] == 1.25 and row["graph_capture_s"] == 1.0, (name, row)
     assert data["servers"]["gpuobs-memory"]["environment"]["GPUOBS_PATCH_SET"] == "memory"
     # modes run without a switch: measured
+    assert json.loads((out / "cli" / "gpuobs-memory" / "steps-reference-sampled.json").read_text())["steps"] == []
     for mode in ("none-cold", "sampled", "none"):
         row = data["modes"][mode]
         assert row["requests_ok"] == 8 and row["output_tokens"] == 64 and row["p99_ms"] >= row["p50_ms"] > 0
