@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -400,6 +401,10 @@ def main() -> int:
                       flush=True)
     finally:
         daemon.stop()
+        # the daemon's log stays with the results; its socket and the segments go
+        shutil.copy(work / "gpuobsd.log", args.out / "logs" / "gpuobsd.log")
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(segments, ignore_errors=True)
     references = [tokens for tokens in result["reference_tokens"].values() if tokens]
     result["tokens_identical"] = bool(references) and all(tokens == references[0] for tokens in references)
     (args.out / "vllm-overhead.json").write_text(json.dumps(result, indent=1))

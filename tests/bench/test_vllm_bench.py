@@ -44,3 +44,4 @@ def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path)
     switching = data["servers"]["gpuobs-block"]["live_switching"]
     assert switching["requests"] > 0 and switching["requests_failed"] == 0 and len(switching["switches"]) == 6
     assert (out / "cli" / "gpuobs-block" / "metrics.txt").read_text().startswith("# HELP")
+    assert '"event": "ready"' in (out / "logs" / "gpuobsd.log").read_text()
