@@ -66,16 +66,19 @@ class StepCensus:
             return
         kinds = rows["kind"]
         annotated = (kinds == STEP) | (kinds == STEP_TEXT)
-        if not annotated.any() and not self.steps:
-            self.launches_before_steps += int(np.isin(kinds, KERNEL_LAUNCHES).sum())
-            return
         # steps and their text, in order (a step's text follows it)
+        began = False
         for index in np.flatnonzero(annotated).tolist():
             raw = rows[index:index + 1]
             if int(kinds[index]) == STEP:
                 self._begin(raw.view(STEP_DTYPE)[0])
+                began = True
             else:
                 self._text(raw.view(STEP_TEXT_DTYPE)[0])
+        if began:  # the time index, once per batch rather than once per step
+            self._keys = list(self.steps)
+            self._times = np.fromiter((s.host_time_ns for s in self.steps.values()), dtype=np.uint64,
+                                      count=len(self.steps))
         self._attribute(rows[~annotated])
 
     def _begin(self, record: np.void) -> None:
@@ -92,9 +95,6 @@ class StepCensus:
             _, old = self.steps.popitem(last=False)
             for replay in old.replays:
                 self.replay_step.pop(replay, None)
-        self._keys = list(self.steps)
-        self._times = np.fromiter((s.host_time_ns for s in self.steps.values()), dtype=np.uint64,
-                                  count=len(self.steps))
         if step.text_bytes == 0 and not same:
             self._last_ids = []
 
