@@ -47,6 +47,9 @@ from pathlib import Path
 
 import gpuobs
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from daemon_support import DaemonProcess, gpuobsctl  # noqa: E402  (the tests' real gpuobsd, as daemon_drain.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 DROP_IN = ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"
 INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
@@ -189,58 +192,34 @@ def reference_tokens(port: int, tokens: int) -> list[list[int]]:
     return out
 
 
-class Gpuobsd:
-    def __init__(self, work: Path, segments: Path, metrics_port: int) -> None:
-        self.address = f"unix://{work}/gpuobsd.sock"
-        self.metrics = f"http://127.0.0.1:{metrics_port}/metrics"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(work), "--segment-dir", str(segments),
-             "--metrics-address", f"127.0.0.1:{metrics_port}", "--log-format", "json"],
-            stdout=(work / "gpuobsd.log").open("w"), stderr=subprocess.STDOUT)
-        for _ in range(200):
-            if self.ctl("status").returncode == 0:
-                return
-            time.sleep(0.1)
-
-    def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", self.address, *args],
-                              capture_output=True, text=True, timeout=timeout)
-
-    def capture(self, into: Path, pid: int | None) -> None:
-        """What an operator would look at, text and JSON."""
-        into.mkdir(parents=True, exist_ok=True)
-        pids = ["--pid", str(pid)] if pid else []
-        for name, args in [("status", ["status"]), ("kernels", ["kernels", *pids, "--top", "40"]),
-                           ("graphs", ["graphs", *pids, "--replays", "12"]), ("steps", ["steps", *pids, "--last", "80"])]:
-            (into / f"{name}.txt").write_text(self.ctl(*args).stdout)
-            full = [args[0], *pids] + (["--top", "0"] if name == "kernels" else []) + \
-                (["--last", "4096"] if name == "steps" else []) + (["--replays", "1024"] if name == "graphs" else [])
-            if name == "status":
-                full = ["status"]
-            done = self.ctl("--output", "json", *full)
-            (into / f"{name}.json").write_text(done.stdout if done.returncode == 0 else json.dumps({"error": done.stderr}))
-        try:
-            with urllib.request.urlopen(self.metrics, timeout=10) as response:
-                (into / "metrics.txt").write_bytes(response.read())
-        except Exception as error:  # noqa: BLE001
-            (into / "metrics.txt").write_text(f"# unavailable: {error!r}\n")
-
-    def capture_steps(self, into: Path, pid: int | None, last: int = 160) -> None:
-        into.parent.mkdir(parents=True, exist_ok=True)
-        done = self.ctl("--output", "json", "steps", *(["--pid", str(pid)] if pid else []), "--last", str(last))
-        into.write_text(done.stdout if done.returncode == 0 else json.dumps({"error": done.stderr}))
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+def ctl_json(daemon: DaemonProcess, into: Path, *args: str) -> None:
+    """`gpuobsctl --output json ARGS` into a file (its error, when it fails)."""
+    done = gpuobsctl(daemon.address, "--output", "json", *args, timeout=60)
+    into.parent.mkdir(parents=True, exist_ok=True)
+    into.write_text(done.stdout if done.returncode == 0 else json.dumps({"error": done.stderr}))
 
 
-def engine_pid(daemon: Gpuobsd, not_in: set[int]) -> int | None:
+def capture(daemon: DaemonProcess, into: Path, pid: int | None) -> None:
+    """What an operator would look at: each view as text, and whole as JSON; the metrics."""
+    into.mkdir(parents=True, exist_ok=True)
+    pids = ["--pid", str(pid)] if pid else []
+    views = [("status", ["status"], ["status"]),
+             ("kernels", ["kernels", *pids, "--top", "40"], ["kernels", *pids, "--top", "0"]),
+             ("graphs", ["graphs", *pids, "--replays", "12"], ["graphs", *pids, "--replays", "1024"]),
+             ("steps", ["steps", *pids, "--last", "80"], ["steps", *pids, "--last", "4096"])]
+    for name, text, whole in views:
+        (into / f"{name}.txt").write_text(gpuobsctl(daemon.address, *text, timeout=60).stdout)
+        ctl_json(daemon, into / f"{name}.json", *whole)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:
+            (into / "metrics.txt").write_bytes(response.read())
+    except Exception as error:  # noqa: BLE001
+        (into / "metrics.txt").write_text(f"# unavailable: {error!r}\n")
+
+
+def engine_pid(daemon: DaemonProcess, not_in: set[int]) -> int | None:
     """The newest live process with an engine label (the plugin names it) or any live one."""
-    done = daemon.ctl("--output", "json", "status")
+    done = gpuobsctl(daemon.address, "--output", "json", "status", timeout=60)
     if done.returncode != 0:
         return None
     processes = [p for p in json.loads(done.stdout)["processes"] if p["alive"] and int(p["pid"]) not in not_in]
@@ -248,7 +227,7 @@ def engine_pid(daemon: Gpuobsd, not_in: set[int]) -> int | None:
     return int(processes[0]["pid"]) if processes else None
 
 
-def switch_while_serving(daemon: Gpuobsd, port: int, seconds_per_mode: float = 1.5) -> dict:
+def switch_while_serving(daemon: DaemonProcess, port: int, seconds_per_mode: float = 1.5) -> dict:
     """set-mode through SWITCHES while requests stream in; every request and every switch must succeed."""
     stop = threading.Event()
     codes: list[int] = []
@@ -265,7 +244,7 @@ def switch_while_serving(daemon: Gpuobsd, port: int, seconds_per_mode: float = 1
         for mode in SWITCHES:
             time.sleep(seconds_per_mode)
             began = time.perf_counter()
-            done = daemon.ctl("set-mode", mode)
+            done = gpuobsctl(daemon.address, "set-mode", mode, timeout=60)
             switches.append({"mode": mode, "rc": done.returncode, "ms": round((time.perf_counter() - began) * 1000, 1),
                              "output": (done.stdout + done.stderr).strip()[-300:]})
         time.sleep(seconds_per_mode)
@@ -329,7 +308,7 @@ def main() -> int:
     # this machine's paths for the drop-in's three paths; every other variable as deployed
     local_paths = {"CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": str(segments),
                    "GPUOBS_CUBIN_DIR": str(work / "cubins")}
-    daemon = Gpuobsd(work, segments, metrics_port=args.metrics_port)
+    daemon = DaemonProcess(work / "run", segments, args.metrics_port)
     try:
         device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]
@@ -374,7 +353,7 @@ def main() -> int:
                 for _ in range(args.rounds if len(modes) > 1 else 1):
                     for mode in modes:
                         if len(modes) > 1:
-                            switched = daemon.ctl("set-mode", mode)
+                            switched = gpuobsctl(daemon.address, "set-mode", mode, timeout=60)
                             if switched.returncode != 0:
                                 rounds[mode].append({"tokens_per_s": 0.0, "requests_failed": args.requests,
                                                      "set_mode_error": switched.stdout + switched.stderr})
@@ -382,7 +361,8 @@ def main() -> int:
                         if mode not in result["reference_tokens"]:
                             result["reference_tokens"][mode] = reference_tokens(server.port, 32)
                             if inject:  # the steps of the requests that ran alone, before the load evicts them
-                                daemon.capture_steps(args.out / "cli" / name / f"steps-reference-{mode}.json", pid)
+                                ctl_json(daemon, args.out / "cli" / name / f"steps-reference-{mode}.json", "steps",
+                                         *(["--pid", str(pid)] if pid else []), "--last", "160")
                         rounds[mode].append(load(server.port, args.requests, args.tokens, args.concurrency))
                 for mode, measured in rounds.items():
                     result["modes"][mode] = {"server": name, **median_load(measured)}
@@ -390,7 +370,7 @@ def main() -> int:
                     row["live_switching"] = switch_while_serving(daemon, server.port)
                 if inject:
                     time.sleep(1.5)  # one more drain pass and publish
-                    daemon.capture(args.out / "cli" / name, pid)
+                    capture(daemon, args.out / "cli" / name, pid)
             finally:
                 server.stop()
                 result["servers"][name] = row
@@ -402,7 +382,7 @@ def main() -> int:
     finally:
         daemon.stop()
         # the daemon's log stays with the results; its socket and the segments go
-        shutil.copy(work / "gpuobsd.log", args.out / "logs" / "gpuobsd.log")
+        shutil.copy(daemon.log_path, args.out / "logs" / "gpuobsd.log")
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(segments, ignore_errors=True)
     references = [tokens for tokens in result["reference_tokens"].values() if tokens]
