@@ -28,7 +28,6 @@ class StepRecorder:
         self.attempts = 0
         self.labelled = False
         self.last_ids: list[str] | None = None
-        self.results = {"recorded": 0, "dropped": 0, "not_observing": 0}
 
     def disable(self, why: str) -> None:
         self.enabled = False
@@ -50,14 +49,13 @@ class StepRecorder:
             ids = list(scheduled)
             tokens = int(scheduler_output.total_num_scheduled_tokens)
             self.step += 1
+            # a dropped record is counted by the injector, in the segment: nothing to do here
             if ids == self.last_ids:
-                result = self.annotations.record_step(self.step, len(ids), tokens, None, SAME_REQUESTS)
+                self.annotations.record_step(self.step, len(ids), tokens, None, SAME_REQUESTS)
             else:
                 text = "\n".join(ids).encode("utf-8", "replace")
-                result = self.annotations.record_step(self.step, len(ids), tokens, text, 0)
+                self.annotations.record_step(self.step, len(ids), tokens, text, 0)
                 self.last_ids = ids
-            key = {0: "recorded", 1: "dropped"}.get(result, "not_observing")
-            self.results[key] += 1
         except Exception as error:  # noqa: BLE001 - the engine must run on
             self.disable(f"{type(error).__name__}: {error}")
 
