@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "gpuobs/launch_census.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
 #include "gpuobs/shm_segment.h"
@@ -17,11 +18,20 @@ constexpr uint32_t kSmCount = 132;
 
 void device_add(uint64_t* word, uint64_t delta) { __atomic_fetch_add(word, delta, __ATOMIC_RELAXED); }
 
+// A copy of a slot that the device thread is updating: one relaxed load per word.
+DeviceKernelSlot read_slot(const DeviceKernelSlot& slot) {
+  DeviceKernelSlot copy;
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(&slot);
+  uint64_t* to = reinterpret_cast<uint64_t*>(&copy);
+  for (size_t word = 0; word < sizeof(slot) / sizeof(uint64_t); ++word) to[word] = __atomic_load_n(from + word, __ATOMIC_RELAXED);
+  return copy;
+}
+
 }  // namespace
 
 SimulatedDevice::SimulatedDevice(SegmentWriter* writer, uint32_t kernel_slots)
     : writer_(writer),
-      kernels_(kernel_slots, DeviceKernelCounters{}),
+      kernels_(kernel_slots, DeviceKernelSlot{}),
       heads_(writer->view().caps.event_rings, 0),
       limits_(writer->view().caps.event_rings, 0),
       reserved_(writer->view().caps.event_rings, 0) {}
@@ -51,9 +61,12 @@ void SimulatedDevice::emit(uint32_t ring_index, const EventRecord* bodies, uint3
 uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& profile, const DeviceConfig& config) {
   const uint64_t blocks = uint64_t(launch.grid_x) * launch.grid_y * launch.grid_z;
   const Mode mode = config.mode;
-  if (mode == Mode::Off || mode == Mode::Noop) return 2 * blocks;
-  DeviceKernelCounters& counters = kernels_[launch.slot];
-  device_add(&counters.blocks_observed, blocks);
+  DeviceKernelSlot& counters = kernels_[launch.slot];
+  count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z), pack_block(launch.block_threads, 1, 1));
+  if (mode_emits_events(mode) && config.captured) emit_launch_event(launch, profile);
+  const bool observed = mode >= Mode::Counter;
+  for (uint64_t block = 0; block < blocks; ++block) count_block(&counters, observed, uint32_t(block % kSmCount));
+  if (!observed) return 2 * blocks;
   blocks_.fetch_add(blocks, std::memory_order_relaxed);
   if (mode == Mode::Counter) return 2 * blocks;
 
@@ -80,7 +93,7 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
         }
         // memory / sampled: every thread executes every access instruction once
         const uint64_t block_accesses = uint64_t(launch.block_threads) * profile.accesses_per_thread;
-        device_add(&counters.memory_accesses, block_accesses);
+        device_add(&counters.accesses[sm % kAccessShards], block_accesses);
         memory_accesses_.fetch_add(block_accesses, std::memory_order_relaxed);
         work += block_accesses;
         if (!config.captured) continue;
@@ -114,6 +127,22 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   return work;
 }
 
+void SimulatedDevice::emit_launch_event(const LaunchShape& launch, const KernelProfile& profile) {
+  EventRecord body;
+  std::memset(&body, 0, sizeof(body));
+  body.globaltimer_ns = realtime_ns();
+  body.pc = profile.base_pc;
+  body.address = pack_grid(launch.grid_x, launch.grid_y, launch.grid_z);
+  body.grid_id = launch.grid_id;
+  body.block_x = launch.block_threads;
+  body.block_y = 1;
+  body.block_z = 1;
+  body.kernel_slot = launch.slot;
+  body.replay = uint32_t(launch.replay);
+  body.kind = uint8_t(EventKind::Launch);
+  emit(launch.ring, &body, 1, launch.slot);
+}
+
 void SimulatedDevice::emit_block_event(const LaunchShape& launch, const KernelProfile& profile, uint32_t x, uint32_t y,
                                        uint32_t z, uint64_t block_index, bool exit) {
   EventRecord body;
@@ -134,7 +163,10 @@ void SimulatedDevice::emit_block_event(const LaunchShape& launch, const KernelPr
 void SimulatedDevice::run_held(const LaunchShape& launch, const KernelProfile& profile, double seconds,
                                const std::atomic<bool>& stop) {
   const uint64_t blocks = uint64_t(launch.grid_x) * launch.grid_y * launch.grid_z;
-  device_add(&kernels_[launch.slot].blocks_observed, blocks);
+  DeviceKernelSlot& counters = kernels_[launch.slot];
+  count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z), pack_block(launch.block_threads, 1, 1));
+  emit_launch_event(launch, profile);
+  for (uint64_t block = 0; block < blocks; ++block) count_block(&counters, true, uint32_t(block % kSmCount));
   blocks_.fetch_add(blocks, std::memory_order_relaxed);
   for (int exit = 0; exit < 2; ++exit) {
     uint64_t block_index = 0;
@@ -160,7 +192,16 @@ void SimulatedDevice::publish(bool quiescent) {
   snapshot.memory_accesses = memory_accesses_.load(std::memory_order_relaxed);
   snapshot.blocks = blocks_.load(std::memory_order_relaxed);
   snapshot.quiescent = quiescent;
-  snapshot.kernels = kernels_.data();
+  std::vector<KernelCounters> kernels(kernels_.size());
+  std::vector<KernelShapes> shapes(kernels_.size());
+  for (size_t slot = 0; slot < kernels_.size(); ++slot) {
+    const DeviceKernelSlot copy = read_slot(kernels_[slot]);
+    kernels[slot] = census_counters(copy);
+    shapes[slot] = census_shapes(copy);
+    snapshot.launches += kernels[slot].launches;
+  }
+  snapshot.kernels = kernels.data();
+  snapshot.shapes = shapes.data();
   snapshot.kernel_count = uint32_t(kernels_.size());
   writer_->publish(snapshot);
 }

@@ -1,12 +1,14 @@
-// The GPU as gpuobs-synth plays it: device-memory counters and event-ring heads in process
-// memory, records written into the segment's event ring with the same ring protocol the
-// patches use, warp-aggregated claims, drop-newest when full.
+// The GPU as gpuobs-synth plays it: the patches' device slots and event-ring heads in process
+// memory, the launch census counted with the patches' own code (launch_census.h), records
+// written into the segment's event ring with the same ring protocol, warp-aggregated claims,
+// drop-newest when full.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <vector>
 
+#include "gpuobs/device_state.h"
 #include "gpuobs/host_writer.h"
 #include "gpuobs/layout.h"
 #include "kernel_catalog.h"
@@ -33,8 +35,9 @@ class SimulatedDevice {
  public:
   SimulatedDevice(SegmentWriter* writer, uint32_t kernel_slots);
 
-  // Runs one launch's blocks as the patches would; returns the work units it did (block
-  // entries+exits, or memory accesses when the mode hooks them), for pacing.
+  // Runs one launch's blocks as the patches would (the census in every mode, events as the mode
+  // asks); returns the work units it did (block entries+exits, or memory accesses when the mode
+  // hooks them), for pacing.
   uint64_t run(const LaunchShape& launch, const KernelProfile& profile, const DeviceConfig& config);
 
   // A hung kernel in blocks mode: every block enters, none exits until `seconds` passed or
@@ -50,6 +53,8 @@ class SimulatedDevice {
   void write_half_record(uint32_t ring, uint32_t slot);
 
  private:
+  // The launch event the leader of block (0,0,0) records in the event modes.
+  void emit_launch_event(const LaunchShape& launch, const KernelProfile& profile);
   // One block enter or exit event of `launch`.
   void emit_block_event(const LaunchShape& launch, const KernelProfile& profile, uint32_t x, uint32_t y, uint32_t z,
                         uint64_t block_index, bool exit);
@@ -57,7 +62,7 @@ class SimulatedDevice {
   void emit(uint32_t ring, const EventRecord* bodies, uint32_t count, uint32_t slot);
 
   SegmentWriter* writer_;
-  std::vector<DeviceKernelCounters> kernels_;  // "device memory"
+  std::vector<DeviceKernelSlot> kernels_;  // "device memory"
   std::vector<uint64_t> heads_;
   std::vector<uint64_t> limits_;
   std::vector<uint64_t> reserved_;

@@ -60,6 +60,7 @@ struct Options {
   std::string label;
   std::string filter;
   bool unlink_at_exit = false;
+  bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
 };
 
 [[noreturn]] void usage(const char* message) {
@@ -70,7 +71,7 @@ struct Options {
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
                "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
-               "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...]\n",
+               "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n",
                message);
   std::exit(2);
 }
@@ -130,11 +131,12 @@ void apply_environment(Options* o) {
   if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_number(shift, "GPUOBS_SHIFT"));
   if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set && std::strcmp(set, "memory") == 0) o->patch_set = PatchSet::Memory;
   if (const char* label = std::getenv("GPUOBS_LABEL"); label && *label) o->label = label;
+  if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0) o->launch_trace = true;
 }
 
 Options parse(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -151,6 +153,7 @@ Options parse(int argc, char** argv) {
       {"cubin", required_argument, nullptr, kCubin},
       {"cubin-function", required_argument, nullptr, kCubinFunction},
       {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
+      {"launch-trace", no_argument, nullptr, kLaunchTrace},
       {nullptr, 0, nullptr, 0}};
   Options o;
   apply_environment(&o);
@@ -185,6 +188,7 @@ Options parse(int argc, char** argv) {
       case kUnlink: o.unlink_at_exit = true; break;
       case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
       case kSteps: o.steps = true; break;
+      case kLaunchTrace: o.launch_trace = true; break;
       case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
       case kCubin: o.cubin = optarg; break;
       case kCubinFunction: o.cubin_function = optarg; break;
@@ -298,7 +302,7 @@ int run(const Options& options) {
   segment_options.initial_shift = options.shift;
   segment_options.producer = "gpuobs-synth";
   segment_options.label = options.label;
-  segment_options.producer_flags = kBlockExitsHooked;  // blocks mode records both edges here
+  segment_options.producer_flags = kBlockExitsHooked | (options.launch_trace ? kLaunchTrace : 0u);  // both edges
   std::string error;
   auto segment = MappedSegment::create(segment_options, &error);
   if (!segment) {
@@ -426,6 +430,9 @@ int run(const Options& options) {
         graph_record.replay = replay;
         graph_record.mode = uint32_t(in_force.mode);
         graph_record.shift = in_force.shift;
+        // as the injector: the first replay is recorded node by node (its nodes are learned), the
+        // others not, unless every launch is traced
+        if (replay == 1 || options.launch_trace) graph_record.flags |= kGraphNodesRecorded;
         writer.write_launch(graph_record);
       }
       index = node_index % catalog.size();
@@ -446,7 +453,7 @@ int run(const Options& options) {
       record.graph_launch_id = replay;
       record.replay = replay;
     }
-    writer.write_launch(record);
+    if (options.launch_trace || (options.graph_nodes && replay == 1)) writer.write_launch(record);
     ++launches;
     if (shape.slot == UINT32_MAX) continue;
     DeviceConfig device_config{in_force.mode, in_force.shift, captured[index] != 0};
@@ -456,7 +463,7 @@ int run(const Options& options) {
     // A kernel that hangs: its launch record, its blocks' enters, then nothing until released.
     const KernelProfile& profile = catalog[0];
     LaunchShape shape{slots[0], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads, ++grid_id, 0, 0};
-    writer.write_launch(kernel_launch_record(shape, LaunchKind::Eager, Mode::Blocks, 0, true));
+    if (options.launch_trace) writer.write_launch(kernel_launch_record(shape, LaunchKind::Eager, Mode::Blocks, 0, true));
     std::fprintf(stderr, "gpuobs-synth: hanging kernel 0 (grid id %llu) for %.0f s\n", (unsigned long long)shape.grid_id,
                  options.hang_seconds);
     device.run_held(shape, profile, options.hang_seconds, g_stop);

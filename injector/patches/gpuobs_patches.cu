@@ -4,13 +4,17 @@
 // Every patch runs in every thread that executes the patched instruction, on a minimal
 // register budget: per-block work is gated on one leader thread, per-access work is
 // aggregated per warp, nothing allocates and nothing waits (a full ring is a counted drop).
-// The mode is read from device memory each call, so a mode switch needs no re-patching and
-// reaches replays of CUDA graphs instantiated earlier.
+// The config in force comes with the userdata the function is bound to (device_state.h:
+// mode, shift and the filter's verdict above the slot's address), so deciding what to do costs
+// no load; a switch rebinds the functions and needs no re-patching. The launch census
+// (launch_census.h) runs in every mode: launches, blocks and shapes are exact without a host
+// callback.
 #include <sanitizer_patching.h>
 
 #include <cstdint>
 
 #include "gpuobs/device_state.h"
+#include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
@@ -53,9 +57,11 @@ __device__ __forceinline__ uint64_t linear_block() {
   return blockIdx.x + uint64_t(gridDim.x) * (blockIdx.y + uint64_t(gridDim.y) * blockIdx.z);
 }
 
-// Config, capture flags and pointers change only between launches (the host copies them on
-// the launch's stream before the launch): read-only cached loads are exact and cost no L2
-// round trip per call. A volatile (.sys) load here made the per-access floor 63x.
+__device__ __forceinline__ bool is_first_block() { return (blockIdx.x | blockIdx.y | blockIdx.z) == 0; }
+
+// Read-only cached loads: the words below change only between launches (the host copies them
+// on a stream before the launches they are for). A volatile (.sys) load here made the
+// per-access floor 63x.
 __device__ __forceinline__ uint64_t read_config(const DeviceContextState* context) {
   return __ldg(reinterpret_cast<const unsigned long long*>(&context->config.config));
 }
@@ -66,9 +72,24 @@ __device__ __forceinline__ DeviceContextState* context_of(const DeviceKernelSlot
 
 __device__ __forceinline__ uint32_t slot_of(const DeviceKernelSlot* kernel) { return __ldg(&kernel->slot); }
 
-__device__ __forceinline__ bool captured(const DeviceContextState* context, uint32_t slot) {
-  const uint8_t* capture = reinterpret_cast<const uint8_t*>(__ldg(reinterpret_cast<const unsigned long long*>(&context->capture)));
-  return __ldg(capture + slot) != 0;
+__device__ __forceinline__ DeviceKernelSlot* kernel_of(void* userdata) {
+  return reinterpret_cast<DeviceKernelSlot*>(reinterpret_cast<uint64_t>(userdata) & kSlotAddressMask);
+}
+
+// GPUOBS_CONFIG=device: the config and the filter's verdict read from device memory (two
+// dependent loads), as make_flags packs them.
+__device__ __noinline__ uint32_t device_flags(const DeviceKernelSlot* kernel) {
+  const DeviceContextState* context = context_of(kernel);
+  const uint8_t* capture =
+      reinterpret_cast<const uint8_t*>(__ldg(reinterpret_cast<const unsigned long long*>(&context->capture)));
+  return make_flags(read_config(context), __ldg(capture + slot_of(kernel)) != 0);
+}
+
+// The config in force for this launch: from the userdata's high bits when the function is
+// bound with it (no load at all), else from device memory.
+__device__ __forceinline__ uint32_t flags_of(void* userdata) {
+  const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
+  return (bits & kBoundConfig) ? bound_flags(bits) : device_flags(kernel_of(userdata));
 }
 
 // Writes one record into a claimed slot of the segment's ring (host memory over PCIe): the
@@ -120,30 +141,70 @@ __device__ __forceinline__ void record_block_event(DeviceKernelSlot* kernel, Dev
 
 
 // Entry points are split in two: the patch itself does only what every thread must do (a few
-// register-only tests, at most two loads) and returns; the work for leaders, counted accesses
-// and recorded events is in __noinline__ functions. Compiled as one function, the patch needed
+// register-only tests, no load) and returns; the work for leaders, counted accesses and
+// recorded events is in __noinline__ functions. Compiled as one function, the patch needed
 // a 40-byte stack frame saved and restored by every thread of every block: `off` measured 4.5x
 // on SiLU-and-mul before the split.
 
-__device__ __noinline__ void record_block_enter(DeviceKernelSlot* kernel, uint64_t pc) {
+// The leader of block (0,0,0) in the event modes: the launch as an event (kernel slot, grid
+// id, grid and block shape, time, SM), one ring claim per launch.
+__device__ __noinline__ void record_launch(DeviceKernelSlot* kernel, uint64_t pc, uint64_t grid, uint64_t block) {
   DeviceContextState* context = context_of(kernel);
-  if (captured(context, slot_of(kernel))) record_block_event(kernel, context, pc, EventKind::BlockEnter, sm_id());
+  ring::add(&kernel->events_produced, 1ULL);
+  uint64_t ticket = 0;
+  if (!ring::claim(producer_view(context), 1, &ticket)) {
+    ring::add(&kernel->events_dropped, 1ULL);
+    return;
+  }
+  const uint64_t mask = __ldg(reinterpret_cast<const unsigned long long*>(&context->ring_capacity)) - 1;
+  EventRecord* record =
+      reinterpret_cast<EventRecord*>(__ldg(reinterpret_cast<const unsigned long long*>(&context->ring))) +
+      (ticket & mask);
+  ring::mark_writing(&record->seq, ticket);
+  put_word(record, 1, pc);
+  put_word(record, 2, grid);
+  put_word(record, 5, (uint64_t(sm_id() & 0xffff) << 16) | (uint64_t(slot_of(kernel)) << 32));
+  put_word(record, 6, (__ldg(reinterpret_cast<const unsigned long long*>(&context->config.replay)) & 0xffffffffULL) |
+                          (uint64_t(EventKind::Launch) << 32));
+  put_word(record, 4, (block & 0xffff) | (((block >> 16) & 0xffff) << 32) | (((block >> 32) & 0xffff) << 48));
+  put_word(record, 3, grid_id());
+  put_word(record, 0, globaltimer());
+  ring::commit(&record->seq, ticket);
 }
 
-// The leader's per-block work inline (a shard add, no call, few registers); only blocks-mode
-// recording is behind a call.
-__device__ __forceinline__ SanitizerPatchResult block_enter_leader(DeviceKernelSlot* kernel, uint64_t pc) {
-  const uint32_t mode = config_mode(read_config(context_of(kernel)));
-  if (mode < uint32_t(Mode::Counter)) return SANITIZER_PATCH_SUCCESS;
-  ring::add(&kernel->blocks[sm_id() % kBlockShards], 1ULL);
-  if (mode == uint32_t(Mode::Blocks)) record_block_enter(kernel, pc);
+// Once per launch, from the leader of block (0,0,0): the census, and in the event modes the
+// launch event. Behind a call: one thread per launch gets here, and the hashing must not cost
+// registers on the path every block takes.
+__device__ __noinline__ void first_block(DeviceKernelSlot* kernel, uint64_t pc, uint32_t flags) {
+  const uint64_t grid = pack_grid(gridDim.x, gridDim.y, gridDim.z);
+  const uint64_t block = pack_block(blockDim.x, blockDim.y, blockDim.z);
+  count_launch(kernel, grid, block);
+  if (flags_mode(flags) >= uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) record_launch(kernel, pc, grid, block);
+}
+
+__device__ __noinline__ void record_block_enter(DeviceKernelSlot* kernel, uint64_t pc) {
+  record_block_event(kernel, context_of(kernel), pc, EventKind::BlockEnter, sm_id());
+}
+
+// A block leader's work. Behind a call from the entry point, so that the other threads return
+// having saved three registers (a frame of 16 bytes) rather than everything the leader needs;
+// what is rarer still (the first block, blocks-mode recording) is behind calls of its own.
+__device__ __noinline__ SanitizerPatchResult block_enter_leader(void* userdata, uint64_t pc) {
+  DeviceKernelSlot* kernel = kernel_of(userdata);
+  const uint32_t flags = flags_of(userdata);
+  const uint32_t mode = flags_mode(flags);
+  if (is_first_block()) first_block(kernel, pc, flags);
+  count_block(kernel, mode >= uint32_t(Mode::Counter), sm_id());
+  if (mode == uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) record_block_enter(kernel, pc);
   return SANITIZER_PATCH_SUCCESS;
 }
 
-__device__ __forceinline__ SanitizerPatchResult block_exit_leader(DeviceKernelSlot* kernel, uint64_t pc) {
-  DeviceContextState* context = context_of(kernel);
-  if (config_mode(read_config(context)) == uint32_t(Mode::Blocks) && captured(context, slot_of(kernel)))
-    record_block_event(kernel, context, pc, EventKind::BlockExit, sm_id());
+__device__ __noinline__ SanitizerPatchResult block_exit_leader(void* userdata, uint64_t pc) {
+  const uint32_t flags = flags_of(userdata);
+  if (flags_mode(flags) == uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) {
+    DeviceKernelSlot* kernel = kernel_of(userdata);
+    record_block_event(kernel, context_of(kernel), pc, EventKind::BlockExit, sm_id());
+  }
   return SANITIZER_PATCH_SUCCESS;
 }
 
@@ -179,13 +240,13 @@ __device__ __noinline__ void record_warp_events(DeviceKernelSlot* kernel, uint64
 // sharded by SM) and records an enter event (blocks).
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_block_enter(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
-  return block_enter_leader(static_cast<DeviceKernelSlot*>(userdata), pc);  // a tail call: no frame
+  return block_enter_leader(userdata, pc);
 }
 
 // Block exit, in every thread as it exits: the leader's exit stands for the block's.
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_block_exit(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
-  return block_exit_leader(static_cast<DeviceKernelSlot*>(userdata), pc);
+  return block_exit_leader(userdata, pc);
 }
 
 // Global memory access, in every thread that executes an access instruction. Below `memory`
@@ -193,23 +254,35 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_block_exit(void* 
 // sampled modes the warp's first active lane adds the warp's count to a shard (exact, one
 // reduction per warp, no single hot word), then each thread decides by hash whether it keeps
 // an event; only keepers go on to record.
+namespace {
+
+// The memory modes' work for one access (behind a call, so that the other modes return from
+// the patch without the frame this needs).
+__device__ __noinline__ SanitizerPatchResult memory_access(void* userdata, uint64_t pc, void* ptr, uint32_t access_bytes,
+                                                           uint32_t flags) {
+  const uint32_t bound = flags_of(userdata);
+  if (flags_mode(bound) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
+  DeviceKernelSlot* kernel = kernel_of(userdata);
+  const uint32_t active = __activemask();
+  if (lane_id() == uint32_t(__ffs(active) - 1))
+    ring::add(&kernel->accesses[sm_id() % kAccessShards], uint64_t(__popc(active)));
+  if (!(bound & kFlagsCaptured)) return SANITIZER_PATCH_SUCCESS;
+  const bool keep = flags_mode(bound) == uint32_t(Mode::Memory) ||
+                    sample_keep(pc, linear_thread(), linear_block(), flags_shift(bound));
+  const uint32_t keepers = __ballot_sync(active, keep);
+  if (keep) record_warp_events(kernel, pc, reinterpret_cast<uint64_t>(ptr), access_bytes, flags, keepers);
+  return SANITIZER_PATCH_SUCCESS;
+}
+
+}  // namespace
+
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_memory_access(void* userdata, uint64_t pc, void* ptr,
                                                                             uint32_t access_bytes, uint32_t flags,
                                                                             const void* new_value) {
   if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
-  DeviceKernelSlot* kernel = static_cast<DeviceKernelSlot*>(userdata);
-  const DeviceContextState* context = context_of(kernel);
-  const uint64_t config = read_config(context);
-  if (config_mode(config) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
-  const uint32_t active = __activemask();
-  if (lane_id() == uint32_t(__ffs(active) - 1))
-    ring::add(&kernel->accesses[sm_id() % kAccessShards], uint64_t(__popc(active)));
-  if (!captured(context, slot_of(kernel))) return SANITIZER_PATCH_SUCCESS;
-  const bool keep = config_mode(config) == uint32_t(Mode::Memory) ||
-                    sample_keep(pc, linear_thread(), linear_block(), config_shift(config));
-  const uint32_t keepers = __ballot_sync(active, keep);
-  if (keep) record_warp_events(kernel, pc, reinterpret_cast<uint64_t>(ptr), access_bytes, flags, keepers);
-  return SANITIZER_PATCH_SUCCESS;
+  const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
+  if ((bits & kBoundConfig) && flags_mode(bound_flags(bits)) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
+  return memory_access(userdata, pc, ptr, access_bytes, flags);
 }
 
 namespace {
@@ -220,12 +293,13 @@ namespace {
 __device__ __noinline__ SanitizerPatchResult bulk_copy(void* userdata, uint64_t pc, uint64_t global_address,
                                                           uint32_t bytes, uint32_t flags) {
   if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
-  DeviceKernelSlot* kernel = static_cast<DeviceKernelSlot*>(userdata);
+  const uint32_t bound = flags_of(userdata);
+  if (flags_mode(bound) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
+  DeviceKernelSlot* kernel = kernel_of(userdata);
   DeviceContextState* context = context_of(kernel);
-  if (config_mode(read_config(context)) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
   const uint32_t sm = sm_id();
   ring::add(&kernel->accesses[sm % kAccessShards], 1ULL);
-  if (!captured(context, slot_of(kernel))) return SANITIZER_PATCH_SUCCESS;
+  if (!(bound & kFlagsCaptured)) return SANITIZER_PATCH_SUCCESS;
   ring::add(&kernel->events_produced, 1ULL);
   uint64_t ticket = 0;
   if (!ring::claim(producer_view(context), 1, &ticket)) {
@@ -261,8 +335,8 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_memory_access_nai
                                                                                   uint32_t flags,
                                                                                   const void* new_value) {
   if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
-  DeviceKernelSlot* kernel = static_cast<DeviceKernelSlot*>(userdata);
-  if (config_mode(read_config(context_of(kernel))) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
+  if (flags_mode(flags_of(userdata)) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
+  DeviceKernelSlot* kernel = kernel_of(userdata);
   ring::add(&kernel->accesses[0], 1ULL);
   ring::add(&kernel->reserved[0], uint64_t(access_bytes));
   return SANITIZER_PATCH_SUCCESS;

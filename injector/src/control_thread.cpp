@@ -1,13 +1,15 @@
-// The injector's tool thread: applies the daemon's control requests and publishes the device
-// counters into the segment. It is the only thread that reads device memory back, and it does
-// so on its own non-blocking stream, so neither a hung kernel nor a graph capture in another
-// thread is disturbed (DEVICE.md, second probe).
+// The injector's tool thread: applies the daemon's control requests (rebinding every function
+// with the new config, and writing it into device memory) and publishes the device counters
+// into the segment. It is the only thread that reads device memory back or writes config into
+// it, and it does so on its own non-blocking stream, so neither a hung kernel nor a graph capture
+// in another thread is disturbed (DEVICE.md, second probe), and no launch of the program waits.
 #include <chrono>
 #include <thread>
 
 #include "driver_api.h"
 #include "gpuobs/shm_segment.h"
 #include "injector.h"
+#include "gpuobs/launch_census.h"
 #include "injector_log.h"
 
 namespace gpuobs {
@@ -19,21 +21,29 @@ bool Injector::captured_locked(uint32_t slot) {
          std::regex_search(slot_names_[size_t(slot) * 2 + 1], *filter_);
 }
 
-std::vector<uint8_t> Injector::capture_for_all_locked() {
-  std::vector<uint8_t> capture(slot_names_.size() / 2, 1);
-  for (uint32_t slot = 0; slot < capture.size(); ++slot) capture[slot] = captured_locked(slot) ? 1 : 0;
-  return capture;
-}
-
 void Injector::stage_locked() {
+  std::vector<uint8_t> capture(slot_names_.size() / 2, 1);
+  for (uint32_t slot = 0; slot < capture.size(); ++slot) {
+    capture[slot] = captured_locked(slot) ? 1 : 0;
+    slot_captured_[slot].store(capture[slot], std::memory_order_relaxed);
+  }
   const uint64_t config = make_config(in_force_.mode, in_force_.shift);
-  const std::vector<uint8_t> capture = capture_for_all_locked();
-  for (uint32_t slot = 0; slot < capture.size(); ++slot) slot_captured_[slot].store(capture[slot], std::memory_order_relaxed);
-  ++device_generation_;
   const uint32_t contexts = context_count_.load(std::memory_order_acquire);
   for (uint32_t index = 0; index < contexts; ++index) {
-    if (DeviceContext* context = contexts_[index].load(std::memory_order_acquire))
-      context->stage(device_generation_, config, capture);
+    DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
+    std::string error;
+    if (context && !context->write_config(config, capture, &error) && first_time(LogOnce::Internal))
+      log_line("context %u: %s", index, error.c_str());
+  }
+}
+
+void Injector::rebind_locked() {
+  if (!config_.bound_config) return;
+  for (const Binding& binding : bindings_) {
+    const uint64_t userdata = userdata_locked(binding.slot);
+    if (sanitizerSetCallbackData(binding.function, reinterpret_cast<void*>(userdata)) != SANITIZER_SUCCESS &&
+        first_time(LogOnce::Internal))
+      log_line("rebinding a kernel to the new config failed; it keeps the old one");
   }
 }
 
@@ -67,6 +77,18 @@ void Injector::apply_request(const ControlRequest& request) {
       return;
     }
   }
+  if (mode_emits_events(request.mode) && !mode_emits_events(Mode(config_mode(config_word_.load())))) {
+    // Entering an event mode: replays whose kernels see it before their own number was pushed
+    // carry this one, which no replay record has (their events count as unmatched, never as
+    // another replay's).
+    const uint32_t contexts = context_count_.load(std::memory_order_acquire);
+    for (uint32_t index = 0; index < contexts; ++index) {
+      DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
+      std::string error;
+      if (context && !context->push_fresh_replay(&error) && first_time(LogOnce::Internal))
+        log_line("context %u: %s", index, error.c_str());
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(config_mutex_);
     in_force_.mode = request.mode;
@@ -75,14 +97,18 @@ void Injector::apply_request(const ControlRequest& request) {
     in_force_.filter = request.filter;
     filter_.reset(request.filter.empty() ? nullptr : new std::regex(request.filter, std::regex::ECMAScript));
     stage_locked();
+    rebind_locked();
     current = in_force_;
   }
+  // After the rebinding: a replay that records the new mode already runs kernels bound to it.
+  config_word_.store(make_config(current.mode, current.shift), std::memory_order_release);
   writer_->acknowledge(request.generation, current, ControlStatus::Ok, "");
 }
 
 void Injector::publish() {
   const uint32_t kernel_count = __atomic_load_n(&writer_->view().header->kernel_count, __ATOMIC_ACQUIRE);
-  std::vector<DeviceKernelCounters> kernels(kernel_count, DeviceKernelCounters{});
+  std::vector<KernelCounters> kernels(kernel_count, KernelCounters{});
+  std::vector<KernelShapes> shapes(kernel_count, KernelShapes{});
   DeviceSnapshot snapshot;
   snapshot.ring_heads.assign(writer_->view().caps.event_rings, 0);
   std::vector<DeviceKernelSlot> slots;
@@ -98,23 +124,30 @@ void Injector::publish() {
       return;  // publish nothing rather than a partial snapshot
     }
     snapshot.ring_heads[context->ring_index()] = head;
+    // A kernel's function belongs to one context: its slot is counted in that context only.
     for (uint32_t slot = 0; slot < slots.size(); ++slot) {
-      const DeviceKernelSlot& in = slots[slot];
-      DeviceKernelCounters& out = kernels[slot];
-      for (uint64_t blocks : in.blocks) out.blocks_observed += blocks;
-      for (uint64_t accesses : in.accesses) out.memory_accesses += accesses;
-      out.events_produced += in.events_produced;
-      out.events_dropped += in.events_dropped;
+      const KernelCounters in = census_counters(slots[slot]);
+      if (in.launches == 0 && in.blocks_observed == 0 && in.blocks_unobserved == 0 && in.memory_accesses == 0 &&
+          in.events_produced == 0)
+        continue;
+      kernels[slot] = in;
+      shapes[slot] = census_shapes(slots[slot]);
     }
   }
-  for (const DeviceKernelCounters& kernel : kernels) {
-    snapshot.events_produced += kernel.events_produced;
-    snapshot.events_dropped += kernel.events_dropped;
-    snapshot.memory_accesses += kernel.memory_accesses;
-    snapshot.blocks += kernel.blocks_observed;
+  // Launches the device could not count, seen by the host's launch callbacks.
+  for (uint32_t slot = 0; slot < kernel_count; ++slot) {
+    const uint64_t launches = host_counted_[slot].launches.load(std::memory_order_relaxed);
+    if (launches == 0) continue;
+    const uint64_t blocks = host_counted_[slot].blocks.load(std::memory_order_relaxed);
+    kernels[slot].launches += launches;
+    kernels[slot].blocks_expected += blocks;
+    kernels[slot].blocks_unpatched += blocks;
+    shapes[slot].other_launches += launches;
   }
   snapshot.kernels = kernels.data();
+  snapshot.shapes = shapes.data();
   snapshot.kernel_count = kernel_count;
+  total_snapshot(&snapshot);
   writer_->publish(snapshot);
 }
 
@@ -135,6 +168,7 @@ void Injector::control_loop() {
     const auto now = std::chrono::steady_clock::now();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {
       publish();
+      stop_learning_if_idle();
       last_publish = now;
     }
     std::this_thread::sleep_for(poll);

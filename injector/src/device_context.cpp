@@ -69,8 +69,6 @@ std::unique_ptr<DeviceContext> DeviceContext::create(CUcontext context, uint32_t
     *error = "initialising device state failed";
     return nullptr;
   }
-  state->in_force_.store(initial_config, std::memory_order_release);
-  for (Staged& staged : state->staged_) staged.capture.assign(state->kernel_slots_, 1);
   return state;
 }
 
@@ -78,35 +76,35 @@ void* DeviceContext::slot_address(uint32_t slot) const {
   return device_ + device_slots_offset() + uint64_t(slot) * sizeof(DeviceKernelSlot);
 }
 
-void DeviceContext::stage(uint64_t generation, uint64_t config, const std::vector<uint8_t>& capture) {
-  Staged& staged = staged_[generation % kStagedBuffers];
-  staged.config.config = config;
-  staged.config.generation = generation;
-  staged.capture.assign(kernel_slots_, 1);
-  for (size_t slot = 0; slot < capture.size() && slot < kernel_slots_; ++slot) staged.capture[slot] = capture[slot];
-  staged_generation_.store(generation, std::memory_order_release);
+bool DeviceContext::write_config(uint64_t config, const std::vector<uint8_t>& capture, std::string* error) {
+  std::vector<uint8_t> flags(kernel_slots_, 1);
+  for (size_t slot = 0; slot < capture.size() && slot < kernel_slots_; ++slot) flags[slot] = capture[slot];
+  uint64_t word = config;
+  // Capture flags first, then the config word: a patch that sees the new word sees both.
+  if (sanitizerMemcpyHostToDeviceAsync(device_ + device_capture_offset(kernel_slots_), flags.data(), kernel_slots_,
+                                       tool_stream_) != SANITIZER_SUCCESS ||
+      sanitizerMemcpyHostToDeviceAsync(device_ + offsetof(DeviceContextState, config), &word, sizeof(word),
+                                       tool_stream_) != SANITIZER_SUCCESS ||
+      sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "writing the config into device memory failed";
+    return false;
+  }
+  return true;
 }
 
-uint64_t DeviceContext::mirror_if_stale(Sanitizer_StreamHandle stream) {
-  const uint64_t wanted = staged_generation_.load(std::memory_order_acquire);
-  uint64_t mirrored = mirrored_generation_.load(std::memory_order_acquire);
-  if (wanted == mirrored) return in_force_.load(std::memory_order_acquire);
-  // One launching thread wins the right to copy this generation; the others go on.
-  if (!mirrored_generation_.compare_exchange_strong(mirrored, wanted, std::memory_order_acq_rel))
-    return in_force_.load(std::memory_order_acquire);
-  Staged& staged = staged_[wanted % kStagedBuffers];
-  uint8_t* config_address = device_ + offsetof(DeviceContextState, config);
-  // Capture flags first, then the config word, on the launch's own stream: every later
-  // launch on it sees both.
-  sanitizerMemcpyHostToDeviceAsync(device_ + device_capture_offset(kernel_slots_), staged.capture.data(),
-                                   kernel_slots_, stream);
-  sanitizerMemcpyHostToDeviceAsync(config_address, &staged.config, sizeof(uint64_t) * 2, stream);
-  in_force_.store(staged.config.config, std::memory_order_release);
-  return staged.config.config;
+bool DeviceContext::push_fresh_replay(std::string* error) {
+  uint64_t replay = next_replay();
+  uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
+  if (sanitizerMemcpyHostToDeviceAsync(replay_address, &replay, sizeof(replay), tool_stream_) != SANITIZER_SUCCESS ||
+      sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "writing a replay number into device memory failed";
+    return false;
+  }
+  return true;
 }
 
 uint64_t DeviceContext::push_replay(Sanitizer_StreamHandle stream) {
-  const uint64_t replay = replay_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t replay = next_replay();
   uint64_t& source = replay_sources_[replay % kReplayBuffers];
   source = replay;
   uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);

@@ -1,6 +1,6 @@
 // One CUDA context as the injector sees it: its device state (config, ring head, per-kernel
-// counters), the segment ring it writes to, a stream of the tool's own for read-back, and the
-// config staged by the control thread waiting to be mirrored into device memory.
+// counters), the segment ring it writes to, and a stream of the tool's own on which the tool
+// thread reads counters back and writes the config (never a stream of the program's).
 #pragma once
 
 #include <sanitizer.h>
@@ -27,20 +27,24 @@ class DeviceContext {
   // Device address of a kernel slot: the userdata its patches receive.
   void* slot_address(uint32_t slot) const;
 
-  // Control thread: a new config (and capture flags per slot) to mirror at the next launch.
-  void stage(uint64_t generation, uint64_t config, const std::vector<uint8_t>& capture);
-  // Launch path: copies the staged config into device memory on `stream` when it changed since
-  // the last mirror (one sanitizer copy per change, none otherwise). Returns the config word in
-  // force for launches issued after this call on this stream.
-  uint64_t mirror_if_stale(Sanitizer_StreamHandle stream);
-  uint64_t config_in_force() const { return in_force_.load(std::memory_order_acquire); }
-  // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this context and copies
-  // it into DeviceConfig::replay on the graph's stream, ahead of the replay's nodes, which stamp
-  // it into their events (graph nodes keep their grid ids across replays, so the grid id alone
-  // cannot say which replay an event belongs to). Returns the number, 0 when the copy failed.
-  // One word per context: graphs replayed at the same time on different streams can overwrite
-  // each other's number; the daemon then finds events whose (grid id, replay) match no launch.
+  // Tool thread: the config word and the filter's verdict per slot, into device memory (what
+  // patches read when functions are bound without their config, GPUOBS_CONFIG=device). Waits
+  // on the tool's stream: launches that start after this returns see it.
+  bool write_config(uint64_t config, const std::vector<uint8_t>& capture, std::string* error);
+  // Launch path, at GRAPHS_LAUNCH_BEGIN in the event modes: takes the next replay number of this
+  // context and copies it into DeviceConfig::replay on the graph's stream, ahead of the replay's
+  // nodes, which stamp it into their events (graph nodes keep their grid ids across replays, so
+  // the grid id alone cannot say which replay an event belongs to). Returns the number, 0 when
+  // the copy failed. One word per context: graphs replayed at the same time on different streams
+  // can overwrite each other's number; the daemon then finds events whose (grid id, replay)
+  // match no launch.
   uint64_t push_replay(Sanitizer_StreamHandle stream);
+  // The next replay number without a copy (modes whose events carry none).
+  uint64_t next_replay() { return replay_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  // Tool thread, entering an event mode: a number no replay has, on the tool's stream, waited
+  // for, so that a replay whose kernels see the new mode before its own number never carries an
+  // older replay's number.
+  bool push_fresh_replay(std::string* error);
 
   // Control thread: copies the device counters of slots [0, kernel_count) and the ring head.
   bool read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
@@ -48,22 +52,13 @@ class DeviceContext {
 
  private:
   DeviceContext() = default;
-  static constexpr int kStagedBuffers = 8;
   static constexpr uint32_t kReplayBuffers = 256;  // copy sources stay untouched while a copy may be pending
-  struct Staged {
-    DeviceConfig config{};
-    std::vector<uint8_t> capture;
-  };
 
   CUcontext context_ = nullptr;
   uint32_t ring_index_ = 0;
   uint32_t kernel_slots_ = 0;
   uint8_t* device_ = nullptr;  // sanitizerAlloc'd DeviceContextState + slots + capture
   Sanitizer_StreamHandle tool_stream_ = nullptr;
-  Staged staged_[kStagedBuffers];
-  std::atomic<uint64_t> staged_generation_{0};
-  std::atomic<uint64_t> mirrored_generation_{0};
-  std::atomic<uint64_t> in_force_{0};
   std::atomic<uint64_t> replay_{0};
   uint64_t replay_sources_[kReplayBuffers] = {};
 };

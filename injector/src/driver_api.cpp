@@ -45,6 +45,13 @@ bool DriverApi::load(const char** missing) {
            resolve(get, "cuStreamCreate", &stream_create, missing) &&
            resolve(get, "cuThreadExchangeStreamCaptureMode", &thread_exchange_stream_capture_mode, missing) &&
            resolve(get, "cuGetErrorString", &get_error_string, missing);
+  const char* optional = nullptr;
+  if (!resolve(get, "cuFuncGetName", &func_get_name, &optional)) func_get_name = nullptr;
+  if (!resolve(get, "cuModuleGetLoadingMode", &module_get_loading_mode, &optional)) module_get_loading_mode = nullptr;
+  if (!resolve(get, "cuModuleGetFunctionCount", &module_get_function_count, &optional))
+    module_get_function_count = nullptr;
+  if (!resolve(get, "cuModuleEnumerateFunctions", &module_enumerate_functions, &optional))
+    module_enumerate_functions = nullptr;
   return loaded;
 }
 

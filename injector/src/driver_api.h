@@ -19,9 +19,14 @@ struct DriverApi {
   CUresult (*stream_create)(CUstream*, unsigned int) = nullptr;
   CUresult (*thread_exchange_stream_capture_mode)(CUstreamCaptureMode*) = nullptr;
   CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  // Optional (nullptr when this driver lacks them): naming and listing functions at load.
+  CUresult (*func_get_name)(const char**, CUfunction) = nullptr;
+  CUresult (*module_get_loading_mode)(CUmoduleLoadingMode*) = nullptr;
+  CUresult (*module_get_function_count)(unsigned int*, CUmodule) = nullptr;
+  CUresult (*module_enumerate_functions)(CUfunction*, unsigned int, CUmodule) = nullptr;
 
   bool loaded = false;
-  // Resolves every entry point; false (and the name that failed in *missing) otherwise.
+  // Resolves every required entry point; false (and the name that failed in *missing) otherwise.
   bool load(const char** missing);
   const char* error_text(CUresult result) const;
 };

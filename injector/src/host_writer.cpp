@@ -14,6 +14,16 @@ namespace {
 void add(uint64_t* word, uint64_t delta) { __atomic_fetch_add(word, delta, __ATOMIC_RELAXED); }
 void put_relaxed(uint64_t* word, uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELAXED); }
 
+// Stores a struct of uint64 words one relaxed store at a time (a reader copies it under the
+// publish seqlock, word by word).
+template <class T>
+void put_words(T* out, const T* in) {
+  static_assert(sizeof(T) % sizeof(uint64_t) == 0, "word-sized struct");
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(in);
+  uint64_t* to = reinterpret_cast<uint64_t*>(out);
+  for (size_t i = 0; i < sizeof(T) / sizeof(uint64_t); ++i) put_relaxed(to + i, from[i]);
+}
+
 void copy_bounded(char* out, size_t capacity, const std::string& text, uint32_t* length_out) {
   const size_t n = text.size() < capacity - 1 ? text.size() : capacity - 1;
   std::memcpy(out, text.data(), n);
@@ -110,16 +120,8 @@ int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const
 
 bool SegmentWriter::write_launch(const LaunchRecord& record) {
   const SegmentView& v = view();
-  if (is_kernel_launch(record.kind)) {
-    add(&v.counters->launches, 1);
-    if (record.kernel_slot < v.caps.kernel_slots) {
-      KernelCounters& kernel = v.kernel_counters[record.kernel_slot];
-      add(&kernel.launches, 1);
-      add(&kernel.blocks_expected, uint64_t(record.grid_x) * record.grid_y * record.grid_z);
-    } else {
-      add(&v.counters->launches_unattributed, 1);
-    }
-  }
+  if (is_kernel_launch(record.kind) && record.kernel_slot >= v.caps.kernel_slots)
+    add(&v.counters->launches_unattributed, 1);
   return put_launch_ring(record);
 }
 
@@ -204,15 +206,12 @@ void SegmentWriter::publish(const DeviceSnapshot& snapshot) {
   put_relaxed(&counters.device_memory_accesses, snapshot.memory_accesses);
   put_relaxed(&counters.device_blocks, snapshot.blocks);
   put_relaxed(&counters.device_quiescent, snapshot.quiescent ? 1 : 0);
+  put_relaxed(&counters.launches, snapshot.launches);
   const uint32_t kernels = snapshot.kernel_count < v.caps.kernel_slots ? snapshot.kernel_count : v.caps.kernel_slots;
-  for (uint32_t slot = 0; snapshot.kernels && slot < kernels; ++slot) {
-    KernelCounters& out = v.kernel_counters[slot];
-    const DeviceKernelCounters& in = snapshot.kernels[slot];
-    put_relaxed(&out.blocks_observed, in.blocks_observed);
-    put_relaxed(&out.memory_accesses, in.memory_accesses);
-    put_relaxed(&out.events_produced, in.events_produced);
-    put_relaxed(&out.events_dropped, in.events_dropped);
-  }
+  for (uint32_t slot = 0; snapshot.kernels && slot < kernels; ++slot)
+    put_words(&v.kernel_counters[slot], &snapshot.kernels[slot]);
+  for (uint32_t slot = 0; snapshot.shapes && slot < kernels; ++slot)
+    put_words(&v.kernel_shapes[slot], &snapshot.shapes[slot]);
   __atomic_store_n(&counters.publish_seq, seq + 2, __ATOMIC_RELEASE);  // even: consistent
   heartbeat();
 }
@@ -254,6 +253,19 @@ void SegmentWriter::acknowledge(uint64_t generation, const ControlRequest& in_fo
   __atomic_store_n(&control.status, uint32_t(status), __ATOMIC_RELAXED);
   __atomic_store_n(&control.applied_time_ns, monotonic_ns(), __ATOMIC_RELAXED);
   __atomic_store_n(&control.applied_generation, generation, __ATOMIC_RELEASE);
+}
+
+void total_snapshot(DeviceSnapshot* snapshot) {
+  snapshot->events_produced = snapshot->events_dropped = snapshot->memory_accesses = snapshot->blocks = 0;
+  snapshot->launches = 0;
+  for (uint32_t slot = 0; snapshot->kernels && slot < snapshot->kernel_count; ++slot) {
+    const KernelCounters& kernel = snapshot->kernels[slot];
+    snapshot->events_produced += kernel.events_produced;
+    snapshot->events_dropped += kernel.events_dropped;
+    snapshot->memory_accesses += kernel.memory_accesses;
+    snapshot->blocks += kernel.blocks_observed;
+    snapshot->launches += kernel.launches;
+  }
 }
 
 LaunchRecord graph_event_record(LaunchKind kind, uint64_t graph_exec) {

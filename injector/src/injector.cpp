@@ -1,5 +1,6 @@
 #include "injector.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -18,8 +19,14 @@ thread_local bool t_tool_thread = false;
 struct GraphLaunchInProgress {
   uint64_t graph_exec = 0;
   uint64_t replay = 0;
+  bool recorded = false;  // its node launches are written (the graph launch record says so)
+  uint32_t nodes = 0;     // node launch callbacks seen
 };
 thread_local GraphLaunchInProgress t_graph_launch;
+
+// A replay that learns nodes keeps the node callbacks on; with none for this long, they go off
+// (an exec that never replays again must not keep every other replay paying for them).
+constexpr uint64_t kLearningIdleNs = 1000000000ULL;
 
 uint64_t grid_blocks(const Sanitizer_LaunchData& launch) {
   return uint64_t(launch.gridDim_x) * launch.gridDim_y * launch.gridDim_z;
@@ -54,6 +61,12 @@ Injector::Injector()
   in_force_.mode = config_.mode;
   in_force_.shift = config_.shift;
   in_force_.patch_set = config_.patch_set;
+  config_word_.store(make_config(config_.mode, config_.shift));
+}
+
+void Injector::enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable) {
+  std::lock_guard<std::mutex> lock(callbacks_mutex_);
+  sanitizerEnableCallback(enable ? 1 : 0, subscriber_, domain, cbid);
 }
 
 bool Injector::subscribe() {
@@ -66,11 +79,30 @@ bool Injector::subscribe() {
     log_line("cannot subscribe to the sanitizer callbacks (another tool attached?); not observing");
     return false;
   }
-  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_RESOURCE);
-  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_LAUNCH);
-  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_GRAPHS);
-  sanitizerEnableDomain(1, subscriber_, SANITIZER_CB_DOMAIN_SYNCHRONIZE);
+  // Only what the steady state needs: every enabled callback id costs the served process, even
+  // with an empty body (measured in vLLM serving). No launch callbacks, no synchronize ones.
+  for (Sanitizer_CallbackId cbid :
+       {SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED, SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+        SANITIZER_CBID_RESOURCE_MODULE_LOADED, SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING,
+        SANITIZER_CBID_RESOURCE_FUNCTIONS_LAZY_LOADED})
+    enable_callback(SANITIZER_CB_DOMAIN_RESOURCE, cbid, true);
+  for (Sanitizer_CallbackId cbid : {SANITIZER_CBID_GRAPHS_GRAPHEXEC_CREATED, SANITIZER_CBID_GRAPHS_GRAPHEXEC_DESTROYING,
+                                    SANITIZER_CBID_GRAPHS_LAUNCH_BEGIN})
+    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, cbid, true);
+  if (config_.launch_trace) need_launch_callbacks(nullptr);
   return true;
+}
+
+void Injector::need_launch_callbacks(const char* why) {
+  if (launch_callbacks_.exchange(true)) return;
+  if (why) log_line("%s; kernel launches are counted by host callbacks from now on (slower)", why);
+  enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, true);
+  std::lock_guard<std::mutex> lock(graphs_mutex_);
+  if (!node_callbacks_) {
+    node_callbacks_ = true;
+    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
+    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
+  }
 }
 
 void SANITIZERAPI Injector::callback(void* userdata, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid,
@@ -98,16 +130,17 @@ void Injector::dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cb
   ScopedTimer timer(callback_timer(domain));
   switch (domain) {
     case SANITIZER_CB_DOMAIN_RESOURCE:
-      if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED)
+      if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED) {
         on_context_created(*static_cast<const Sanitizer_ResourceContextData*>(cbdata));
-      else if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING)
+      } else if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
         on_context_destroying(*static_cast<const Sanitizer_ResourceContextData*>(cbdata));
-      else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_LOADED)
+      } else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_LOADED) {
         on_module_loaded(*static_cast<const Sanitizer_ResourceModuleData*>(cbdata));
-      else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
-        const CUmodule module = static_cast<const Sanitizer_ResourceModuleData*>(cbdata)->module;
-        patcher_.forget(module);
-        cubins_.forget(reinterpret_cast<uint64_t>(module));
+      } else if (cbid == SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
+        on_module_unloading(static_cast<const Sanitizer_ResourceModuleData*>(cbdata)->module);
+      } else if (cbid == SANITIZER_CBID_RESOURCE_FUNCTIONS_LAZY_LOADED) {
+        const auto& data = *static_cast<const Sanitizer_ResourceFunctionsLazyLoadedData*>(cbdata);
+        on_functions_loaded(data.context, data.module, data.functions, data.numFunctions);
       }
       break;
     case SANITIZER_CB_DOMAIN_LAUNCH:
@@ -116,29 +149,27 @@ void Injector::dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cb
       break;
     case SANITIZER_CB_DOMAIN_GRAPHS:
       if (cbid == SANITIZER_CBID_GRAPHS_GRAPHEXEC_CREATED) {
-        live_graph_execs_.fetch_add(1, std::memory_order_relaxed);
         on_graph_exec(*static_cast<const Sanitizer_GraphExecData*>(cbdata), LaunchKind::GraphExecCreated);
       } else if (cbid == SANITIZER_CBID_GRAPHS_GRAPHEXEC_DESTROYING) {
-        live_graph_execs_.fetch_sub(1, std::memory_order_relaxed);
         on_graph_exec(*static_cast<const Sanitizer_GraphExecData*>(cbdata), LaunchKind::GraphExecDestroyed);
       } else if (cbid == SANITIZER_CBID_GRAPHS_LAUNCH_BEGIN) {
         on_graph_launch(*static_cast<const Sanitizer_GraphLaunchData*>(cbdata));
       } else if (cbid == SANITIZER_CBID_GRAPHS_LAUNCH_END) {
-        t_graph_launch = GraphLaunchInProgress{};
+        on_graph_launch_end();
       } else if (cbid == SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN) {
         const auto& node = *static_cast<const Sanitizer_GraphNodeLaunchData*>(cbdata);
-        if (node.nodeType == CU_GRAPH_NODE_TYPE_KERNEL && !node.isGraphUpload) {
+        const uint64_t graph_exec = reinterpret_cast<uint64_t>(node.graphExec);
+        if (node.nodeType == CU_GRAPH_NODE_TYPE_KERNEL && !node.isGraphUpload && t_graph_launch.recorded &&
+            t_graph_launch.graph_exec == graph_exec) {
+          ++t_graph_launch.nodes;
           GraphPosition position;
-          position.graph_exec = reinterpret_cast<uint64_t>(node.graphExec);
+          position.graph_exec = graph_exec;
           position.graph_node = reinterpret_cast<uint64_t>(node.node);
           position.launch_id = node.launchId;
-          position.replay = t_graph_launch.graph_exec == position.graph_exec ? t_graph_launch.replay : 0;
+          position.replay = t_graph_launch.replay;
           on_launch(node.launchData, LaunchKind::GraphNode, position);
         }
       }
-      break;
-    case SANITIZER_CB_DOMAIN_SYNCHRONIZE:
-      publish_requested_.store(true, std::memory_order_relaxed);  // a natural point to publish counts
       break;
     default:
       break;
@@ -161,7 +192,8 @@ bool Injector::ensure_segment() {
   options.group = config_.group;
   options.producer = "gpuobs-injector";
   options.label = config_.label;
-  options.producer_flags = config_.block_exit ? kBlockExitsHooked : 0;
+  options.producer_flags = (config_.block_exit ? uint32_t(kBlockExitsHooked) : 0u) |
+                           (config_.launch_trace ? uint32_t(kLaunchTrace) : 0u);
   std::string error;
   auto segment = MappedSegment::create(options, &error);
   if (!segment) {
@@ -182,11 +214,14 @@ bool Injector::ensure_segment() {
   writer_ = std::make_unique<SegmentWriter>(std::move(segment));
   ControlRequest initial = in_force_;
   writer_->acknowledge(0, initial, ControlStatus::Ok, "");
-  slot_patched_.reset(new std::atomic<uint8_t>[writer_->view().caps.kernel_slots]());
-  slot_captured_.reset(new std::atomic<uint8_t>[writer_->view().caps.kernel_slots]());
-  for (uint32_t slot = 0; slot < writer_->view().caps.kernel_slots; ++slot) slot_captured_[slot].store(1);
-  log_line("observing into %s (patch set %s, mode %s)", writer_->segment().path().c_str(),
-           config_.patch_set == PatchSet::Memory ? "memory" : "block", mode_name(config_.mode));
+  const uint32_t slots = writer_->view().caps.kernel_slots;
+  slot_on_device_.reset(new std::atomic<uint8_t>[slots]());
+  slot_captured_.reset(new std::atomic<uint8_t>[slots]());
+  host_counted_.reset(new HostCounted[slots]);
+  for (uint32_t slot = 0; slot < slots; ++slot) slot_captured_[slot].store(1);
+  log_line("observing into %s (patch set %s, mode %s%s)", writer_->segment().path().c_str(),
+           config_.patch_set == PatchSet::Memory ? "memory" : "block", mode_name(config_.mode),
+           config_.launch_trace ? ", launch trace" : "");
   segment_ready_.store(true, std::memory_order_release);
   return true;
 }
@@ -257,7 +292,41 @@ void Injector::on_module_loaded(const Sanitizer_ResourceModuleData& data) {
   } else {
     count(&counters.patch_failures);
     if (first_time(LogOnce::PatchModule)) log_line("a module could not be patched (%s); it runs unpatched", error.c_str());
+    need_launch_callbacks("a module could not be patched");
   }
+  // Loaded lazily, a module's functions arrive in FUNCTIONS_LAZY_LOADED; loaded eagerly, they
+  // are all here now and are bound before anything can launch them.
+  DriverApi& api = driver();
+  CUmoduleLoadingMode loading = CU_MODULE_LAZY_LOADING;
+  if (api.module_get_loading_mode && api.module_get_loading_mode(&loading) == CUDA_SUCCESS &&
+      loading == CU_MODULE_EAGER_LOADING) {
+    unsigned int functions = 0;
+    if (!api.module_get_function_count || !api.module_enumerate_functions ||
+        api.module_get_function_count(&functions, data.module) != CUDA_SUCCESS) {
+      need_launch_callbacks("this driver cannot list a module's functions");
+      return;
+    }
+    std::vector<CUfunction> listed(functions);
+    if (functions && api.module_enumerate_functions(listed.data(), functions, data.module) != CUDA_SUCCESS) {
+      need_launch_callbacks("a module's functions could not be listed");
+      return;
+    }
+    on_functions_loaded(data.context, data.module, listed.data(), uint32_t(listed.size()));
+  }
+}
+
+void Injector::on_module_unloading(CUmodule module) {
+  patcher_.forget(module);
+  cubins_.forget(reinterpret_cast<uint64_t>(module));
+  std::lock_guard<std::mutex> lock(config_mutex_);
+  bindings_.erase(std::remove_if(bindings_.begin(), bindings_.end(),
+                                 [module](const Binding& binding) { return binding.module == module; }),
+                  bindings_.end());
+}
+
+void Injector::on_functions_loaded(CUcontext context, CUmodule module, const CUfunction* functions, uint32_t count) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return;
+  for (uint32_t index = 0; index < count; ++index) slot_of(context, module, functions[index], nullptr);
 }
 
 DeviceContext* Injector::context_for(CUcontext context) {
@@ -269,21 +338,46 @@ DeviceContext* Injector::context_for(CUcontext context) {
   return nullptr;
 }
 
-int64_t Injector::slot_for(const Sanitizer_LaunchData& launch, DeviceContext* context) {
-  const uint64_t function = reinterpret_cast<uint64_t>(launch.function);
-  return function_slots_.find_or_add(function, [&](uint64_t) -> int64_t {
-    const std::string mangled = launch.functionName ? launch.functionName : "<unnamed>";
-    const uint64_t cubin = cubins_.hash_of(reinterpret_cast<uint64_t>(launch.module));
-    uint64_t function_pc = 0;
-    uint64_t function_size = 0;
-    if (cubin != 0 && launch.functionName != nullptr &&
-        sanitizerGetFunctionPcAndSize(launch.module, launch.functionName, &function_pc, &function_size) !=
-            SANITIZER_SUCCESS) {
-      function_pc = 0;
-    }
+int64_t Injector::slot_of(CUcontext context, CUmodule module, CUfunction function, const char* name) {
+  const int64_t slot = function_slots_.find_or_add(reinterpret_cast<uint64_t>(function), [&](uint64_t) {
+    return register_function(context, module, function, name);
+  });
+  if (slot == FunctionSlots::kFull && first_time(LogOnce::KernelTable))
+    log_line("function table full; further kernels go unattributed");
+  return slot;
+}
+
+uint64_t Injector::userdata_locked(uint32_t slot) {
+  for (const Binding& binding : bindings_) {
+    if (binding.slot != slot) continue;
+    const uint64_t address = reinterpret_cast<uint64_t>(binding.context->slot_address(slot));
+    if (!config_.bound_config) return address;
+    const bool captured = slot_captured_[slot].load(std::memory_order_relaxed) != 0;
+    return bound_userdata(address, make_flags(make_config(in_force_.mode, in_force_.shift), captured));
+  }
+  return 0;
+}
+
+int64_t Injector::register_function(CUcontext context, CUmodule module, CUfunction function, const char* name) {
+  const char* driver_name = nullptr;
+  if (name == nullptr && driver().func_get_name && driver().func_get_name(&driver_name, function) == CUDA_SUCCESS)
+    name = driver_name;
+  const std::string mangled = name ? name : "<unnamed>";
+  const uint64_t cubin = cubins_.hash_of(reinterpret_cast<uint64_t>(module));
+  uint64_t function_pc = 0;
+  uint64_t function_size = 0;
+  if (cubin != 0 && name != nullptr &&
+      sanitizerGetFunctionPcAndSize(module, name, &function_pc, &function_size) != SANITIZER_SUCCESS) {
+    function_pc = 0;
+  }
+  DeviceContext* device = context_for(context);
+  const bool patched = patcher_.is_patched(module);
+  bool on_device = false;
+  int64_t slot = -1;
+  {
     std::lock_guard<std::mutex> lock(config_mutex_);
-    const int64_t slot = writer_->register_kernel(function, reinterpret_cast<uint64_t>(launch.module), mangled, cubin,
-                                                  function_pc);
+    slot = writer_->register_kernel(reinterpret_cast<uint64_t>(function), reinterpret_cast<uint64_t>(module), mangled,
+                                    cubin, function_pc);
     if (slot < 0) {
       if (first_time(LogOnce::KernelTable)) log_line("kernel table full; further kernels go unattributed");
       return slot;
@@ -291,30 +385,37 @@ int64_t Injector::slot_for(const Sanitizer_LaunchData& launch, DeviceContext* co
     slot_names_.resize(size_t(slot + 1) * 2);
     slot_names_[size_t(slot) * 2] = mangled;
     slot_names_[size_t(slot) * 2 + 1] = demangle(mangled);
-    const bool patched = patcher_.is_patched(launch.module);
-    slot_patched_[slot].store(patched ? 1 : 0, std::memory_order_release);
-    if (patched && context) {
-      // Bound to the function, for its whole life: exact under graph replay (DEVICE.md).
-      if (sanitizerSetCallbackData(launch.function, context->slot_address(uint32_t(slot))) != SANITIZER_SUCCESS) {
-        slot_patched_[slot].store(0, std::memory_order_release);
-        if (first_time(LogOnce::PatchModule)) log_line("cannot bind device data to a kernel; it runs uncounted");
-      }
+    slot_captured_[slot].store(captured_locked(uint32_t(slot)) ? 1 : 0, std::memory_order_relaxed);
+    if (patched && device) {
+      // Bound to the function for its whole life: exact under graph replay (DEVICE.md).
+      bindings_.push_back(Binding{function, module, uint32_t(slot), device});
+      const uint64_t userdata = userdata_locked(uint32_t(slot));
+      on_device = sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata)) == SANITIZER_SUCCESS;
+      if (!on_device) bindings_.pop_back();
     }
-    if (filter_ && !captured_locked(uint32_t(slot))) stage_locked();
-    return slot;
-  });
+    slot_on_device_[slot].store(on_device ? 1 : 0, std::memory_order_release);
+  }
+  if (patched && device && !on_device) {
+    if (first_time(LogOnce::PatchModule)) log_line("cannot bind device data to a kernel; it runs uncounted");
+    need_launch_callbacks("a kernel could not be bound to its counters");
+  } else if (!on_device) {
+    need_launch_callbacks(patched ? "a kernel's context has no event ring" : nullptr);
+  }
+  return slot;
 }
 
 void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, const GraphPosition& position) {
   if (!segment_ready_.load(std::memory_order_acquire)) return;
-  const SegmentView& view = writer_->view();
-  DeviceContext* context = context_for(launch.context);
-  uint64_t config = make_config(Mode::Off, 0);
-  if (context) {
-    config = kind == LaunchKind::Eager ? context->mirror_if_stale(launch.hStream) : context->config_in_force();
+  const int64_t slot = slot_of(launch.context, launch.module, launch.function, launch.functionName);
+  if (slot >= 0 && !slot_on_device_[slot].load(std::memory_order_acquire)) {
+    host_counted_[slot].launches.fetch_add(1, std::memory_order_relaxed);
+    host_counted_[slot].blocks.fetch_add(grid_blocks(launch), std::memory_order_relaxed);
   }
-  const int64_t slot = slot_for(launch, context);
-  const Mode mode = Mode(config_mode(config));
+  // Eager launches leave a record only in the launch trace; node launches whenever their replay
+  // is recorded (the graph launch record says so).
+  if (kind == LaunchKind::Eager && !config_.launch_trace) return;
+  const uint64_t config = config_word_.load(std::memory_order_relaxed);
+  DeviceContext* context = context_for(launch.context);
   LaunchRecord record{};
   record.host_time_ns = monotonic_ns();
   record.grid_id = launch.gridId;
@@ -332,42 +433,101 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
   record.block_z = launch.blockDim_z;
   record.context_index = context ? context->ring_index() : UINT32_MAX;
   record.kind = uint32_t(kind);
-  record.mode = uint32_t(mode);
+  record.mode = config_mode(config);
   record.shift = config_shift(config);
   record.flags = slot >= 0 && slot_captured_[slot].load(std::memory_order_relaxed) ? kLaunchCaptured : 0;
   writer_->write_launch(record);
-  if (slot >= 0) {
-    KernelCounters& kernel = view.kernel_counters[slot];
-    if (!context || !slot_patched_[slot].load(std::memory_order_acquire)) {
-      count(&kernel.blocks_unpatched, grid_blocks(launch));
-    } else if (mode == Mode::Off || mode == Mode::Noop) {
-      count(&kernel.blocks_unobserved, grid_blocks(launch));
-    }
-  }
 }
 
 void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
   t_graph_launch = GraphLaunchInProgress{};
   if (!segment_ready_.load(std::memory_order_acquire) || data.isGraphUpload) return;
+  const uint64_t graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
   DeviceContext* context = context_for(data.context);
-  LaunchRecord record = graph_event_record(LaunchKind::GraphLaunch, reinterpret_cast<uint64_t>(data.graphExec));
+  const uint64_t config = config_word_.load(std::memory_order_acquire);
+  LaunchRecord record = graph_event_record(LaunchKind::GraphLaunch, graph_exec);
   record.stream = reinterpret_cast<uint64_t>(data.stream);
+  record.mode = config_mode(config);
+  record.shift = config_shift(config);
+  bool recorded = false;
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    NodesKnown& known = graph_execs_[graph_exec];
+    if (node_callbacks_ && (known != NodesKnown::Learned || launch_callbacks_.load(std::memory_order_relaxed))) {
+      recorded = true;  // the callbacks were on before this launch began: all its nodes will come
+      ++replays_recording_;
+      node_callbacks_since_ns_ = monotonic_ns();
+    } else if (known != NodesKnown::Learned && !node_callbacks_) {
+      // learned from its next replay on; this one's nodes stay unknown (the record says so)
+      node_callbacks_ = true;
+      node_callbacks_since_ns_ = monotonic_ns();
+      enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
+      enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
+    }
+    if (known == NodesKnown::NotLaunched) known = NodesKnown::Pending;
+  }
+  if (recorded) record.flags |= kGraphNodesRecorded;
   if (context) {
     record.context_index = context->ring_index();
-    // Replays read the config from device memory: mirror a change before the replay starts,
-    // then give the replay its number.
-    const uint64_t config = context->mirror_if_stale(data.hStream);
-    record.mode = config_mode(config);
-    record.shift = config_shift(config);
-    record.replay = context->push_replay(data.hStream);
-    t_graph_launch = GraphLaunchInProgress{record.graph_exec, record.replay};
+    // The replay's number: pushed to the device, ahead of its nodes, only in the modes whose
+    // events carry it (an event mode is entered with a number of its own, control_thread.cpp).
+    record.replay = mode_emits_events(Mode(config_mode(config))) ? context->push_replay(data.hStream)
+                                                                  : context->next_replay();
   }
+  t_graph_launch = GraphLaunchInProgress{graph_exec, record.replay, recorded, 0};
   writer_->write_launch(record);
+}
+
+void Injector::on_graph_launch_end() {
+  const GraphLaunchInProgress finished = t_graph_launch;
+  t_graph_launch = GraphLaunchInProgress{};
+  if (!segment_ready_.load(std::memory_order_acquire) || !finished.recorded) return;
+  std::lock_guard<std::mutex> lock(graphs_mutex_);
+  --replays_recording_;
+  auto known = graph_execs_.find(finished.graph_exec);
+  if (known != graph_execs_.end() && finished.nodes > 0) known->second = NodesKnown::Learned;
+  for (const auto& entry : graph_execs_)
+    if (entry.second == NodesKnown::Pending) return;  // still to learn: keep the node callbacks
+  if (replays_recording_ == 0 && node_callbacks_ && !launch_callbacks_.load(std::memory_order_relaxed)) {
+    node_callbacks_ = false;
+    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
+    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
+  }
+}
+
+void Injector::stop_learning_if_idle() {
+  std::lock_guard<std::mutex> lock(graphs_mutex_);
+  if (!node_callbacks_ || launch_callbacks_.load(std::memory_order_relaxed) || replays_recording_ != 0) return;
+  if (monotonic_ns() - node_callbacks_since_ns_ < kLearningIdleNs) return;
+  // Execs launched once and not since: learned at their next launch (which turns this back on).
+  for (auto& entry : graph_execs_)
+    if (entry.second == NodesKnown::Pending) entry.second = NodesKnown::NotLaunched;
+  node_callbacks_ = false;
+  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
+  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
 }
 
 void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind) {
   if (!segment_ready_.load(std::memory_order_acquire)) return;
-  writer_->write_launch(graph_event_record(kind, reinterpret_cast<uint64_t>(data.graphExec)));
+  const uint64_t graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    if (kind == LaunchKind::GraphExecCreated) {
+      live_graph_execs_.fetch_add(1, std::memory_order_relaxed);
+      graph_execs_[graph_exec] = NodesKnown::NotLaunched;
+      if (!node_callbacks_) {
+        // a new exec is usually replayed at once (warm-up): learn it from its first replay
+        node_callbacks_ = true;
+        enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
+        enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
+      }
+      node_callbacks_since_ns_ = monotonic_ns();
+    } else {
+      live_graph_execs_.fetch_sub(1, std::memory_order_relaxed);
+      graph_execs_.erase(graph_exec);
+    }
+  }
+  writer_->write_launch(graph_event_record(kind, graph_exec));
 }
 
 void Injector::shutdown() {

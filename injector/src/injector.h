@@ -2,21 +2,29 @@
 // process, created by InitializeInjection and never destroyed (the driver may call back until
 // the very end).
 //
-// Threads: the program's own threads run the callbacks (module loads, launches, graph
-// launches); the tool thread (control_thread.cpp) applies control requests and publishes
-// counters. Nothing on the launch path takes a lock or makes a CUDA call, except the first
-// launch of a function (registration) and the first launch after a config change (one copy).
+// The steady state makes no host callback per kernel launch and none per synchronize: each
+// function is bound to its device slot when it loads (FUNCTIONS_LAZY_LOADED, or the module's
+// function list when modules load eagerly), and the patches count launches, blocks and shapes
+// on the device (launch_census.h). What stays on the host is one callback per graph replay
+// (its number, for the replay census and the join of events) and, for a graph exec's first
+// replays, one per node, until its nodes' grid ids are known. Host callbacks per launch come
+// back only with the opt-in launch trace (GPUOBS_LAUNCH_TRACE=1) or when a module could not be
+// patched (its launches are counted on the host as unpatched).
+//
+// Threads: the program's own threads run the callbacks; the tool thread (control_thread.cpp)
+// applies control requests (it rebinds every function with the new config) and publishes the
+// device counters.
 #pragma once
 
 #include <sanitizer.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "device_context.h"
@@ -39,6 +47,13 @@ struct GraphPosition {
   uint64_t replay = 0;     // our replay number, pushed to the device (DeviceContext::push_replay)
 };
 
+// Launches the host saw of kernels the device cannot count (module unpatched, or no device
+// slot for the function): added to the device census when counters are published.
+struct HostCounted {
+  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> blocks{0};
+};
+
 class Injector {
  public:
   Injector();
@@ -56,32 +71,45 @@ class Injector {
   // the counter word that times callbacks of this domain; nullptr before the segment exists
   uint64_t* callback_timer(Sanitizer_CallbackDomain domain);
   void dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, const void* cbdata);
+  // Turns a callback id on or off (the sanitizer wants these calls serialised).
+  void enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable);
 
   // resource callbacks
   void on_context_created(const Sanitizer_ResourceContextData& data);
   void on_context_destroying(const Sanitizer_ResourceContextData& data);
   void on_module_loaded(const Sanitizer_ResourceModuleData& data);
-  // launch callbacks
+  void on_module_unloading(CUmodule module);
+  void on_functions_loaded(CUcontext context, CUmodule module, const CUfunction* functions, uint32_t count);
+  // launch callbacks (launch trace, or kernels the device cannot count)
   void on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, const GraphPosition& position);
   void on_graph_launch(const Sanitizer_GraphLaunchData& data);
+  void on_graph_launch_end();
   void on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind);
+  // Host launch callbacks on for good (trace, or a module that could not be patched).
+  void need_launch_callbacks(const char* why);
 
   bool ensure_segment();
   DeviceContext* context_for(CUcontext context);
-  int64_t slot_for(const Sanitizer_LaunchData& launch, DeviceContext* context);
+  // The slot of `function`, registering and binding it on first sight.
+  int64_t slot_of(CUcontext context, CUmodule module, CUfunction function, const char* name);
+  int64_t register_function(CUcontext context, CUmodule module, CUfunction function, const char* name);
+  // The userdata a slot's function is bound to under the config in force (config_mutex_ held).
+  uint64_t userdata_locked(uint32_t slot);
 
   // control thread (control_thread.cpp)
   void control_loop();
   void apply_request(const ControlRequest& request);
+  void rebind_locked();
   void stage_locked();
   void publish();
-  std::vector<uint8_t> capture_for_all_locked();
+  void stop_learning_if_idle();
   bool captured_locked(uint32_t slot);
 
   InjectorConfig config_;
   Patcher patcher_;
   CubinStore cubins_;
   Sanitizer_SubscriberHandle subscriber_ = nullptr;
+  std::mutex callbacks_mutex_;  // sanitizerEnableCallback calls
 
   std::mutex segment_mutex_;
   std::atomic<bool> segment_ready_{false};
@@ -95,15 +123,34 @@ class Injector {
   std::atomic<uint32_t> context_count_{0};
 
   FunctionSlots function_slots_;
-  std::unique_ptr<std::atomic<uint8_t>[]> slot_patched_;  // per slot: its module is patched
-  std::unique_ptr<std::atomic<uint8_t>[]> slot_captured_;  // per slot: the kernel filter lets it record
+  std::unique_ptr<std::atomic<uint8_t>[]> slot_on_device_;  // per slot: the device counts its launches
+  std::unique_ptr<std::atomic<uint8_t>[]> slot_captured_;   // per slot: the kernel filter lets it record
+  std::unique_ptr<HostCounted[]> host_counted_;             // per slot
+  std::atomic<bool> launch_callbacks_{false};
+  // the config word in force, for what the callbacks record (set after the functions are rebound)
+  std::atomic<uint64_t> config_word_{0};
 
-  // config in force (guarded by config_mutex_; never taken on the launch path)
+  // config in force and the functions bound with it (guarded by config_mutex_; never taken on
+  // a launch path)
+  struct Binding {
+    CUfunction function;
+    CUmodule module;
+    uint32_t slot;
+    DeviceContext* context;
+  };
   std::mutex config_mutex_;
   ControlRequest in_force_;
   std::unique_ptr<std::regex> filter_;
   std::vector<std::string> slot_names_;  // mangled, then demangled, per slot (2 entries each)
-  uint64_t device_generation_ = 0;
+  std::vector<Binding> bindings_;
+
+  // graph execs: node callbacks are on while a replay is recorded to learn its nodes
+  enum class NodesKnown : uint8_t { NotLaunched, Pending, Learned };
+  std::mutex graphs_mutex_;
+  std::unordered_map<uint64_t, NodesKnown> graph_execs_;  // live graph execs
+  bool node_callbacks_ = false;
+  uint32_t replays_recording_ = 0;
+  uint64_t node_callbacks_since_ns_ = 0;
 
   std::atomic<int64_t> live_graph_execs_{0};
   std::atomic<bool> publish_requested_{false};

@@ -72,6 +72,11 @@ InjectorConfig load_injector_config() {
   if (const char* text = env("GPUOBS_BLOCK_EXIT")) config.block_exit = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_NAIVE_COUNTING")) config.naive_counting = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_EXIT_PUBLISH")) config.exit_publish = std::strcmp(text, "0") != 0;
+  if (const char* text = env("GPUOBS_LAUNCH_TRACE")) config.launch_trace = std::strcmp(text, "1") == 0;
+  if (const char* text = env("GPUOBS_CONFIG")) {
+    if (std::strcmp(text, "device") == 0) config.bound_config = false;
+    else if (std::strcmp(text, "bound") != 0) log_line("GPUOBS_CONFIG=%s is not bound or device; using bound", text);
+  }
   if (const char* group = env("GPUOBS_GROUP")) {
     if (const struct group* entry = getgrnam(group)) config.group = entry->gr_gid;
     else log_line("GPUOBS_GROUP=%s: no such group; segments stay 0600", group);

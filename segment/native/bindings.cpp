@@ -15,6 +15,7 @@
 #include <string>
 
 #include "gpuobs/host_writer.h"
+#include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
@@ -209,6 +210,7 @@ class Writer {
     reserved_.assign(caps.event_rings, 0);
     produced_.assign(caps.event_rings, 0);
     dropped_.assign(caps.event_rings, 0);
+    device_.assign(caps.kernel_slots, DeviceKernelSlot{});
   }
 
   std::string path() const { return writer_->segment().path(); }
@@ -254,8 +256,28 @@ class Writer {
     ring::mark_writing(&slot->seq, ticket);
     std::memcpy(slot, body, 24);
   }
+  // One launch as the device census counts it (launch_census.h): its blocks counted too when
+  // `observed` (counter and up), else as unobserved.
+  void count_launch(uint32_t slot, std::vector<uint32_t> grid, std::vector<uint32_t> block, bool observed) {
+    if (slot >= device_.size()) throw py::index_error("no such kernel slot");
+    if (grid.size() != 3 || block.size() != 3) throw py::value_error("grid and block are (x, y, z)");
+    const uint64_t packed = pack_grid(grid[0], grid[1], grid[2]);
+    gpuobs::count_launch(&device_[slot], packed, pack_block(block[0], block[1], block[2]));
+    for (uint64_t index = 0; index < grid_blocks(packed); ++index) count_block(&device_[slot], observed, uint32_t(index));
+  }
   void publish(bool quiescent) {
     DeviceSnapshot snapshot;
+    std::vector<KernelCounters> kernels(device_.size());
+    std::vector<KernelShapes> shapes(device_.size());
+    for (size_t slot = 0; slot < device_.size(); ++slot) {
+      kernels[slot] = census_counters(device_[slot]);
+      shapes[slot] = census_shapes(device_[slot]);
+    }
+    snapshot.kernels = kernels.data();
+    snapshot.shapes = shapes.data();
+    snapshot.kernel_count = uint32_t(device_.size());
+    total_snapshot(&snapshot);
+    snapshot.events_produced = snapshot.events_dropped = 0;
     for (size_t i = 0; i < heads_.size(); ++i) {
       snapshot.events_produced += produced_[i];
       snapshot.events_dropped += dropped_[i];
@@ -289,6 +311,7 @@ class Writer {
  private:
   std::unique_ptr<SegmentWriter> writer_;
   std::vector<uint64_t> heads_, limits_, reserved_, produced_, dropped_;
+  std::vector<DeviceKernelSlot> device_;  // the census the device would count
 };
 
 std::unique_ptr<SegmentReader> open_reader(const std::string& path, std::vector<uint32_t> owners, bool allow_group,
@@ -322,6 +345,7 @@ py::dict header_dict(const SegmentReader& reader) {
   out["name_arena_bytes"] = h.name_arena_bytes;
   out["patch_set"] = h.patch_set;
   out["block_exits_hooked"] = (h.producer_flags & kBlockExitsHooked) != 0;
+  out["launch_trace"] = (h.producer_flags & kLaunchTrace) != 0;
   out["segment_bytes"] = h.segment_bytes;
   out["heartbeat_ns"] = __atomic_load_n(&h.heartbeat_ns, __ATOMIC_ACQUIRE);
   // Text from another process: decoded leniently, a bad byte must not make the header unreadable.
@@ -345,6 +369,8 @@ PYBIND11_MODULE(_native, m) {
   m.attr("STEP_FIELDS") = step_fields();
   m.attr("STEP_TEXT_FIELDS") = step_text_fields();
   m.attr("STEP_SAME_REQUESTS") = kStepSameRequests;
+  m.attr("GRAPH_NODES_RECORDED") = kGraphNodesRecorded;
+  m.attr("LAUNCH_CAPTURED") = kLaunchCaptured;
   m.attr("KERNEL_COUNTERS_FIELDS") = kernel_counter_fields();
   py::dict modes;
   for (uint32_t value = 0; value < kModeCount; ++value) modes[mode_name(Mode(value))] = value;
@@ -354,6 +380,7 @@ PYBIND11_MODULE(_native, m) {
   kinds["block_exit"] = uint32_t(EventKind::BlockExit);
   kinds["memory_access"] = uint32_t(EventKind::MemoryAccess);
   kinds["bulk_copy"] = uint32_t(EventKind::BulkCopy);
+  kinds["launch"] = uint32_t(EventKind::Launch);
   m.attr("EVENT_KINDS") = kinds;
   m.attr("EVENT_KIND_COUNT") = kEventKindCount;
   py::dict launch_kinds;
@@ -377,6 +404,7 @@ PYBIND11_MODULE(_native, m) {
   sizes["global_counters"] = sizeof(GlobalCounters);
   sizes["ring_control"] = sizeof(RingControl);
   sizes["kernel_counters"] = sizeof(KernelCounters);
+  sizes["kernel_shapes"] = sizeof(KernelShapes);
   sizes["kernel_entry"] = sizeof(KernelEntry);
   sizes["event_record"] = sizeof(EventRecord);
   sizes["launch_record"] = sizeof(LaunchRecord);
@@ -396,6 +424,7 @@ PYBIND11_MODULE(_native, m) {
         out["counters_offset"] = g.counters_offset;
         out["ring_controls_offset"] = g.ring_controls_offset;
         out["kernel_counters_offset"] = g.kernel_counters_offset;
+        out["kernel_shapes_offset"] = g.kernel_shapes_offset;
         out["kernel_table_offset"] = g.kernel_table_offset;
         out["name_arena_offset"] = g.name_arena_offset;
         out["launch_ring_offset"] = g.launch_ring_offset;
@@ -505,17 +534,22 @@ PYBIND11_MODULE(_native, m) {
       .def("set_torn_timeout", [](SegmentReader& reader, double seconds) {
         reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
       })
-      .def("launch_shapes", [](const SegmentReader& reader) {
-        // {slot: ([(grid, block, launches), ...], other_launches, graph_launches)} for slots launched
+      .def("launch_shapes", [](const SegmentReader& reader) -> py::object {
+        // {slot: ([(grid, block, launches), ...], other_launches)} for slots launched, from the
+        // device's launch census as last published; None when no consistent copy could be had
+        GlobalCounters global{};
+        std::vector<KernelShapes> shapes;
+        if (!reader.counters(&global, nullptr, &shapes)) return py::none();
         py::dict out;
-        for (const SlotShapes& entry : reader.launch_shapes().launched()) {
-          py::list shapes;
-          for (uint32_t index = 0; index < entry.used; ++index) {
-            const LaunchShape& shape = entry.shapes[index];
-            shapes.append(py::make_tuple(py::make_tuple(shape.grid[0], shape.grid[1], shape.grid[2]),
-                                         py::make_tuple(shape.block[0], shape.block[1], shape.block[2]), shape.launches));
+        for (uint32_t slot = 0; slot < shapes.size(); ++slot) {
+          const KernelShapes& entry = shapes[slot];
+          py::list counted;
+          for (const ShapeCount& shape : entry.shapes) {
+            if (shape.launches == 0) continue;
+            counted.append(py::make_tuple(py::make_tuple(shape.grid_x, shape.grid_y, shape.grid_z),
+                                          py::make_tuple(shape.block_x, shape.block_y, shape.block_z), shape.launches));
           }
-          out[py::int_(entry.slot)] = py::make_tuple(shapes, entry.other_launches, entry.graph_launches);
+          if (py::len(counted) || entry.other_launches) out[py::int_(slot)] = py::make_tuple(counted, entry.other_launches);
         }
         return out;
       })
@@ -544,6 +578,8 @@ PYBIND11_MODULE(_native, m) {
       .def("write_launch", &Writer::write_launch)
       .def("put_events", &Writer::put_events, py::arg("ring"), py::arg("records"))
       .def("put_half_event", &Writer::put_half_event, py::arg("ring"), py::arg("record"))
+      .def("count_launch", &Writer::count_launch, py::arg("slot"), py::arg("grid"), py::arg("block"),
+           py::arg("observed") = true)
       .def("publish", &Writer::publish, py::arg("quiescent") = false)
       .def("poll_control", &Writer::poll_control, py::arg("seen_generation"))
       .def("acknowledge", &Writer::acknowledge, py::arg("generation"), py::arg("mode"), py::arg("shift"),

@@ -127,7 +127,6 @@ std::unique_ptr<SegmentReader> SegmentReader::open(const std::string& path, cons
   const Capacities caps = capacities_of(header);
   reader->view_ = make_view(reader->base_, caps);
   reader->aggregates_.assign(uint64_t(caps.kernel_slots) * kEventKindCount, 0);
-  reader->shapes_ = LaunchShapes(caps.kernel_slots);
   reader->event_pending_since_.assign(caps.event_rings, 0);
   return reader;
 }
@@ -229,14 +228,8 @@ size_t SegmentReader::read_events(uint32_t ring_index, EventRecord* out, size_t 
 
 size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
   const uint32_t slots = view_.caps.kernel_slots;
-  LaunchShapes* shapes = &shapes_;
-  auto validate = [slots, shapes](const LaunchRecord& record) {
-    if (is_kernel_launch(record.kind)) {
-      if (record.kernel_slot == UINT32_MAX) return true;
-      if (record.kernel_slot >= slots) return false;
-      shapes->add(record);
-      return true;
-    }
+  auto validate = [slots](const LaunchRecord& record) {
+    if (is_kernel_launch(record.kind)) return record.kernel_slot == UINT32_MAX || record.kernel_slot < slots;
     // step annotations share the ring but not the launch fields (StepRecord, StepTextRecord)
     if (record.kind == uint32_t(LaunchKind::Step) || record.kind == uint32_t(LaunchKind::StepText)) return true;
     return record.kind > 0 && record.kind < kLaunchKindCount && record.kernel_slot == UINT32_MAX;
@@ -294,7 +287,8 @@ std::vector<KernelInfo> SegmentReader::kernels(uint32_t first_slot) const {
   return result;
 }
 
-bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>* per_kernel) const {
+bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>* per_kernel,
+                             std::vector<KernelShapes>* shapes) const {
   const uint32_t count = kernel_count();
   for (int attempt = 0; attempt < kCounterTries; ++attempt) {
     const uint64_t before = __atomic_load_n(&view_.counters->publish_seq, __ATOMIC_ACQUIRE);
@@ -306,6 +300,10 @@ bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>
     if (per_kernel) {
       per_kernel->resize(count);
       for (uint32_t slot = 0; slot < count; ++slot) copy_words(&(*per_kernel)[slot], &view_.kernel_counters[slot]);
+    }
+    if (shapes) {
+      shapes->resize(count);
+      for (uint32_t slot = 0; slot < count; ++slot) copy_words(&(*shapes)[slot], &view_.kernel_shapes[slot]);
     }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&view_.counters->publish_seq, __ATOMIC_RELAXED) == before) return true;

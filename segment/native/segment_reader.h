@@ -14,7 +14,6 @@
 #include "gpuobs/host_writer.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/segment_view.h"
-#include "launch_shapes.h"
 
 namespace gpuobs {
 
@@ -85,9 +84,11 @@ class SegmentReader {
   std::vector<KernelInfo> kernels(uint32_t first_slot = 0) const;
   uint32_t kernel_count() const;
 
-  // A consistent copy of the counters (device half under the publish seqlock). False when the
-  // producer kept writing during every try: the caller tries again on its next drain.
-  bool counters(GlobalCounters* global, std::vector<KernelCounters>* per_kernel) const;
+  // A consistent copy of the counters and, when asked, the kernels' launch shapes (all under
+  // the publish seqlock). False when the producer kept writing during every try: the caller
+  // tries again on its next drain.
+  bool counters(GlobalCounters* global, std::vector<KernelCounters>* per_kernel,
+                std::vector<KernelShapes>* shapes = nullptr) const;
 
   // Daemon half of the handshake: validated, written under the seqlock; returns the generation
   // to wait for, or 0 with the reason in *error (nothing written).
@@ -102,7 +103,6 @@ class SegmentReader {
   bool size_intact() const;
 
   const EventAggregates& aggregates() const { return aggregates_; }
-  const LaunchShapes& launch_shapes() const { return shapes_; }
   void set_torn_timeout_ns(uint64_t timeout_ns) { torn_timeout_ns_ = timeout_ns; }
 
  private:
@@ -118,7 +118,6 @@ class SegmentReader {
   uint64_t bytes_ = 0;
   SegmentView view_{};
   EventAggregates aggregates_;
-  LaunchShapes shapes_;
   std::vector<uint64_t> event_pending_since_;
   uint64_t launch_pending_since_ = 0;
   uint64_t torn_timeout_ns_ = 1000000000ULL;

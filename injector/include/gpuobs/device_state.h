@@ -15,27 +15,66 @@ namespace gpuobs {
 
 constexpr uint32_t kBlockShards = 8;    // blocks counters per kernel, picked by %smid
 constexpr uint32_t kAccessShards = 16;  // access counters per kernel, picked by %smid
+constexpr uint32_t kShapeBuckets = kShapesPerKernel;  // launch shapes per kernel (launch_census.h)
 
 struct DeviceContextState;
 
-// Per kernel slot; the patch's userdata points here (bound to the CUfunction, never per
-// launch: per-launch data misbehaved under graph replay, DEVICE.md pitfall 4).
+// One bucket of a kernel's launch shapes: every launch whose shape hashes here adds 1 and its
+// hash, and stores its shape. All launches of the bucket had the stored shape exactly when
+// hash_sum == launches * hash(shape) (mod 2^64); else two shapes met here (launch_census.h).
+struct DeviceShapeBucket {
+  uint64_t launches;
+  uint64_t hash_sum;
+  uint64_t grid;   // pack_grid
+  uint64_t block;  // pack_block
+};
+static_assert(sizeof(DeviceShapeBucket) == 32, "DeviceShapeBucket is 32 bytes");
+
+// Per kernel slot; the patch's userdata points here (bound to the CUfunction when it loads,
+// never per launch: per-launch data misbehaved under graph replay, DEVICE.md pitfall 4). Every
+// counter is a reduction the patch fires and forgets: nothing here is read back on the device.
 struct alignas(256) DeviceKernelSlot {
   DeviceContextState* context;  // back pointer, written once at context creation
   uint32_t slot;
   uint32_t reserved0;
-  uint64_t blocks[kBlockShards];
+  uint64_t launches;         // leader of block (0,0,0): one per launch
+  uint64_t blocks_expected;  // leader of block (0,0,0): the launch's grid size
+  uint64_t blocks[kBlockShards];             // block leaders, counter and up
+  uint64_t blocks_unobserved[kBlockShards];  // block leaders, off and noop
   uint64_t accesses[kAccessShards];
   uint64_t events_produced;
   uint64_t events_dropped;
-  uint64_t reserved[4];
+  uint64_t reserved[2];  // [0]: bytes of the naive access count (benchmarks)
+  DeviceShapeBucket shapes[kShapeBuckets];
 };
-static_assert(sizeof(DeviceKernelSlot) == 256, "DeviceKernelSlot is 256 bytes");
+static_assert(sizeof(DeviceKernelSlot) == 768, "DeviceKernelSlot is 768 bytes");
+static_assert(offsetof(DeviceKernelSlot, shapes) % 32 == 0, "shape buckets aligned");
 
 // Config word: mode in bits 0-7, shift in bits 8-15.
 GPUOBS_HD constexpr uint64_t make_config(Mode mode, uint32_t shift) { return uint64_t(mode) | (uint64_t(shift & 0xff) << 8); }
 GPUOBS_HD constexpr uint32_t config_mode(uint64_t config) { return uint32_t(config & 0xff); }
 GPUOBS_HD constexpr uint32_t config_shift(uint64_t config) { return uint32_t((config >> 8) & 0xff); }
+
+// The userdata a function is bound to carries the config in force for its launches in the
+// bits above the slot's address, so a patch knows its mode without a load from memory (a
+// dependent load on every block leader's path was most of the block set's device cost). A
+// switch rebinds every function. With kBoundConfig clear the patch reads the config from
+// device memory instead (GPUOBS_CONFIG=device).
+constexpr uint64_t kBoundConfig = 1ULL << 63;
+constexpr uint64_t kSlotAddressMask = (1ULL << 48) - 1;
+constexpr uint32_t kFlagsModeMask = 0x7;      // flags bits 0-2: Mode
+constexpr uint32_t kFlagsCaptured = 0x8;      // flags bit 3: the kernel filter lets it record
+constexpr uint32_t kFlagsShiftShift = 4;      // flags bits 4-8: sample shift
+GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured) {
+  return (config_mode(config) & kFlagsModeMask) | (captured ? kFlagsCaptured : 0) |
+         ((config_shift(config) & 0x1f) << kFlagsShiftShift);
+}
+GPUOBS_HD constexpr uint32_t flags_mode(uint32_t flags) { return flags & kFlagsModeMask; }
+GPUOBS_HD constexpr uint32_t flags_shift(uint32_t flags) { return (flags >> kFlagsShiftShift) & 0x1f; }
+GPUOBS_HD constexpr uint64_t bound_userdata(uint64_t slot_address, uint32_t flags) {
+  return (slot_address & kSlotAddressMask) | kBoundConfig | (uint64_t(flags & 0x7fff) << 48);
+}
+GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((userdata >> 48) & 0x7fff); }
 
 // The part the host rewrites when the config changes: one contiguous copy.
 struct DeviceConfig {

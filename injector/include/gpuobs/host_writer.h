@@ -15,27 +15,23 @@
 
 namespace gpuobs {
 
-// What the device keeps per kernel slot (device memory in the injector, process memory in
-// gpuobs-synth); published into KernelCounters' device half.
-struct DeviceKernelCounters {
-  uint64_t blocks_observed;
-  uint64_t memory_accesses;
-  uint64_t events_produced;
-  uint64_t events_dropped;
-};
-static_assert(sizeof(DeviceKernelCounters) == 32, "DeviceKernelCounters is 32 bytes");
-
-// One consistent copy of the device counters.
+// One consistent copy of the device counters (device memory in the injector, process memory
+// in gpuobs-synth), per kernel as the segment holds them (launch_census.h builds them).
 struct DeviceSnapshot {
   uint64_t events_produced = 0;
   uint64_t events_dropped = 0;
   uint64_t memory_accesses = 0;
   uint64_t blocks = 0;
+  uint64_t launches = 0;
   bool quiescent = false;
-  std::vector<uint64_t> ring_heads;                 // per event ring: tickets claimed
-  const DeviceKernelCounters* kernels = nullptr;    // [kernel_count]
+  std::vector<uint64_t> ring_heads;           // per event ring: tickets claimed
+  const KernelCounters* kernels = nullptr;    // [kernel_count]
+  const KernelShapes* shapes = nullptr;       // [kernel_count]
   uint32_t kernel_count = 0;
 };
+
+// Sums the per-kernel figures of a snapshot into its totals.
+void total_snapshot(DeviceSnapshot* snapshot);
 
 // A control request read from the segment (what the daemon asked for).
 struct ControlRequest {
@@ -61,8 +57,9 @@ class SegmentWriter {
   int64_t register_kernel(uint64_t function, uint64_t module, const std::string& mangled, uint64_t cubin_hash = 0,
                           uint64_t function_pc = 0);
 
-  // Appends a launch record and counts the launch and its expected blocks. False when the
-  // launch ring was full (counted, "host" stage). Callable from any thread, never blocks.
+  // Appends a launch record (launches are counted by the device census, not here; a kernel
+  // launch with no slot counts as unattributed). False when the launch ring was full
+  // (counted, "host" stage). Callable from any thread, never blocks.
   bool write_launch(const LaunchRecord& record);
 
   // Appends an engine step record and its request ids (text split over StepText records; empty

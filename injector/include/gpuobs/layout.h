@@ -20,7 +20,8 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 2;  // 2: graph launch and graph exec records
+constexpr uint32_t kLayoutVersion = 3;  // 2: graph launch and graph exec records; 3: the launch census
+                                        // moved to the device (launch events, kernel shapes section)
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
 constexpr uint32_t kPageBytes = 4096;
@@ -51,8 +52,10 @@ enum class EventKind : uint8_t {
   BlockExit = 2,
   MemoryAccess = 3,
   BulkCopy = 4,  // cp.async.bulk and friends (one record per block-level copy)
+  Launch = 5,    // a kernel launch, from the leader of its block (0,0,0) in the event modes: address
+                 // holds the grid shape (pack_grid), block_x/y/z the block shape
 };
-constexpr uint32_t kEventKindCount = 5;
+constexpr uint32_t kEventKindCount = 6;
 
 // Memory access flags carried in EventRecord::flags (match SANITIZER_MEMORY_DEVICE_FLAG_*).
 enum MemoryFlags : uint16_t {
@@ -64,8 +67,12 @@ enum MemoryFlags : uint16_t {
 
 // Launch table records: kernel launches (1, 2) and the graph events around them (3-5), which
 // carry no kernel (kernel_slot = UINT32_MAX, no geometry).
+// Kernel launch records (1, 2) come from host callbacks, which the steady state does not make:
+// the device counts launches (KernelCounters, KernelShapes). Eager records exist only with the
+// opt-in launch trace (kLaunchTrace); node records for a graph exec's first replays (the
+// injector learns its nodes' grid ids) and with the trace; a graph launch record says which.
 enum class LaunchKind : uint32_t {
-  Eager = 1,               // LAUNCH_BEGIN of an ordinary launch
+  Eager = 1,               // LAUNCH_BEGIN of an ordinary launch (launch trace only)
   GraphNode = 2,           // NODE_LAUNCH_BEGIN inside a graph replay (kernel nodes only)
   GraphLaunch = 3,         // GRAPHS_LAUNCH_BEGIN: one replay; graph_exec, stream, replay
   GraphExecCreated = 4,    // GRAPHEXEC_CREATED: graph_exec
@@ -93,6 +100,8 @@ enum class ProducerKind : uint32_t { Injector = 1, Synth = 2, Test = 3 };
 enum ProducerFlags : uint32_t {
   kBlockExitsHooked = 0x1,  // block exits are recorded (GPUOBS_BLOCK_EXIT=1): in-flight blocks and
                             // block durations can be derived; without it an enter has no partner
+  kLaunchTrace = 0x2,       // a host record per kernel launch (GPUOBS_LAUNCH_TRACE=1, opt-in: each
+                            // launch then costs a host callback)
 };
 
 // ---- records -----------------------------------------------------------------------------
@@ -150,6 +159,10 @@ struct alignas(64) LaunchRecord {
 static_assert(sizeof(LaunchRecord) == kLaunchRecordBytes, "LaunchRecord is two cache lines");
 static_assert(offsetof(LaunchRecord, seq) == 120, "seq is the last word");
 constexpr uint32_t kLaunchCaptured = 0x1;
+// Graph launch records: the node launches of this replay follow as GraphNode records. Without
+// it, the replay ran the nodes last recorded for its graph exec (a graph exec's kernel nodes
+// and their grid ids never change), and no host callback was made per node.
+constexpr uint32_t kGraphNodesRecorded = 0x2;
 
 // Host annotations travel in the launch ring, in records of a launch record's size with `kind`
 // and `seq` where a launch record has them, so they are ordered with the launches they explain:
@@ -323,18 +336,44 @@ struct RingControl {
 static_assert(sizeof(RingControl) == 128, "RingControl is two cache lines");
 static_assert(offsetof(RingControl, tail) == 64, "consumer half on its own line");
 
-// Per kernel slot. Host half updated live with atomics; device half published.
+// Per kernel slot, published by the producer under publish_seq. The device counts launches of
+// patched kernels (the leader of block (0,0,0) counts its launch and grid size, every block
+// leader its block); the host adds launches of kernels it could not patch (seen by its launch
+// callbacks, which it enables only then). blocks_expected = observed + unpatched + unobserved.
 struct KernelCounters {
-  uint64_t launches;         // host: launch callbacks
-  uint64_t blocks_expected;  // host: sum of grid sizes over launches
-  uint64_t blocks_observed;  // device: blocks counted by the patches
+  uint64_t launches;         // launches (device census, plus host-counted unpatched ones)
+  uint64_t blocks_expected;  // sum of grid sizes over launches
+  uint64_t blocks_observed;  // device: blocks counted by the patches (counter and up)
   uint64_t blocks_unpatched; // host: blocks of launches the patches could not see
   uint64_t memory_accesses;  // device: exact access count
   uint64_t events_produced;  // device: events this kernel tried to record
   uint64_t events_dropped;   // device: ... dropped (ring full)
-  uint64_t blocks_unobserved; // host: blocks of launches in a mode that counts none (off, noop)
+  uint64_t blocks_unobserved; // device: blocks that ran in a mode that counts none (off, noop)
 };
 static_assert(sizeof(KernelCounters) == 64, "KernelCounters is one cache line");
+
+// Per kernel slot, the (grid, block) shapes of its launches, counted on the device without a
+// host callback (launch_census.h) and published with the counters. A launch whose shape the
+// device could not attribute exactly (two shapes met in one bucket) counts in other_launches,
+// so the shapes' launches plus other_launches equal KernelCounters::launches.
+constexpr uint32_t kShapesPerKernel = 8;
+struct ShapeCount {
+  uint32_t grid_x;
+  uint16_t grid_y;
+  uint16_t grid_z;
+  uint16_t block_x;
+  uint16_t block_y;
+  uint16_t block_z;
+  uint16_t reserved;
+  uint64_t launches;  // 0: unused entry
+};
+static_assert(sizeof(ShapeCount) == 24, "ShapeCount is 24 bytes");
+struct KernelShapes {
+  ShapeCount shapes[kShapesPerKernel];
+  uint64_t other_launches;
+  uint64_t reserved[7];
+};
+static_assert(sizeof(KernelShapes) == 256, "KernelShapes is 256 bytes");
 
 // Kernel table entry: names live in the name arena. Published by storing kernel_count.
 struct KernelEntry {
@@ -360,6 +399,7 @@ struct Geometry {
   uint64_t counters_offset;
   uint64_t ring_controls_offset;  // launch ring first, then event rings
   uint64_t kernel_counters_offset;
+  uint64_t kernel_shapes_offset;  // right after the kernel counters (not in the header: derived)
   uint64_t kernel_table_offset;
   uint64_t name_arena_offset;
   uint64_t launch_ring_offset;
@@ -387,6 +427,8 @@ constexpr Geometry compute_geometry(const Capacities& caps) {
   at = align_up(at, kPageBytes);
   g.kernel_counters_offset = at;
   at = align_up(at + sizeof(KernelCounters) * uint64_t(caps.kernel_slots), kPageBytes);
+  g.kernel_shapes_offset = at;
+  at = align_up(at + sizeof(KernelShapes) * uint64_t(caps.kernel_slots), kPageBytes);
   g.kernel_table_offset = at;
   at = align_up(at + sizeof(KernelEntry) * uint64_t(caps.kernel_slots), kPageBytes);
   g.name_arena_offset = at;

@@ -18,6 +18,7 @@ struct SegmentView {
   RingControl* launch_ring_control = nullptr;
   RingControl* event_ring_controls = nullptr;  // [caps.event_rings]
   KernelCounters* kernel_counters = nullptr;   // [caps.kernel_slots]
+  KernelShapes* kernel_shapes = nullptr;       // [caps.kernel_slots]
   KernelEntry* kernel_table = nullptr;         // [caps.kernel_slots]
   char* name_arena = nullptr;                  // [caps.name_arena_bytes]
   LaunchRecord* launch_ring = nullptr;         // [caps.launch_ring_records]
@@ -40,6 +41,7 @@ inline SegmentView make_view(uint8_t* base, const Capacities& caps) {
   view.launch_ring_control = reinterpret_cast<RingControl*>(base + g.ring_controls_offset);
   view.event_ring_controls = view.launch_ring_control + 1;
   view.kernel_counters = reinterpret_cast<KernelCounters*>(base + g.kernel_counters_offset);
+  view.kernel_shapes = reinterpret_cast<KernelShapes*>(base + g.kernel_shapes_offset);
   view.kernel_table = reinterpret_cast<KernelEntry*>(base + g.kernel_table_offset);
   view.name_arena = reinterpret_cast<char*>(base + g.name_arena_offset);
   view.launch_ring = reinterpret_cast<LaunchRecord*>(base + g.launch_ring_offset);
