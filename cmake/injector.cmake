@@ -70,3 +70,15 @@ add_custom_command(
   VERBATIM)
 add_custom_target(gpuobs_patches ALL DEPENDS ${_gpuobs_fatbin})
 install(FILES ${_gpuobs_fatbin} DESTINATION gpuobs/lib)
+
+# The floor tool (benchmarks only, bench/floor_tool): empty callbacks and an empty patch, so a
+# benchmark can show what the Sanitizer API itself costs beside what gpuobs adds.
+add_library(gpuobs_floor_tool SHARED bench/floor_tool/floor_tool.cpp)
+target_include_directories(gpuobs_floor_tool PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE}
+                           ${CMAKE_CURRENT_SOURCE_DIR}/injector/src)
+target_link_libraries(gpuobs_floor_tool PRIVATE ${GPUOBS_SANITIZER_LIBRARY} ${CMAKE_DL_LIBS})
+set_target_properties(gpuobs_floor_tool PROPERTIES
+  CXX_VISIBILITY_PRESET hidden
+  BUILD_RPATH "${_gpuobs_sanitizer_dir}"
+  INSTALL_RPATH "$ORIGIN;${_gpuobs_sanitizer_dir}")
+install(TARGETS gpuobs_floor_tool LIBRARY DESTINATION gpuobs/lib)

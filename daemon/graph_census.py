@@ -1,6 +1,14 @@
 """Per process, what its CUDA graphs did: graph execs, replays and node executions from the
 launch records, each node execution joined to its device block events.
 
+The injector makes one host callback per replay (a graph launch record) and none per node,
+except in the replays it records node by node to learn an exec's nodes (the first, normally;
+every replay under the launch trace): those records say so (GRAPH_NODES_RECORDED) and their
+node records follow. A graph exec's kernel nodes and their grid ids never change, so a replay
+not recorded node by node ran the exec's learned nodes: its node executions are implied, in the
+census and in the join alike. Replays of an exec whose nodes were never learned are counted as
+such (their node executions are unknown, never guessed).
+
 The join key is (grid id, replay number), never the order of arrival: a graph node keeps its
 grid id in every replay, and the injector pushes a replay number of its own into device memory
 at each graph launch, which the patches stamp into every event (DESIGN §6). Launch records are
@@ -12,6 +20,13 @@ Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in deta
 are folded into totals, but only once the daemon has caught up with the event rings (settle()):
 a replay's events may still be in a ring when a fast program has already launched a thousand more
 replays. A daemon that never catches up folds anyway past MAX_UNSETTLED replays.
+
+A node execution is judged by the device's own evidence, not by the mode the host saw when it
+launched the replay: a switch lands while replays are queued on the GPU, so a replay launched in
+one mode may run its nodes in another. An execution with events of its (grid id, replay) ran in
+an event mode: it is matched when every block entered, mismatched otherwise; one without any
+event is unrecorded (it ran in a mode that records none, its kernel was filtered out, or every
+one of its events was dropped, which the drop counters say).
 
 The census (graph execs, replays, node executions per node) is exact and vectorized. The join
 is per node execution in Python, so it runs under the daemon's analysis budget: node executions
@@ -28,7 +43,7 @@ import time
 
 import numpy as np
 
-from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, MODES
+from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS
 
 from .kernel_census import AnalysisBudget
 
@@ -38,8 +53,7 @@ EXEC_CREATED = LAUNCH_KINDS["graph_exec_created"]
 EXEC_DESTROYED = LAUNCH_KINDS["graph_exec_destroyed"]
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
-MODE_BLOCKS = MODES["blocks"]
-CAPTURED = 0x1
+LAUNCH_EVENT = EVENT_KINDS["launch"]
 REPLAY_MASK = 0xFFFFFFFF  # the device carries the low 32 bits of the replay number
 
 MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
@@ -67,7 +81,7 @@ class NodeExecution:
     grid_id: int
     slot: int
     blocks: int  # grid size
-    recordable: bool  # blocks mode, kernel captured, replay number known
+    recordable: bool  # its replay number is known (its events can be told from other replays')
 
     def key(self, replay: int) -> int:
         return device_key(self.grid_id, replay)
@@ -111,7 +125,8 @@ class GraphCensus:
     first_launch_id: int = 0
     last_launch_id: int = 0
     replays_seen: int = 0  # GRAPHS_LAUNCH_BEGIN records
-    node_executions: int = 0
+    replays_implied: int = 0  # of which not recorded node by node: they ran the learned nodes
+    recorded_executions: int = 0  # node executions with a node record of their own
     order: list[int] = dataclasses.field(default_factory=list)  # node order of the longest replay seen
     order_stable: bool = True
     device_order: list[int] = dataclasses.field(default_factory=list)
@@ -124,6 +139,18 @@ class GraphCensus:
         if self.replays_seen:
             return self.replays_seen
         return self.last_launch_id - self.first_launch_id + 1 if self.last_launch_id else 0
+
+    @property
+    def node_executions(self) -> int:
+        return self.recorded_executions + self.replays_implied * len(self.nodes)
+
+    @property
+    def replays_nodes_unknown(self) -> int:
+        """Replays whose node executions cannot be said: not recorded, and no node ever learned."""
+        return 0 if self.nodes else self.replays_implied
+
+    def executions_of(self, node: NodeCensus) -> int:
+        return node.executions + self.replays_implied
 
 
 class GraphCensuses:
@@ -166,7 +193,7 @@ class GraphCensuses:
             if self.budget.allows():
                 self._join_launches(rows)
             else:
-                self._count_unjoined(rows[rows["kind"] == GRAPH_NODE])
+                self._count_unjoined(rows)
 
     def _count(self, rows: np.ndarray) -> None:
         """The exact census, one numpy pass: lifetimes, replays, node executions per node."""
@@ -175,11 +202,15 @@ class GraphCensuses:
             census = self._graph(int(graph_exec))
             if census is not None:
                 census.alive = kind == EXEC_CREATED
-        execs, counts = np.unique(rows["graph_exec"][kinds == GRAPH_LAUNCH], return_counts=True)
+        graph_launches = rows[kinds == GRAPH_LAUNCH]
+        implied = (graph_launches["flags"] & GRAPH_NODES_RECORDED) == 0
+        execs, counts = np.unique(graph_launches["graph_exec"], return_counts=True)
+        implied_counts = dict(zip(*np.unique(graph_launches["graph_exec"][implied], return_counts=True)))
         for graph_exec, count in zip(execs.tolist(), counts.tolist()):
             census = self._graph(graph_exec)
             if census is not None:
                 census.replays_seen += count
+                census.replays_implied += int(implied_counts.get(graph_exec, 0))
         nodes = rows[kinds == GRAPH_NODE]
         if not len(nodes):
             return
@@ -205,7 +236,7 @@ class GraphCensuses:
                     node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
                     (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
             entry.executions += end - start
-            census.node_executions += end - start
+            census.recorded_executions += end - start
             census.first_launch_id = min(census.first_launch_id or first_id, first_id)
             census.last_launch_id = max(census.last_launch_id, last_id)
             # a node keeps its grid id across replays: normally one value per group
@@ -214,13 +245,21 @@ class GraphCensuses:
                     entry.grid_ids.add(grid_id)
                 self.grid_owner.setdefault(grid_id, census.graph_exec)
 
-    def _count_unjoined(self, nodes: np.ndarray) -> None:
+    def _count_unjoined(self, rows: np.ndarray) -> None:
+        """Node executions of launch batches the budget skipped: recorded ones and implied ones."""
+        nodes = rows[rows["kind"] == GRAPH_NODE]
         pairs, counts = np.unique(np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1), axis=0,
                                   return_counts=True)
         for (graph_exec, node), count in zip(pairs.tolist(), counts.tolist()):
             census = self.graphs.get(graph_exec)
             if census is not None and node in census.nodes:
                 census.nodes[node].unjoined += count
+        launches = rows[(rows["kind"] == GRAPH_LAUNCH) & ((rows["flags"] & GRAPH_NODES_RECORDED) == 0)]
+        execs, counts = np.unique(launches["graph_exec"], return_counts=True)
+        for graph_exec, count in zip(execs.tolist(), counts.tolist()):
+            census = self.graphs.get(graph_exec)
+            for node in census.nodes.values() if census is not None else ():
+                node.unjoined += count
 
     def _join_launches(self, rows: np.ndarray) -> None:
         """Per replay and node execution, what the join needs (in order: one graph launch, then
@@ -235,9 +274,19 @@ class GraphCensuses:
             if census is None:
                 continue
             if kind == GRAPH_LAUNCH:
-                self._keep(census, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]), int(row["mode"])))
+                record = self._keep(census, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
+                                                         int(row["mode"])))
+                if not int(row["flags"]) & GRAPH_NODES_RECORDED:
+                    self._implied_executions(census, record)
             else:
                 self._node_execution(census, row)
+
+    def _implied_executions(self, census: GraphCensus, record: ReplayRecord) -> None:
+        """A replay with no node records ran the exec's learned nodes, in their learned order."""
+        for node in census.nodes.values():
+            grid_id = min(node.grid_ids) if node.grid_ids else 0
+            record.executions.append(NodeExecution(node.node, grid_id, node.slot, node.blocks_per_execution,
+                                                   record.replay != 0 and len(node.grid_ids) == 1))
 
     def _node_execution(self, census: GraphCensus, row: dict) -> None:
         node, grid_id, launch_id = int(row["graph_node"]), int(row["grid_id"]), int(row["graph_launch_id"])
@@ -247,8 +296,7 @@ class GraphCensuses:
             # no graph launch record for this replay (dropped, or skipped by the budget)
             record = self._keep(census, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
         record.launch_id = launch_id
-        recordable = (int(row["mode"]) == MODE_BLOCKS and bool(int(row["flags"]) & CAPTURED) and replay != 0
-                      and int(row["kernel_slot"]) != 0xFFFFFFFF)
+        recordable = replay != 0 and int(row["kernel_slot"]) != 0xFFFFFFFF
         record.executions.append(NodeExecution(node, grid_id, int(row["kernel_slot"]),
                                                census.nodes[node].blocks_per_execution, recordable))
 
@@ -279,6 +327,21 @@ class GraphCensuses:
             node.blocks_observed += observed
             self.spans.pop(execution.key(record.replay), None)
 
+    def replay_shape(self, graph_exec: int) -> tuple[int, int]:
+        """(kernel nodes, blocks) one replay of this exec runs, as learned so far; (0, 0) unknown."""
+        census = self.graphs.get(graph_exec)
+        if census is None:
+            return 0, 0
+        return len(census.nodes), sum(node.blocks_per_execution for node in census.nodes.values())
+
+    def executions_per_slot(self) -> dict[int, int]:
+        """Per kernel slot, its launches that were graph node executions (every graph exec)."""
+        out: dict[int, int] = collections.defaultdict(int)
+        for census in list(self.graphs.values()):
+            for node in list(census.nodes.values()):
+                out[node.slot] += census.executions_of(node)
+        return out
+
     # -- device events -------------------------------------------------------------------------
     def node_grid_ids(self) -> np.ndarray:
         """Grid ids that belong to graph nodes (their events carry a meaningful replay number)."""
@@ -298,7 +361,8 @@ class GraphCensuses:
 
     def _join_events(self, events: np.ndarray) -> None:
         kinds = events["kind"]
-        block = events[((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT)) & np.isin(events["grid_id"], self.node_grid_ids())]
+        block = events[((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT) | (kinds == LAUNCH_EVENT)) &
+                       np.isin(events["grid_id"], self.node_grid_ids())]
         if not len(block):
             return
         keys = (block["grid_id"].astype(np.uint64) << np.uint64(32)) | block["replay"].astype(np.uint64)
@@ -345,13 +409,14 @@ class GraphCensuses:
 
     # -- reading -------------------------------------------------------------------------------
     def execution_status(self, execution: NodeExecution, record: ReplayRecord) -> tuple[str, int]:
+        """Judged by the device's evidence: events of this execution mean it ran in an event mode."""
         replay = record.replay
-        span = self.spans.get(execution.key(replay)) if replay else None
+        span = self.spans.get(execution.key(replay)) if replay and execution.recordable else None
         observed = span.enters if span else 0
-        if not execution.recordable:
-            return UNRECORDED, observed
         if record.number <= self.tainted_through:
             return UNJOINED, observed
+        if span is None or not span.events:
+            return UNRECORDED, observed
         return (MATCHED if observed == execution.blocks else MISMATCHED), observed
 
     def unmatched_events(self, census: GraphCensus) -> int:
@@ -373,7 +438,7 @@ class GraphCensuses:
         firsts = []
         for execution in record.executions:
             span = self.spans.get(execution.key(record.replay))
-            if not execution.recordable or span is None or not span.enters:
+            if not execution.recordable or span is None or span.enters != execution.blocks:
                 return  # only fully recorded replays say anything about device order
             firsts.append((span.first_ns, execution.node))
         device_order = [node for _, node in sorted(firsts)]

@@ -8,12 +8,16 @@ from typing import Any, AsyncIterator
 import grpc
 from google.protobuf import json_format
 
+from gpuobs.segment import EVENT_DTYPE
+
 from .proto.gpuobs.v1 import observer_pb2 as pb
 from .proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
 from .registry import NotFound, queue_subscriber
 from .service import InvalidArgument, ObserverService
 
 MAX_MESSAGE_BYTES = 4 << 20
+EVENT_BYTES = EVENT_DTYPE.itemsize
+STREAM_RECORDS = (MAX_MESSAGE_BYTES // 2) // EVENT_BYTES  # per EventBatch: well within a client's limit
 
 
 def process_message(view: dict[str, Any]) -> pb.Process:
@@ -72,9 +76,13 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 _, pid, payload, count = await queue.get()
                 if request.max_events and sent + count > request.max_events:
                     count = request.max_events - sent
-                    payload = payload[: count * 64]
-                sent += count
-                yield pb.EventBatch(pid=pid, records=payload, count=count, dropped_for_client=subscriber.dropped)
+                    payload = payload[: count * EVENT_BYTES]
+                # a full drain batch is 4 MiB of records: over a client's default message limit
+                for first in range(0, count, STREAM_RECORDS):
+                    part = min(STREAM_RECORDS, count - first)
+                    sent += part
+                    yield pb.EventBatch(pid=pid, records=payload[first * EVENT_BYTES:(first + part) * EVENT_BYTES],
+                                        count=part, dropped_for_client=subscriber.dropped)
         finally:
             registry.subscribers.remove(subscriber)
 

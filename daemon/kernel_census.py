@@ -1,6 +1,6 @@
 """Per kernel, what the counters in the segment do not hold: how long blocks ran (block enter
 paired with block exit) and which blocks are still in flight. Batched in numpy: no Python per
-event. (Launch shapes are counted by the native reader as it hands launch records on.)
+event. (Launch shapes come with the counters: the device's launch census counts them.)
 
 Block durations and in-flight blocks (hang evidence) need exit events, which the injector
 records only with GPUOBS_BLOCK_EXIT=1 (an exit hook is costly, see

@@ -199,7 +199,7 @@ class Registry:
                 break
             read += len(launches)
             process.graphs.update(launches)
-            process.steps.update(launches)
+            process.steps.update(launches, process.graphs.replay_shape)
             self._publish("launches", process.pid, launches)
         caught_up = True
         for ring in range(segment.event_rings):

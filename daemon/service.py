@@ -23,13 +23,13 @@ MAX_PIDS = 4096
 
 
 def shape_report(entry: tuple | None) -> dict[str, Any]:
-    """The native reader's launch shapes of one kernel, most launched first."""
+    """One kernel's launch shapes as the device census counted them, most launched first."""
     if entry is None:
-        return {"shapes": [], "other_shape_launches": 0, "graph_launches": 0}
-    shapes, other, graph = entry
+        return {"shapes": [], "other_shape_launches": 0}
+    shapes, other = entry
     ordered = sorted(shapes, key=lambda shape: -shape[2])
     return {"shapes": [{"grid": list(grid), "block": list(block), "launches": count} for grid, block, count in ordered],
-            "other_shape_launches": other, "graph_launches": graph}
+            "other_shape_launches": other}
 
 
 def injector_stats(counters: dict[str, int]) -> dict[str, Any]:
@@ -114,7 +114,8 @@ class ObserverService:
             aggregates = process.segment.aggregates()[: len(counters)]
             delivered = aggregates.sum(axis=1)
             block_events = aggregates[:, EVENT_KINDS["block_enter"]] + aggregates[:, EVENT_KINDS["block_exit"]]
-            shapes = process.segment.reader.launch_shapes()
+            shapes = process.segment.reader.launch_shapes() or {}
+            graph_launches = process.graphs.executions_per_slot()
             for entry in process.segment.kernels():
                 slot = entry["slot"]
                 if slot >= len(counters):
@@ -126,7 +127,7 @@ class ObserverService:
                     "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
                     "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
                     "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
-                    **shape_report(shapes.get(slot)),
+                    **shape_report(shapes.get(slot)), "graph_launches": graph_launches.get(slot, 0),
                     "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry),
                     **process.kernels.report(slot, int(block_events[slot])),
                 })
@@ -149,7 +150,7 @@ class ObserverService:
                     counts = report["per_node"][n.node]
                     nodes.append({
                         "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
-                        "grid": list(n.grid), "block": list(n.block), "executions": n.executions,
+                        "grid": list(n.grid), "block": list(n.block), "executions": census.executions_of(n),
                         "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
                         "position": position.get(n.node, len(order)),
                         "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
@@ -161,6 +162,7 @@ class ObserverService:
                     "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
                     "replays": census.replays, "first_launch_id": census.first_launch_id,
                     "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
+                    "replays_nodes_unknown": census.replays_nodes_unknown,
                     "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
                     "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
                     "executions_matched": report["totals"]["matched"],

@@ -6,6 +6,10 @@ ring as the launch records, so a launch belongs to the last step that began befo
 clock). Launches before the first step (start-up, warm-up, graph capture) belong to none and are
 counted apart. Request ids travel only when the set of requests changed from the step before.
 
+The injector makes a host record per graph replay but none per eager launch (unless its launch
+trace is on): a step's kernel launches are its replays' node executions (the graph census knows
+each exec's nodes) plus the eager launch records there are.
+
 Memory is bounded: the last KEEP_STEPS steps are kept in detail, with the replays they launched;
 totals count every step.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -22,7 +27,10 @@ from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TE
 STEP = LAUNCH_KINDS["step"]
 STEP_TEXT = LAUNCH_KINDS["step_text"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
-KERNEL_LAUNCHES = (LAUNCH_KINDS["eager"], LAUNCH_KINDS["graph_node"])
+EAGER = LAUNCH_KINDS["eager"]
+KERNEL_LAUNCHES = (EAGER, LAUNCH_KINDS["graph_node"])
+# (kernel nodes, blocks) one replay of a graph exec runs, as far as the graph census knows
+ReplayShape = Callable[[int], tuple[int, int]]
 
 
 @dataclasses.dataclass
@@ -60,8 +68,8 @@ class StepCensus:
         self._next_key = 0
         self._last_ids: list[str] = []
 
-    def update(self, rows: np.ndarray) -> None:
-        """One launch ring batch, in ring order."""
+    def update(self, rows: np.ndarray, replay_shape: ReplayShape = lambda graph_exec: (0, 0)) -> None:
+        """One launch ring batch, in ring order (after the graph census has seen it)."""
         if not len(rows):
             return
         kinds = rows["kind"]
@@ -79,7 +87,7 @@ class StepCensus:
             self._keys = list(self.steps)
             self._times = np.fromiter((s.host_time_ns for s in self.steps.values()), dtype=np.uint64,
                                       count=len(self.steps))
-        self._attribute(rows[~annotated])
+        self._attribute(rows[~annotated], replay_shape)
 
     def _begin(self, record: np.void) -> None:
         same = bool(int(record["flags"]) & STEP_SAME_REQUESTS)
@@ -112,25 +120,31 @@ class StepCensus:
             step.request_ids = step.text.decode("utf-8", "replace").split("\n")
             self._last_ids = step.request_ids
 
-    def _attribute(self, rows: np.ndarray) -> None:
-        """Each launch to the last step that began before it."""
+    def _attribute(self, rows: np.ndarray, replay_shape: ReplayShape) -> None:
+        """Each launch to the last step that began before it: eager launch records one by one,
+        a graph replay with all its nodes (node records are not counted apart)."""
         kinds = rows["kind"]
-        relevant = rows[np.isin(kinds, KERNEL_LAUNCHES) | (kinds == GRAPH_LAUNCH)]
+        relevant = rows[(kinds == EAGER) | (kinds == GRAPH_LAUNCH)]
         if not len(relevant):
             return
+        is_kernel = relevant["kind"] == EAGER
+        shapes = {graph_exec: replay_shape(graph_exec) for graph_exec in
+                  np.unique(relevant["graph_exec"][~is_kernel]).tolist()}
+        launches = np.ones(len(relevant), dtype=np.uint64)
+        blocks = relevant["grid_x"].astype(np.uint64) * relevant["grid_y"] * relevant["grid_z"]
+        for index in np.flatnonzero(~is_kernel).tolist():
+            launches[index], blocks[index] = shapes[int(relevant["graph_exec"][index])]
         if not len(self._times):
-            self.launches_before_steps += int(np.isin(relevant["kind"], KERNEL_LAUNCHES).sum())
+            self.launches_before_steps += int(launches.sum())
             return
         positions = np.searchsorted(self._times, relevant["host_time_ns"], side="right") - 1
-        is_kernel = np.isin(relevant["kind"], KERNEL_LAUNCHES)
         before = positions < 0
-        self.launches_before_steps += int((before & is_kernel).sum())
-        blocks = (relevant["grid_x"].astype(np.uint64) * relevant["grid_y"] * relevant["grid_z"])
+        self.launches_before_steps += int(launches[before].sum())
         kept = ~before
-        for position in np.unique(positions[kept & is_kernel]).tolist():
-            chosen = kept & is_kernel & (positions == position)
+        for position in np.unique(positions[kept]).tolist():
+            chosen = kept & (positions == position)
             step = self.steps[self._keys[position]]
-            step.kernel_launches += int(chosen.sum())
+            step.kernel_launches += int(launches[chosen].sum())
             step.blocks_expected += int(blocks[chosen].sum())
         for index in np.flatnonzero(kept & ~is_kernel).tolist():
             step_key = self._keys[int(positions[index])]

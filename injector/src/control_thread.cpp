@@ -77,18 +77,6 @@ void Injector::apply_request(const ControlRequest& request) {
       return;
     }
   }
-  if (mode_emits_events(request.mode) && !mode_emits_events(Mode(config_mode(config_word_.load())))) {
-    // Entering an event mode: replays whose kernels see it before their own number was pushed
-    // carry this one, which no replay record has (their events count as unmatched, never as
-    // another replay's).
-    const uint32_t contexts = context_count_.load(std::memory_order_acquire);
-    for (uint32_t index = 0; index < contexts; ++index) {
-      DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
-      std::string error;
-      if (context && !context->push_fresh_replay(&error) && first_time(LogOnce::Internal))
-        log_line("context %u: %s", index, error.c_str());
-    }
-  }
   {
     std::lock_guard<std::mutex> lock(config_mutex_);
     in_force_.mode = request.mode;
@@ -100,7 +88,8 @@ void Injector::apply_request(const ControlRequest& request) {
     rebind_locked();
     current = in_force_;
   }
-  // After the rebinding: a replay that records the new mode already runs kernels bound to it.
+  // What the host's records say is in force, from now on (a launch queued before may still run
+  // under the old binding: the device's own events say which, daemon/graph_census.py).
   config_word_.store(make_config(current.mode, current.shift), std::memory_order_release);
   writer_->acknowledge(request.generation, current, ControlStatus::Ok, "");
 }

@@ -92,19 +92,8 @@ bool DeviceContext::write_config(uint64_t config, const std::vector<uint8_t>& ca
   return true;
 }
 
-bool DeviceContext::push_fresh_replay(std::string* error) {
-  uint64_t replay = next_replay();
-  uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
-  if (sanitizerMemcpyHostToDeviceAsync(replay_address, &replay, sizeof(replay), tool_stream_) != SANITIZER_SUCCESS ||
-      sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
-    *error = "writing a replay number into device memory failed";
-    return false;
-  }
-  return true;
-}
-
 uint64_t DeviceContext::push_replay(Sanitizer_StreamHandle stream) {
-  const uint64_t replay = next_replay();
+  const uint64_t replay = replay_.fetch_add(1, std::memory_order_relaxed) + 1;
   uint64_t& source = replay_sources_[replay % kReplayBuffers];
   source = replay;
   uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);

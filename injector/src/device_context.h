@@ -31,7 +31,7 @@ class DeviceContext {
   // patches read when functions are bound without their config, GPUOBS_CONFIG=device). Waits
   // on the tool's stream: launches that start after this returns see it.
   bool write_config(uint64_t config, const std::vector<uint8_t>& capture, std::string* error);
-  // Launch path, at GRAPHS_LAUNCH_BEGIN in the event modes: takes the next replay number of this
+  // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this
   // context and copies it into DeviceConfig::replay on the graph's stream, ahead of the replay's
   // nodes, which stamp it into their events (graph nodes keep their grid ids across replays, so
   // the grid id alone cannot say which replay an event belongs to). Returns the number, 0 when
@@ -39,13 +39,6 @@ class DeviceContext {
   // can overwrite each other's number; the daemon then finds events whose (grid id, replay)
   // match no launch.
   uint64_t push_replay(Sanitizer_StreamHandle stream);
-  // The next replay number without a copy (modes whose events carry none).
-  uint64_t next_replay() { return replay_.fetch_add(1, std::memory_order_relaxed) + 1; }
-  // Tool thread, entering an event mode: a number no replay has, on the tool's stream, waited
-  // for, so that a replay whose kernels see the new mode before its own number never carries an
-  // older replay's number.
-  bool push_fresh_replay(std::string* error);
-
   // Control thread: copies the device counters of slots [0, kernel_count) and the ring head.
   bool read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
                  std::string* error);

@@ -7,6 +7,7 @@
 #include "driver_api.h"
 #include "gpuobs/shm_segment.h"
 #include "injector_log.h"
+#include "steady_callbacks.h"
 
 namespace gpuobs {
 namespace {
@@ -81,14 +82,7 @@ bool Injector::subscribe() {
   }
   // Only what the steady state needs: every enabled callback id costs the served process, even
   // with an empty body (measured in vLLM serving). No launch callbacks, no synchronize ones.
-  for (Sanitizer_CallbackId cbid :
-       {SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED, SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
-        SANITIZER_CBID_RESOURCE_MODULE_LOADED, SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING,
-        SANITIZER_CBID_RESOURCE_FUNCTIONS_LAZY_LOADED})
-    enable_callback(SANITIZER_CB_DOMAIN_RESOURCE, cbid, true);
-  for (Sanitizer_CallbackId cbid : {SANITIZER_CBID_GRAPHS_GRAPHEXEC_CREATED, SANITIZER_CBID_GRAPHS_GRAPHEXEC_DESTROYING,
-                                    SANITIZER_CBID_GRAPHS_LAUNCH_BEGIN})
-    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, cbid, true);
+  for (const CallbackId& id : kSteadyCallbacks) enable_callback(id.domain, id.cbid, true);
   if (config_.launch_trace) need_launch_callbacks(nullptr);
   return true;
 }
@@ -233,6 +227,7 @@ void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
   if (!patcher_.load_patches(data.context, config_.patch_file, &error)) {
     count(&writer_->view().counters->patch_failures);
     if (first_time(LogOnce::PatchLoad)) log_line("%s; kernels run unpatched", error.c_str());
+    need_launch_callbacks(nullptr);  // before any module of this context loads: no launch missed
   }
   std::lock_guard<std::mutex> lock(contexts_mutex_);
   const uint32_t index = context_count_.load(std::memory_order_relaxed);
@@ -469,10 +464,10 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
   if (recorded) record.flags |= kGraphNodesRecorded;
   if (context) {
     record.context_index = context->ring_index();
-    // The replay's number: pushed to the device, ahead of its nodes, only in the modes whose
-    // events carry it (an event mode is entered with a number of its own, control_thread.cpp).
-    record.replay = mode_emits_events(Mode(config_mode(config))) ? context->push_replay(data.hStream)
-                                                                  : context->next_replay();
+    // The replay's number, pushed to the device ahead of its nodes in every mode: a switch lands
+    // while replays are queued, so the mode the host saw at launch need not be the one the
+    // nodes run in, and events must carry their own replay's number whenever they are made.
+    record.replay = context->push_replay(data.hStream);
   }
   t_graph_launch = GraphLaunchInProgress{graph_exec, record.replay, recorded, 0};
   writer_->write_launch(record);

@@ -435,6 +435,9 @@ PYBIND11_MODULE(_native, m) {
       py::arg("event_rings"), py::arg("event_ring_records"), py::arg("launch_ring_records"), py::arg("kernel_slots"),
       py::arg("name_arena_bytes"));
   m.def("fmix64", &fmix64, "MurmurHash3 fmix64, as the patches compute it");
+  m.def("pack_grid", &pack_grid, py::arg("x"), py::arg("y"), py::arg("z"));
+  m.def("pack_block", &pack_block, py::arg("x"), py::arg("y"), py::arg("z"));
+  m.def("shape_hash", &shape_hash, py::arg("grid"), py::arg("block"), "The launch census's shape hash");
   m.def("sample_keep", &sample_keep, py::arg("pc"), py::arg("thread"), py::arg("block"), py::arg("shift"));
   m.def("control_request_problem", &control_request_problem, py::arg("mode"), py::arg("shift"), py::arg("patch_set"),
         py::arg("filter"), "Why a control request is invalid; '' when it is valid (same check as the producers).");

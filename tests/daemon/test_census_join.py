@@ -7,18 +7,21 @@ import numpy as np
 
 from gpuobs.daemon.graph_census import GraphCensuses
 from gpuobs.daemon.kernel_census import AnalysisBudget, KernelCensus
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
 
 EXEC = 0x7000
 NODES = {0xA0: (11, 4), 0xA1: (12, 3)}  # node -> (grid id, blocks)
 
 
-def graph_launches(replays: range, mode: str = "blocks") -> np.ndarray:
+def graph_launches(replays: range, mode: str = "blocks", recorded: range | None = None) -> np.ndarray:
+    """Graph launch records of `replays`; those in `recorded` (all, by default) followed by their
+    node records, as the injector writes a replay it records node by node."""
     rows = []
     for replay in replays:
+        nodes = recorded is None or replay in recorded
         rows.append(dict(kind=LAUNCH_KINDS["graph_launch"], graph_exec=EXEC, replay=replay, kernel_slot=0xFFFFFFFF,
-                         mode=MODES[mode], host_time_ns=replay * 1000))
-        for slot, (node, (grid_id, blocks)) in enumerate(NODES.items()):
+                         mode=MODES[mode], host_time_ns=replay * 1000, flags=GRAPH_NODES_RECORDED if nodes else 0))
+        for slot, (node, (grid_id, blocks)) in enumerate(NODES.items() if nodes else ()):
             rows.append(dict(kind=LAUNCH_KINDS["graph_node"], graph_exec=EXEC, graph_node=node, graph_launch_id=replay,
                              replay=replay, grid_id=grid_id, kernel_slot=slot, grid_x=blocks, grid_y=1, grid_z=1,
                              block_x=128, block_y=1, block_z=1, mode=MODES[mode], flags=1,
@@ -41,6 +44,30 @@ def block_events(grid_id: int, replay: int, blocks: int, *, slot: int, t0: int, 
     return events
 
 
+def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:
+    """The injector records the first replay node by node; the others have a graph launch
+    record only: their node executions are the learned nodes', joined the same way."""
+    census = GraphCensuses()
+    census.update(graph_launches(range(1, 6), recorded=range(1, 2)))
+    events = [block_events(grid, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
+              for replay in range(1, 6) for slot, (grid, blocks) in enumerate(NODES.values())]
+    census.add_events(np.concatenate(events))
+    graph = census.graphs[EXEC]
+    assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (5, 10, 0)
+    assert [graph.executions_of(node) for node in graph.nodes.values()] == [5, 5]
+    report = census.report(graph, replays=5)
+    assert report["totals"] == {"matched": 10, "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+    assert [r["node_blocks"] for r in report["replays"]] == [[4, 3]] * 5
+    assert report["events_unmatched"] == 0
+
+
+def test_replays_of_an_exec_never_learned_are_counted_not_guessed() -> None:
+    census = GraphCensuses()
+    census.update(graph_launches(range(1, 4), recorded=range(0)))
+    graph = census.graphs[EXEC]
+    assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (3, 0, 3)
+
+
 def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
     census = GraphCensuses()
     census.update(graph_launches(range(1, 4)))
@@ -49,12 +76,13 @@ def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
         block_events(grid_a, 1, blocks_a, slot=0, t0=100), block_events(grid_b, 1, blocks_b, slot=1, t0=200),
         block_events(grid_a, 2, blocks_a - 1, slot=0, t0=1100),  # one enter lost: mismatched
         block_events(grid_b, 2, blocks_b, slot=1, t0=1200),
-        # replay 3 recorded nothing for node b; its events carry a replay number nobody launched
+        # replay 3 recorded nothing for node b (the device's evidence: no event of its own, so it is
+        # unrecorded, not judged); its events carry a replay number nobody launched: unmatched
         block_events(grid_a, 3, blocks_a, slot=0, t0=2100), block_events(grid_b, 9, blocks_b, slot=1, t0=2200),
     ]))
     graph = census.graphs[EXEC]
     report = census.report(graph, replays=3)
-    assert report["totals"] == {"matched": 4, "mismatched": 2, "unrecorded": 0, "unjoined": 0}
+    assert report["totals"] == {"matched": 4, "mismatched": 1, "unrecorded": 1, "unjoined": 0}
     assert report["events_unmatched"] == blocks_b
     assert [r["node_blocks"] for r in report["replays"]] == [[4, 3], [3, 3], [4, 0]]
     first, second = report["replays"][:2]
@@ -67,6 +95,19 @@ def test_counter_mode_replays_are_unrecorded_not_mismatched() -> None:
     census.update(graph_launches(range(1, 3), mode="counter"))
     report = census.report(census.graphs[EXEC], replays=2)
     assert report["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 4, "unjoined": 0}
+
+
+def test_the_devices_evidence_judges_a_replay_that_ran_in_another_mode_than_launched() -> None:
+    """A switch lands while replays are queued: replay 1 was launched in counter but its nodes ran
+    in blocks (their events are there: judged, matched); replay 2 was launched in blocks and ran
+    in counter (no event: unrecorded, not mismatched)."""
+    census = GraphCensuses()
+    census.update(np.concatenate([graph_launches(range(1, 2), mode="counter"),
+                                  graph_launches(range(2, 3), mode="blocks")]))
+    census.add_events(np.concatenate([block_events(grid, 1, blocks, slot=slot, t0=100 * slot)
+                                      for slot, (grid, blocks) in enumerate(NODES.values())]))
+    report = census.report(census.graphs[EXEC], replays=2)
+    assert report["totals"] == {"matched": 2, "mismatched": 0, "unrecorded": 2, "unjoined": 0}
 
 
 def test_old_replays_fold_into_totals_and_free_their_spans() -> None:

@@ -1,4 +1,6 @@
-"""The graph census from node launch records (gpuobs-synth replaying one graph of known shape)."""
+"""The graph census (gpuobs-synth replaying one graph of known shape, as the injector records it:
+a graph launch record per replay, node records for the first replay only, or for every replay
+with the launch trace)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,17 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
 NODES, REPLAYS = 7, 40
 
 
-def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon) -> None:
+@pytest.mark.parametrize("trace", [False, True])
+def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon, trace: bool) -> None:
     synth = start_synth("--mode", "counter", "--graph-nodes", str(NODES), "--launches", str(NODES * REPLAYS),
-                        "--rate", "200000", "--kernels", "8")
+                        "--rate", "200000", "--kernels", "8", *(["--launch-trace"] if trace else []))
     daemon = start_daemon()
     assert synth.wait() == 0
     daemon.wait_all_gone()
@@ -22,7 +27,9 @@ def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon) -> No
     assert len(graphs) == 1
     graph = graphs[0]
     assert (len(graph.nodes), graph.replays, graph.node_executions) == (NODES, REPLAYS, NODES * REPLAYS)
-    assert (graph.first_launch_id, graph.last_launch_id) == (1, REPLAYS)
+    assert graph.replays_nodes_unknown == 0
+    # the driver's launch ids come with node records: every replay's in the trace, the first's else
+    assert (graph.first_launch_id, graph.last_launch_id) == (1, REPLAYS if trace else 1)
     assert graph.order_stable
     assert all(node.executions == REPLAYS and len(node.grid_ids) == 1 for node in graph.nodes)
     kernels = {k.slot: k for k in daemon.stub.ListKernels(pb.ListKernelsRequest(), timeout=10).kernels}

@@ -16,7 +16,8 @@ from daemon_support import gpuobsctl
 
 
 def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daemon, tmp_path: Path) -> None:
-    synth = start_synth("--mode", "blocks", "--rate", "300000", "--kernels", "10", "--label", "rank0")
+    synth = start_synth("--mode", "blocks", "--rate", "300000", "--kernels", "10", "--label", "rank0",
+                        "--launch-trace")  # host launch records too (opt-in): the recording keeps them
     daemon = start_daemon()
     daemon.wait_processes(1)
     path = tmp_path / "run.gpuobs"
@@ -29,7 +30,7 @@ def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daem
     assert files[0]["dropped"] == 0
     seq = recording.events["seq"]
     assert np.all(np.diff(seq) == 1)  # one contiguous stretch of the ring, nothing skipped
-    assert set(np.unique(recording.events["kind"])) == {1, 2}
+    assert set(np.unique(recording.events["kind"])) == {1, 2, 5}  # block enters, exits, launches
     assert set(np.unique(recording.events["kernel_slot"])) <= set(recording.kernels)
     assert len(recording.launches) > 0
     assert set(np.unique(recording.events["grid_id"])) & set(recording.launches["grid_id"].tolist())

@@ -13,7 +13,9 @@ from daemon_support import device_stage, gpuobsctl
 
 
 def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_daemon) -> None:
-    synth = start_synth("--mode", "blocks", "--rate", "2000000", "--ring-records", str(1 << 16))
+    # 1 M events/s leaves the daemon headroom on a 2-core machine (at 2 M it dropped now and
+    # then with no client at all)
+    synth = start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(1 << 16))
     daemon = start_daemon()
     daemon.wait_processes(1)
     time.sleep(0.3)  # drops from before the daemon attached are behind us
@@ -21,7 +23,7 @@ def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_dae
     first = next(stream)
     at_start = device_stage(daemon.status().processes[0])
     records = np.frombuffer(first.records, dtype=EVENT_DTYPE, count=first.count)
-    assert first.count > 0 and set(np.unique(records["kind"])) <= {1, 2}
+    assert first.count > 0 and set(np.unique(records["kind"])) <= {1, 2, 5}
     time.sleep(2.0)  # the client stops reading; the daemon must keep draining
     # batches already in flight (HTTP/2 window) were sent before the client fell behind; the
     # ones after them carry the count of what the daemon skipped for this client
@@ -31,9 +33,9 @@ def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_dae
     at_end = device_stage(daemon.status().processes[0])
     assert synth.stop() == 0
     # the slow client cost the drain nothing: no event was dropped by the ring meanwhile, and
-    # the daemon delivered what the producer made (2 M events/s for 2 s)
+    # the daemon delivered what the producer made (1 M events/s for 2 s)
     assert at_end.dropped == at_start.dropped, (at_start, at_end)
-    assert at_end.delivered - at_start.delivered > 2_000_000
+    assert at_end.delivered - at_start.delivered > 1_500_000
 
 
 def test_tail_prints_events(start_synth, start_daemon) -> None:
@@ -43,7 +45,8 @@ def test_tail_prints_events(start_synth, start_daemon) -> None:
     done = gpuobsctl(daemon.address, "--output", "json", "tail", "--count", "50", timeout=30)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 50 and all('"kind": "block_' in line for line in lines)
+    assert len(lines) == 50 and all('"kind": "block_' in line or '"kind": "launch"' in line for line in lines)
+    assert any('"kind": "block_' in line for line in lines)
 
 
 def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemon) -> None:

@@ -121,14 +121,19 @@ class InjectedRun:
         return np.concatenate(self.launches) if self.launches else np.zeros(0, dtype=LAUNCH_DTYPE)
 
     def kernel_table(self) -> dict[str, dict]:
-        """Demangled name -> counters row (as a dict) and slot."""
+        """Demangled name -> counters row (as a dict), slot, and the device census's launch shapes
+        ({(grid, block): launches}, and the launches it could not attribute to a shape)."""
         assert self.segment is not None
         counters, kernels = self.segment.counters()
+        shapes = self.segment.reader.launch_shapes() or {}
         table = {}
         for entry in self.segment.kernels():
             row = {name: int(kernels[entry["slot"]][name]) for name in kernels.dtype.names}
             row["slot"] = entry["slot"]
             row["mangled"] = entry["mangled"]
+            counted, other = shapes.get(entry["slot"], ([], 0))
+            row["shapes"] = {(tuple(grid), tuple(block)): launches for grid, block, launches in counted}
+            row["other_shapes"] = other
             table[entry["demangled"]] = row
         return table
 

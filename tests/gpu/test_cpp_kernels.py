@@ -1,4 +1,6 @@
-"""Exact counts on CUDA C++ kernels of known geometry and known memory traffic."""
+"""Exact counts on CUDA C++ kernels of known geometry and known memory traffic. Launches,
+blocks and shapes come from the device census (no host callback per launch); where a test
+needs a record per launch it runs with the opt-in launch trace (GPUOBS_LAUNCH_TRACE=1)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from gpuobs.segment import MODES
+from gpuobs.segment import EVENT_KINDS, MODES
 from harness import InjectedRun, find_kernel
 from oracles import linear_block, numpy_sample_keep
 from synth_support import wait_applied
@@ -21,11 +23,14 @@ def uninjected_checksum(program: str, shm_dir, *args: str) -> str:
     return run.finish()["checksum"]
 
 
-def test_counter_mode_counts_every_block_exactly(geometry_program, shm_dir) -> None:
-    run = InjectedRun([geometry_program, "--rounds", "3"], shm_dir, mode="counter")
+@pytest.mark.parametrize("config", ["bound", "device"])
+def test_counter_mode_counts_every_launch_block_and_shape_on_the_device(geometry_program, shm_dir, config) -> None:
+    """The steady state: no host callback per launch (no launch record, no launch callback
+    time), and the device's census equals the geometry exactly, with the config carried in the
+    functions' userdata (bound) or read from device memory (device)."""
+    run = InjectedRun([geometry_program, "--rounds", "3"], shm_dir, mode="counter", env={"GPUOBS_CONFIG": config})
     out = run.finish()
     table = run.kernel_table()
-    launches = run.all_launches()
     assert len(out["kernels"]) == 4
     for name, spec in out["kernels"].items():
         row = find_kernel(table, name)
@@ -34,25 +39,38 @@ def test_counter_mode_counts_every_block_exactly(geometry_program, shm_dir) -> N
         assert row["blocks_expected"] == 3 * grid, name
         assert row["blocks_observed"] == 3 * grid, name
         assert row["blocks_unpatched"] == 0 and row["blocks_unobserved"] == 0, name
-        mine = launches[launches["kernel_slot"] == row["slot"]]
-        assert len(mine) == 3
-        assert {tuple(g) for g in mine[["grid_x", "grid_y", "grid_z"]].tolist()} == {tuple(spec["grid"])}
-        assert {tuple(b) for b in mine[["block_x", "block_y", "block_z"]].tolist()} == {tuple(spec["block"])}
-        assert set(mine["mode"]) == {MODES["counter"]}
-    assert len(run.all_events()) == 0
+        assert row["shapes"] == {(tuple(spec["grid"]), tuple(spec["block"])): 3} and row["other_shapes"] == 0, name
+    assert len(run.all_events()) == 0 and len(run.all_launches()) == 0
     counters = run.global_counters()
+    assert counters["launches"] == 12 and counters["launch_callback_ns"] == 0
     assert counters["modules_patched"] >= 1 and counters["patch_failures"] == 0
 
 
-def test_blocks_mode_records_one_enter_and_one_exit_per_block(geometry_program, shm_dir) -> None:
-    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="blocks", env={"GPUOBS_BLOCK_EXIT": "1"})
+@pytest.mark.parametrize("mode", ["off", "noop"])
+def test_off_and_noop_count_launches_and_leave_blocks_unobserved(geometry_program, shm_dir, mode) -> None:
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode=mode)
+    out = run.finish()
+    table = run.kernel_table()
+    for name, spec in out["kernels"].items():
+        row = find_kernel(table, name)
+        assert row["launches"] == 2 and row["blocks_observed"] == 0, name
+        assert row["blocks_unobserved"] == row["blocks_expected"] == 2 * math.prod(spec["grid"]), name
+    assert len(run.all_events()) == 0
+
+
+def test_blocks_mode_records_a_launch_and_one_enter_and_one_exit_per_block(geometry_program, shm_dir) -> None:
+    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="blocks",
+                      env={"GPUOBS_BLOCK_EXIT": "1", "GPUOBS_LAUNCH_TRACE": "1"})
     out = run.finish()
     events, launches = run.all_events(), run.all_launches()
     counters = run.global_counters()
     assert counters["device_events_dropped"] == 0
     assert counters["device_events_produced"] == len(events)
-    # %gridid on the device is the gridId of the launch callback: every event joins a launch
+    # %gridid on the device is the gridId of the launch callback: every event joins a launch,
+    # and the launch event of block (0,0,0) carries the launch's kernel and shape
     assert set(np.unique(events["grid_id"])) == set(launches["grid_id"])
+    launch_events = events[events["kind"] == EVENT_KINDS["launch"]]
+    assert sorted(launch_events["grid_id"].tolist()) == sorted(launches["grid_id"].tolist())
     for launch in launches:
         grid = int(launch["grid_x"]) * int(launch["grid_y"]) * int(launch["grid_z"])
         mine = events[events["grid_id"] == launch["grid_id"]]
@@ -61,6 +79,10 @@ def test_blocks_mode_records_one_enter_and_one_exit_per_block(geometry_program, 
         blocks = np.unique(enters[["block_x", "block_y", "block_z"]])
         assert len(blocks) == grid  # each block exactly once
         assert np.all(mine["kernel_slot"] == launch["kernel_slot"])
+        (event,) = mine[mine["kind"] == EVENT_KINDS["launch"]]
+        assert int(event["address"]) == int(launch["grid_x"]) | int(launch["grid_y"]) << 32 | int(launch["grid_z"]) << 48
+        assert (int(event["block_x"]), int(event["block_y"]), int(event["block_z"])) == \
+            (int(launch["block_x"]), int(launch["block_y"]), int(launch["block_z"]))
     assert np.all(events["sm_id"] < SM_COUNT_LIMIT)
     assert np.all(events["globaltimer_ns"] > 1_600_000_000 * 10**9)  # ns since the epoch
     # per block: exit after enter on the device clock
@@ -81,7 +103,7 @@ def test_memory_mode_counts_every_access_exactly(geometry_program, shm_dir) -> N
     for name, spec in out["kernels"].items():
         row = find_kernel(table, name)
         assert row["memory_accesses"] == 2 * spec["accesses_per_launch"], name
-        assert row["events_produced"] == row["memory_accesses"], name
+        assert row["events_produced"] == row["memory_accesses"] + row["launches"], name  # + the launch events
         delivered = int(np.count_nonzero(events["kernel_slot"] == row["slot"]))
         assert delivered + row["events_dropped"] == row["events_produced"], name
         assert row["blocks_observed"] == 2 * math.prod(spec["grid"]), name
@@ -93,7 +115,7 @@ def test_memory_mode_counts_every_access_exactly(geometry_program, shm_dir) -> N
 def test_sampled_keeps_exactly_the_hashed_subset_after_a_live_switch(geometry_program, shm_dir) -> None:
     shift = 3
     run = InjectedRun([geometry_program, "--rounds", "1", "--phases", "2"], shm_dir, mode="memory",
-                      patch_set="memory", ring_records=1 << 21)
+                      patch_set="memory", ring_records=1 << 21, env={"GPUOBS_LAUNCH_TRACE": "1"})
     assert run.read_json_line() == {"phase_done": 0}
     while run.segment is None:
         time.sleep(0.01)
@@ -104,6 +126,7 @@ def test_sampled_keeps_exactly_the_hashed_subset_after_a_live_switch(geometry_pr
     out = run.finish()
     events, launches = run.all_events(), run.all_launches()
     assert run.global_counters()["device_events_dropped"] == 0
+    events = events[events["kind"] == EVENT_KINDS["memory_access"]]
     mode_of = dict(zip(launches["grid_id"].tolist(), launches["mode"].tolist()))
     event_modes = np.array([mode_of[g] for g in events["grid_id"].tolist()])
     full = events[event_modes == MODES["memory"]]
@@ -133,7 +156,10 @@ def test_outputs_identical_with_and_without_the_injector(geometry_program, shm_d
 
 
 def test_mode_switches_while_a_loop_runs_keep_counts_consistent(geometry_program, shm_dir) -> None:
-    run = InjectedRun([geometry_program, "--loop", "3"], shm_dir, mode="counter", ring_records=1 << 21)
+    """Each launch runs whole in one mode (the config rides in the binding it launched with):
+    a launch with a launch event (blocks) has all its blocks' enters, one without has none."""
+    run = InjectedRun([geometry_program, "--loop", "3"], shm_dir, mode="counter", ring_records=1 << 21,
+                      env={"GPUOBS_LAUNCH_TRACE": "1"})
     deadline = time.monotonic() + 30
     while run.segment is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -145,11 +171,16 @@ def test_mode_switches_while_a_loop_runs_keep_counts_consistent(geometry_program
     assert run.global_counters()["device_events_dropped"] == 0
     modes = set(launches["mode"].tolist())
     assert {MODES["blocks"], MODES["counter"], MODES["off"]} <= modes
-    per_launch = dict(zip(*np.unique(events["grid_id"], return_counts=True)))
+    in_blocks = set(events["grid_id"][events["kind"] == EVENT_KINDS["launch"]].tolist())
+    enters = events[events["kind"] == EVENT_KINDS["block_enter"]]
+    per_launch = dict(zip(*np.unique(enters["grid_id"], return_counts=True)))
+    agree = 0
     for launch in launches:
         grid = int(launch["grid_x"]) * int(launch["grid_y"]) * int(launch["grid_z"])
-        expected = grid if launch["mode"] == MODES["blocks"] else 0  # enter events (exits not hooked)
+        expected = grid if int(launch["grid_id"]) in in_blocks else 0  # enter events (exits not hooked)
         assert per_launch.get(launch["grid_id"], 0) == expected, (launch["mode"], grid)
+        agree += (launch["mode"] == MODES["blocks"]) == (expected > 0)
+    assert agree >= 0.99 * len(launches)  # the host's record of the mode, around a switch
     for name, row in run.kernel_table().items():
         assert row["blocks_observed"] + row["blocks_unobserved"] == row["blocks_expected"], name
         assert row["blocks_unobserved"] > 0, name  # the `off` phase
@@ -175,11 +206,16 @@ def test_missing_patches_mean_unpatched_counted_and_unchanged(geometry_program, 
     reference = uninjected_checksum(geometry_program, shm_dir, "--rounds", "2")
     run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="counter",
                       env={"GPUOBS_PATCH_FILE": str(shm_dir / "absent.fatbin")})
-    assert run.finish()["checksum"] == reference
+    out = run.finish()
+    assert out["checksum"] == reference
     counters = run.global_counters()
     assert counters["patch_failures"] >= 1
-    for name, row in run.kernel_table().items():
-        assert row["blocks_observed"] == 0 and row["blocks_unpatched"] == row["blocks_expected"] > 0, name
+    table = run.kernel_table()
+    for name, spec in out["kernels"].items():  # counted by the host's launch callbacks instead
+        row = find_kernel(table, name)
+        assert row["launches"] == 2, name
+        assert row["blocks_observed"] == 0 and row["blocks_unpatched"] == row["blocks_expected"] == \
+            2 * math.prod(spec["grid"]), name
     assert sum(line.startswith("gpuobs:") for line in run.stderr.splitlines()) <= 3
 
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from gpuobs.segment import MODES
+from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_KINDS, MODES
 from harness import WORKLOADS, InjectedRun
 
 TORCH_OPS = [sys.executable, str(WORKLOADS / "torch_ops.py")]
@@ -40,7 +40,7 @@ def test_eager_counts_equal_the_profilers(shm_dir) -> None:
     run = InjectedRun(TORCH_OPS + ["--iters", "3"], shm_dir, mode="counter")
     run.finish()
     table = run.kernel_table()
-    launches = run.all_launches()
+    assert len(run.all_launches()) == 0  # counted on the device: no host record per launch
     for name, (count, blocks) in census.items():
         assert name in table, (name, list(table))
         row = table[name]
@@ -48,28 +48,41 @@ def test_eager_counts_equal_the_profilers(shm_dir) -> None:
         assert row["launches"] == count * 4 // 3, name
         assert row["blocks_expected"] == blocks * 4 // 3, name
         assert row["blocks_observed"] == row["blocks_expected"], name
-        mine = launches[launches["kernel_slot"] == row["slot"]]
-        assert len(mine) == row["launches"]
+        assert row["other_shapes"] == 0 and sum(row["shapes"].values()) == row["launches"], name
     for name, row in table.items():
         assert row["blocks_observed"] == row["blocks_expected"], name
-    # launch by launch: the same (kernel, grid) pairs as the profiler's, 4/3 as many of each
-    names = {row["slot"]: name for name, row in table.items()}
-    ours = collections.Counter((names[int(l["kernel_slot"])], (int(l["grid_x"]), int(l["grid_y"]), int(l["grid_z"])))
-                               for l in launches if int(l["kernel_slot"]) in names)
-    theirs = collections.Counter((k["name"], tuple(k["grid"])) for k in profiled)
+    # shape by shape: the same (kernel, grid, block) as the profiler's, 4/3 as many of each
+    ours = collections.Counter({(name, grid, block): launches for name, row in table.items()
+                                for (grid, block), launches in row["shapes"].items()})
+    theirs = collections.Counter((k["name"], tuple(k["grid"]), tuple(k["block"])) for k in profiled)
     assert {key: count * 4 // 3 for key, count in theirs.items()} == {key: ours[key] for key in theirs}
 
 
-def test_graph_replays_are_counted_exactly(shm_dir) -> None:
-    run = InjectedRun(TORCH_OPS + ["--graph", "--replays", "5"], shm_dir, mode="counter")
+@pytest.mark.parametrize("trace", [False, True])
+def test_graph_replays_are_counted_exactly(shm_dir, trace: bool) -> None:
+    """One host record per replay; node records only for the replay that learns the nodes (the
+    first), or for every replay with the launch trace. The device counts every node execution."""
+    run = InjectedRun(TORCH_OPS + ["--graph", "--replays", "5"], shm_dir, mode="counter",
+                      env={"GPUOBS_LAUNCH_TRACE": "1" if trace else "0"})
     out = run.finish()
     launches = run.all_launches()
-    nodes = launches[launches["kind"] == 2]
+    graph_launches = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
+    assert len(graph_launches) == out["replays"]
+    recorded = (graph_launches["flags"] & GRAPH_NODES_RECORDED) != 0
+    assert recorded.sum() == (out["replays"] if trace else 1) and recorded[0]
+    nodes = launches[launches["kind"] == LAUNCH_KINDS["graph_node"]]
     assert len(nodes) > 0
-    replays = np.unique(nodes["graph_launch_id"])
-    assert len(replays) == out["replays"]
     per_replay = collections.Counter(nodes["graph_launch_id"].tolist())
+    assert len(per_replay) == recorded.sum()
     assert len(set(per_replay.values())) == 1  # every replay runs the same nodes
+    # every node execution counted on the device: a node's kernel ran once per replay, plus in
+    # the 2 eager steps before the capture (unless cuBLAS picked another kernel under capture)
+    table = run.kernel_table()
+    slots = {int(row["slot"]): row for row in table.values()}
+    first = nodes["graph_launch_id"] == nodes["graph_launch_id"][0]
+    for slot, per_graph in collections.Counter(nodes["kernel_slot"][first].tolist()).items():
+        eager = slots[slot]["launches"] - out["replays"] * per_graph
+        assert eager in (0, 2 * per_graph), (slots[slot], per_graph)
     for name, row in run.kernel_table().items():
         assert row["blocks_observed"] == row["blocks_expected"], name
         assert row["blocks_unpatched"] == 0, name

@@ -48,3 +48,10 @@ def test_patch_fatbin_is_a_fatbin_with_our_patch_functions() -> None:
     assert int.from_bytes(data[:4], "little") == FATBIN_MAGIC
     for name in [b"gpuobs_block_enter", b"gpuobs_block_exit", b"gpuobs_memory_access"]:
         assert name in data, name
+
+
+def test_floor_tool_is_built_beside_the_injector_and_loads() -> None:
+    """The benchmarks' floor tool (empty callbacks, empty patch) ships with the injector."""
+    floor = LIB_DIR / "libgpuobs_floor_tool.so"
+    assert floor.exists()
+    assert ctypes.CDLL(str(floor)).InitializeInjection is not None

@@ -40,15 +40,15 @@ int main() {
   Capacities caps; caps.event_rings = 3; caps.event_ring_records = 1u << 12; caps.launch_ring_records = 1u << 10;
   caps.kernel_slots = 100; caps.name_arena_bytes = 12345;
   Geometry g = compute_geometry(caps);
-  std::printf("\"geometry\": [%llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu],",
+  std::printf("\"geometry\": [%llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu],",
     (unsigned long long)g.control_offset, (unsigned long long)g.counters_offset,
     (unsigned long long)g.ring_controls_offset, (unsigned long long)g.kernel_counters_offset,
-    (unsigned long long)g.kernel_table_offset, (unsigned long long)g.name_arena_offset,
+    (unsigned long long)g.kernel_shapes_offset, (unsigned long long)g.kernel_table_offset, (unsigned long long)g.name_arena_offset,
     (unsigned long long)g.launch_ring_offset, (unsigned long long)g.event_rings_offset,
     (unsigned long long)g.segment_bytes);
-  std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, \"magic\": %llu}",
+  std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, \"magic\": %llu}",
     sizeof(SegmentHeader), sizeof(ControlBlock), sizeof(GlobalCounters), sizeof(RingControl),
-    sizeof(KernelCounters), sizeof(KernelEntry), sizeof(EventRecord), sizeof(LaunchRecord),
+    sizeof(KernelCounters), sizeof(KernelShapes), sizeof(KernelEntry), sizeof(EventRecord), sizeof(LaunchRecord),
     kLayoutVersion, (unsigned long long)kMagic);
 }
 """
@@ -81,7 +81,8 @@ def test_numpy_dtypes_match_cxx_offsets(cxx_layout: dict, struct: str, dtype: np
 
 
 def test_record_sizes_and_version(cxx_layout: dict) -> None:
-    header, control, counters, ring_control, kernel_counters, kernel_entry, event, launch = cxx_layout["sizes"]
+    header, control, counters, ring_control, kernel_counters, kernel_shapes, kernel_entry, event, launch = \
+        cxx_layout["sizes"]
     assert EVENT_DTYPE.itemsize == event == 64
     assert LAUNCH_DTYPE.itemsize == launch == 128
     assert KERNEL_COUNTERS_DTYPE.itemsize == kernel_counters == 64
@@ -91,6 +92,7 @@ def test_record_sizes_and_version(cxx_layout: dict) -> None:
         "global_counters": counters,
         "ring_control": ring_control,
         "kernel_counters": kernel_counters,
+        "kernel_shapes": kernel_shapes,
         "kernel_entry": kernel_entry,
         "event_record": event,
         "launch_record": launch,
@@ -107,6 +109,7 @@ def test_geometry_matches_cxx(cxx_layout: dict) -> None:
         "counters_offset",
         "ring_controls_offset",
         "kernel_counters_offset",
+        "kernel_shapes_offset",
         "kernel_table_offset",
         "name_arena_offset",
         "launch_ring_offset",

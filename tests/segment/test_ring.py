@@ -65,7 +65,9 @@ def test_full_ring_drops_the_newest_and_keeps_the_oldest_intact(ring) -> None:
     assert len(segment.read_events(0)) == 2
 
 
-def test_launch_ring_counts_launches_and_drops(ring) -> None:
+def test_launch_ring_keeps_records_and_counts_drops(ring) -> None:
+    """Launch records are a trace: the ring drops the newest when full (counted); launches are
+    counted by the device census, not by the records."""
     writer, segment = ring
     slot = writer.register_kernel("_ZN4vllm15rms_norm_kernelIN3c108BFloat16ELi8EEEvPT_PKS3_S6_fii")
     launch = np.zeros(1, dtype=LAUNCH_DTYPE)
@@ -78,9 +80,8 @@ def test_launch_ring_counts_launches_and_drops(ring) -> None:
     read = segment.read_launches()
     assert len(read) == RING and set(read["grid_y"]) == {3}
     counters, kernels = segment.counters()
-    assert counters["launches"] == RING + 3 and counters["launch_records_dropped"] == 3
-    assert kernels[slot]["launches"] == RING + 3
-    assert kernels[slot]["blocks_expected"] == (RING + 3) * 24
+    assert counters["launch_records_dropped"] == 3
+    assert counters["launches"] == 0 and kernels[slot]["launches"] == 0
     assert segment.kernels()[slot]["demangled"] == (
         "void vllm::rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16 const*, "
         "c10::BFloat16 const*, float, int, int)"

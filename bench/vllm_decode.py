@@ -1,0 +1,295 @@
+"""vLLM decode under gpuobs and under the floor tool, against no tool, side by side in one run on
+the GPU machine: single-stream ms per token (1 request x 256 greedy tokens) and batched tokens/s
+(64 requests x 128), as ratios to no tool, with the spread of the no-tool processes against
+each other so a reader sees what the method can resolve.
+
+Method: offline vLLM (the engine in the measured process), a random-weight Qwen3 of 24 layers,
+hidden 2048, vocabulary 8192 (GPU time per decode step large enough to resolve 2%),
+FULL_AND_PIECEWISE CUDA graphs for batch sizes 1..64. One fresh process per configuration and
+round; configurations interleaved over ROUNDS rounds (the order rotates each round, so no
+configuration always runs in the same position); in each process every measurement REPEATS
+times, the modes of a gpuobs process interleaved within it (switched live with gpuobsctl, as an
+operator does); per process the median; a configuration's ratio is the median over rounds of
+(its median / the no-tool median of the same round). Processes import vLLM while the one
+before them starts its engine, and wait for their turn before starting their own.
+
+Configurations:
+  none          no tool
+  floor-patch   the floor tool: an empty block-entry patch on every module, no other callback
+                than the two that patching needs (what instrumented blocks cost)
+  floor-steady  the floor tool: the same empty patch and the callback ids gpuobs keeps enabled
+                in steady state, with empty bodies (the floor under gpuobs's default)
+  floor-old     the floor tool: every callback of the four domains the first design enabled,
+                no patch (what the first design paid before doing anything)
+  gpuobs        the vLLM drop-in (deploy/systemd/vllm-gpuobs.conf, its paths replaced): block
+                patch set, modes off, noop, counter and blocks switched live, a gpuobsd beside it
+  gpuobs-trace  the same with the opt-in launch trace (a host record per launch), counter
+
+    python bench/vllm_decode.py --payload .vllm/c2 --out DIR [--configs none,floor-steady,gpuobs]
+
+DIR gets vllm-overhead.json (every figure, ratios, spreads, tokens), logs/ and cli/ (gpuobsctl
+views of the last gpuobs process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gpuobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from daemon_support import DaemonProcess, gpuobsctl  # noqa: E402  (the tests' real gpuobsd)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_overhead import drop_in_environment, payload_environment  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+LIB = Path(gpuobs.__file__).parent / "lib"
+WORKER = Path(__file__).resolve().parent / "workloads" / "vllm_generate.py"
+MODEL_ARGS = ["--layers", "24", "--hidden", "2048", "--vocab", "8192"]
+GPUOBS_MODES = "off,noop,counter,blocks"
+
+# name -> (library, environment over the base, modes measured in the process)
+CONFIGS: dict[str, tuple[Path | None, dict[str, str], str]] = {
+    "none": (None, {}, "none"),
+    "floor-patch": (LIB / "libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""}, "none"),
+    "floor-steady": (LIB / "libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"},
+                     "none"),
+    "floor-old": (LIB / "libgpuobs_floor_tool.so",
+                  {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "resource,launch,graphs,synchronize"}, "none"),
+    "gpuobs": (LIB / "libgpuobs_injector.so", {}, GPUOBS_MODES),
+    "gpuobs-trace": (LIB / "libgpuobs_injector.so", {"GPUOBS_LAUNCH_TRACE": "1"}, "counter"),
+}
+DEFAULT_CONFIGS = "none,floor-patch,floor-steady,gpuobs"
+
+
+class Worker:
+    """One measured process, in a session of its own (vLLM's helpers go with its group)."""
+
+    def __init__(self, name: str, round_index: int, directory: Path, argv: list[str], env: dict[str, str]) -> None:
+        self.name, self.round = name, round_index
+        stem = directory / f"{name}-r{round_index}"
+        self.status, self.result, self.go, self.log = (stem.with_suffix(s) for s in (".status", ".json", ".go", ".log"))
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(
+            [*argv, "--status", str(self.status), "--result", str(self.result), "--go", str(self.go)], env=env,
+            stdout=self.log.open("w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def phase(self) -> str:
+        lines = self.status.read_text().splitlines() if self.status.exists() else []
+        return lines[-1].split(" ", 1)[1] if lines else ""
+
+    def wait_for(self, phase: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.phase() == phase or (phase != "done" and self.result.exists()):
+                return True
+            if self.process.poll() is not None:
+                return self.result.exists()
+            time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                continue
+        time.sleep(0.5)
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarise(runs: list[dict], configs: list[str]) -> dict:
+    """Per configuration and mode: per-round medians, ratios to no tool of the same round, and
+    the no-tool spread (each no-tool round's median over the median of all no-tool rounds)."""
+    by_round: dict[int, dict[str, dict]] = {}
+    for run in runs:
+        if "figures" in run:
+            by_round.setdefault(run["round"], {})[run["config"]] = run["figures"]
+    out: dict = {"rows": {}, "no_tool_spread": {}}
+    for metric, better in (("single_ms_per_token", "lower"), ("batch_tokens_per_s", "higher")):
+        nones = [median(r["none"]["modes"]["none"][metric]) for r in by_round.values() if "none" in r]
+        nones = [v for v in nones if v]
+        if nones:
+            centre = statistics.median(nones)
+            out["no_tool_spread"][metric] = {
+                "per_round": nones, "min_over_median": min(nones) / centre, "max_over_median": max(nones) / centre,
+                "within_process_max_over_min": max(
+                    (max(r["none"]["modes"]["none"][metric]) / min(r["none"]["modes"]["none"][metric])
+                     for r in by_round.values() if "none" in r), default=None)}
+        for config in configs:
+            for mode in CONFIGS[config][2].split(","):
+                label = config if mode == "none" else f"{config}:{mode}"
+                row = out["rows"].setdefault(label, {})
+                values, ratios = [], []
+                for figures in by_round.values():
+                    mine = figures.get(config, {}).get("modes", {}).get(mode)
+                    base = figures.get("none", {}).get("modes", {}).get("none")
+                    if not mine or not mine[metric]:
+                        continue
+                    value = median(mine[metric])
+                    values.append(value)
+                    if base and base[metric]:
+                        ratios.append(value / median(base[metric]))
+                # as a cost: > 1 is slower (ms/token grows, tokens/s falls)
+                costs = ratios if better == "lower" else [1 / r for r in ratios]
+                row[metric] = {"per_round": values, "ratio_per_round": ratios, "ratio": median(ratios),
+                               "cost": median(costs)}
+    ready = {}
+    for config in configs:
+        times = [r["figures"]["engine_ready_s"] for r in runs if r["config"] == config and "figures" in r]
+        base = [r["figures"]["engine_ready_s"] for r in runs if r["config"] == "none" and "figures" in r]
+        if times and base:
+            ready[config] = {"engine_ready_s": times, "ratio": median(times) / median(base)}
+    out["engine_ready"] = ready
+    digests = {}
+    for run in runs:
+        for mode, tokens in run.get("figures", {}).get("tokens", {}).items():
+            digests.setdefault(tokens["sha256"], []).append(f"{run['config']}:{mode}:r{run['round']}")
+    out["tokens_identical"] = len(digests) == 1
+    out["token_groups"] = list(digests.values())
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--payload", type=Path, required=True, help="a vllm-device chunk folder (device_unpack.sh)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", default="/tmp/qwen3-24x2048")
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--budget-s", type=float, default=540.0, help="start no process after this")
+    parser.add_argument("--metrics-port", type=int, default=9466)
+    parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    configs = args.configs.split(",")
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown or "none" not in configs:
+        raise SystemExit(f"configs must include none and be among {list(CONFIGS)}: {unknown}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    logs = args.out / "logs"
+    logs.mkdir(exist_ok=True)
+    base_env = {**os.environ, **payload_environment(args.payload), "VLLM_USE_FLASHINFER_SAMPLER": "0",
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    base_env.pop("CUDA_INJECTION64_PATH", None)
+    if not Path(args.model).exists():
+        began = time.monotonic()
+        subprocess.run([sys.executable, str(args.payload / "make_tiny_qwen3.py"), args.model, *MODEL_ARGS],
+                       env=base_env, check=True, capture_output=True, timeout=300)
+        print(f"model made in {time.monotonic() - began:.0f} s", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-"))
+    segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-", dir="/dev/shm"))
+    drop_in = drop_in_environment()
+    local_paths = {"GPUOBS_SEGMENT_DIR": str(segments), "GPUOBS_CUBIN_DIR": str(work / "cubins")}
+    daemon = DaemonProcess(work / "run", segments, args.metrics_port) if any(c.startswith("gpuobs") for c in configs) \
+        else None
+    device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]
+    report: dict = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": args.commit,
+        "device": device[0] if device else "unknown", "vllm": "0.25.1",
+        "model": "random-weight Qwen3, make_tiny_qwen3.py " + " ".join(MODEL_ARGS),
+        "command": "python bench/vllm_decode.py " + " ".join(sys.argv[1:]),
+        "method": __doc__.split("\n\n")[1].replace("\n", " "), "rounds": args.rounds, "repeats": args.repeats,
+        "configs": {c: {"library": CONFIGS[c][0].name if CONFIGS[c][0] else None, "environment": CONFIGS[c][1],
+                        "modes": CONFIGS[c][2]} for c in configs},
+        "drop_in_environment": drop_in, "runs": [],
+    }
+    plan = [(round_index, configs[(index + round_index) % len(configs)])
+            for round_index in range(args.rounds) for index in range(len(configs))]
+
+    def start(round_index: int, name: str) -> Worker:
+        library, overrides, modes = CONFIGS[name]
+        env = dict(base_env)
+        if library is not None:
+            if name.startswith("gpuobs"):
+                env.update(drop_in)
+                env.update(local_paths)
+            env.update({"CUDA_INJECTION64_PATH": str(library), **overrides})
+        argv = [sys.executable, str(WORKER), "--model", args.model, "--modes", modes, "--repeats", str(args.repeats)]
+        if name.startswith("gpuobs"):
+            argv += ["--address", daemon.address]
+        return Worker(name, round_index, logs, argv, env)
+
+    def write() -> None:
+        report["summary"] = summarise(report["runs"], configs)
+        report["elapsed_s"] = round(time.monotonic() - t0, 1)
+        (args.out / "vllm-overhead.json").write_text(json.dumps(report, indent=1))
+
+    try:
+        upcoming = start(*plan[0])
+        for index, (round_index, name) in enumerate(plan):
+            worker = upcoming
+            upcoming = None
+            run: dict = {"config": name, "round": round_index}
+            try:
+                imported = worker.wait_for("imported", 240)
+                if imported:
+                    worker.go.touch()
+                if index + 1 < len(plan) and time.monotonic() - t0 < args.budget_s:
+                    upcoming = start(*plan[index + 1])  # imports while this one starts its engine
+                if not imported:
+                    run["error"] = f"no import: {worker.log.read_text(errors='replace')[-2000:]}"
+                elif worker.wait_for("done", 420):
+                    run["figures"] = json.loads(worker.result.read_text())
+                    if name == "gpuobs" and daemon is not None:
+                        views = args.out / "cli"
+                        views.mkdir(exist_ok=True)
+                        for view in (("status",), ("kernels", "--top", "0"), ("graphs", "--replays", "4")):
+                            done = gpuobsctl(daemon.address, "--output", "json", *view, timeout=60)
+                            (views / f"{view[0]}.json").write_text(done.stdout if done.returncode == 0 else done.stderr)
+                else:
+                    run["error"] = f"no result ({worker.phase()}): {worker.log.read_text(errors='replace')[-3000:]}"
+            finally:
+                worker.stop()
+                run["seconds"] = round(time.monotonic() - worker.started, 1)
+                report["runs"].append(run)
+                write()
+                print(f"{name} r{round_index}: {run['seconds']} s, {'ok' if 'figures' in run else run.get('error', '')[:300]}",
+                      flush=True)
+            if upcoming is None:
+                break
+    finally:
+        if upcoming is not None:
+            upcoming.stop()
+        if daemon is not None:
+            daemon.stop()
+            shutil.copy(daemon.log_path, logs / "gpuobsd.log")
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(segments, ignore_errors=True)
+        write()
+    summary = report["summary"]
+    print(f"{'configuration':<24} {'ms/token':>9} {'cost':>6} {'tokens/s':>9} {'cost':>6}")
+    for label, row in summary["rows"].items():
+        single, batch = row.get("single_ms_per_token", {}), row.get("batch_tokens_per_s", {})
+        fmt = lambda v, p: f"{v:{p}}" if v is not None else "-"  # noqa: E731
+        print(f"{label:<24} {fmt(median(single.get('per_round', [])), '9.3f')} {fmt(single.get('cost'), '6.3f')} "
+              f"{fmt(median(batch.get('per_round', [])), '9.0f')} {fmt(batch.get('cost'), '6.3f')}")
+    print(json.dumps({"no_tool_spread": summary["no_tool_spread"], "engine_ready": summary["engine_ready"],
+                      "tokens_identical": summary["tokens_identical"]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""One process of bench/vllm_decode.py: offline vLLM (engine in this process), a model loaded
+once, then single-stream and batched greedy generation measured REPEATS times in each of MODES
+(gpuobs modes switched live through gpuobsctl, or "none"), interleaved. Writes its figures as
+JSON to --result (atomically, at the end); --status gets a line per phase so the parent can
+follow it without reading our stdout (vLLM's children may keep that open).
+
+It imports vLLM first and waits for --go before it starts the engine, so the parent can let the
+next process import while this one measures nothing yet (the import is CPU work only)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STARTED = time.perf_counter()
+
+
+def status(path: Path, text: str) -> None:
+    with path.open("a") as out:
+        out.write(f"{time.perf_counter() - STARTED:.1f} {text}\n")
+
+
+def our_pids(address: str) -> list[int]:
+    """The observed processes that are this one or its descendants (vLLM may fork helpers)."""
+    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", address, "--output", "json",
+                           "status"], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        return []
+    mine = []
+    for process in json.loads(done.stdout)["processes"]:
+        pid = int(process["pid"])
+        if not process["alive"]:
+            continue
+        ancestor = pid
+        while ancestor > 1:
+            if ancestor == os.getpid():
+                mine.append(pid)
+                break
+            try:
+                ancestor = int(Path(f"/proc/{ancestor}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                break
+    return mine
+
+
+def set_mode(address: str, mode: str, pids: list[int]) -> float:
+    began = time.perf_counter()
+    args = [sys.executable, "-m", "gpuobs.client.main", "--address", address, "set-mode", mode]
+    for pid in pids:
+        args += ["--pid", str(pid)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise SystemExit(f"set-mode {mode}: {done.stdout} {done.stderr}")
+    return time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--status", type=Path, required=True)
+    parser.add_argument("--go", type=Path, required=True)
+    parser.add_argument("--modes", default="none")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--single-tokens", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch-tokens", type=int, default=128)
+    parser.add_argument("--address", default="")
+    parser.add_argument("--capture-sizes", default="1,2,4,8,16,24,32,40,48,56,64")
+    args = parser.parse_args()
+
+    import torch  # noqa: F401  (the import is timed with vLLM's)
+    from vllm import LLM, SamplingParams
+
+    status(args.status, "imported")
+    while not args.go.exists():
+        time.sleep(0.05)
+    status(args.status, "go")
+    sizes = [int(size) for size in args.capture_sizes.split(",")]
+    began = time.perf_counter()
+    llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.25, max_num_seqs=args.batch,
+              seed=0, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes})
+    engine_ready_s = time.perf_counter() - began
+    status(args.status, f"engine ready in {engine_ready_s:.1f} s")
+    single = SamplingParams(temperature=0, max_tokens=args.single_tokens, ignore_eos=True)
+    batched = SamplingParams(temperature=0, max_tokens=args.batch_tokens, ignore_eos=True)
+    prompt = "The quick brown fox jumps over the lazy dog, and then"
+    prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(args.batch)]
+    llm.generate([prompt], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    modes = args.modes.split(",")
+    pids = our_pids(args.address) if args.address else []
+    if args.address and not pids:
+        raise SystemExit("no observed process of ours is known to gpuobsd")
+    result: dict = {"pid": os.getpid(), "observed_pids": pids, "engine_ready_s": engine_ready_s,
+                    "import_s": None, "modes": {mode: {"single_ms_per_token": [], "batch_tokens_per_s": [],
+                                                       "set_mode_s": []} for mode in modes},
+                    "tokens": {}}
+    for line in args.status.read_text().splitlines():
+        if line.endswith(" imported"):
+            result["import_s"] = float(line.split()[0])
+    for repeat in range(args.repeats):
+        for mode in modes:
+            row = result["modes"][mode]
+            if mode != "none":
+                row["set_mode_s"].append(set_mode(args.address, mode, pids))
+            began = time.perf_counter()
+            out = llm.generate([prompt], single, use_tqdm=False)
+            row["single_ms_per_token"].append((time.perf_counter() - began) * 1000 / args.single_tokens)
+            began = time.perf_counter()
+            outs = llm.generate(prompts, batched, use_tqdm=False)
+            seconds = time.perf_counter() - began
+            produced = sum(len(o.outputs[0].token_ids) for o in outs)
+            row["batch_tokens_per_s"].append(produced / seconds)
+            if repeat == 0:
+                digest = hashlib.sha256(json.dumps([list(out[0].outputs[0].token_ids)] +
+                                                   [list(o.outputs[0].token_ids) for o in outs]).encode()).hexdigest()
+                result["tokens"][mode] = {"sha256": digest, "single_first": list(out[0].outputs[0].token_ids[:16]),
+                                          "batch_tokens": produced}
+        status(args.status, f"repeat {repeat + 1} done")
+    temporary = args.result.with_suffix(".tmp")
+    temporary.write_text(json.dumps(result))
+    temporary.rename(args.result)
+    status(args.status, "done")
+    sys.stdout.flush()
+    os._exit(0)  # vLLM's engine teardown can hang on exit; everything is written
+
+
+if __name__ == "__main__":
+    sys.exit(main())
