@@ -204,8 +204,11 @@ def main() -> int:
     local_paths = {"GPUOBS_SEGMENT_DIR": str(segments), "GPUOBS_CUBIN_DIR": str(work / "cubins")}
     daemon = DaemonProcess(work / "run", segments, args.metrics_port) if any(c.startswith("gpuobs") for c in configs) \
         else None
-    device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]
+    try:
+        device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]
+    except OSError:
+        device = []
     report: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": args.commit,
         "device": device[0] if device else "unknown", "vllm": "0.25.1",

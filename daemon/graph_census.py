@@ -94,6 +94,7 @@ class ReplayRecord:
     host_time_ns: int
     mode: int
     executions: list[NodeExecution] = dataclasses.field(default_factory=list)
+    implied: bool = False  # no node records: it ran the exec's learned nodes
     number: int = dataclasses.field(default_factory=lambda: next(_record_numbers))  # creation order
 
 
@@ -214,6 +215,7 @@ class GraphCensuses:
         nodes = rows[kinds == GRAPH_NODE]
         if not len(nodes):
             return
+        unlearned = {graph_exec for graph_exec, census in self.graphs.items() if not census.nodes}
         order = np.lexsort((nodes["graph_node"], nodes["graph_exec"]))
         nodes = nodes[order]
         pairs = np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1)
@@ -244,6 +246,13 @@ class GraphCensuses:
                 if len(entry.grid_ids) < 4:
                     entry.grid_ids.add(grid_id)
                 self.grid_owner.setdefault(grid_id, census.graph_exec)
+        # replays kept before their exec's nodes were learned ran those nodes too
+        for graph_exec in unlearned:
+            census = self.graphs[graph_exec]
+            held = list(census.recent.values()) + [record for owner, record in self.unsettled if owner is census]
+            for record in held:
+                if record.implied and not record.executions:
+                    self._implied_executions(census, record)
 
     def _count_unjoined(self, rows: np.ndarray) -> None:
         """Node executions of launch batches the budget skipped: recorded ones and implied ones."""
@@ -277,6 +286,7 @@ class GraphCensuses:
                 record = self._keep(census, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
                                                          int(row["mode"])))
                 if not int(row["flags"]) & GRAPH_NODES_RECORDED:
+                    record.implied = True
                     self._implied_executions(census, record)
             else:
                 self._node_execution(census, row)

@@ -75,7 +75,6 @@ def main() -> int:
     parser.add_argument("--capture-sizes", default="1,2,4,8,16,24,32,40,48,56,64")
     args = parser.parse_args()
 
-    import torch  # noqa: F401  (the import is timed with vLLM's)
     from vllm import LLM, SamplingParams
 
     status(args.status, "imported")

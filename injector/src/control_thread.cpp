@@ -157,7 +157,7 @@ void Injector::control_loop() {
     const auto now = std::chrono::steady_clock::now();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {
       publish();
-      stop_learning_if_idle();
+      manage_node_callbacks();
       last_publish = now;
     }
     std::this_thread::sleep_for(poll);

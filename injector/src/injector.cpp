@@ -25,9 +25,10 @@ struct GraphLaunchInProgress {
 };
 thread_local GraphLaunchInProgress t_graph_launch;
 
-// A replay that learns nodes keeps the node callbacks on; with none for this long, they go off
-// (an exec that never replays again must not keep every other replay paying for them).
-constexpr uint64_t kLearningIdleNs = 1000000000ULL;
+// How long node callbacks stay on for a graph exec created or launched unlearned: usually it
+// replays at once (warm-up) and is learned; one that does not replay within this long must not
+// keep every other replay paying for node callbacks (it is learned at a later launch).
+constexpr uint64_t kLearningWindowNs = 2000000000ULL;
 
 uint64_t grid_blocks(const Sanitizer_LaunchData& launch) {
   return uint64_t(launch.gridDim_x) * launch.gridDim_y * launch.gridDim_z;
@@ -83,8 +84,21 @@ bool Injector::subscribe() {
   // Only what the steady state needs: every enabled callback id costs the served process, even
   // with an empty body (measured in vLLM serving). No launch callbacks, no synchronize ones.
   for (const CallbackId& id : kSteadyCallbacks) enable_callback(id.domain, id.cbid, true);
+  {
+    // on until the first graph execs are learned: graphs are usually captured at start-up and
+    // replayed at once, before the tool thread could turn the node callbacks on
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    set_node_callbacks_locked(true);
+  }
   if (config_.launch_trace) need_launch_callbacks(nullptr);
   return true;
+}
+
+void Injector::set_node_callbacks_locked(bool on) {
+  if (node_callbacks_ == on) return;
+  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, on);
+  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, on);
+  node_callbacks_ = on;
 }
 
 void Injector::need_launch_callbacks(const char* why) {
@@ -92,11 +106,7 @@ void Injector::need_launch_callbacks(const char* why) {
   if (why) log_line("%s; kernel launches are counted by host callbacks from now on (slower)", why);
   enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, true);
   std::lock_guard<std::mutex> lock(graphs_mutex_);
-  if (!node_callbacks_) {
-    node_callbacks_ = true;
-    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
-    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
-  }
+  set_node_callbacks_locked(true);
 }
 
 void SANITIZERAPI Injector::callback(void* userdata, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid,
@@ -447,19 +457,13 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
   bool recorded = false;
   {
     std::lock_guard<std::mutex> lock(graphs_mutex_);
-    NodesKnown& known = graph_execs_[graph_exec];
-    if (node_callbacks_ && (known != NodesKnown::Learned || launch_callbacks_.load(std::memory_order_relaxed))) {
-      recorded = true;  // the callbacks were on before this launch began: all its nodes will come
-      ++replays_recording_;
-      node_callbacks_since_ns_ = monotonic_ns();
-    } else if (known != NodesKnown::Learned && !node_callbacks_) {
-      // learned from its next replay on; this one's nodes stay unknown (the record says so)
-      node_callbacks_ = true;
-      node_callbacks_since_ns_ = monotonic_ns();
-      enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
-      enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
-    }
-    if (known == NodesKnown::NotLaunched) known = NodesKnown::Pending;
+    GraphExecState& state = graph_execs_[graph_exec];
+    // Recorded node by node only when the node callbacks were on before this launch began (the
+    // tool thread turns them on and off, never a callback): then every node of it is seen.
+    recorded = node_callbacks_ && (state.known != NodesKnown::Learned || launch_callbacks_.load(std::memory_order_relaxed));
+    if (recorded) ++replays_recording_;
+    if (state.known == NodesKnown::NotLaunched) state.known = NodesKnown::Pending;
+    if (state.known == NodesKnown::Pending) state.since_ns = monotonic_ns();
   }
   if (recorded) record.flags |= kGraphNodesRecorded;
   if (context) {
@@ -479,27 +483,25 @@ void Injector::on_graph_launch_end() {
   if (!segment_ready_.load(std::memory_order_acquire) || !finished.recorded) return;
   std::lock_guard<std::mutex> lock(graphs_mutex_);
   --replays_recording_;
-  auto known = graph_execs_.find(finished.graph_exec);
-  if (known != graph_execs_.end() && finished.nodes > 0) known->second = NodesKnown::Learned;
-  for (const auto& entry : graph_execs_)
-    if (entry.second == NodesKnown::Pending) return;  // still to learn: keep the node callbacks
-  if (replays_recording_ == 0 && node_callbacks_ && !launch_callbacks_.load(std::memory_order_relaxed)) {
-    node_callbacks_ = false;
-    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
-    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
-  }
+  auto state = graph_execs_.find(finished.graph_exec);
+  if (state != graph_execs_.end() && finished.nodes > 0) state->second.known = NodesKnown::Learned;
 }
 
-void Injector::stop_learning_if_idle() {
+void Injector::manage_node_callbacks() {
   std::lock_guard<std::mutex> lock(graphs_mutex_);
-  if (!node_callbacks_ || launch_callbacks_.load(std::memory_order_relaxed) || replays_recording_ != 0) return;
-  if (monotonic_ns() - node_callbacks_since_ns_ < kLearningIdleNs) return;
-  // Execs launched once and not since: learned at their next launch (which turns this back on).
-  for (auto& entry : graph_execs_)
-    if (entry.second == NodesKnown::Pending) entry.second = NodesKnown::NotLaunched;
-  node_callbacks_ = false;
-  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
-  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
+  if (launch_callbacks_.load(std::memory_order_relaxed)) return;  // on for good
+  const uint64_t now = monotonic_ns();
+  bool wanted = false;
+  for (auto& entry : graph_execs_) {
+    GraphExecState& state = entry.second;
+    if (state.known == NodesKnown::Learned || now - state.since_ns >= kLearningWindowNs) {
+      if (state.known == NodesKnown::Pending) state.known = NodesKnown::NotLaunched;  // learned at a later launch
+      continue;
+    }
+    wanted = true;  // created or launched unlearned lately: its next replay learns it
+  }
+  if (!wanted && !graph_execs_.empty() && replays_recording_ == 0) set_node_callbacks_locked(false);
+  if (wanted) set_node_callbacks_locked(true);
 }
 
 void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind) {
@@ -509,14 +511,7 @@ void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kin
     std::lock_guard<std::mutex> lock(graphs_mutex_);
     if (kind == LaunchKind::GraphExecCreated) {
       live_graph_execs_.fetch_add(1, std::memory_order_relaxed);
-      graph_execs_[graph_exec] = NodesKnown::NotLaunched;
-      if (!node_callbacks_) {
-        // a new exec is usually replayed at once (warm-up): learn it from its first replay
-        node_callbacks_ = true;
-        enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
-        enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
-      }
-      node_callbacks_since_ns_ = monotonic_ns();
+      graph_execs_[graph_exec] = GraphExecState{NodesKnown::NotLaunched, monotonic_ns()};
     } else {
       live_graph_execs_.fetch_sub(1, std::memory_order_relaxed);
       graph_execs_.erase(graph_exec);

@@ -102,7 +102,9 @@ class Injector {
   void rebind_locked();
   void stage_locked();
   void publish();
-  void stop_learning_if_idle();
+  // Node launch callbacks on while a graph exec may need its nodes learned, off otherwise.
+  void manage_node_callbacks();
+  void set_node_callbacks_locked(bool on);
   bool captured_locked(uint32_t slot);
 
   InjectorConfig config_;
@@ -145,12 +147,16 @@ class Injector {
   std::vector<Binding> bindings_;
 
   // graph execs: node callbacks are on while a replay is recorded to learn its nodes
+  // Whether a live graph exec's nodes are known; since_ns: created, or last launched unlearned.
   enum class NodesKnown : uint8_t { NotLaunched, Pending, Learned };
+  struct GraphExecState {
+    NodesKnown known = NodesKnown::NotLaunched;
+    uint64_t since_ns = 0;
+  };
   std::mutex graphs_mutex_;
-  std::unordered_map<uint64_t, NodesKnown> graph_execs_;  // live graph execs
-  bool node_callbacks_ = false;
-  uint32_t replays_recording_ = 0;
-  uint64_t node_callbacks_since_ns_ = 0;
+  std::unordered_map<uint64_t, GraphExecState> graph_execs_;  // live graph execs
+  bool node_callbacks_ = false;     // as enabled in the sanitizer (changed by the tool thread only)
+  uint32_t replays_recording_ = 0;  // recorded replays between their launch begin and end
 
   std::atomic<int64_t> live_graph_execs_{0};
   std::atomic<bool> publish_requested_{false};

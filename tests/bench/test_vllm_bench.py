@@ -45,3 +45,36 @@ def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path)
     assert switching["requests"] > 0 and switching["requests_failed"] == 0 and len(switching["switches"]) == 6
     assert (out / "cli" / "gpuobs-block" / "metrics.txt").read_text().startswith("# HELP")
     assert '"event": "ready"' in (out / "logs" / "gpuobsd.log").read_text()
+
+
+def test_the_decode_bench_interleaves_fresh_processes_and_reports_ratios_and_spreads(tmp_path: Path) -> None:
+    """bench/vllm_decode.py against the stand-in offline API: every process started, let go in
+    turn and stopped; per round and mode the figures, ratios to the no-tool process of the same
+    round, the no-tool spread, the same tokens everywhere."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "vllm_decode.py"), "--payload", str(STAND_IN / "payload"),
+         "--out", str(out), "--model", str(tmp_path / "model"), "--configs", "none,floor-patch,floor-steady",
+         "--rounds", "3", "--repeats", "2", "--metrics-port", str(free_port()), "--commit", "test"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((out / "vllm-overhead.json").read_text())
+    runs = data["runs"]
+    assert [(r["config"], r["round"]) for r in runs] == [
+        ("none", 0), ("floor-patch", 0), ("floor-steady", 0),
+        ("floor-patch", 1), ("floor-steady", 1), ("none", 1),  # the order rotates each round
+        ("floor-steady", 2), ("none", 2), ("floor-patch", 2)]
+    for run in runs:
+        figures = run["figures"]["modes"]["none"]
+        assert len(figures["single_ms_per_token"]) == 2 and len(figures["batch_tokens_per_s"]) == 2, run
+        assert run["figures"]["engine_ready_s"] >= 0.2
+    summary = data["summary"]
+    assert set(summary["rows"]) == {"none", "floor-patch", "floor-steady"}
+    none = summary["rows"]["none"]["single_ms_per_token"]
+    assert none["ratio_per_round"] == [1.0, 1.0, 1.0] and len(none["per_round"]) == 3
+    for row in summary["rows"].values():
+        assert 0.5 < row["batch_tokens_per_s"]["cost"] < 2 and len(row["batch_tokens_per_s"]["ratio_per_round"]) == 3
+    spread = summary["no_tool_spread"]["single_ms_per_token"]
+    assert spread["min_over_median"] <= 1 <= spread["max_over_median"] and len(spread["per_round"]) == 3
+    assert summary["tokens_identical"] and len(summary["token_groups"][0]) == 9
+    assert set(summary["engine_ready"]) == {"none", "floor-patch", "floor-steady"}

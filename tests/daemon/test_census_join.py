@@ -61,6 +61,18 @@ def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:
     assert report["events_unmatched"] == 0
 
 
+def test_replays_kept_before_the_nodes_were_learned_run_them_once_learned() -> None:
+    """The first replay came before the injector turned its node callbacks on: once a later
+    replay has taught the nodes, the first one's node executions are known too."""
+    census = GraphCensuses()
+    census.update(graph_launches(range(1, 2), recorded=range(0)))
+    census.update(graph_launches(range(2, 4), recorded=range(2, 3)))
+    graph = census.graphs[EXEC]
+    assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (3, 6, 0)
+    report = census.report(graph, replays=3)
+    assert [r["node_executions"] for r in report["replays"]] == [2, 2, 2]
+
+
 def test_replays_of_an_exec_never_learned_are_counted_not_guessed() -> None:
     census = GraphCensuses()
     census.update(graph_launches(range(1, 4), recorded=range(0)))
