@@ -4,9 +4,9 @@
 // Every patch runs in every thread that executes the patched instruction, on a minimal
 // register budget: per-block work is gated on one leader thread, per-access work is
 // aggregated per warp, nothing allocates and nothing waits (a full ring is a counted drop).
-// The config in force comes with the userdata the function is bound to (device_state.h:
-// mode, shift and the filter's verdict above the slot's address), so deciding what to do costs
-// no load; a switch rebinds the functions and needs no re-patching. The launch census
+// The config in force (mode, shift, the filter's verdict) is one word in the kernel's device slot
+// that the userdata points at (device_state.h), so a switch needs no re-patching and reaches
+// replays of graphs instantiated and launched before it. The launch census
 // (launch_census.h) runs in every mode: launches, blocks and shapes are exact without a host
 // callback.
 #include <sanitizer_patching.h>
@@ -59,13 +59,8 @@ __device__ __forceinline__ uint64_t linear_block() {
 
 __device__ __forceinline__ bool is_first_block() { return (blockIdx.x | blockIdx.y | blockIdx.z) == 0; }
 
-// Read-only cached loads: the words below change only between launches (the host copies them
-// on a stream before the launches they are for). A volatile (.sys) load here made the
-// per-access floor 63x.
-__device__ __forceinline__ uint64_t read_config(const DeviceContextState* context) {
-  return __ldg(reinterpret_cast<const unsigned long long*>(&context->config.config));
-}
-
+// Read-only cached loads: the words below change only between launches (the host writes them
+// before the launches they are for). A volatile (.sys) load here made the per-access floor 63x.
 __device__ __forceinline__ DeviceContextState* context_of(const DeviceKernelSlot* kernel) {
   return reinterpret_cast<DeviceContextState*>(__ldg(reinterpret_cast<const unsigned long long*>(&kernel->context)));
 }
@@ -76,20 +71,11 @@ __device__ __forceinline__ DeviceKernelSlot* kernel_of(void* userdata) {
   return reinterpret_cast<DeviceKernelSlot*>(reinterpret_cast<uint64_t>(userdata) & kSlotAddressMask);
 }
 
-// GPUOBS_CONFIG=device: the config and the filter's verdict read from device memory (two
-// dependent loads), as make_flags packs them.
-__device__ __noinline__ uint32_t device_flags(const DeviceKernelSlot* kernel) {
-  const DeviceContextState* context = context_of(kernel);
-  const uint8_t* capture =
-      reinterpret_cast<const uint8_t*>(__ldg(reinterpret_cast<const unsigned long long*>(&context->capture)));
-  return make_flags(read_config(context), __ldg(capture + slot_of(kernel)) != 0);
-}
-
 // The config in force for this launch: from the userdata's high bits when the function is
-// bound with it (no load at all), else from device memory.
+// bound with it (GPUOBS_CONFIG=bound: no load at all), else from the kernel's slot (one load).
 __device__ __forceinline__ uint32_t flags_of(void* userdata) {
   const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
-  return (bits & kBoundConfig) ? bound_flags(bits) : device_flags(kernel_of(userdata));
+  return (bits & kBoundConfig) ? bound_flags(bits) : __ldg(&kernel_of(userdata)->flags);
 }
 
 // Writes one record into a claimed slot of the segment's ring (host memory over PCIe): the
@@ -173,13 +159,16 @@ __device__ __noinline__ void record_launch(DeviceKernelSlot* kernel, uint64_t pc
 }
 
 // Once per launch, from the leader of block (0,0,0): the census, and in the event modes the
-// launch event. Behind a call: one thread per launch gets here, and the hashing must not cost
-// registers on the path every block takes.
+// launch event and, in blocks, its enter. Behind a call: one thread per launch gets here, and
+// the hashing must not cost registers on the path every block takes.
 __device__ __noinline__ void first_block(DeviceKernelSlot* kernel, uint64_t pc, uint32_t flags) {
   const uint64_t grid = pack_grid(gridDim.x, gridDim.y, gridDim.z);
   const uint64_t block = pack_block(blockDim.x, blockDim.y, blockDim.z);
   count_launch(kernel, grid, block);
-  if (flags_mode(flags) >= uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) record_launch(kernel, pc, grid, block);
+  if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
+  record_launch(kernel, pc, grid, block);
+  if (flags_mode(flags) == uint32_t(Mode::Blocks))
+    record_block_event(kernel, context_of(kernel), pc, EventKind::BlockEnter, sm_id());
 }
 
 __device__ __noinline__ void record_block_enter(DeviceKernelSlot* kernel, uint64_t pc) {
@@ -187,15 +176,19 @@ __device__ __noinline__ void record_block_enter(DeviceKernelSlot* kernel, uint64
 }
 
 // A block leader's work. Behind a call from the entry point, so that the other threads return
-// having saved three registers (a frame of 16 bytes) rather than everything the leader needs;
-// what is rarer still (the first block, blocks-mode recording) is behind calls of its own.
+// having saved three registers (a frame of 16 bytes) rather than what the leader needs; the
+// block's count inline, what is rarer (the first block, blocks-mode recording) behind a call in
+// tail position, so that nothing stays live across it.
 __device__ __noinline__ SanitizerPatchResult block_enter_leader(void* userdata, uint64_t pc) {
   DeviceKernelSlot* kernel = kernel_of(userdata);
   const uint32_t flags = flags_of(userdata);
   const uint32_t mode = flags_mode(flags);
-  if (is_first_block()) first_block(kernel, pc, flags);
   count_block(kernel, mode >= uint32_t(Mode::Counter), sm_id());
-  if (mode == uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) record_block_enter(kernel, pc);
+  if (is_first_block()) {
+    first_block(kernel, pc, flags);
+  } else if (mode == uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) {
+    record_block_enter(kernel, pc);
+  }
   return SANITIZER_PATCH_SUCCESS;
 }
 

@@ -22,17 +22,19 @@ bool Injector::captured_locked(uint32_t slot) {
 }
 
 void Injector::stage_locked() {
-  std::vector<uint8_t> capture(slot_names_.size() / 2, 1);
-  for (uint32_t slot = 0; slot < capture.size(); ++slot) {
-    capture[slot] = captured_locked(slot) ? 1 : 0;
-    slot_captured_[slot].store(capture[slot], std::memory_order_relaxed);
-  }
   const uint64_t config = make_config(in_force_.mode, in_force_.shift);
+  // every slot, registered or not: a kernel registered later starts under the config in force
+  std::vector<uint32_t> flags(writer_->view().caps.kernel_slots, make_flags(config, true));
+  for (uint32_t slot = 0; slot < slot_names_.size() / 2; ++slot) {
+    const bool captured = captured_locked(slot);
+    slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
+    flags[slot] = make_flags(config, captured);
+  }
   const uint32_t contexts = context_count_.load(std::memory_order_acquire);
   for (uint32_t index = 0; index < contexts; ++index) {
     DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
     std::string error;
-    if (context && !context->write_config(config, capture, &error) && first_time(LogOnce::Internal))
+    if (context && !context->write_flags(flags, &error) && first_time(LogOnce::Internal))
       log_line("context %u: %s", index, error.c_str());
   }
 }
@@ -153,6 +155,10 @@ void Injector::control_loop() {
     if (writer_->poll_control(seen_generation, &request)) {
       seen_generation = request.generation;
       apply_request(request);
+    }
+    if (flags_stale_.exchange(false, std::memory_order_acq_rel)) {
+      std::lock_guard<std::mutex> lock(config_mutex_);
+      stage_locked();  // a kernel the filter leaves out registered since: its slot says so now
     }
     const auto now = std::chrono::steady_clock::now();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {

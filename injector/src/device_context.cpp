@@ -7,7 +7,7 @@
 namespace gpuobs {
 
 std::unique_ptr<DeviceContext> DeviceContext::create(CUcontext context, uint32_t ring_index, SegmentWriter& writer,
-                                                     uint64_t initial_config, std::string* error) {
+                                                     uint32_t initial_flags, std::string* error) {
   DriverApi& api = driver();
   const SegmentView& view = writer.view();
   std::unique_ptr<DeviceContext> state(new DeviceContext());
@@ -53,17 +53,16 @@ std::unique_ptr<DeviceContext> DeviceContext::create(CUcontext context, uint32_t
   header->ring = reinterpret_cast<EventRecord*>(ring_device);
   header->consumer_tail = reinterpret_cast<uint64_t*>(tail_device);
   header->ring_capacity = view.caps.event_ring_records;
-  header->capture = state->device_ + device_capture_offset(state->kernel_slots_);
   header->slots = reinterpret_cast<DeviceKernelSlot*>(state->device_ + device_slots_offset());
   header->kernel_slots = state->kernel_slots_;
   header->ring_index = ring_index;
-  header->config.config = initial_config;
   auto* slots = reinterpret_cast<DeviceKernelSlot*>(image.data() + device_slots_offset());
   for (uint32_t slot = 0; slot < state->kernel_slots_; ++slot) {
     slots[slot].context = reinterpret_cast<DeviceContextState*>(state->device_);
     slots[slot].slot = slot;
+    slots[slot].flags = initial_flags;
   }
-  std::memset(image.data() + device_capture_offset(state->kernel_slots_), 1, state->kernel_slots_);
+  state->flags_in_place_.assign(state->kernel_slots_, initial_flags);
   if (sanitizerMemcpyHostToDeviceAsync(state->device_, image.data(), bytes, state->tool_stream_) != SANITIZER_SUCCESS ||
       sanitizerStreamSynchronize(state->tool_stream_) != SANITIZER_SUCCESS) {
     *error = "initialising device state failed";
@@ -76,17 +75,23 @@ void* DeviceContext::slot_address(uint32_t slot) const {
   return device_ + device_slots_offset() + uint64_t(slot) * sizeof(DeviceKernelSlot);
 }
 
-bool DeviceContext::write_config(uint64_t config, const std::vector<uint8_t>& capture, std::string* error) {
-  std::vector<uint8_t> flags(kernel_slots_, 1);
-  for (size_t slot = 0; slot < capture.size() && slot < kernel_slots_; ++slot) flags[slot] = capture[slot];
-  uint64_t word = config;
-  // Capture flags first, then the config word: a patch that sees the new word sees both.
-  if (sanitizerMemcpyHostToDeviceAsync(device_ + device_capture_offset(kernel_slots_), flags.data(), kernel_slots_,
-                                       tool_stream_) != SANITIZER_SUCCESS ||
-      sanitizerMemcpyHostToDeviceAsync(device_ + offsetof(DeviceContextState, config), &word, sizeof(word),
-                                       tool_stream_) != SANITIZER_SUCCESS ||
-      sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
-    *error = "writing the config into device memory failed";
+bool DeviceContext::write_flags(const std::vector<uint32_t>& flags, std::string* error) {
+  bool copied = false;
+  for (size_t slot = 0; slot < flags.size() && slot < kernel_slots_; ++slot) {
+    if (flags[slot] == flags_in_place_[slot]) continue;
+    void* word = slot_address(uint32_t(slot));
+    word = static_cast<uint8_t*>(word) + offsetof(DeviceKernelSlot, flags);
+    if (sanitizerMemcpyHostToDeviceAsync(word, const_cast<uint32_t*>(&flags[slot]), sizeof(uint32_t), tool_stream_) !=
+        SANITIZER_SUCCESS) {
+      *error = "writing a kernel's config into device memory failed";
+      sanitizerStreamSynchronize(tool_stream_);
+      return false;
+    }
+    flags_in_place_[slot] = flags[slot];
+    copied = true;
+  }
+  if (copied && sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "waiting for the config copies failed";
     return false;
   }
   return true;

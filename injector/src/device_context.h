@@ -20,17 +20,18 @@ class DeviceContext {
  public:
   // Called in CONTEXT_CREATION_FINISHED with `context` current. nullptr and *error on failure.
   static std::unique_ptr<DeviceContext> create(CUcontext context, uint32_t ring_index, SegmentWriter& writer,
-                                               uint64_t initial_config, std::string* error);
+                                               uint32_t initial_flags, std::string* error);
 
   CUcontext context() const { return context_; }
   uint32_t ring_index() const { return ring_index_; }
   // Device address of a kernel slot: the userdata its patches receive.
   void* slot_address(uint32_t slot) const;
 
-  // Tool thread: the config word and the filter's verdict per slot, into device memory (what
-  // patches read when functions are bound without their config, GPUOBS_CONFIG=device). Waits
-  // on the tool's stream: launches that start after this returns see it.
-  bool write_config(uint64_t config, const std::vector<uint8_t>& capture, std::string* error);
+  // Tool thread: each slot's config word (make_flags) into device memory, where the patches
+  // read it; slots whose word is already in place are skipped. Waits on the tool's stream:
+  // launches that start after this returns see it (a launch running meanwhile may see old and
+  // new in different blocks; the census stays exact, block by block).
+  bool write_flags(const std::vector<uint32_t>& flags, std::string* error);
   // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this
   // context and copies it into DeviceConfig::replay on the graph's stream, ahead of the replay's
   // nodes, which stamp it into their events (graph nodes keep their grid ids across replays, so
@@ -54,6 +55,7 @@ class DeviceContext {
   Sanitizer_StreamHandle tool_stream_ = nullptr;
   std::atomic<uint64_t> replay_{0};
   uint64_t replay_sources_[kReplayBuffers] = {};
+  std::vector<uint32_t> flags_in_place_;  // per slot: the config word last written
 };
 
 }  // namespace gpuobs

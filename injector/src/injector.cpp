@@ -246,12 +246,12 @@ void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
       log_line("more CUDA contexts than event rings (%u); raise GPUOBS_CONTEXTS", writer_->view().caps.event_rings);
     return;
   }
-  uint64_t initial_config = 0;
+  uint32_t initial_flags = 0;
   {
     std::lock_guard<std::mutex> config_lock(config_mutex_);
-    initial_config = make_config(in_force_.mode, in_force_.shift);
+    initial_flags = make_flags(make_config(in_force_.mode, in_force_.shift), true);
   }
-  auto state = DeviceContext::create(data.context, index, *writer_, initial_config, &error);
+  auto state = DeviceContext::create(data.context, index, *writer_, initial_flags, &error);
   if (!state) {
     log_line("context %u: %s; its kernels run unobserved", index, error.c_str());
     return;
@@ -356,7 +356,7 @@ uint64_t Injector::userdata_locked(uint32_t slot) {
   for (const Binding& binding : bindings_) {
     if (binding.slot != slot) continue;
     const uint64_t address = reinterpret_cast<uint64_t>(binding.context->slot_address(slot));
-    if (!config_.bound_config) return address;
+    if (!config_.bound_config) return address;  // the patch reads the slot's config word
     const bool captured = slot_captured_[slot].load(std::memory_order_relaxed) != 0;
     return bound_userdata(address, make_flags(make_config(in_force_.mode, in_force_.shift), captured));
   }
@@ -390,7 +390,9 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     slot_names_.resize(size_t(slot + 1) * 2);
     slot_names_[size_t(slot) * 2] = mangled;
     slot_names_[size_t(slot) * 2 + 1] = demangle(mangled);
-    slot_captured_[slot].store(captured_locked(uint32_t(slot)) ? 1 : 0, std::memory_order_relaxed);
+    const bool captured = captured_locked(uint32_t(slot));
+    slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
+    if (!captured) flags_stale_.store(true, std::memory_order_release);  // its slot's word still says captured
     if (patched && device) {
       // Bound to the function for its whole life: exact under graph replay (DEVICE.md).
       bindings_.push_back(Binding{function, module, uint32_t(slot), device});

@@ -160,6 +160,7 @@ class Injector {
 
   std::atomic<int64_t> live_graph_execs_{0};
   std::atomic<bool> publish_requested_{false};
+  std::atomic<bool> flags_stale_{false};  // a slot's config word in device memory needs rewriting
   std::atomic<bool> stopping_{false};
   std::thread control_thread_;
   std::once_flag control_once_;

@@ -26,8 +26,10 @@ struct InjectorConfig {
   bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)
   bool launch_trace = false;             // GPUOBS_LAUNCH_TRACE: a host record per kernel launch (opt-in:
                                          // each launch then costs a host callback)
-  bool bound_config = true;              // GPUOBS_CONFIG: bound (the config rides in each function's
-                                         // userdata) | device (patches read it from device memory)
+  bool bound_config = false;             // GPUOBS_CONFIG: slot (patches read their kernel's config word
+                                         // from device memory) | bound (it rides in each function's
+                                         // userdata: no load, but a switch does not reach graph
+                                         // execs launched before it)
   std::string patch_file;                // GPUOBS_PATCH_FILE: patch fatbin (default: beside the library)
   std::string label;                     // GPUOBS_LABEL: free text shown by the daemon
   std::string cubin_dir;                 // GPUOBS_CUBIN_DIR: module cubins kept (default: <segment dir>/gpuobs-cubins)

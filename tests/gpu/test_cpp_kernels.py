@@ -23,11 +23,11 @@ def uninjected_checksum(program: str, shm_dir, *args: str) -> str:
     return run.finish()["checksum"]
 
 
-@pytest.mark.parametrize("config", ["bound", "device"])
+@pytest.mark.parametrize("config", ["slot", "bound"])
 def test_counter_mode_counts_every_launch_block_and_shape_on_the_device(geometry_program, shm_dir, config) -> None:
     """The steady state: no host callback per launch (no launch record, no launch callback
-    time), and the device's census equals the geometry exactly, with the config carried in the
-    functions' userdata (bound) or read from device memory (device)."""
+    time), and the device's census equals the geometry exactly, with the config read from the
+    kernel's device slot (slot, the default) or carried in the functions' userdata (bound)."""
     run = InjectedRun([geometry_program, "--rounds", "3"], shm_dir, mode="counter", env={"GPUOBS_CONFIG": config})
     out = run.finish()
     table = run.kernel_table()

@@ -1,9 +1,11 @@
 // What the patches read and write in device memory, one struct per CUDA context, shared by the
 // patch functions (device) and the injector (host). Not part of the segment: the host copies
-// counters out of it into the segment, and copies config into it when the daemon changes it.
+// counters out of it into the segment, and writes each kernel's config into it when the daemon
+// changes it.
 //
 // Hot config lives here, in device memory: DEVICE.md measured ~35 ns per call for a config
-// word read from host-mapped memory in a per-access hook, and ~0 from device memory.
+// word read from host-mapped memory in a per-access hook, and ~0 from device memory. It sits in
+// each kernel's own slot, the one the patch's userdata points at: one load, not a chain.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +38,7 @@ static_assert(sizeof(DeviceShapeBucket) == 32, "DeviceShapeBucket is 32 bytes");
 struct alignas(256) DeviceKernelSlot {
   DeviceContextState* context;  // back pointer, written once at context creation
   uint32_t slot;
-  uint32_t reserved0;
+  uint32_t flags;  // make_flags: the config in force for this kernel, written by the tool thread
   uint64_t launches;         // leader of block (0,0,0): one per launch
   uint64_t blocks_expected;  // leader of block (0,0,0): the launch's grid size
   uint64_t blocks[kBlockShards];             // block leaders, counter and up
@@ -55,11 +57,11 @@ GPUOBS_HD constexpr uint64_t make_config(Mode mode, uint32_t shift) { return uin
 GPUOBS_HD constexpr uint32_t config_mode(uint64_t config) { return uint32_t(config & 0xff); }
 GPUOBS_HD constexpr uint32_t config_shift(uint64_t config) { return uint32_t((config >> 8) & 0xff); }
 
-// The userdata a function is bound to carries the config in force for its launches in the
-// bits above the slot's address, so a patch knows its mode without a load from memory (a
-// dependent load on every block leader's path was most of the block set's device cost). A
-// switch rebinds every function. With kBoundConfig clear the patch reads the config from
-// device memory instead (GPUOBS_CONFIG=device).
+// Where a patch finds the config in force: by default in its kernel's slot (DeviceKernelSlot::
+// flags, one load). With GPUOBS_CONFIG=bound the userdata a function is bound to carries it in
+// the bits above the slot's address (kBoundConfig set), so no load at all, and a switch rebinds
+// every function; measured on the H200: a graph exec keeps the userdata of its first launch, so
+// a switch bound that way does not reach graph execs launched before it.
 constexpr uint64_t kBoundConfig = 1ULL << 63;
 constexpr uint64_t kSlotAddressMask = (1ULL << 48) - 1;
 constexpr uint32_t kFlagsModeMask = 0x7;      // flags bits 0-2: Mode
@@ -82,7 +84,6 @@ struct DeviceConfig {
   uint64_t generation;
   uint64_t replay;  // replay sequence of the graph launch in progress (graphs issue)
   uint64_t reserved;
-  // followed by uint8_t capture[kernel_slots]: 1 when the kernel filter lets the slot record
 };
 static_assert(sizeof(DeviceConfig) == 32, "DeviceConfig is 32 bytes");
 
@@ -97,7 +98,7 @@ struct alignas(256) DeviceContextState {
   EventRecord* ring;               // host-mapped event ring in the segment
   uint64_t* consumer_tail;         // host-mapped RingControl::tail in the segment
   uint64_t ring_capacity;          // power of two
-  const uint8_t* capture;          // [kernel_slots]
+  uint64_t reserved_capture;       // (was the capture array: the verdict is in each slot's flags now)
   DeviceKernelSlot* slots;         // [kernel_slots]
   uint32_t kernel_slots;
   uint32_t ring_index;
@@ -108,13 +109,10 @@ struct alignas(256) DeviceContextState {
 static_assert(sizeof(DeviceContextState) == 256, "DeviceContextState header is 256 bytes");
 static_assert(offsetof(DeviceContextState, config) % 32 == 0, "config block aligned");
 
-// Layout of one context's device allocation: state, slots, capture bytes.
+// Layout of one context's device allocation: state, then the slots.
 constexpr uint64_t device_slots_offset() { return sizeof(DeviceContextState); }
-constexpr uint64_t device_capture_offset(uint32_t kernel_slots) {
-  return device_slots_offset() + uint64_t(kernel_slots) * sizeof(DeviceKernelSlot);
-}
 constexpr uint64_t device_state_bytes(uint32_t kernel_slots) {
-  return device_capture_offset(kernel_slots) + ((kernel_slots + 255) / 256) * 256;
+  return device_slots_offset() + uint64_t(kernel_slots) * sizeof(DeviceKernelSlot);
 }
 
 }  // namespace gpuobs
