@@ -10,8 +10,9 @@ round; configurations interleaved over ROUNDS rounds (the order rotates each rou
 configuration always runs in the same position); in each process every measurement REPEATS
 times, the modes of a gpuobs process interleaved within it (switched live with gpuobsctl, as an
 operator does); per process the median; a configuration's ratio is the median over rounds of
-(its median / the no-tool median of the same round). Processes import vLLM while the one
-before them starts its engine, and wait for their turn before starting their own.
+(its median / the no-tool median of the same round). A process imports vLLM while the one
+before it starts its engine; that one measures only once the import is done (nothing else runs
+while a process measures).
 
 Configurations:
   none          no tool
@@ -80,10 +81,12 @@ class Worker:
     def __init__(self, name: str, round_index: int, directory: Path, argv: list[str], env: dict[str, str]) -> None:
         self.name, self.round = name, round_index
         stem = directory / f"{name}-r{round_index}"
-        self.status, self.result, self.go, self.log = (stem.with_suffix(s) for s in (".status", ".json", ".go", ".log"))
+        self.status, self.result, self.go, self.measure, self.log = (
+            stem.with_suffix(s) for s in (".status", ".json", ".go", ".measure", ".log"))
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            [*argv, "--status", str(self.status), "--result", str(self.result), "--go", str(self.go)], env=env,
+            [*argv, "--status", str(self.status), "--result", str(self.result), "--go", str(self.go),
+             "--measure", str(self.measure)], env=env,
             stdout=self.log.open("w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def phase(self) -> str:
@@ -252,6 +255,8 @@ def main() -> int:
                     worker.go.touch()
                 if index + 1 < len(plan) and time.monotonic() - t0 < args.budget_s:
                     upcoming = start(*plan[index + 1])  # imports while this one starts its engine
+                    upcoming.wait_for("imported", 240)  # then waits: nothing runs beside a measurement
+                worker.measure.touch()
                 if not imported:
                     run["error"] = f"no import: {worker.log.read_text(errors='replace')[-2000:]}"
                 elif worker.wait_for("done", 420):

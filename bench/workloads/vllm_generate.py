@@ -4,8 +4,9 @@ once, then single-stream and batched greedy generation measured REPEATS times in
 JSON to --result (atomically, at the end); --status gets a line per phase so the parent can
 follow it without reading our stdout (vLLM's children may keep that open).
 
-It imports vLLM first and waits for --go before it starts the engine, so the parent can let the
-next process import while this one measures nothing yet (the import is CPU work only)."""
+It imports vLLM first and waits for --go before it starts the engine, then for --measure before
+it measures: the parent lets the next process import while this one starts its engine (both
+CPU work, no measurement), and lets this one measure once the next has imported and waits."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def main() -> int:
     parser.add_argument("--result", type=Path, required=True)
     parser.add_argument("--status", type=Path, required=True)
     parser.add_argument("--go", type=Path, required=True)
+    parser.add_argument("--measure", type=Path, required=True)
     parser.add_argument("--modes", default="none")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--single-tokens", type=int, default=256)
@@ -93,6 +95,9 @@ def main() -> int:
     prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(args.batch)]
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    status(args.status, "warm")
+    while not args.measure.exists():
+        time.sleep(0.05)
     modes = args.modes.split(",")
     pids = our_pids(args.address) if args.address else []
     if args.address and not pids:
