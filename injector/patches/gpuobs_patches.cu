@@ -85,9 +85,28 @@ __device__ __forceinline__ void put_word(EventRecord* record, int word, uint64_t
   reinterpret_cast<volatile uint64_t*>(record)[word] = value;
 }
 
+// The patches store an EventRecord word by word (put_word): the words as layout.h has them.
+static_assert(offsetof(EventRecord, globaltimer_ns) == 0 && offsetof(EventRecord, pc) == 8 &&
+                  offsetof(EventRecord, address) == 16 && offsetof(EventRecord, grid_id) == 24,
+              "words 0-3");
+static_assert(offsetof(EventRecord, block_x) == 32 && offsetof(EventRecord, block_y) == 36 &&
+                  offsetof(EventRecord, block_z) == 38, "word 4: block_x, block_y, block_z");
+static_assert(offsetof(EventRecord, thread) == 40 && offsetof(EventRecord, sm_id) == 42 &&
+                  offsetof(EventRecord, kernel_slot) == 44, "word 5: thread, sm_id, kernel_slot");
+static_assert(offsetof(EventRecord, replay) == 48 && offsetof(EventRecord, kind) == 52 &&
+                  offsetof(EventRecord, access_bytes) == 53 && offsetof(EventRecord, flags) == 54,
+              "word 6: replay, kind, access_bytes, flags");
+
+// EventRecord's word 4: block_x, block_y, block_z (this block's index; a launch event puts its
+// block shape there).
+__device__ __forceinline__ uint64_t block_word(uint32_t x, uint32_t y, uint32_t z) {
+  return uint64_t(x) | (uint64_t(y & 0xffff) << 32) | (uint64_t(z & 0xffff) << 48);
+}
+
 __device__ __forceinline__ void write_record(DeviceContextState* context, uint64_t ticket, uint64_t pc,
                                              uint64_t address, uint32_t thread, uint32_t sm, uint32_t slot,
-                                             EventKind kind, uint32_t access_bytes, uint32_t flags) {
+                                             EventKind kind, uint32_t access_bytes, uint32_t flags,
+                                             uint64_t block = block_word(blockIdx.x, blockIdx.y, blockIdx.z)) {
   const uint64_t mask = __ldg(reinterpret_cast<const unsigned long long*>(&context->ring_capacity)) - 1;
   EventRecord* record =
       reinterpret_cast<EventRecord*>(__ldg(reinterpret_cast<const unsigned long long*>(&context->ring))) +
@@ -100,8 +119,7 @@ __device__ __forceinline__ void write_record(DeviceContextState* context, uint64
   put_word(record, 6, (__ldg(reinterpret_cast<const unsigned long long*>(&context->config.replay)) & 0xffffffffULL) |
                           (uint64_t(kind) << 32) | (uint64_t(access_bytes & 0xff) << 40) |
                           (uint64_t(flags & 0xffff) << 48));
-  put_word(record, 4, uint64_t(blockIdx.x) | (uint64_t(blockIdx.y & 0xffff) << 32) |
-                          (uint64_t(blockIdx.z & 0xffff) << 48));
+  put_word(record, 4, block);
   put_word(record, 3, grid_id());
   put_word(record, 0, globaltimer());
   ring::commit(&record->seq, ticket);
@@ -134,7 +152,7 @@ __device__ __forceinline__ void record_block_event(DeviceKernelSlot* kernel, Dev
 
 // The leader of block (0,0,0) in the event modes: the launch as an event (kernel slot, grid
 // id, grid and block shape, time, SM), one ring claim per launch.
-__device__ __noinline__ void record_launch(DeviceKernelSlot* kernel, uint64_t pc, uint64_t grid, uint64_t block) {
+__device__ __noinline__ void record_launch(DeviceKernelSlot* kernel, uint64_t pc, uint64_t grid, uint64_t block_shape) {
   DeviceContextState* context = context_of(kernel);
   ring::add(&kernel->events_produced, 1ULL);
   uint64_t ticket = 0;
@@ -142,20 +160,7 @@ __device__ __noinline__ void record_launch(DeviceKernelSlot* kernel, uint64_t pc
     ring::add(&kernel->events_dropped, 1ULL);
     return;
   }
-  const uint64_t mask = __ldg(reinterpret_cast<const unsigned long long*>(&context->ring_capacity)) - 1;
-  EventRecord* record =
-      reinterpret_cast<EventRecord*>(__ldg(reinterpret_cast<const unsigned long long*>(&context->ring))) +
-      (ticket & mask);
-  ring::mark_writing(&record->seq, ticket);
-  put_word(record, 1, pc);
-  put_word(record, 2, grid);
-  put_word(record, 5, (uint64_t(sm_id() & 0xffff) << 16) | (uint64_t(slot_of(kernel)) << 32));
-  put_word(record, 6, (__ldg(reinterpret_cast<const unsigned long long*>(&context->config.replay)) & 0xffffffffULL) |
-                          (uint64_t(EventKind::Launch) << 32));
-  put_word(record, 4, (block & 0xffff) | (((block >> 16) & 0xffff) << 32) | (((block >> 32) & 0xffff) << 48));
-  put_word(record, 3, grid_id());
-  put_word(record, 0, globaltimer());
-  ring::commit(&record->seq, ticket);
+  write_record(context, ticket, pc, grid, 0, sm_id(), slot_of(kernel), EventKind::Launch, 0, 0, block_shape);
 }
 
 // Once per launch, from the leader of block (0,0,0): the census, and in the event modes the
@@ -166,7 +171,7 @@ __device__ __noinline__ void first_block(DeviceKernelSlot* kernel, uint64_t pc, 
   const uint64_t block = pack_block(blockDim.x, blockDim.y, blockDim.z);
   count_launch(kernel, grid, block);
   if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
-  record_launch(kernel, pc, grid, block);
+  record_launch(kernel, pc, grid, block_word(blockDim.x, blockDim.y, blockDim.z));
   if (flags_mode(flags) == uint32_t(Mode::Blocks))
     record_block_event(kernel, context_of(kernel), pc, EventKind::BlockEnter, sm_id());
 }
