@@ -21,28 +21,37 @@ bool Injector::captured_locked(uint32_t slot) {
          std::regex_search(slot_names_[size_t(slot) * 2 + 1], *filter_);
 }
 
-void Injector::stage_locked() {
-  const uint64_t config = make_config(in_force_.mode, in_force_.shift);
-  // every slot, registered or not: a kernel registered later starts under the config in force
-  std::vector<uint32_t> flags(writer_->view().caps.kernel_slots, make_flags(config, true));
-  for (uint32_t slot = 0; slot < slot_names_.size() / 2; ++slot) {
-    const bool captured = captured_locked(slot);
-    slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
-    flags[slot] = make_flags(config, captured);
+void Injector::apply_config() {
+  // Serialises the writers (this thread, a context being created) and computes under it, so
+  // that no older config is ever written after a newer one.
+  std::lock_guard<std::mutex> writing(device_config_mutex_);
+  std::vector<uint32_t> flags;
+  std::vector<std::pair<Binding, uint64_t>> rebind;
+  {
+    // Computed under config_mutex_, written without it: an application thread that registers a
+    // kernel (inside the driver, on a kernel's first launch) takes config_mutex_, and the
+    // copies and rebinding below take the driver's locks.
+    std::lock_guard<std::mutex> lock(config_mutex_);
+    const uint64_t config = make_config(in_force_.mode, in_force_.shift);
+    // every slot, registered or not: a kernel registered later starts under the config in force
+    flags.assign(writer_->view().caps.kernel_slots, make_flags(config, true));
+    for (uint32_t slot = 0; slot < slot_names_.size() / 2; ++slot) {
+      const bool captured = captured_locked(slot);
+      slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
+      flags[slot] = make_flags(config, captured);
+    }
+    if (config_.bound_config)
+      for (const Binding& binding : bindings_) rebind.emplace_back(binding, userdata_of(binding, flags[binding.slot]));
   }
   const uint32_t contexts = context_count_.load(std::memory_order_acquire);
   for (uint32_t index = 0; index < contexts; ++index) {
     DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
     std::string error;
-    if (context && !context->write_flags(flags, &error) && first_time(LogOnce::Internal))
+    if (context && !context->retired() && !context->write_flags(flags, &error) && first_time(LogOnce::Internal))
       log_line("context %u: %s", index, error.c_str());
   }
-}
-
-void Injector::rebind_locked() {
-  if (!config_.bound_config) return;
-  for (const Binding& binding : bindings_) {
-    const uint64_t userdata = userdata_locked(binding.slot);
+  for (const auto& [binding, userdata] : rebind) {
+    if (binding.context->retired()) continue;
     if (sanitizerSetCallbackData(binding.function, reinterpret_cast<void*>(userdata)) != SANITIZER_SUCCESS &&
         first_time(LogOnce::Internal))
       log_line("rebinding a kernel to the new config failed; it keeps the old one");
@@ -86,10 +95,9 @@ void Injector::apply_request(const ControlRequest& request) {
     in_force_.patch_set = patcher_.set();
     in_force_.filter = request.filter;
     filter_.reset(request.filter.empty() ? nullptr : new std::regex(request.filter, std::regex::ECMAScript));
-    stage_locked();
-    rebind_locked();
     current = in_force_;
   }
+  apply_config();
   // What the host's records say is in force, from now on (a launch queued before may still run
   // under the old binding: the device's own events say which, daemon/graph_census.py).
   config_word_.store(make_config(current.mode, current.shift), std::memory_order_release);
@@ -107,10 +115,12 @@ void Injector::publish() {
   for (uint32_t index = 0; index < contexts; ++index) {
     DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
     if (!context) continue;
-    ScopedContext current(context->context());
     std::string error;
     uint64_t head = 0;
-    if (!current.ok() || !context->read_back(kernel_count, &slots, &head, &error)) {
+    const bool read = context->retired() ? context->read_back(kernel_count, &slots, &head, &error)
+                                         : ScopedContext(context->context()).ok() &&
+                                               context->read_back(kernel_count, &slots, &head, &error);
+    if (!read) {
       if (first_time(LogOnce::Internal)) log_line("publishing counters: %s", error.c_str());
       return;  // publish nothing rather than a partial snapshot
     }
@@ -156,10 +166,8 @@ void Injector::control_loop() {
       seen_generation = request.generation;
       apply_request(request);
     }
-    if (flags_stale_.exchange(false, std::memory_order_acq_rel)) {
-      std::lock_guard<std::mutex> lock(config_mutex_);
-      stage_locked();  // a kernel the filter leaves out registered since: its slot says so now
-    }
+    // a kernel the filter leaves out registered since: its slot says so now
+    if (flags_stale_.exchange(false, std::memory_order_acq_rel)) apply_config();
     const auto now = std::chrono::steady_clock::now();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {
       publish();

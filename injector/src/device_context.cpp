@@ -1,5 +1,6 @@
 #include "device_context.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "driver_api.h"
@@ -107,8 +108,28 @@ uint64_t DeviceContext::push_replay(Sanitizer_StreamHandle stream) {
   return replay;
 }
 
+bool DeviceContext::retire(uint32_t kernel_count, std::string* error) {
+  std::vector<DeviceKernelSlot> slots;
+  uint64_t head = 0;
+  const bool read = read_back(kernel_count, &slots, &head, error);
+  std::lock_guard<std::mutex> lock(final_mutex_);
+  if (read) {
+    final_slots_ = std::move(slots);
+    final_head_ = head;
+  }
+  retired_.store(true, std::memory_order_release);
+  return read;
+}
+
 bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
                               std::string* error) {
+  if (retired()) {
+    std::lock_guard<std::mutex> lock(final_mutex_);
+    *slots = final_slots_;
+    slots->resize(std::min<size_t>(slots->size(), kernel_count));
+    *ring_head = final_head_;
+    return true;
+  }
   if (kernel_count > kernel_slots_) kernel_count = kernel_slots_;
   slots->resize(kernel_count);
   uint64_t head_words[2] = {0, 0};

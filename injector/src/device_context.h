@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,11 @@ class DeviceContext {
   bool read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
                  std::string* error);
 
+  // In CONTEXT_DESTROY_STARTING, the context still alive: its counters read one last time; from
+  // then on read_back hands out that copy, and nothing touches its device memory again.
+  bool retire(uint32_t kernel_count, std::string* error);
+  bool retired() const { return retired_.load(std::memory_order_acquire); }
+
  private:
   DeviceContext() = default;
   static constexpr uint32_t kReplayBuffers = 256;  // copy sources stay untouched while a copy may be pending
@@ -56,6 +62,10 @@ class DeviceContext {
   std::atomic<uint64_t> replay_{0};
   uint64_t replay_sources_[kReplayBuffers] = {};
   std::vector<uint32_t> flags_in_place_;  // per slot: the config word last written
+  std::atomic<bool> retired_{false};
+  std::mutex final_mutex_;  // guards the last copy of a retired context
+  std::vector<DeviceKernelSlot> final_slots_;
+  uint64_t final_head_ = 0;
 };
 
 }  // namespace gpuobs

@@ -15,6 +15,22 @@ class FunctionSlots {
 
   explicit FunctionSlots(uint32_t capacity_pow2) : mask_(capacity_pow2 - 1), entries_(new Entry[capacity_pow2]) {}
 
+  // A function whose module unloads: the driver may hand the same handle to a new function, which
+  // must get a slot (and a binding) of its own. Its entry becomes a tombstone, never reused (the
+  // table is sized for every function a process loads; beyond it launches go unattributed).
+  void forget(uint64_t function) {
+    uint64_t index = mix(function) & mask_;
+    for (uint64_t probes = 0; probes <= mask_; ++probes, index = (index + 1) & mask_) {
+      Entry& entry = entries_[index];
+      const uint64_t key = entry.key.load(std::memory_order_acquire);
+      if (key == 0) return;
+      if (key == function) {
+        entry.key.store(kTombstone, std::memory_order_release);
+        return;
+      }
+    }
+  }
+
   // The slot of `function`, registering it with `make_slot(function)` on first sight.
   template <class MakeSlot>
   int64_t find_or_add(uint64_t function, MakeSlot make_slot) {
@@ -41,6 +57,7 @@ class FunctionSlots {
   }
 
  private:
+  static constexpr uint64_t kTombstone = 1;  // no CUfunction handle is odd
   struct Entry {
     std::atomic<uint64_t> key{0};
     std::atomic<int64_t> slot_plus_one{0};

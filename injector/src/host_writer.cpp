@@ -118,12 +118,7 @@ int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const
   return slot;
 }
 
-bool SegmentWriter::write_launch(const LaunchRecord& record) {
-  const SegmentView& v = view();
-  if (is_kernel_launch(record.kind) && record.kernel_slot >= v.caps.kernel_slots)
-    add(&v.counters->launches_unattributed, 1);
-  return put_launch_ring(record);
-}
+bool SegmentWriter::write_launch(const LaunchRecord& record) { return put_launch_ring(record); }
 
 bool SegmentWriter::put_launch_ring(const LaunchRecord& record) {
   const SegmentView& v = view();

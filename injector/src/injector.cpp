@@ -29,6 +29,9 @@ thread_local GraphLaunchInProgress t_graph_launch;
 // replays at once (warm-up) and is learned; one that does not replay within this long must not
 // keep every other replay paying for node callbacks (it is learned at a later launch).
 constexpr uint64_t kLearningWindowNs = 2000000000ULL;
+// An exec launched before its nodes were learned keeps them on longer: an exec replayed now and
+// then (every few seconds) is learned at its next replay, not missed each time.
+constexpr uint64_t kPendingWindowNs = 60000000000ULL;
 
 uint64_t grid_blocks(const Sanitizer_LaunchData& launch) {
   return uint64_t(launch.gridDim_x) * launch.gridDim_y * launch.gridDim_z;
@@ -84,29 +87,40 @@ bool Injector::subscribe() {
   // Only what the steady state needs: every enabled callback id costs the served process, even
   // with an empty body (measured in vLLM serving). No launch callbacks, no synchronize ones.
   for (const CallbackId& id : kSteadyCallbacks) enable_callback(id.domain, id.cbid, true);
-  {
-    // on until the first graph execs are learned: graphs are usually captured at start-up and
-    // replayed at once, before the tool thread could turn the node callbacks on
-    std::lock_guard<std::mutex> lock(graphs_mutex_);
-    set_node_callbacks_locked(true);
-  }
+  // on until the first graph execs are learned: graphs are usually captured at start-up and
+  // replayed at once, before the tool thread could turn the node callbacks on
+  set_node_callbacks(true);
   if (config_.launch_trace) need_launch_callbacks(nullptr);
   return true;
 }
 
-void Injector::set_node_callbacks_locked(bool on) {
-  if (node_callbacks_ == on) return;
-  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, on);
-  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, on);
-  node_callbacks_ = on;
+void Injector::set_node_callbacks(bool on) {
+  if (on) {
+    {
+      std::lock_guard<std::mutex> lock(graphs_mutex_);
+      if (node_callbacks_) return;
+    }
+    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
+    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    node_callbacks_ = true;  // from now on a replay that begins is recorded whole
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    // never while a recorded replay is in flight: its remaining nodes would go unseen
+    if (!node_callbacks_ || replays_recording_ != 0 || launch_callbacks_.load(std::memory_order_relaxed)) return;
+    node_callbacks_ = false;
+  }
+  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
+  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
 }
 
 void Injector::need_launch_callbacks(const char* why) {
   if (launch_callbacks_.exchange(true)) return;
   if (why) log_line("%s; kernel launches are counted by host callbacks from now on (slower)", why);
   enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, true);
-  std::lock_guard<std::mutex> lock(graphs_mutex_);
-  set_node_callbacks_locked(true);
+  set_node_callbacks(true);
 }
 
 void SANITIZERAPI Injector::callback(void* userdata, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid,
@@ -259,15 +273,28 @@ void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
   context_storage_[index] = std::move(state);
   contexts_[index].store(context_storage_[index].get(), std::memory_order_release);
   context_count_.store(index + 1, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> config_lock(config_mutex_);
-    if (filter_) stage_locked();  // a filter set before this context existed applies to it too
-  }
+  // A switch (or a filter) since initial_flags was read reaches this context through the tool
+  // thread: not from here, where a wait on the driver could deadlock with it.
+  flags_stale_.store(true, std::memory_order_release);
   std::call_once(control_once_, [this] { control_thread_ = std::thread([this] { control_loop(); }); });
 }
 
 void Injector::on_context_destroying(const Sanitizer_ResourceContextData& data) {
-  if (!segment_ready_.load(std::memory_order_acquire) || !context_for(data.context)) return;
+  if (!segment_ready_.load(std::memory_order_acquire)) return;
+  DeviceContext* context = context_for(data.context);
+  if (!context) return;
+  // Its counters, read once more while the context lives, stay published from that copy.
+  ScopedContext current(data.context);
+  std::string error;
+  const uint32_t kernel_count = __atomic_load_n(&writer_->view().header->kernel_count, __ATOMIC_ACQUIRE);
+  if (!context->retire(kernel_count, &error) && first_time(LogOnce::Internal))
+    log_line("a context's last counters: %s", error.c_str());
+  {
+    std::lock_guard<std::mutex> lock(config_mutex_);
+    bindings_.erase(std::remove_if(bindings_.begin(), bindings_.end(),
+                                   [context](const Binding& binding) { return binding.context == context; }),
+                    bindings_.end());
+  }
   publish_requested_.store(true, std::memory_order_relaxed);
 }
 
@@ -327,6 +354,11 @@ void Injector::on_module_unloading(CUmodule module) {
   bindings_.erase(std::remove_if(bindings_.begin(), bindings_.end(),
                                  [module](const Binding& binding) { return binding.module == module; }),
                   bindings_.end());
+  // The driver may hand these handles to new functions: they must be registered afresh.
+  auto functions = module_functions_.find(module);
+  if (functions == module_functions_.end()) return;
+  for (CUfunction function : functions->second) function_slots_.forget(reinterpret_cast<uint64_t>(function));
+  module_functions_.erase(functions);
 }
 
 void Injector::on_functions_loaded(CUcontext context, CUmodule module, const CUfunction* functions, uint32_t count) {
@@ -338,7 +370,7 @@ DeviceContext* Injector::context_for(CUcontext context) {
   const uint32_t count_now = context_count_.load(std::memory_order_acquire);
   for (uint32_t index = 0; index < count_now; ++index) {
     DeviceContext* candidate = contexts_[index].load(std::memory_order_acquire);
-    if (candidate && candidate->context() == context) return candidate;
+    if (candidate && !candidate->retired() && candidate->context() == context) return candidate;
   }
   return nullptr;
 }
@@ -349,18 +381,15 @@ int64_t Injector::slot_of(CUcontext context, CUmodule module, CUfunction functio
   });
   if (slot == FunctionSlots::kFull && first_time(LogOnce::KernelTable))
     log_line("function table full; further kernels go unattributed");
+  // No slot (a table full): no device counters for it; the host's launch callbacks count its
+  // launches as unattributed from now on.
+  if (slot < 0) need_launch_callbacks("a kernel has no slot");
   return slot;
 }
 
-uint64_t Injector::userdata_locked(uint32_t slot) {
-  for (const Binding& binding : bindings_) {
-    if (binding.slot != slot) continue;
-    const uint64_t address = reinterpret_cast<uint64_t>(binding.context->slot_address(slot));
-    if (!config_.bound_config) return address;  // the patch reads the slot's config word
-    const bool captured = slot_captured_[slot].load(std::memory_order_relaxed) != 0;
-    return bound_userdata(address, make_flags(make_config(in_force_.mode, in_force_.shift), captured));
-  }
-  return 0;
+uint64_t Injector::userdata_of(const Binding& binding, uint32_t flags) const {
+  const uint64_t address = reinterpret_cast<uint64_t>(binding.context->slot_address(binding.slot));
+  return config_.bound_config ? bound_userdata(address, flags) : address;  // slot: the patch reads the word
 }
 
 int64_t Injector::register_function(CUcontext context, CUmodule module, CUfunction function, const char* name) {
@@ -390,15 +419,18 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     slot_names_.resize(size_t(slot + 1) * 2);
     slot_names_[size_t(slot) * 2] = mangled;
     slot_names_[size_t(slot) * 2 + 1] = demangle(mangled);
+    module_functions_[module].push_back(function);
     const bool captured = captured_locked(uint32_t(slot));
     slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
     if (!captured) flags_stale_.store(true, std::memory_order_release);  // its slot's word still says captured
-    if (patched && device) {
+    // the slot's address must fit below the config bits of a bound userdata
+    if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
       // Bound to the function for its whole life: exact under graph replay (DEVICE.md).
-      bindings_.push_back(Binding{function, module, uint32_t(slot), device});
-      const uint64_t userdata = userdata_locked(uint32_t(slot));
-      on_device = sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata)) == SANITIZER_SUCCESS;
-      if (!on_device) bindings_.pop_back();
+      const Binding binding{function, module, uint32_t(slot), device};
+      const uint32_t flags = make_flags(make_config(in_force_.mode, in_force_.shift), captured);
+      on_device = sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata_of(binding, flags))) ==
+                  SANITIZER_SUCCESS;
+      if (on_device) bindings_.push_back(binding);
     }
     slot_on_device_[slot].store(on_device ? 1 : 0, std::memory_order_release);
   }
@@ -414,7 +446,9 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
 void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, const GraphPosition& position) {
   if (!segment_ready_.load(std::memory_order_acquire)) return;
   const int64_t slot = slot_of(launch.context, launch.module, launch.function, launch.functionName);
-  if (slot >= 0 && !slot_on_device_[slot].load(std::memory_order_acquire)) {
+  if (slot < 0) {
+    __atomic_fetch_add(&writer_->view().counters->launches_unattributed, 1, __ATOMIC_RELAXED);
+  } else if (!slot_on_device_[slot].load(std::memory_order_acquire)) {
     host_counted_[slot].launches.fetch_add(1, std::memory_order_relaxed);
     host_counted_[slot].blocks.fetch_add(grid_blocks(launch), std::memory_order_relaxed);
   }
@@ -447,6 +481,11 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
 }
 
 void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
+  if (t_graph_launch.recorded) {
+    // the replay before on this thread never reached its end callback: not in flight any more
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    --replays_recording_;
+  }
   t_graph_launch = GraphLaunchInProgress{};
   if (!segment_ready_.load(std::memory_order_acquire) || data.isGraphUpload) return;
   const uint64_t graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
@@ -485,25 +524,32 @@ void Injector::on_graph_launch_end() {
   if (!segment_ready_.load(std::memory_order_acquire) || !finished.recorded) return;
   std::lock_guard<std::mutex> lock(graphs_mutex_);
   --replays_recording_;
+  // Learned, even with no kernel node seen (an exec of copies and memsets has none): the node
+  // callbacks were on for the whole replay.
   auto state = graph_execs_.find(finished.graph_exec);
-  if (state != graph_execs_.end() && finished.nodes > 0) state->second.known = NodesKnown::Learned;
+  if (state != graph_execs_.end()) state->second.known = NodesKnown::Learned;
 }
 
 void Injector::manage_node_callbacks() {
-  std::lock_guard<std::mutex> lock(graphs_mutex_);
   if (launch_callbacks_.load(std::memory_order_relaxed)) return;  // on for good
-  const uint64_t now = monotonic_ns();
   bool wanted = false;
-  for (auto& entry : graph_execs_) {
-    GraphExecState& state = entry.second;
-    if (state.known == NodesKnown::Learned || now - state.since_ns >= kLearningWindowNs) {
-      if (state.known == NodesKnown::Pending) state.known = NodesKnown::NotLaunched;  // learned at a later launch
-      continue;
+  bool any = false;
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    const uint64_t now = monotonic_ns();
+    any = !graph_execs_.empty();
+    for (auto& entry : graph_execs_) {
+      GraphExecState& state = entry.second;
+      const uint64_t window = state.known == NodesKnown::Pending ? kPendingWindowNs : kLearningWindowNs;
+      if (state.known == NodesKnown::Learned || now - state.since_ns >= window) {
+        if (state.known == NodesKnown::Pending) state.known = NodesKnown::NotLaunched;  // learned at a later launch
+        continue;
+      }
+      wanted = true;  // created or launched unlearned lately: its next replay learns it
     }
-    wanted = true;  // created or launched unlearned lately: its next replay learns it
   }
-  if (!wanted && !graph_execs_.empty() && replays_recording_ == 0) set_node_callbacks_locked(false);
-  if (wanted) set_node_callbacks_locked(true);
+  if (wanted) set_node_callbacks(true);
+  else if (any) set_node_callbacks(false);
 }
 
 void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind) {

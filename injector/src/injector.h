@@ -93,18 +93,22 @@ class Injector {
   // The slot of `function`, registering and binding it on first sight.
   int64_t slot_of(CUcontext context, CUmodule module, CUfunction function, const char* name);
   int64_t register_function(CUcontext context, CUmodule module, CUfunction function, const char* name);
-  // The userdata a slot's function is bound to under the config in force (config_mutex_ held).
-  uint64_t userdata_locked(uint32_t slot);
+  // What a function is bound to: its slot's address, and with GPUOBS_CONFIG=bound the config.
+  struct Binding;
+  uint64_t userdata_of(const Binding& binding, uint32_t flags) const;
 
   // control thread (control_thread.cpp)
   void control_loop();
   void apply_request(const ControlRequest& request);
-  void rebind_locked();
-  void stage_locked();
+  // The config in force into every context's slots (and, bound, into every function's binding).
+  // Takes config_mutex_ only to compute, never across a call into the driver.
+  void apply_config();
   void publish();
   // Node launch callbacks on while a graph exec may need its nodes learned, off otherwise.
   void manage_node_callbacks();
-  void set_node_callbacks_locked(bool on);
+  // graphs_mutex_ not held: the sanitizer is called outside it, the flag set under it so that it
+  // is true only while the callbacks are surely on.
+  void set_node_callbacks(bool on);
   bool captured_locked(uint32_t slot);
 
   InjectorConfig config_;
@@ -140,11 +144,13 @@ class Injector {
     uint32_t slot;
     DeviceContext* context;
   };
+  std::mutex device_config_mutex_;  // apply_config: one writer of slots and bindings at a time
   std::mutex config_mutex_;
   ControlRequest in_force_;
   std::unique_ptr<std::regex> filter_;
   std::vector<std::string> slot_names_;  // mangled, then demangled, per slot (2 entries each)
   std::vector<Binding> bindings_;
+  std::unordered_map<CUmodule, std::vector<CUfunction>> module_functions_;  // registered, per module
 
   // graph execs: node callbacks are on while a replay is recorded to learn its nodes
   // Whether a live graph exec's nodes are known; since_ns: created, or last launched unlearned.

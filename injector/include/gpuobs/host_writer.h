@@ -57,9 +57,8 @@ class SegmentWriter {
   int64_t register_kernel(uint64_t function, uint64_t module, const std::string& mangled, uint64_t cubin_hash = 0,
                           uint64_t function_pc = 0);
 
-  // Appends a launch record (launches are counted by the device census, not here; a kernel
-  // launch with no slot counts as unattributed). False when the launch ring was full
-  // (counted, "host" stage). Callable from any thread, never blocks.
+  // Appends a launch record (launches are counted by the device census, not here). False when
+  // the launch ring was full (counted, "host" stage). Callable from any thread, never blocks.
   bool write_launch(const LaunchRecord& record);
 
   // Appends an engine step record and its request ids (text split over StepText records; empty

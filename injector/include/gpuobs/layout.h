@@ -299,7 +299,8 @@ struct GlobalCounters {
   uint64_t launches;
   uint64_t launch_records_dropped;  // launch ring full ("host" stage)
   uint64_t kernels_dropped;         // kernel table or name arena full ("table" stage)
-  uint64_t launches_unattributed;   // launches of a kernel with no slot
+  uint64_t launches_unattributed;   // launches of a kernel with no slot (kernel table full), seen by
+                                    // the host's launch callbacks, which such a kernel turns on
   uint64_t modules_loaded;
   uint64_t modules_patched;
   uint64_t patch_failures;
