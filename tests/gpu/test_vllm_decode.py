@@ -1,0 +1,73 @@
+"""vLLM decode under gpuobs's steady state (issue 12): one run of bench/vllm_decode.py (no tool,
+the floor tool, gpuobs with its modes switched live; 3 rounds of fresh processes), judged for
+what must hold whatever the figures: the same greedy tokens everywhere, no host callback per
+launch, every block accounted for, and the graph replays that ran in `blocks` joined node by node
+(a switch made after vLLM launched its graphs must reach them). The figures themselves are the
+benchmark's (bench/results/vllm-overhead.json), never asserted here.
+
+Needs the vLLM payload (shared/tools/vllm-device): GPUOBS_VLLM_PAYLOAD names an unpacked chunk
+folder (skipped otherwise). The run goes to $GPUOBS_REPORT_DIR/vllm-decode when that is set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAYLOAD = os.environ.get("GPUOBS_VLLM_PAYLOAD")
+
+pytestmark = pytest.mark.skipif(not PAYLOAD, reason="GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) not set")
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = Path(os.environ["GPUOBS_REPORT_DIR"]) / "vllm-decode" if os.environ.get("GPUOBS_REPORT_DIR") else \
+        tmp_path_factory.mktemp("vllm-decode")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "vllm_decode.py"), "--payload", PAYLOAD, "--out",
+                           str(out), "--configs", "none,floor-steady,gpuobs", "--budget-s", "480"],
+                          capture_output=True, text=True, timeout=590)
+    (out / "bench-console.txt").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def view(bench: Path, name: str):
+    return json.loads((bench / "cli" / f"{name}.json").read_text())
+
+
+def test_every_process_measured_the_same_tokens(bench: Path) -> None:
+    data = json.loads((bench / "vllm-overhead.json").read_text())
+    assert [r for r in data["runs"] if "figures" not in r] == []
+    assert {(r["config"], r["round"]) for r in data["runs"]} == {
+        (config, round_index) for config in ("none", "floor-steady", "gpuobs") for round_index in range(3)}
+    assert data["summary"]["tokens_identical"], data["summary"]["token_groups"]
+
+
+def test_no_host_callback_per_launch_and_every_block_accounted_for(bench: Path) -> None:
+    processes = view(bench, "status")["processes"]  # the gpuobs process of every round
+    assert len(processes) == 3
+    for process in processes:
+        assert process["injector"]["launch_callback_seconds"] == 0.0, process["injector"]
+        assert int(process["accounting_errors"]) == 0
+    kernels = view(bench, "kernels")
+    assert sum(int(k["launches"]) for k in kernels) > 100_000
+    for kernel in kernels:
+        accounted = int(kernel["blocks_observed"]) + int(kernel["blocks_unpatched"]) + int(kernel["blocks_unobserved"])
+        assert int(kernel["blocks_expected"]) == accounted, kernel["name"]
+
+
+def test_replays_in_blocks_are_joined_node_by_node(bench: Path) -> None:
+    """The process measured `blocks` last: the decode graphs' last replays ran in it, after vLLM
+    had launched them in `counter` at start-up."""
+    graphs = [g for g in view(bench, "graphs") if int(g["replays"]) > 100]
+    assert graphs, "no graph exec replayed more than 100 times"
+    for graph in graphs:
+        assert int(graph["replays_nodes_unknown"]) == 0
+        last = graph["recent_replays"][-1]
+        assert last["mode"] == "blocks", last
+        assert int(last["nodes_matched"]) == int(last["node_executions"]) == len(graph["nodes"]) > 0, last
