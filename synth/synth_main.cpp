@@ -14,13 +14,13 @@
 #include <cstring>
 #include <mutex>
 #include <random>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gpuobs/cubin_store.h"
 #include "gpuobs/host_writer.h"
+#include "gpuobs/kernel_filter.h"
 #include "gpuobs/shm_segment.h"
 #include "kernel_catalog.h"
 #include "simulated_device.h"
@@ -269,10 +269,12 @@ class AppliedConfig {
   std::vector<uint8_t> match(const std::string& filter) const {
     std::vector<uint8_t> captured(catalog_.size(), 1);
     if (filter.empty()) return captured;
-    const std::regex pattern(filter, std::regex::ECMAScript);  // validated before
+    KernelFilter pattern;
+    KernelFilter::compile(filter, &pattern);  // validated before
     for (size_t slot = 0; slot < catalog_.size(); ++slot) {
       const std::string& mangled = catalog_[slot].mangled;
-      captured[slot] = std::regex_search(mangled, pattern) || std::regex_search(demangle(mangled), pattern);
+      captured[slot] = pattern.search(mangled) == KernelFilter::Verdict::Match ||
+                       pattern.search(demangle(mangled)) == KernelFilter::Verdict::Match;
     }
     return captured;
   }

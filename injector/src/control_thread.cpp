@@ -14,34 +14,53 @@
 
 namespace gpuobs {
 
-bool Injector::captured_locked(uint32_t slot) {
-  if (!filter_) return true;
-  if (size_t(slot) * 2 + 1 >= slot_names_.size()) return true;
-  return std::regex_search(slot_names_[size_t(slot) * 2], *filter_) ||
-         std::regex_search(slot_names_[size_t(slot) * 2 + 1], *filter_);
+namespace {
+// Steps the filter may spend on one kernel name (a few ms at most): a pattern and name that need
+// more are not judged (the kernel records, as with no filter), so no client can hold this thread.
+constexpr uint64_t kFilterBudget = 4000000;
+}  // namespace
+
+bool Injector::captured_by(const KernelFilter* filter, uint32_t slot) {
+  if (!filter) return true;
+  const SlotNames* names = slot_names_[slot].load(std::memory_order_acquire);
+  if (!names) return true;
+  bool costly = false;
+  for (const std::string* name : {&names->mangled, &names->demangled}) {
+    const KernelFilter::Verdict verdict = filter->search(*name, kFilterBudget);
+    if (verdict == KernelFilter::Verdict::Match) return true;
+    costly = costly || verdict == KernelFilter::Verdict::TooCostly;
+  }
+  if (costly && first_time(LogOnce::Filter))
+    log_line("the kernel filter is too costly on a kernel's name; that kernel records as if unfiltered");
+  return costly;
 }
 
 void Injector::apply_config() {
   // Serialises the writers (this thread, a context being created) and computes under it, so
   // that no older config is ever written after a newer one.
   std::lock_guard<std::mutex> writing(device_config_mutex_);
-  std::vector<uint32_t> flags;
-  std::vector<std::pair<Binding, uint64_t>> rebind;
+  // Computed without config_mutex_ (the filter's search) or under it only to copy: an
+  // application thread that registers a kernel (inside the driver, on a kernel's first launch)
+  // takes config_mutex_, and the copies and rebinding below take the driver's locks.
+  uint64_t config = 0;
+  std::shared_ptr<const KernelFilter> filter;
   {
-    // Computed under config_mutex_, written without it: an application thread that registers a
-    // kernel (inside the driver, on a kernel's first launch) takes config_mutex_, and the
-    // copies and rebinding below take the driver's locks.
     std::lock_guard<std::mutex> lock(config_mutex_);
-    const uint64_t config = make_config(in_force_.mode, in_force_.shift);
-    // every slot, registered or not: a kernel registered later starts under the config in force
-    flags.assign(writer_->view().caps.kernel_slots, make_flags(config, true));
-    for (uint32_t slot = 0; slot < slot_names_.size() / 2; ++slot) {
-      const bool captured = captured_locked(slot);
-      slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
-      flags[slot] = make_flags(config, captured);
-    }
-    if (config_.bound_config)
-      for (const Binding& binding : bindings_) rebind.emplace_back(binding, userdata_of(binding, flags[binding.slot]));
+    config = make_config(in_force_.mode, in_force_.shift);
+    filter = filter_;
+  }
+  // every slot, registered or not: a kernel registered later starts under the config in force
+  const uint32_t slots = writer_->view().caps.kernel_slots;
+  std::vector<uint32_t> flags(slots, make_flags(config, true));
+  for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot) {
+    const bool captured = captured_by(filter.get(), slot);
+    slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
+    flags[slot] = make_flags(config, captured);
+  }
+  std::vector<std::pair<Binding, uint64_t>> rebind;
+  if (config_.bound_config) {
+    std::lock_guard<std::mutex> lock(config_mutex_);
+    for (const Binding& binding : bindings_) rebind.emplace_back(binding, userdata_of(binding, flags[binding.slot]));
   }
   const uint32_t contexts = context_count_.load(std::memory_order_acquire);
   for (uint32_t index = 0; index < contexts; ++index) {
@@ -94,7 +113,13 @@ void Injector::apply_request(const ControlRequest& request) {
     in_force_.shift = request.shift;
     in_force_.patch_set = patcher_.set();
     in_force_.filter = request.filter;
-    filter_.reset(request.filter.empty() ? nullptr : new std::regex(request.filter, std::regex::ECMAScript));
+    if (request.filter.empty()) {
+      filter_.reset();
+    } else {
+      auto compiled = std::make_shared<KernelFilter>();
+      KernelFilter::compile(request.filter, compiled.get());  // validated above
+      filter_ = std::move(compiled);
+    }
     current = in_force_;
   }
   apply_config();

@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <regex>
+
+#include "gpuobs/kernel_filter.h"
 
 namespace gpuobs {
 namespace {
@@ -74,13 +75,9 @@ std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patc
   if (patch_set > uint32_t(PatchSet::Memory)) return "unknown patch set " + std::to_string(patch_set);
   if (filter.size() >= kFilterBytes) return "kernel filter longer than 255 bytes";
   if (!filter.empty()) {
-    // std::regex reports syntax errors by throwing; keep it inside this function.
-    try {
-      std::regex compiled(filter, std::regex::ECMAScript);
-      (void)compiled;
-    } catch (const std::regex_error& problem) {
-      return std::string("invalid kernel filter: ") + problem.what();
-    }
+    KernelFilter compiled;
+    const std::string problem = KernelFilter::compile(filter, &compiled);
+    if (!problem.empty()) return "invalid kernel filter: " + problem;
   }
   return "";
 }

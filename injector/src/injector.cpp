@@ -234,6 +234,7 @@ bool Injector::ensure_segment() {
   writer_->acknowledge(0, initial, ControlStatus::Ok, "");
   const uint32_t slots = writer_->view().caps.kernel_slots;
   slot_on_device_.reset(new std::atomic<uint8_t>[slots]());
+  slot_names_.reset(new std::atomic<const SlotNames*>[slots]());
   slot_captured_.reset(new std::atomic<uint8_t>[slots]());
   host_counted_.reset(new HostCounted[slots]);
   for (uint32_t slot = 0; slot < slots; ++slot) slot_captured_[slot].store(1);
@@ -416,13 +417,13 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
       if (first_time(LogOnce::KernelTable)) log_line("kernel table full; further kernels go unattributed");
       return slot;
     }
-    slot_names_.resize(size_t(slot + 1) * 2);
-    slot_names_[size_t(slot) * 2] = mangled;
-    slot_names_[size_t(slot) * 2 + 1] = demangle(mangled);
+    slot_names_storage_.push_back(std::make_unique<SlotNames>(SlotNames{mangled, demangle(mangled)}));
+    slot_names_[slot].store(slot_names_storage_.back().get(), std::memory_order_release);
     module_functions_[module].push_back(function);
-    const bool captured = captured_locked(uint32_t(slot));
-    slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
-    if (!captured) flags_stale_.store(true, std::memory_order_release);  // its slot's word still says captured
+    // No filter search here, inside the driver on a kernel's first launch: the tool thread
+    // judges the kernel (its slot says captured meanwhile).
+    const bool captured = slot_captured_[slot].load(std::memory_order_relaxed) != 0;
+    if (filter_) flags_stale_.store(true, std::memory_order_release);
     // the slot's address must fit below the config bits of a bound userdata
     if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
       // Bound to the function for its whole life: exact under graph replay (DEVICE.md).

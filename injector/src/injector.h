@@ -21,7 +21,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,6 +30,7 @@
 #include "function_slots.h"
 #include "gpuobs/cubin_store.h"
 #include "gpuobs/host_writer.h"
+#include "gpuobs/kernel_filter.h"
 #include "injector_config.h"
 #include "patcher.h"
 
@@ -106,10 +106,12 @@ class Injector {
   void publish();
   // Node launch callbacks on while a graph exec may need its nodes learned, off otherwise.
   void manage_node_callbacks();
+  // The kernel filter's verdict on a registered kernel (tool thread, no lock: names are
+  // published once per slot); kernels whose names make the filter too costly are captured.
+  bool captured_by(const KernelFilter* filter, uint32_t slot);
   // graphs_mutex_ not held: the sanitizer is called outside it, the flag set under it so that it
   // is true only while the callbacks are surely on.
   void set_node_callbacks(bool on);
-  bool captured_locked(uint32_t slot);
 
   InjectorConfig config_;
   Patcher patcher_;
@@ -147,8 +149,13 @@ class Injector {
   std::mutex device_config_mutex_;  // apply_config: one writer of slots and bindings at a time
   std::mutex config_mutex_;
   ControlRequest in_force_;
-  std::unique_ptr<std::regex> filter_;
-  std::vector<std::string> slot_names_;  // mangled, then demangled, per slot (2 entries each)
+  std::shared_ptr<const KernelFilter> filter_;  // nullptr: every kernel records
+  // per slot, published once when the kernel registers (release), read by the tool thread
+  struct SlotNames {
+    std::string mangled, demangled;
+  };
+  std::unique_ptr<std::atomic<const SlotNames*>[]> slot_names_;
+  std::vector<std::unique_ptr<SlotNames>> slot_names_storage_;  // owns them (config_mutex_)
   std::vector<Binding> bindings_;
   std::unordered_map<CUmodule, std::vector<CUfunction>> module_functions_;  // registered, per module
 

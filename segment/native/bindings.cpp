@@ -15,6 +15,7 @@
 #include <string>
 
 #include "gpuobs/host_writer.h"
+#include "gpuobs/kernel_filter.h"
 #include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/ring_protocol.h"
@@ -442,6 +443,22 @@ PYBIND11_MODULE(_native, m) {
   m.def("control_request_problem", &control_request_problem, py::arg("mode"), py::arg("shift"), py::arg("patch_set"),
         py::arg("filter"), "Why a control request is invalid; '' when it is valid (same check as the producers).");
   m.def("demangle", &demangle);
+  m.def(
+      "kernel_filter_search",
+      [](const std::string& pattern, const std::string& text, uint64_t budget) -> py::object {
+        // True/False as the injector would judge `text`; None when the search ran out of budget
+        KernelFilter filter;
+        const std::string problem = KernelFilter::compile(pattern, &filter);
+        if (!problem.empty()) throw py::value_error(problem);
+        KernelFilter::Verdict verdict;
+        {
+          py::gil_scoped_release release;
+          verdict = filter.search(text, budget);
+        }
+        if (verdict == KernelFilter::Verdict::TooCostly) return py::none();
+        return py::bool_(verdict == KernelFilter::Verdict::Match);
+      },
+      py::arg("pattern"), py::arg("text"), py::arg("budget") = UINT64_MAX);
   m.def(
       "validate_file",
       [](const std::string& path, std::vector<uint32_t> owners, bool allow_group) {
