@@ -128,6 +128,15 @@ std::unique_ptr<SegmentReader> SegmentReader::open(const std::string& path, cons
   reader->view_ = make_view(reader->base_, caps);
   reader->aggregates_.assign(uint64_t(caps.kernel_slots) * kEventKindCount, 0);
   reader->event_pending_since_.assign(caps.event_rings, 0);
+  if (policy.exclusive) {
+    // The desired half of the control block is written only by its consumer, and we hold the
+    // consumer lock: an odd seqlock is a consumer killed mid-request. Every field of a request is
+    // written before its generation, so closing the seqlock publishes either nothing new or a
+    // whole request; left odd, every later request would fail and the producer ignore them all.
+    uint64_t* seq = &reader->view_.control->desired_seq;
+    const uint64_t value = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+    if (value & 1) __atomic_store_n(seq, value + 1, __ATOMIC_RELEASE);
+  }
   return reader;
 }
 

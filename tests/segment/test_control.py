@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from gpuobs import _native
 from gpuobs.segment import CONTROL_STATUS, MODES, PATCH_SETS, Segment
 from synth_support import wait_applied
 
@@ -98,3 +99,18 @@ def test_generations_continue_across_a_consumer_restart(start_synth) -> None:
     assert generation == 2
     assert wait_applied(second, generation)["applied_mode"] == MODES["counter"]
     assert synth.stop() == 0
+
+
+def test_a_control_seqlock_left_odd_by_a_killed_daemon_is_closed_on_open(tmp_path) -> None:
+    """Issue 13, item 6: a consumer killed between taking the seqlock and releasing it left it odd
+    for good: every later request failed, the producer ignored them all."""
+    import mmap
+    import struct
+
+    writer = _native.Writer(str(tmp_path))
+    offset = _native.geometry(1, 1024, 1024, 64, 65536)["control_offset"]  # desired_seq is the first word
+    with open(writer.path, "r+b") as file, mmap.mmap(file.fileno(), 0) as mapped:
+        struct.pack_into("<Q", mapped, offset, 7)  # odd: a request half written, its writer gone
+    generation = Segment(writer.path).request_control("blocks")
+    request = writer.poll_control(0)
+    assert request is not None and request["generation"] == generation and request["mode"] == MODES["blocks"]

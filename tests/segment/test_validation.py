@@ -51,6 +51,9 @@ def test_the_template_itself_is_accepted(tmp_path: Path, template: bytes) -> Non
     [
         (0, "<Q", 0x1122334455667788, "bad magic"),
         (8, "<I", 99, "layout version 99"),
+        # a segment of the next layout (record kinds this reader does not know): refused, named
+        (8, "<I", _native.LAYOUT_VERSION + 1,
+         f"layout version {_native.LAYOUT_VERSION + 1}, this reader speaks {_native.LAYOUT_VERSION}"),
         (12, "<I", 256, "header size"),
         (16, "<Q", 1 << 40, "disagrees with the capacities"),
         (56, "<I", 0, "event ring count"),
