@@ -287,8 +287,10 @@ namespace {
 // Bulk copies (cp.async.bulk global<->shared): issued once per block by one thread, with the
 // global address and size. Counted as accesses and recorded like memory events (not sampled:
 // there are few). TMA tensor copies (cp.async.bulk.tensor) fire no patch at all (DEVICE.md).
+// The size travels as the sanitizer gives it, in 16-byte blocks (layout.h: a BulkCopy event's
+// `thread` holds them, `access_bytes` says 16).
 __device__ __noinline__ SanitizerPatchResult bulk_copy(void* userdata, uint64_t pc, uint64_t global_address,
-                                                          uint32_t bytes, uint32_t flags) {
+                                                          uint32_t blocks16, uint32_t flags) {
   if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
   const uint32_t bound = flags_of(userdata);
   if (flags_mode(bound) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
@@ -303,8 +305,8 @@ __device__ __noinline__ SanitizerPatchResult bulk_copy(void* userdata, uint64_t 
     ring::add(&kernel->events_dropped, 1ULL);
     return SANITIZER_PATCH_SUCCESS;
   }
-  write_record(context, ticket, pc, global_address, linear_thread(), sm, slot_of(kernel), EventKind::BulkCopy,
-               bytes > 255 ? 255 : bytes, flags);
+  write_record(context, ticket, pc, global_address, blocks16 & 0xffff, sm, slot_of(kernel), EventKind::BulkCopy, 16,
+               flags);
   return SANITIZER_PATCH_SUCCESS;
 }
 
@@ -314,7 +316,7 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_bulk_global_to_sh
                                                                                     uint64_t src, uint32_t dst,
                                                                                     uint32_t barrier, uint32_t data,
                                                                                     uint32_t is_multicast) {
-  return bulk_copy(userdata, pc, src, 0, kAccessRead);
+  return bulk_copy(userdata, pc, src, data & 0xffff, kAccessRead);  // bits 0-15: 16-byte blocks
 }
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_bulk_shared_to_global(void* userdata, uint64_t pc,

@@ -51,7 +51,8 @@ enum class EventKind : uint8_t {
   BlockEnter = 1,
   BlockExit = 2,
   MemoryAccess = 3,
-  BulkCopy = 4,  // cp.async.bulk and friends (one record per block-level copy)
+  BulkCopy = 4,  // cp.async.bulk and friends (one record per block-level copy): its size is `thread`
+                 // blocks of `access_bytes` (16) bytes
   Launch = 5,    // a kernel launch, from the leader of its block (0,0,0) in the event modes: address
                  // holds the grid shape (pack_grid), block_x/y/z the block shape
 };
