@@ -72,7 +72,7 @@ __device__ __forceinline__ DeviceKernelSlot* kernel_of(void* userdata) {
 }
 
 // The config in force for this launch: from the userdata's high bits when the function is
-// bound with it (GPUOBS_CONFIG=bound: no load at all), else from the kernel's slot (one load).
+// bound with it (GPUOBS_CONFIG_WORD=bound: no load at all), else from the kernel's slot (one load).
 __device__ __forceinline__ uint32_t flags_of(void* userdata) {
   const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
   return (bits & kBoundConfig) ? bound_flags(bits) : __ldg(&kernel_of(userdata)->flags);

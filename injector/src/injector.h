@@ -93,7 +93,7 @@ class Injector {
   // The slot of `function`, registering and binding it on first sight.
   int64_t slot_of(CUcontext context, CUmodule module, CUfunction function, const char* name);
   int64_t register_function(CUcontext context, CUmodule module, CUfunction function, const char* name);
-  // What a function is bound to: its slot's address, and with GPUOBS_CONFIG=bound the config.
+  // What a function is bound to: its slot's address, and with GPUOBS_CONFIG_WORD=bound the config.
   struct Binding;
   uint64_t userdata_of(const Binding& binding, uint32_t flags) const;
 

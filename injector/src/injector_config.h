@@ -26,7 +26,7 @@ struct InjectorConfig {
   bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)
   bool launch_trace = false;             // GPUOBS_LAUNCH_TRACE: a host record per kernel launch (opt-in:
                                          // each launch then costs a host callback)
-  bool bound_config = false;             // GPUOBS_CONFIG: slot (patches read their kernel's config word
+  bool bound_config = false;             // GPUOBS_CONFIG_WORD: slot (patches read their kernel's config word
                                          // from device memory) | bound (it rides in each function's
                                          // userdata: no load, but a switch does not reach graph
                                          // execs launched before it)

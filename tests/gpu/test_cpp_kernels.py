@@ -28,7 +28,7 @@ def test_counter_mode_counts_every_launch_block_and_shape_on_the_device(geometry
     """The steady state: no host callback per launch (no launch record, no launch callback
     time), and the device's census equals the geometry exactly, with the config read from the
     kernel's device slot (slot, the default) or carried in the functions' userdata (bound)."""
-    run = InjectedRun([geometry_program, "--rounds", "3"], shm_dir, mode="counter", env={"GPUOBS_CONFIG": config})
+    run = InjectedRun([geometry_program, "--rounds", "3"], shm_dir, mode="counter", env={"GPUOBS_CONFIG_WORD": config})
     out = run.finish()
     table = run.kernel_table()
     assert len(out["kernels"]) == 4

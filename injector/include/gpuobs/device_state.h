@@ -58,7 +58,7 @@ GPUOBS_HD constexpr uint32_t config_mode(uint64_t config) { return uint32_t(conf
 GPUOBS_HD constexpr uint32_t config_shift(uint64_t config) { return uint32_t((config >> 8) & 0xff); }
 
 // Where a patch finds the config in force: by default in its kernel's slot (DeviceKernelSlot::
-// flags, one load). With GPUOBS_CONFIG=bound the userdata a function is bound to carries it in
+// flags, one load). With GPUOBS_CONFIG_WORD=bound the userdata a function is bound to carries it in
 // the bits above the slot's address (kBoundConfig set), so no load at all, and a switch rebinds
 // every function; measured on the H200: a graph exec keeps the userdata of its first launch, so
 // a switch bound that way does not reach graph execs launched before it.
