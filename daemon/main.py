@@ -40,6 +40,7 @@ class Daemon:
         self.health = health.aio.HealthServicer()
 
     async def run(self) -> int:
+        metrics_at = self._start_metrics()  # first: a taken port ends the start before anything is served
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         add_to_server(ObserverServicer(self.service), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -51,7 +52,6 @@ class Daemon:
             server.add_insecure_port(self.config.listen)
         await server.start()
         applied = RuntimeDir.secure_socket(socket_path, self.config.socket_group)
-        metrics_at = self._start_metrics()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop.set)
@@ -76,7 +76,10 @@ class Daemon:
         host, _, port = address.rpartition(":")
         registry = CollectorRegistry()
         registry.register(GpuobsCollector(self.service, self.config.kernel_label_limit))
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+        try:
+            start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+        except OSError as error:
+            raise OSError(error.errno, f"cannot serve metrics on {address}: {error.strerror}") from error
         return address
 
     async def _discover(self) -> None:
@@ -125,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuobsd: {error}", file=sys.stderr)
         return 2
     logging_setup.configure(config.log_format)
+    if not Path(config.segment_dir).is_dir():
+        print(f"gpuobsd: segment directory {config.segment_dir} does not exist (--segment-dir)", file=sys.stderr)
+        return 2
     runtime = RuntimeDir(Path(config.runtime_dir))
     try:
         runtime.acquire()

@@ -36,6 +36,42 @@ def _share(text: str) -> float:
     return value
 
 
+def _count(low: int) -> Callable[[str], int]:
+    """An integer of at least `low` (milliseconds, limits)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError(f"must be at least {low}, not {value}")
+        return value
+    parse.__name__ = f"at_least_{low}"
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _owners(text: str) -> str:
+    for part in text.split(","):
+        if part.strip() and (not part.strip().isdigit()):
+            raise ValueError(f"not a comma-separated list of uids: {text!r}")
+    return text
+
+
+def _address(text: str) -> str:
+    """HOST:PORT with a port in 1..65535, or '' (off)."""
+    if not text:
+        return text
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not HOST:PORT: {text!r}")
+    return text
+
+
 def _bool(text: str) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
@@ -49,21 +85,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("segment_dir", "/dev/shm", "where injected processes create their segments"),
     Setting("cubin_dir", "", "where injected processes keep module cubins (default: <segment dir>/gpuobs-cubins, "
             "as GPUOBS_CUBIN_DIR defaults in the injector)"),
-    Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)"),
+    Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)", _address),
     Setting("listen", "", "extra gRPC address (e.g. 127.0.0.1:50061); the unix socket is always served"),
     Setting("socket_group", "gpuobs", "group given the control socket (0660) when it exists"),
-    Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", int),
-    Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", int),
-    Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", int),
+    Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", _count(0)),
+    Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", _count(1)),
+    Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", _count(1)),
     Setting("remove_exited", False, "delete segments of exited processes after their final drain", _bool),
-    Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", int),
+    Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", _count(0)),
     Setting("analysis_share", 0.3, "share of the daemon's time for joining graph replays to events and pairing "
             "block enters with exits (0 turns both off; counts stay exact)", _share),
     Setting("hang_threshold_ms", 10000, "blocks in flight this long are reported once per launch as a suspected hang "
-            "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", int),
-    Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long", int),
-    Setting("log_format", "auto", "json, console, or auto (console on a terminal, JSON otherwise)"),
-    Setting("owners", "", "comma-separated uids whose segments are trusted (default: ours and root)"),
+            "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", _count(1)),
+    Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long", _count(1)),
+    Setting("log_format", "auto", "json, console, or auto (console on a terminal, JSON otherwise)",
+            _choice("json", "console", "auto")),
+    Setting("owners", "", "comma-separated uids whose segments are trusted (default: ours and root)", _owners),
 )
 
 
@@ -102,10 +139,20 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
     config_file = getattr(args, "config", None) or environ.get("GPUOBS_CONFIG")
     if config_file:
         with open(config_file, "rb") as handle:
-            for name, value in tomllib.load(handle).items():
+            try:
+                table = tomllib.load(handle)
+            except tomllib.TOMLDecodeError as error:
+                raise ValueError(f"{config_file}: {error}") from error
+            for name, value in table.items():
                 if name not in by_name:
                     raise ValueError(f"{config_file}: unknown setting {name!r}")
-                values[name] = by_name[name].parse(str(value)) if not isinstance(value, type(values[name])) else value
+                if isinstance(value, (dict, list)):
+                    raise ValueError(f"{config_file}: {name} must be a single value")
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                try:  # the same parser a flag goes through: the same checks
+                    values[name] = by_name[name].parse(text)
+                except ValueError as error:
+                    raise ValueError(f"{config_file}: {name} = {value!r}: {error}") from error
     for setting in SETTINGS:
         layers = [(setting.env, environ.get(setting.env)), (setting.flag, getattr(args, setting.name, None))]
         for source, text in layers:

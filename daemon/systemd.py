@@ -5,16 +5,30 @@ from __future__ import annotations
 import os
 import socket
 
+import structlog
+
+log = structlog.get_logger("gpuobsd")
+_failed_once = False
+
 
 def notify(state: str) -> bool:
+    """False when there is no systemd to tell, or telling it failed (a stale NOTIFY_SOCKET, say):
+    logged once, never raised, the daemon goes on."""
+    global _failed_once
     address = os.environ.get("NOTIFY_SOCKET")
     if not address:
         return False
     if address.startswith("@"):
         address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.connect(address)
-        sock.sendall(state.encode())
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(state.encode())
+    except OSError as error:
+        if not _failed_once:
+            _failed_once = True
+            log.warning("sd_notify_failed", socket=os.environ.get("NOTIFY_SOCKET"), error=str(error))
+        return False
     return True
 
 
