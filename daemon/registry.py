@@ -77,6 +77,7 @@ class ObservedProcess:
     kernels: KernelCensus = dataclasses.field(default_factory=KernelCensus)  # the registry passes its budget
     hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
     seen_dead: bool = False  # the producer was found dead on an idle pass
+    gone_at: float = 0.0  # registry clock at the final drain
     hot_pcs: HotPcs = dataclasses.field(default_factory=HotPcs)  # the registry passes its budget
     steps: StepCensus = dataclasses.field(default_factory=StepCensus)
 
@@ -92,13 +93,15 @@ class ObservedProcess:
 
 
 class Registry:
-    def __init__(self, segment_dir: Path, *, owners: list[int], torn_timeout_s: float, remove_exited: bool,
+    def __init__(self, segment_dir: Path, *, owners: list[int], torn_timeout_s: float, exited_retention_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic, hang_threshold_s: float = 10.0,
                  analysis_share: float = 0.3) -> None:
         self.segment_dir = Path(segment_dir)
         self.owners = owners
         self.torn_timeout_s = torn_timeout_s
-        self.remove_exited = remove_exited
+        # A process that restarts daily for months must not leave a segment (tens of MiB of tmpfs)
+        # and its series behind each time: final counts are kept this long, then let go.
+        self.exited_retention_s = exited_retention_s
         self.clock = clock
         self.processes: dict[Path, ObservedProcess] = {}
         self.rejected: dict[Path, str] = {}
@@ -129,9 +132,28 @@ class Registry:
         for path in list(self.rejected):
             if path not in present:
                 del self.rejected[path]  # gone, or replaced: look again next time
+        now = self.clock()
         for path in list(self.processes):
-            if path not in present and self.processes[path].final_drained:
+            process = self.processes[path]
+            if not process.final_drained:
+                continue
+            if path not in present:
                 del self.processes[path]
+            elif now - process.gone_at >= self.exited_retention_s:
+                self._forget(process)
+
+    def _forget(self, process: ObservedProcess) -> None:
+        """An exited process's retention is over: its segment file goes, and with the last
+        reference its mapping, its descriptor and its series."""
+        try:
+            os.unlink(process.path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:  # not ours to delete: forget it anyway, and say so
+            log.warning("segment_not_deleted", pid=process.pid, path=str(process.path), error=str(error))
+            self.rejected[process.path] = "exited, retention over, not deletable"
+        del self.processes[process.path]
+        log.info("process_forgotten", pid=process.pid, path=str(process.path))
 
     # -- draining ----------------------------------------------------------------------------
     def drain_pass(self, max_batches: int = 8) -> int:
@@ -186,6 +208,7 @@ class Registry:
             log.error("segment_shrunk", pid=process.pid, path=str(process.path))
             process.final_drained = True
             process.alive = False
+            process.gone_at = self.clock()
             return 0
         # Sampled before reading: a producer seen exited here has committed all it will; if this
         # pass then reads nothing, everything is in. (/proc is only asked on an idle segment.)
@@ -226,13 +249,10 @@ class Registry:
             # the producer is done and everything it committed has been read
             process.alive = False
             process.final_drained = True
-            self._check(process, self.clock())
-            log.info("process_gone", pid=process.pid, accounting_errors=process.accounting_errors)
-            if self.remove_exited:
-                try:
-                    os.unlink(process.path)
-                except FileNotFoundError:
-                    pass
+            process.gone_at = self.clock()
+            self._check(process, process.gone_at)
+            log.info("process_gone", pid=process.pid, accounting_errors=process.accounting_errors,
+                     retained_s=self.exited_retention_s)
         return read
 
     def _publish(self, kind: str, pid: int, batch: np.ndarray) -> None:

@@ -91,7 +91,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", _count(0)),
     Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", _count(1)),
     Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", _count(1)),
-    Setting("remove_exited", False, "delete segments of exited processes after their final drain", _bool),
+    Setting("exited_retention_s", 300, "how long an exited process's final counts stay shown (status, metrics) after "
+            "its final drain; then its segment is deleted and the process forgotten (0: at once)", _count(0)),
     Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", _count(0)),
     Setting("analysis_share", 0.3, "share of the daemon's time for joining graph replays to events and pairing "
             "block enters with exits (0 turns both off; counts stay exact)", _share),

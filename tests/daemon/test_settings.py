@@ -34,7 +34,7 @@ def resolve(tmp_path: Path, toml: str = "", environ: dict[str, str] | None = Non
     ("analysis_share = 5.0", "analysis_share"), ("drain_interval_ms = -3", "drain_interval_ms"),
     ("discovery_interval_ms = 0", "discovery_interval_ms"), ('log_format = "xml"', "log_format"),
     ('owners = "abc"', "owners"), ('metrics_address = "localhost"', "metrics_address"),
-    ("remove_exited = 3", "remove_exited"), ("[section]\nx = 1", "section"), ("analysis_share = ", "gpuobsd.toml"),
+    ("exited_retention_s = -1", "exited_retention_s"), ("[section]\nx = 1", "section"), ("analysis_share = ", "gpuobsd.toml"),
 ])
 def test_file_values_meet_the_checks_flags_meet(tmp_path: Path, toml: str, named: str) -> None:
     with pytest.raises(ValueError, match=named):
@@ -42,8 +42,8 @@ def test_file_values_meet_the_checks_flags_meet(tmp_path: Path, toml: str, named
 
 
 def test_good_file_values_are_taken_with_their_types(tmp_path: Path) -> None:
-    config = resolve(tmp_path, 'remove_exited = true\nanalysis_share = 0.5\ndrain_interval_ms = 7\nowners = "0,1000"')
-    assert (config.remove_exited, config.analysis_share, config.drain_interval_ms) == (True, 0.5, 7)
+    config = resolve(tmp_path, 'exited_retention_s = 60\nanalysis_share = 0.5\ndrain_interval_ms = 7\nowners = "0,1000"')
+    assert (config.exited_retention_s, config.analysis_share, config.drain_interval_ms) == (60, 0.5, 7)
     assert config.owner_uids == [0, 1000]
 
 

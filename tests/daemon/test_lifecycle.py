@@ -1,0 +1,55 @@
+"""Issue 13, item 3: a process that exits keeps its final counts for a bounded time, then its
+segment is deleted and it is forgotten (series, mapping, descriptor), so a daemon beside a
+service that restarts for months does not grow."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+from daemon_support import DaemonProcess, free_port
+
+
+def metrics(daemon: DaemonProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def open_descriptors(pid: int, directory: Path) -> int:
+    return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(directory)) for fd in os.listdir(f"/proc/{pid}/fd")
+               if os.path.exists(f"/proc/{pid}/fd/{fd}"))
+
+
+def test_an_exited_process_is_shown_for_its_retention_then_forgotten(start_synth, segment_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path / "run", segment_dir, free_port(), "--exited-retention-s", "2")
+    try:
+        synth = start_synth("--mode", "counter", "--launches", "200", "--kernels", "4")
+        assert synth.wait() == 0
+        daemon.wait_all_gone()
+        # retained: the final counts are there, the segment too
+        (process,) = daemon.status().processes
+        assert not process.alive and process.pid == synth.pid
+        assert f'pid="{synth.pid}"' in metrics(daemon)
+        assert synth.segment.exists() and open_descriptors(daemon.process.pid, segment_dir) == 1
+        deadline = time.monotonic() + 20
+        while daemon.status().processes and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(daemon.status().processes) == []
+        assert not synth.segment.exists()
+        assert f'pid="{synth.pid}"' not in metrics(daemon)
+        assert open_descriptors(daemon.process.pid, segment_dir) == 0
+        assert '"event": "process_forgotten"' in daemon.log()
+    finally:
+        daemon.stop()
+
+
+def test_by_default_an_exited_process_stays_for_minutes(start_synth, start_daemon) -> None:
+    daemon = start_daemon()
+    synth = start_synth("--mode", "counter", "--launches", "50", "--kernels", "2")
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    time.sleep(1.0)
+    assert [p.pid for p in daemon.status().processes] == [synth.pid] and synth.segment.exists()
