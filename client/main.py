@@ -9,8 +9,16 @@ from .commands import COMMANDS
 from .connection import CommandError, address_of
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage errors exit 1 with the one-line reason, as every other failure does."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(1, f"gpuobsctl: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuobsctl", description=__doc__.splitlines()[0])
+    parser = Parser(prog="gpuobsctl", description=__doc__.splitlines()[0])
     parser.add_argument("--address", help="gpuobsd address [GPUOBS_ADDRESS, default unix:///run/gpuobs/gpuobsd.sock]")
     parser.add_argument("--output", choices=["table", "json"], default="table")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -16,6 +16,7 @@ import stat
 import time
 from pathlib import Path
 
+from ..arguments import pid
 from ..connection import CommandError
 
 NAME = "coredump"
@@ -24,7 +25,7 @@ TRIGGER_BYTES = 1 << 20  # the pipe reacted to 1 MiB on the H200; the driver rea
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pid", type=int)
+    parser.add_argument("pid", type=pid)
     parser.add_argument("--yes", action="store_true", help="confirm: the dump ends the process")
 
 

@@ -8,6 +8,7 @@ from google.protobuf.json_format import MessageToDict
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
+from ..arguments import pid, uint32
 from ..connection import call
 from ..output import emit, table
 
@@ -16,8 +17,8 @@ HELP = "per CUDA graph exec: nodes, replays, node executions, blocks per node an
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
-    parser.add_argument("--replays", type=int, default=8, help="the last N replays of each graph in detail (1..1024)")
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--replays", type=uint32, default=8, help="the last N replays of each graph in detail (1..1024)")
 
 
 def micros(ns: int) -> str:

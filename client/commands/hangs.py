@@ -13,6 +13,7 @@ from google.protobuf.json_format import MessageToDict
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
+from ..arguments import pid, uint32
 from ..connection import call
 from ..output import emit, table
 
@@ -21,8 +22,8 @@ HELP = "launches whose blocks entered and have not exited (which kernel, which b
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--min-age-ms", type=int, default=1000, help="only blocks in flight this long (default 1000)")
-    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--min-age-ms", type=uint32, default=1000, help="only blocks in flight this long (default 1000)")
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
 
 
 def block_ranges(blocks) -> str:

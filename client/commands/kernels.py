@@ -8,6 +8,7 @@ from google.protobuf.json_format import MessageToDict
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
+from ..arguments import pid, uint32
 from ..connection import call
 from ..output import emit, table
 
@@ -16,8 +17,8 @@ HELP = "per-kernel launches, blocks, accesses and events"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--top", type=int, default=20, help="most launched first; 0 for all")
-    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--top", type=uint32, default=20, help="most launched first; 0 for all")
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
 
 
 def shape_text(kernel: pb.Kernel) -> str:

@@ -7,6 +7,7 @@ import os
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
+from ..arguments import pid, uint64
 from ..connection import call
 from ..output import emit, table
 
@@ -17,8 +18,8 @@ HELP = "record events, launches and kernel names to event files (one per process
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="output file (the daemon writes it); several processes: PATH-<pid>")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds to record")
-    parser.add_argument("--count", type=int, default=0, help="events to record per process")
-    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--count", type=uint64, default=0, help="events to record per process")
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ import grpc
 import gpuobs
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
+from ..arguments import uint32
 from ..connection import CommandError, stub
 from ..output import table
 
@@ -32,9 +33,9 @@ INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="counter", help="initial mode (default counter)")
-    parser.add_argument("--shift", type=int, default=10, help="sample shift for sampled (default 10)")
+    parser.add_argument("--shift", type=uint32, default=10, help="sample shift for sampled (default 10)")
     parser.add_argument("--patch-set", choices=["block", "memory"], help="default: what the mode needs")
-    parser.add_argument("--top", type=int, default=15, help="kernels in the summary")
+    parser.add_argument("--top", type=uint32, default=15, help="kernels in the summary")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 

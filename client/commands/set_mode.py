@@ -6,6 +6,7 @@ import argparse
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
+from ..arguments import pid, uint32
 from ..connection import CommandError, call
 from ..output import emit, table
 
@@ -15,8 +16,8 @@ HELP = "switch mode, sample shift and kernel filter of running processes"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mode", help="off | noop | counter | blocks | memory | sampled")
-    parser.add_argument("--shift", type=int, help="sampled: keep 1 in 2^SHIFT events (0..31)")
-    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--shift", type=uint32, help="sampled: keep 1 in 2^SHIFT events (0..31)")
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument("--kernel", help="record events only for kernels matching this regex ('' for all)")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for acknowledgements")
 

@@ -17,6 +17,7 @@ from gpuobs import _native
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.symbolize import CubinSymbols, SymbolizeError, format_location
 
+from ..arguments import pid, uint32
 from ..connection import CommandError, call
 from ..output import emit, table
 
@@ -28,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("address_or_offset", nargs="?", help="PC (with --pid) or offset (with --cubin), 0x... or decimal")
     parser.add_argument("--cubin", help="offline: the module's cubin")
     parser.add_argument("--function", help="offline: mangled kernel name (may be omitted when the cubin has one)")
-    parser.add_argument("--pid", type=int, help="a process the daemon observes")
-    parser.add_argument("--top", type=int, help="the N source lines with the most memory events")
+    parser.add_argument("--pid", type=pid, help="a process the daemon observes")
+    parser.add_argument("--top", type=uint32, help="the N source lines with the most memory events")
     parser.add_argument("--kernel", help="with --top: only kernels whose name matches this regex")
 
 

@@ -8,6 +8,7 @@ from google.protobuf.json_format import MessageToDict
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
+from ..arguments import pid, uint32, uint64
 from ..connection import call
 from ..output import emit, table
 
@@ -16,9 +17,9 @@ HELP = "engine steps (vLLM plugin): requests and tokens, the graph replays and b
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
-    parser.add_argument("--last", type=int, default=20, help="the last N steps of each process")
-    parser.add_argument("--replay", type=int, default=None,
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--last", type=uint32, default=20, help="the last N steps of each process")
+    parser.add_argument("--replay", type=uint64, default=None,
                         help="only the step that launched this replay number (as `graphs` and events show it)")
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
 
+from ..arguments import pid, uint32
 from ..connection import CommandError, stub
 
 NAME = "tail"
@@ -19,8 +20,8 @@ KIND_NAMES = {value: name for name, value in EVENT_KINDS.items()}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
-    parser.add_argument("--count", type=int, default=0, help="stop after this many events (0: until Ctrl-C)")
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--count", type=uint32, default=0, help="stop after this many events (0: until Ctrl-C)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,28 @@
+"""Argument types of the CLI: numbers checked against the range of the API field they fill, so
+that a bad number is a one-line usage error, not a traceback from building the request."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+UINT32_MAX = (1 << 32) - 1
+UINT64_MAX = (1 << 64) - 1
+
+
+def number(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not within {low}..{high}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+uint32 = number(0, UINT32_MAX)
+uint64 = number(0, UINT64_MAX)
+pid = number(1, (1 << 31) - 1)  # a pid the kernel can hand out
