@@ -10,6 +10,8 @@ import grpc
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2_grpc
 
 DEFAULT_ADDRESS = "unix:///run/gpuobs/gpuobsd.sock"
+# A reply may exceed gRPC's default 4 MiB (every kernel of a process with tens of thousands).
+RECEIVE_LIMIT_BYTES = 256 << 20
 
 
 class CommandError(Exception):
@@ -21,7 +23,8 @@ def address_of(flag: str | None) -> str:
 
 
 def stub(address: str) -> observer_pb2_grpc.ObserverStub:
-    return observer_pb2_grpc.ObserverStub(grpc.insecure_channel(address))
+    channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)])
+    return observer_pb2_grpc.ObserverStub(channel)
 
 
 def call(address: str, method: str, request, timeout: float = 10.0):

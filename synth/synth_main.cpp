@@ -297,7 +297,7 @@ int run(const Options& options) {
   segment_options.caps.event_ring_records = options.ring_records;
   segment_options.caps.launch_ring_records = options.launch_ring_records;
   segment_options.caps.kernel_slots = std::max<uint32_t>(options.kernels, 64);
-  segment_options.caps.name_arena_bytes = 1u << 20;
+  segment_options.caps.name_arena_bytes = std::max<uint32_t>(1u << 20, options.kernels * 512u);  // names of any length
   segment_options.producer_kind = ProducerKind::Synth;
   segment_options.patch_set = options.patch_set;
   segment_options.initial_mode = options.mode;

@@ -36,3 +36,17 @@ def test_bad_arguments_are_one_line_and_exit_1(args: list[str], reason: str) -> 
 def test_a_huge_argument_is_not_echoed_back_whole() -> None:
     done = gpuobsctl("kernels", "--top", "9" * 100_000 + "x")
     assert done.returncode == 1 and len(done.stderr) < 4000
+
+
+def test_a_reply_over_four_mebibytes_arrives(start_synth, start_daemon) -> None:
+    """Issue 13, item 5 (in part): every kernel of a process with tens of thousands of them."""
+    import json
+
+    synth = start_synth("--mode", "counter", "--kernels", "40000", "--launches", "100", timeout=60)
+    daemon = start_daemon()
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "--output", "json",
+                           "kernels", "--top", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert len(json.loads(done.stdout)) == 40000  # ~5.3 MB of protobuf: over gRPC's default 4 MiB
