@@ -18,7 +18,7 @@ def hangs(daemon, min_age_ms: int) -> dict:
 
 
 def test_a_hung_launch_is_named_with_exactly_its_blocks(start_synth, start_daemon) -> None:
-    daemon = start_daemon("--hang-threshold-ms", "400")
+    daemon = start_daemon("--hang-threshold-ms", "400", "--analysis-share", "1")  # pairing checked, not the budget
     synth = start_synth("--mode", "blocks", "--launches", "200", "--kernels", "4", "--seed", "3",
                         "--hang-seconds", "60")
     deadline = time.monotonic() + 20

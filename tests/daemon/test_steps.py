@@ -23,7 +23,7 @@ def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon)
     synth = start_synth("--mode", "blocks", "--graph-nodes", str(NODES), "--steps", "--launches",
                         str(NODES * REPLAYS), "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18),
                         "--label", "vllm engine rank 0")
-    daemon = start_daemon()
+    daemon = start_daemon("--analysis-share", "1")  # the join is checked here, not the daemon's budget for it
     assert synth.wait() == 0
     daemon.wait_all_gone()
     response = daemon.stub.ListSteps(pb.ListStepsRequest(last=REPLAYS), timeout=10)
