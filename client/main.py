@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .commands import COMMANDS
@@ -37,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as error:
         print(f"gpuobsctl: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `gpuobsctl ... | head`: the reader has what it wanted; no traceback, and no second
+        # error when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import asyncio
 from typing import Any, AsyncIterator
 
 import grpc
-from google.protobuf import json_format
 
 from gpuobs.segment import EVENT_DTYPE
 
@@ -62,7 +61,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
     async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
         rows = await self._guard(context, lambda: self.service.kernels(list(request.pids), request.top))
-        return pb.ListKernelsResponse(kernels=[json_format.ParseDict(row, pb.Kernel()) for row in rows])
+        return pb.ListKernelsResponse(kernels=[pb.Kernel(**row) for row in rows])
 
     async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
         pids = list(request.pids)
@@ -88,19 +87,19 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
     async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
         rows = await self._guard(context, lambda: self.service.graphs(list(request.pids), request.replays or 16))
-        return pb.ListGraphsResponse(graphs=[json_format.ParseDict(row, pb.Graph()) for row in rows])
+        return pb.ListGraphsResponse(graphs=[pb.Graph(**row) for row in rows])
 
     async def ListSteps(self, request: pb.ListStepsRequest, context) -> pb.ListStepsResponse:
         replay = request.replay if request.HasField("replay") else None
         result = await self._guard(context, lambda: self.service.steps(list(request.pids), request.last or 20, replay))
-        return json_format.ParseDict(result, pb.ListStepsResponse())
+        return pb.ListStepsResponse(**result)
 
     async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
         pids = list(request.pids)
         rows = await self._guard(context, lambda: self.service.hangs(pids, min_age_ms))
         evidence = await self._guard(context, lambda: self.service.hang_evidence(pids))
-        return pb.ListHangsResponse(launches=[json_format.ParseDict(row, pb.HungLaunch()) for row in rows],
+        return pb.ListHangsResponse(launches=[pb.HungLaunch(**row) for row in rows],
                                     processes=[pb.HangEvidence(**row) for row in evidence])
 
     async def ListHotPcs(self, request: pb.ListHotPcsRequest, context) -> pb.ListHotPcsResponse:

@@ -81,7 +81,8 @@ class ObserverService:
             "kernels": segment.reader.kernel_count(),
             "stages": [
                 {"stage": s.stage, "produced": s.produced, "delivered": s.delivered, "dropped": s.dropped,
-                 "torn": s.torn, "corrupt": s.corrupt, "in_flight": s.in_flight}
+                 "torn": s.torn, "corrupt": s.corrupt, "in_flight": s.in_flight,
+                 "unpublished": s.unpublished}
                 for s in account.stages
             ],
             "ring_fill_ratio": fill,

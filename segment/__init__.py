@@ -63,7 +63,12 @@ def segment_paths(directory: str | os.PathLike[str]) -> list[Path]:
 @dataclasses.dataclass(frozen=True)
 class StageAccount:
     """One stage of the pipeline: every record produced is delivered, dropped, lost to a torn
-    or corrupt slot, or still in flight."""
+    or corrupt slot, or still in flight.
+
+    `unpublished` is what the reader holds beyond the producer's last published `produced`: the
+    producer claimed (or dropped) records and was stopped before its counters caught up, as after
+    SIGKILL. Those records are real (they were read or counted as drops) but their production was
+    never published; the account names them instead of letting the sum be silently off."""
 
     stage: str
     produced: int
@@ -72,10 +77,12 @@ class StageAccount:
     torn: int
     corrupt: int
     in_flight: int
+    unpublished: int = 0
 
     @property
     def balanced(self) -> bool:
-        return self.produced == self.delivered + self.dropped + self.torn + self.corrupt + self.in_flight
+        return (self.produced + self.unpublished
+                == self.delivered + self.dropped + self.torn + self.corrupt + self.in_flight)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +211,8 @@ class Segment:
         if quiescent and consumed > claimed:
             errors.append(f"device at rest: consumed {consumed} > claimed {claimed}")
         in_flight = max(0, produced - dropped - consumed)
-        device = StageAccount("device", produced, delivered, dropped, torn, corrupt, in_flight)
+        unpublished = max(0, consumed + dropped - produced)
+        device = StageAccount("device", produced, delivered, dropped, torn, corrupt, in_flight, unpublished)
 
         launch = self.reader.launch_ring_stats()
         if launch["delivered"] + launch["torn"] + launch["corrupt"] != launch["tail"]:
@@ -219,5 +227,6 @@ class Segment:
             launch["torn"],
             launch["corrupt"],
             max(0, launch["produced"] - launch["dropped"] - launch["tail"]),
+            max(0, launch["tail"] + launch["dropped"] - launch["produced"]),
         )
         return Accounting((device, host), tuple(errors), quiescent)

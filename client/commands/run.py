@@ -132,6 +132,7 @@ def summarise(address: str, child_pid: int, *, private: bool, top: int) -> None:
     print(f"\ngpuobs summary: {len(mine)} process(es) {', '.join(map(str, pids))}", file=sys.stderr)
     for process in mine:
         stages = ", ".join(f"{s.stage}: {s.produced} produced, {s.delivered} delivered, {s.dropped} dropped"
+                           + (f", {s.unpublished} beyond the last published count" if s.unpublished else "")
                            for s in process.stages)
         print(f"pid {process.pid} mode {process.mode}: {process.launches} launches, {process.kernels} kernels; "
               f"{stages}; accounting errors {process.accounting_errors}", file=sys.stderr)

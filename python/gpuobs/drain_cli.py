@@ -40,7 +40,8 @@ def report(segment: Segment, top: int) -> bool:
               f" {k['events_dropped']:>9}  {names[slot][:90]}")
     account = segment.accounting()
     for stage in account.stages:
-        print(f"  stage {stage.stage}: produced {stage.produced} = delivered {stage.delivered} + dropped"
+        unpublished = f" (+ {stage.unpublished} read beyond the last published count)" if stage.unpublished else ""
+        print(f"  stage {stage.stage}: produced {stage.produced}{unpublished} = delivered {stage.delivered} + dropped"
               f" {stage.dropped} + torn {stage.torn} + corrupt {stage.corrupt} + in flight {stage.in_flight}"
               f" -> {'balanced' if stage.balanced else 'NOT balanced'}")
     for error in account.errors:

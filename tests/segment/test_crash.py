@@ -48,3 +48,24 @@ def test_sigkill_at_full_speed_leaves_a_readable_segment(start_synth) -> None:
     assert counters["device_events_produced"] >= counters["device_events_dropped"]
     assert len(segment.kernels()) == 8
     assert np.all(kernels["launches"] >= 0)
+
+
+def test_sigkill_of_a_four_context_producer_is_accounted_exactly(start_synth) -> None:
+    """Killed mid-publish, a producer leaves records read (or dropped) beyond its last published
+    `produced`; the account must name that excess, never be silently off."""
+    synth = start_synth("--mode", "sampled", "--shift", "0", "--contexts", "4", "--ring-records", str(1 << 12))
+    segment = Segment(synth.segment)
+    segment.reader.set_torn_timeout(3600)
+    time.sleep(0.3)
+    os.kill(synth.pid, signal.SIGKILL)
+    assert synth.wait() == -signal.SIGKILL
+    drain_until_exit(segment)
+    account = segment.accounting()
+    assert account.complete and not account.errors
+    device = next(s for s in account.stages if s.stage == "device")
+    assert device.delivered > 0
+    consumed = device.delivered + device.torn + device.corrupt
+    # the identity, with what the published counters cannot cover named explicitly
+    assert device.produced + device.unpublished == consumed + device.dropped + device.in_flight
+    assert device.unpublished == max(0, consumed + device.dropped - device.produced)
+    assert all(stage.balanced for stage in account.stages)
