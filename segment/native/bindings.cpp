@@ -435,6 +435,8 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("event_rings"), py::arg("event_ring_records"), py::arg("launch_ring_records"), py::arg("kernel_slots"),
       py::arg("name_arena_bytes"));
+  m.def("mapping_faults_absorbed", &MappingGuard::faults_absorbed,
+        "Loads past a shrunk segment's end turned into an empty segment instead of SIGBUS");
   m.def("fmix64", &fmix64, "MurmurHash3 fmix64, as the patches compute it");
   m.def("pack_grid", &pack_grid, py::arg("x"), py::arg("y"), py::arg("z"));
   m.def("pack_block", &pack_block, py::arg("x"), py::arg("y"), py::arg("z"));
@@ -551,6 +553,7 @@ PYBIND11_MODULE(_native, m) {
       .def("producer_alive", &SegmentReader::producer_alive)
       .def("state", [](const SegmentReader& reader) { return uint32_t(reader.state()); })
       .def("size_intact", &SegmentReader::size_intact)
+      .def("faulted", &SegmentReader::faulted)
       .def("set_torn_timeout", [](SegmentReader& reader, double seconds) {
         reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
       })

@@ -124,6 +124,7 @@ std::unique_ptr<SegmentReader> SegmentReader::open(const std::string& path, cons
   }
   reader->base_ = static_cast<uint8_t*>(mapped);
   reader->bytes_ = header.segment_bytes;
+  reader->guard_ = std::make_unique<MappingGuard>(mapped, header.segment_bytes);
   const Capacities caps = capacities_of(header);
   reader->view_ = make_view(reader->base_, caps);
   reader->aggregates_.assign(uint64_t(caps.kernel_slots) * kEventKindCount, 0);
@@ -141,13 +142,14 @@ std::unique_ptr<SegmentReader> SegmentReader::open(const std::string& path, cons
 }
 
 SegmentReader::~SegmentReader() {
+  guard_.reset();  // before the range can be reused by another mapping
   if (base_) ::munmap(base_, bytes_);
   if (fd_ >= 0) ::close(fd_);  // also releases the consumer lock
 }
 
 bool SegmentReader::size_intact() const {
   struct stat info {};
-  return ::fstat(fd_, &info) == 0 && uint64_t(info.st_size) == bytes_;
+  return !faulted() && ::fstat(fd_, &info) == 0 && uint64_t(info.st_size) == bytes_;
 }
 
 SegmentState SegmentReader::state() const {

@@ -14,6 +14,7 @@
 #include "gpuobs/host_writer.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/segment_view.h"
+#include "mapping_guard.h"
 
 namespace gpuobs {
 
@@ -99,8 +100,10 @@ class SegmentReader {
   // Whether the producing process is still the one that created the segment.
   bool producer_alive() const;
   SegmentState state() const;
-  // The file still has the size it had at open (a shrunk file would fault on access).
+  // The file still has the size it had at open, and no access has faulted on a page past its
+  // end (the guard then replaced the mapping by zeros: nothing read from it is the producer's).
   bool size_intact() const;
+  bool faulted() const { return guard_ && guard_->faulted(); }
 
   const EventAggregates& aggregates() const { return aggregates_; }
   void set_torn_timeout_ns(uint64_t timeout_ns) { torn_timeout_ns_ = timeout_ns; }
@@ -116,6 +119,7 @@ class SegmentReader {
   int fd_ = -1;
   uint8_t* base_ = nullptr;
   uint64_t bytes_ = 0;
+  std::unique_ptr<MappingGuard> guard_;
   SegmentView view_{};
   EventAggregates aggregates_;
   std::vector<uint64_t> event_pending_since_;

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port
+from daemon_support import DaemonProcess, free_port, pb
 
 
 def metrics(daemon: DaemonProcess) -> str:
@@ -53,3 +53,27 @@ def test_by_default_an_exited_process_stays_for_minutes(start_synth, start_daemo
     daemon.wait_all_gone()
     time.sleep(1.0)
     assert [p.pid for p in daemon.status().processes] == [synth.pid] and synth.segment.exists()
+
+
+def test_a_segment_shrunk_under_the_daemon_costs_only_that_process(start_synth, start_daemon) -> None:
+    """Issue 13, item 10: a producer's uid (or a cleanup job) truncates mapped segments; the daemon
+    used to die of SIGBUS on the next status or scrape, taking every process's observation with it."""
+    daemon = start_daemon()
+    victims = [start_synth("--mode", "blocks", "--rate", "200000", "--duration", "30") for _ in range(2)]
+    bystander = start_synth("--mode", "counter", "--rate", "100000", "--duration", "30")
+    deadline = time.monotonic() + 30
+    while len(daemon.status().processes) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.truncate(victims[0].segment, 0)
+    os.truncate(victims[1].segment, 4096)
+    for _ in range(5):  # every path that reads a mapping: status, kernels, scrape
+        status = daemon.status()
+        daemon.stub.ListKernels(pb.ListKernelsRequest(top=0), timeout=10)
+        metrics(daemon)
+        time.sleep(0.1)
+    assert daemon.process.poll() is None
+    views = {p.pid: p for p in daemon.status().processes}
+    assert views[bystander.pid].alive and views[bystander.pid].launches > 0
+    assert all(not views[v.pid].alive for v in victims if v.pid in views)
+    assert daemon.log().count('"event": "segment_shrunk"') == 2
+    assert status.processes

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +183,50 @@ def test_shrunk_file_is_noticed(tmp_path: Path, template: bytes) -> None:
     assert segment.reader.size_intact()
     os.truncate(path, len(template) // 2)
     assert not segment.reader.size_intact()
+
+
+@pytest.mark.parametrize("size", [0, 4096])
+def test_reading_a_segment_shrunk_under_the_reader_does_not_fault(tmp_path: Path, template: bytes, size: int) -> None:
+    """Issue 13, item 10: any process of the producer's uid can shrink a mapped segment; the next
+    load past the new end would be SIGBUS for the whole daemon. Run in a child: were the guard
+    missing, the child dies of SIGBUS and the test sees it."""
+    path = write_segment(tmp_path, template)
+    script = f"""
+import os, sys
+from gpuobs import _native
+from gpuobs.segment import Segment
+segment = Segment({str(path)!r})
+before = _native.mapping_faults_absorbed()
+os.truncate({str(path)!r}, {size})
+segment.counters(); segment.kernels(); segment.read_events(0); segment.read_launches(); segment.control_state()
+segment.accounting(); segment.aggregates()
+assert segment.reader.faulted() and not segment.reader.size_intact()
+assert _native.mapping_faults_absorbed() == before + 1
+print("survived")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == "survived"
+
+
+def test_a_fault_outside_every_segment_is_still_fatal(tmp_path: Path, template: bytes) -> None:
+    """The guard absorbs only faults on a segment's mapping; any other SIGBUS ends the process as
+    it always would (a real bug must not be hidden)."""
+    path = write_segment(tmp_path, template)
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * 65536)
+    script = f"""
+import mmap, os
+from gpuobs.segment import Segment
+segment = Segment({str(path)!r})
+with open({str(other)!r}, "r+b") as f:
+    view = mmap.mmap(f.fileno(), 65536)
+    os.truncate({str(other)!r}, 0)
+    view[40000]
+print("not reached")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGBUS, (done.returncode, done.stderr[-2000:])
 
 
 def test_no_segment_left_behind_when_the_directory_is_missing(tmp_path: Path) -> None:
