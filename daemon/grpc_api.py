@@ -29,18 +29,29 @@ class ObserverServicer(pb_grpc.ObserverServicer):
     def __init__(self, service: ObserverService) -> None:
         self.service = service
 
-    async def _guard(self, context: grpc.aio.ServicerContext, call):
+    async def _guard(self, context: grpc.aio.ServicerContext, call, *, inline: bool = False):
+        """Runs one request's work and maps typed errors to status codes. Work that grows with
+        kernels, graphs or events runs on the query threads; `inline` work (O(processes), as
+        status is) runs on the loop itself: under load every hand-off between threads waits for
+        a scheduler slice, and status is what an operator asks first when the host is busy."""
         try:
-            return await call() if asyncio.iscoroutinefunction(call) else call()
+            if asyncio.iscoroutinefunction(call):
+                return await call()
+            if inline:
+                return call()
+            return await asyncio.get_running_loop().run_in_executor(self.service.executor, call)
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except NotFound as error:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
 
     async def GetStatus(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
-        status = await self._guard(context, self.service.status)
-        processes = [process_message(p) for p in status.pop("processes")]
-        return pb.GetStatusResponse(processes=processes, **status)
+        def call() -> pb.GetStatusResponse:
+            status = self.service.status()
+            processes = [process_message(p) for p in status.pop("processes")]
+            return pb.GetStatusResponse(processes=processes, **status)
+
+        return await self._guard(context, call, inline=True)
 
     async def SetMode(self, request: pb.SetModeRequest, context) -> pb.SetModeResponse:
         async def call():
@@ -56,12 +67,12 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return pb.SetModeResponse(results=[pb.ModeResult(**r) for r in results])
 
     async def ListProcesses(self, request: pb.ListProcessesRequest, context) -> pb.ListProcessesResponse:
-        processes = await self._guard(context, self.service.processes)
-        return pb.ListProcessesResponse(processes=[process_message(p) for p in processes])
+        return await self._guard(context, lambda: pb.ListProcessesResponse(
+            processes=[process_message(p) for p in self.service.processes()]), inline=True)
 
     async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
-        rows = await self._guard(context, lambda: self.service.kernels(list(request.pids), request.top))
-        return pb.ListKernelsResponse(kernels=[pb.Kernel(**row) for row in rows])
+        return await self._guard(context, lambda: pb.ListKernelsResponse(
+            kernels=[pb.Kernel(**row) for row in self.service.kernels(list(request.pids), request.top)]))
 
     async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
         pids = list(request.pids)
@@ -86,21 +97,20 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             registry.subscribers.remove(subscriber)
 
     async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
-        rows = await self._guard(context, lambda: self.service.graphs(list(request.pids), request.replays or 16))
-        return pb.ListGraphsResponse(graphs=[pb.Graph(**row) for row in rows])
+        return await self._guard(context, lambda: pb.ListGraphsResponse(
+            graphs=[pb.Graph(**row) for row in self.service.graphs(list(request.pids), request.replays or 16)]))
 
     async def ListSteps(self, request: pb.ListStepsRequest, context) -> pb.ListStepsResponse:
         replay = request.replay if request.HasField("replay") else None
-        result = await self._guard(context, lambda: self.service.steps(list(request.pids), request.last or 20, replay))
-        return pb.ListStepsResponse(**result)
+        return await self._guard(context, lambda: pb.ListStepsResponse(
+            **self.service.steps(list(request.pids), request.last or 20, replay)))
 
     async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
         pids = list(request.pids)
-        rows = await self._guard(context, lambda: self.service.hangs(pids, min_age_ms))
-        evidence = await self._guard(context, lambda: self.service.hang_evidence(pids))
-        return pb.ListHangsResponse(launches=[pb.HungLaunch(**row) for row in rows],
-                                    processes=[pb.HangEvidence(**row) for row in evidence])
+        return await self._guard(context, lambda: pb.ListHangsResponse(
+            launches=[pb.HungLaunch(**row) for row in self.service.hangs(pids, min_age_ms)],
+            processes=[pb.HangEvidence(**row) for row in self.service.hang_evidence(pids)]))
 
     async def ListHotPcs(self, request: pb.ListHotPcsRequest, context) -> pb.ListHotPcsResponse:
         rows, counted, skipped = await self._guard(context, lambda: self.service.hot_pcs(list(request.pids),

@@ -20,6 +20,7 @@ from . import logging_setup, settings, systemd
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
 from .proto.gpuobs.v1 import observer_pb2
+from .drain_thread import DrainThread
 from .registry import Registry
 from .runtime_dir import AlreadyRunning, RuntimeDir
 from .service import ObserverService
@@ -56,7 +57,10 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop.set)
-        tasks = [asyncio.create_task(coroutine) for coroutine in (self._discover(), self._drain(), self._watch())]
+        drain = DrainThread(self.registry, discovery_interval_s=self.config.discovery_interval_ms / 1000.0,
+                            drain_interval_s=self.config.drain_interval_ms / 1000.0)
+        drain.start()
+        watch = asyncio.create_task(self._watch())
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("ready", socket=str(socket_path), socket_mode=applied, metrics=metrics_at,
@@ -65,9 +69,10 @@ class Daemon:
         await self.stop.wait()
         systemd.notify("STOPPING=1")
         log.info("stopping")
-        for task in tasks:
-            task.cancel()
+        watch.cancel()
         await server.stop(grace=1.0)
+        drain.stop()
+        self.service.close()
         return 0
 
     def _start_metrics(self) -> str:
@@ -82,26 +87,6 @@ class Daemon:
         except OSError as error:
             raise OSError(error.errno, f"cannot serve metrics on {address}: {error.strerror}") from error
         return address
-
-    async def _discover(self) -> None:
-        while True:
-            try:
-                self.registry.discover()
-            except Exception:  # a bug here must not end discovery for good: log it, go on
-                log.exception("discovery_failed")
-            await asyncio.sleep(self.config.discovery_interval_ms / 1000.0)
-
-    async def _drain(self) -> None:
-        while True:
-            try:
-                read = self.registry.drain_pass()
-            except Exception:  # logged; a loop that keeps failing shows as a stall in health
-                log.exception("drain_failed")
-                read = 0
-            if read == 0:
-                await asyncio.sleep(self.config.drain_interval_ms / 1000.0)
-            else:
-                await asyncio.sleep(0)  # let the API run between busy passes
 
     async def _watch(self) -> None:
         """Health follows the drain loop; the systemd watchdog is fed only while it moves."""

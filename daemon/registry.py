@@ -1,6 +1,11 @@
 """The processes gpuobsd observes: discovery of segments, continuous draining, and what has been
 read from each. All reading is batched in the native reader; nothing here loops over events.
 
+Discovery and draining run on one thread of their own (DrainThread); the API and the metrics
+scrape read from others. What a process's analysis holds is guarded by that process's lock, taken
+by the drain for one process's pass and by a query for one process's view: a query never waits
+for a whole pass, and the drain never waits for a whole query.
+
 Segments are opened as their single consumer (an flock in the native reader), so a restarted
 daemon continues from the tails stored in the segments and counts nothing twice.
 """
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -47,20 +53,46 @@ class Subscriber:
     dropped: int = 0
 
 
-def queue_subscriber(pids: frozenset[int], max_batches: int, *,
-                     wants_launches: bool = False) -> tuple[Subscriber, asyncio.Queue]:
-    """A Subscriber that feeds an asyncio queue of at most max_batches batches (the drain and its
-    consumers share one event loop, so a non-blocking put is all it needs)."""
-    queue: asyncio.Queue = asyncio.Queue(maxsize=max_batches)
+class SubscriberQueue:
+    """Batches from the drain thread to one consumer on the event loop, at most max_batches in
+    the queue at once: a put beyond that is refused (and counted by the caller), never waits."""
 
-    def put(item: tuple[str, int, bytes, int]) -> bool:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_batches: int) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._max = max_batches
+        self._held = 0  # put and not yet taken; changed under _lock from both sides
+        self._lock = threading.Lock()
+
+    def put(self, item: tuple[str, int, bytes, int]) -> bool:
+        with self._lock:
+            if self._held >= self._max:
+                return False
+            self._held += 1
         try:
-            queue.put_nowait(item)
-            return True
-        except asyncio.QueueFull:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop is closing: nobody will take it
+            with self._lock:
+                self._held -= 1
             return False
+        return True
 
-    return Subscriber(pids, put, wants_launches=wants_launches), queue
+    async def get(self) -> tuple[str, int, bytes, int]:
+        item = await self._queue.get()
+        with self._lock:
+            self._held -= 1
+        return item
+
+    def held(self) -> int:
+        with self._lock:
+            return self._held
+
+
+def queue_subscriber(pids: frozenset[int], max_batches: int, *,
+                     wants_launches: bool = False) -> tuple[Subscriber, SubscriberQueue]:
+    """A Subscriber whose batches a coroutine of the running loop takes from the returned queue."""
+    queue = SubscriberQueue(asyncio.get_running_loop(), max_batches)
+    return Subscriber(pids, queue.put, wants_launches=wants_launches), queue
 
 
 @dataclasses.dataclass
@@ -80,6 +112,9 @@ class ObservedProcess:
     gone_at: float = 0.0  # registry clock at the final drain
     hot_pcs: HotPcs = dataclasses.field(default_factory=HotPcs)  # the registry passes its budget
     steps: StepCensus = dataclasses.field(default_factory=StepCensus)
+    # the drain (one pass of this process) and each query (one view of it) hold it; reentrant
+    # because a view may call a helper that takes it again
+    lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def pid(self) -> int:
@@ -124,9 +159,10 @@ class Registry:
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
             kernels = KernelCensus(self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked")))
-            self.processes[path] = ObservedProcess(path, segment, kernels=kernels,
-                                                   graphs=GraphCensuses(self.analysis_budget),
-                                                   hot_pcs=HotPcs(self.analysis_budget))
+            process = ObservedProcess(path, segment, kernels=kernels, graphs=GraphCensuses(self.analysis_budget),
+                                      hot_pcs=HotPcs(self.analysis_budget))
+            self._check(process, self.clock())  # a status seeing the process sees its accounting too
+            self.processes[path] = process
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
                      label=segment.header["label"], path=str(path))
         for path in list(self.rejected):
@@ -185,22 +221,26 @@ class Registry:
         for process in list(self.processes.values()):
             if not process.alive:
                 continue
-            suspects = process.kernels.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
-            if not suspects:
+            with process.lock:
+                self._report_hangs_of(process, now_ns)
+
+    def _report_hangs_of(self, process: ObservedProcess, now_ns: int) -> None:
+        suspects = process.kernels.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
+        if not suspects:
+            return
+        names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
+        dropped = process.events_dropped_per_slot()
+        for launch in suspects:
+            key = (launch["grid_id"], launch["replay"])
+            if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:
                 continue
-            names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-            dropped = process.events_dropped_per_slot()
-            for launch in suspects:
-                key = (launch["grid_id"], launch["replay"])
-                if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:
-                    continue
-                if dropped is None or launch["slot"] >= len(dropped) or dropped[launch["slot"]]:
-                    continue  # a dropped exit event looks like a block in flight: `hangs` lists it, no warning
-                process.hangs_reported.add(key)
-                log.warning("kernel_hang_suspected", pid=process.pid, kernel=names.get(launch["slot"], "?"),
-                            grid_id=launch["grid_id"], replay=launch["replay"], blocks_in_flight=launch["block_count"],
-                            first_blocks=launch["blocks"][:8], sms=launch["sms"][:32],
-                            age_s=round(launch["age_ns"] / 1e9, 3))
+            if dropped is None or launch["slot"] >= len(dropped) or dropped[launch["slot"]]:
+                continue  # a dropped exit event looks like a block in flight: `hangs` lists it, no warning
+            process.hangs_reported.add(key)
+            log.warning("kernel_hang_suspected", pid=process.pid, kernel=names.get(launch["slot"], "?"),
+                        grid_id=launch["grid_id"], replay=launch["replay"], blocks_in_flight=launch["block_count"],
+                        first_blocks=launch["blocks"][:8], sms=launch["sms"][:32],
+                        age_s=round(launch["age_ns"] / 1e9, 3))
 
     def _drain_process(self, process: ObservedProcess, max_batches: int) -> int:
         segment = process.segment
@@ -221,8 +261,9 @@ class Registry:
             if not len(launches):
                 break
             read += len(launches)
-            process.graphs.update(launches)
-            process.steps.update(launches, process.graphs.replay_shape)
+            with process.lock:  # per batch: a query waits for one batch's analysis at most
+                process.graphs.update(launches)
+                process.steps.update(launches, process.graphs.replay_shape)
             self._publish("launches", process.pid, launches)
         caught_up = True
         for ring in range(segment.event_rings):
@@ -232,14 +273,16 @@ class Registry:
                     break
                 read += len(batch)
                 kind_counts = np.bincount(batch["kind"], minlength=EVENT_KIND_COUNT)  # one pass, shared
-                process.graphs.add_events(batch)
-                process.kernels.add_events(batch, process.graphs.node_grid_ids(), kind_counts)
-                process.hot_pcs.add_events(batch, kind_counts)
+                with process.lock:
+                    process.graphs.add_events(batch)
+                    process.kernels.add_events(batch, process.graphs.node_grid_ids(), kind_counts)
+                    process.hot_pcs.add_events(batch, kind_counts)
                 self._publish("events", process.pid, batch)
             else:
                 caught_up = False  # max_batches read and maybe more waiting
         if caught_up:
-            process.graphs.settle()
+            with process.lock:
+                process.graphs.settle()
         if read == 0 and not exited and not segment.reader.producer_alive():
             # died without marking the segment: its last claims are settled by the torn timeout,
             # so look again on the next pass before declaring it drained
@@ -259,7 +302,7 @@ class Registry:
         if not self.subscribers:
             return
         payload = batch.tobytes()
-        for subscriber in self.subscribers:
+        for subscriber in tuple(self.subscribers):  # the API adds and removes them on its thread
             if (subscriber.pids and pid not in subscriber.pids) or (kind == "launches" and not subscriber.wants_launches):
                 continue
             if not subscriber.put((kind, pid, payload, len(batch))):
@@ -267,7 +310,8 @@ class Registry:
 
     def _check(self, process: ObservedProcess, now: float) -> None:
         process.last_check = now
-        account = process.segment.accounting()
+        with process.lock:  # accounting() keeps the last snapshot's floor in the Segment
+            account = process.segment.accounting()
         if not account.complete:
             return  # no consistent snapshot this time: check again on the next pass
         process.last_accounting = account

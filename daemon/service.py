@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from .step_census import StepCensus
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
 MAX_PIDS = 4096
+QUERY_THREADS = 4
 
 
 def shape_report(entry: tuple | None) -> dict[str, Any]:
@@ -51,14 +53,23 @@ class ObserverService:
         self.segment_dir = segment_dir
         self.cubin_dir = cubin_dir or str(Path(segment_dir) / "gpuobs-cubins")  # the injector's default
         self.started = time.monotonic()
+        # Queries run here, not on the event loop: a long one (every kernel of a big process)
+        # must not hold up a status call, nor the loop's turns that every RPC needs.
+        self.executor = ThreadPoolExecutor(max_workers=QUERY_THREADS, thread_name_prefix="gpuobsd-query")
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     # -- reads -------------------------------------------------------------------------------
     def process_view(self, process: ObservedProcess) -> dict[str, Any]:
+        """Without the process's lock: the native reader is safe from any thread, and what comes
+        from the analysis is whole values the drain replaces (the last accounting, counters), so
+        status never waits for a batch's analysis."""
         segment = process.segment
         control = segment.control_state()
         snapshot = segment.counters()
         counters = snapshot[0] if snapshot else {}
-        account = process.last_accounting or segment.accounting()
+        account = process.last_accounting  # checked once at attach, then every ACCOUNTING_CHECK_S
         fill = 0.0
         for ring in range(segment.event_rings):
             stats = segment.reader.event_ring_stats(ring)
@@ -83,7 +94,7 @@ class ObserverService:
                 {"stage": s.stage, "produced": s.produced, "delivered": s.delivered, "dropped": s.dropped,
                  "torn": s.torn, "corrupt": s.corrupt, "in_flight": s.in_flight,
                  "unpublished": s.unpublished}
-                for s in account.stages
+                for s in (account.stages if account else ())
             ],
             "ring_fill_ratio": fill,
             "accounting_errors": process.accounting_errors,
@@ -97,7 +108,7 @@ class ObserverService:
             "segment_dir": self.segment_dir,
             "uptime_ms": int((time.monotonic() - self.started) * 1000),
             "processes": self.processes(),
-            "rejected_segments": [f"{path}: {reason}" for path, reason in self.registry.rejected.items()],
+            "rejected_segments": [f"{path}: {reason}" for path, reason in dict(self.registry.rejected).items()],
         }
 
     def processes(self) -> list[dict[str, Any]]:
@@ -108,30 +119,31 @@ class ObserverService:
         targets = self._targets(pids, live_only=False)
         rows: list[dict[str, Any]] = []
         for process in targets:
-            snapshot = process.segment.counters()
-            if snapshot is None:
-                continue
-            _, counters = snapshot
-            aggregates = process.segment.aggregates()[: len(counters)]
-            delivered = aggregates.sum(axis=1)
-            block_events = aggregates[:, EVENT_KINDS["block_enter"]] + aggregates[:, EVENT_KINDS["block_exit"]]
-            shapes = process.segment.reader.launch_shapes() or {}
-            graph_launches = process.graphs.executions_per_slot()
-            for entry in process.segment.kernels():
-                slot = entry["slot"]
-                if slot >= len(counters):
+            with process.lock:
+                snapshot = process.segment.counters()
+                if snapshot is None:
                     continue
-                row = counters[slot]
-                rows.append({
-                    "pid": process.pid, "slot": slot, "name": entry["demangled"], "mangled": entry["mangled"],
-                    "launches": int(row["launches"]), "blocks_expected": int(row["blocks_expected"]),
-                    "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
-                    "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
-                    "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
-                    **shape_report(shapes.get(slot)), "graph_launches": graph_launches.get(slot, 0),
-                    "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry),
-                    **process.kernels.report(slot, int(block_events[slot])),
-                })
+                _, counters = snapshot
+                aggregates = process.segment.aggregates()[: len(counters)]
+                delivered = aggregates.sum(axis=1)
+                block_events = aggregates[:, EVENT_KINDS["block_enter"]] + aggregates[:, EVENT_KINDS["block_exit"]]
+                shapes = process.segment.reader.launch_shapes() or {}
+                graph_launches = process.graphs.executions_per_slot()
+                for entry in process.segment.kernels():
+                    slot = entry["slot"]
+                    if slot >= len(counters):
+                        continue
+                    row = counters[slot]
+                    rows.append({
+                        "pid": process.pid, "slot": slot, "name": entry["demangled"], "mangled": entry["mangled"],
+                        "launches": int(row["launches"]), "blocks_expected": int(row["blocks_expected"]),
+                        "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
+                        "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
+                        "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
+                        **shape_report(shapes.get(slot)), "graph_launches": graph_launches.get(slot, 0),
+                        "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry),
+                        **process.kernels.report(slot, int(block_events[slot])),
+                    })
         rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
         return rows[:top] if top else rows
 
@@ -140,38 +152,39 @@ class ObserverService:
             raise InvalidArgument("replays must be within 0..1024")
         rows = []
         for process in self._targets(pids, live_only=False):
-            names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-            censuses = process.graphs
-            for census in list(censuses.graphs.values()):
-                report = censuses.report(census, replays)
-                order = report["order"]
-                position = {node: index for index, node in enumerate(order)}
-                nodes = []
-                for n in sorted(census.nodes.values(), key=lambda n: position.get(n.node, len(order))):
-                    counts = report["per_node"][n.node]
-                    nodes.append({
-                        "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
-                        "grid": list(n.grid), "block": list(n.block), "executions": census.executions_of(n),
-                        "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
-                        "position": position.get(n.node, len(order)),
-                        "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
-                        "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
-                        "executions_unjoined": counts["unjoined"],
+            with process.lock:
+                names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
+                censuses = process.graphs
+                for census in list(censuses.graphs.values()):
+                    report = censuses.report(census, replays)
+                    order = report["order"]
+                    position = {node: index for index, node in enumerate(order)}
+                    nodes = []
+                    for n in sorted(census.nodes.values(), key=lambda n: position.get(n.node, len(order))):
+                        counts = report["per_node"][n.node]
+                        nodes.append({
+                            "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
+                            "grid": list(n.grid), "block": list(n.block), "executions": census.executions_of(n),
+                            "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
+                            "position": position.get(n.node, len(order)),
+                            "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
+                            "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
+                            "executions_unjoined": counts["unjoined"],
+                        })
+                    recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
+                    rows.append({
+                        "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
+                        "replays": census.replays, "first_launch_id": census.first_launch_id,
+                        "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
+                        "replays_nodes_unknown": census.replays_nodes_unknown,
+                        "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
+                        "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
+                        "executions_matched": report["totals"]["matched"],
+                        "executions_mismatched": report["totals"]["mismatched"],
+                        "executions_unrecorded": report["totals"]["unrecorded"],
+                        "executions_unjoined": report["totals"]["unjoined"],
+                        "events_unmatched": report["events_unmatched"], "recent_replays": recent,
                     })
-                recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
-                rows.append({
-                    "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
-                    "replays": census.replays, "first_launch_id": census.first_launch_id,
-                    "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
-                    "replays_nodes_unknown": census.replays_nodes_unknown,
-                    "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
-                    "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
-                    "executions_matched": report["totals"]["matched"],
-                    "executions_mismatched": report["totals"]["mismatched"],
-                    "executions_unrecorded": report["totals"]["unrecorded"],
-                    "executions_unjoined": report["totals"]["unjoined"],
-                    "events_unmatched": report["events_unmatched"], "recent_replays": recent,
-                })
         return rows
 
     def cubin_path(self, entry: dict) -> str:
@@ -186,14 +199,15 @@ class ObserverService:
             raise InvalidArgument("top must be within 0..100000")
         rows, counted, skipped = [], 0, 0
         for process in self._targets(pids, live_only=False):
-            entries = {k["slot"]: k for k in process.segment.kernels()}
-            counted += process.hot_pcs.counted
-            skipped += process.hot_pcs.skipped
-            for slot, pc, events in process.hot_pcs.top(top or 50):
-                entry = entries.get(slot, {})
-                rows.append({"pid": process.pid, "slot": slot, "kernel": entry.get("demangled", f"slot {slot}"),
-                             "mangled": entry.get("mangled", ""), "pc": pc, "events": events,
-                             "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry)})
+            with process.lock:
+                entries = {k["slot"]: k for k in process.segment.kernels()}
+                counted += process.hot_pcs.counted
+                skipped += process.hot_pcs.skipped
+                for slot, pc, events in process.hot_pcs.top(top or 50):
+                    entry = entries.get(slot, {})
+                    rows.append({"pid": process.pid, "slot": slot, "kernel": entry.get("demangled", f"slot {slot}"),
+                                 "mangled": entry.get("mangled", ""), "pc": pc, "events": events,
+                                 "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry)})
         rows.sort(key=lambda r: -r["events"])
         return rows[: top or 50], counted, skipped
 
@@ -204,29 +218,30 @@ class ObserverService:
             raise InvalidArgument(f"last must be within 1..{StepCensus.KEEP_STEPS}")
         rows, totals = [], []
         for process in self._targets(pids, live_only=False):
-            census = process.steps
-            totals.append({"pid": process.pid, "steps": census.steps_seen,
-                           "launches_before_steps": census.launches_before_steps})
-            if replay is not None:
-                found = census.step_of_replay(replay)
-                chosen = [found] if found else []
-            else:
-                chosen = list(census.steps.values())[-last:]
-            label = process.segment.reader.header()["label"]
-            for step in chosen:
-                replays = []
-                for graph_exec, number in step.replays:
-                    summary = process.graphs.replay_summary(graph_exec, number) or {}
-                    if "mode" in summary:
-                        summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
-                    replays.append({"graph_exec": graph_exec, "replay": number, **summary})
-                rows.append({
-                    "pid": process.pid, "label": label, "step": step.step, "host_time_ns": step.host_time_ns,
-                    "thread": step.thread, "requests": step.requests, "tokens": step.tokens,
-                    "request_ids": step.request_ids, "request_ids_complete": step.ids_complete,
-                    "kernel_launches": step.kernel_launches, "blocks_expected": step.blocks_expected,
-                    "replays": replays,
-                })
+            with process.lock:
+                census = process.steps
+                totals.append({"pid": process.pid, "steps": census.steps_seen,
+                               "launches_before_steps": census.launches_before_steps})
+                if replay is not None:
+                    found = census.step_of_replay(replay)
+                    chosen = [found] if found else []
+                else:
+                    chosen = list(census.steps.values())[-last:]
+                label = process.segment.reader.header()["label"]
+                for step in chosen:
+                    replays = []
+                    for graph_exec, number in step.replays:
+                        summary = process.graphs.replay_summary(graph_exec, number) or {}
+                        if "mode" in summary:
+                            summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
+                        replays.append({"graph_exec": graph_exec, "replay": number, **summary})
+                    rows.append({
+                        "pid": process.pid, "label": label, "step": step.step, "host_time_ns": step.host_time_ns,
+                        "thread": step.thread, "requests": step.requests, "tokens": step.tokens,
+                        "request_ids": step.request_ids, "request_ids_complete": step.ids_complete,
+                        "kernel_launches": step.kernel_launches, "blocks_expected": step.blocks_expected,
+                        "replays": replays,
+                    })
         if replay is not None and not rows:
             raise NotFound(f"no step of the targeted processes launched replay {replay} (or it is no longer kept)")
         return {"steps": rows, "totals": totals}
@@ -239,21 +254,22 @@ class ObserverService:
         now_ns = time.time_ns()
         rows = []
         for process in self._targets(pids, live_only=False):
-            names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-            dropped = process.events_dropped_per_slot()
-            owner = process.graphs.grid_owner
-            for launch in process.kernels.in_flight(now_ns, min_age_ms * 1_000_000):
-                graph_exec = owner.get(launch["grid_id"], 0)
-                rows.append({
-                    "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
-                    "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
-                    "replay": launch["replay"] if graph_exec else 0,
-                    "blocks": [{"x": x, "y": y, "z": z} for x, y, z in launch["blocks"]], "sms": launch["sms"],
-                    "block_count": launch["block_count"],
-                    "oldest_enter_ns": launch["oldest_enter_ns"], "age_ns": launch["age_ns"],
-                    "kernel_events_dropped": int(dropped[launch["slot"]]) if dropped is not None and
-                    launch["slot"] < len(dropped) else 0,
-                })
+            with process.lock:
+                names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
+                dropped = process.events_dropped_per_slot()
+                owner = process.graphs.grid_owner
+                for launch in process.kernels.in_flight(now_ns, min_age_ms * 1_000_000):
+                    graph_exec = owner.get(launch["grid_id"], 0)
+                    rows.append({
+                        "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
+                        "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
+                        "replay": launch["replay"] if graph_exec else 0,
+                        "blocks": [{"x": x, "y": y, "z": z} for x, y, z in launch["blocks"]], "sms": launch["sms"],
+                        "block_count": launch["block_count"],
+                        "oldest_enter_ns": launch["oldest_enter_ns"], "age_ns": launch["age_ns"],
+                        "kernel_events_dropped": int(dropped[launch["slot"]]) if dropped is not None and
+                        launch["slot"] < len(dropped) else 0,
+                    })
         rows.sort(key=lambda r: -r["age_ns"])
         return rows
 
@@ -262,9 +278,10 @@ class ObserverService:
         now_ns = time.time_ns()
         out = []
         for process in self._targets(pids, live_only=False):
-            count, age = process.kernels.in_flight_summary(now_ns)
-            out.append({"pid": process.pid, "exits_hooked": process.kernels.exits_seen, "blocks_in_flight": count,
-                        "oldest_age_ns": age, "alive": process.alive})
+            with process.lock:
+                count, age = process.kernels.in_flight_summary(now_ns)
+                out.append({"pid": process.pid, "exits_hooked": process.kernels.exits_seen, "blocks_in_flight": count,
+                            "oldest_age_ns": age, "alive": process.alive})
         return out
 
     # -- control -----------------------------------------------------------------------------
@@ -283,11 +300,12 @@ class ObserverService:
         targets = self._targets(pids, live_only=True)  # NotFound before anything is written
         generations: dict[int, tuple[ObservedProcess, int]] = {}
         for process in targets:
-            control = process.segment.control_state()
-            filter_text = kernel_regex if kernel_regex is not None else control["applied_filter"]
-            shift_value = shift if shift is not None else control["applied_shift"]
-            generation = process.segment.request_control(mode, shift_value, filter_text)
-            generations[process.pid] = (process, generation)
+            with process.lock:
+                control = process.segment.control_state()
+                filter_text = kernel_regex if kernel_regex is not None else control["applied_filter"]
+                shift_value = shift if shift is not None else control["applied_shift"]
+                generation = process.segment.request_control(mode, shift_value, filter_text)
+                generations[process.pid] = (process, generation)
         deadline = time.monotonic() + timeout_s
         pending = dict(generations)
         while pending and time.monotonic() < deadline:
