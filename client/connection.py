@@ -35,3 +35,18 @@ def call(address: str, method: str, request, timeout: float = 10.0):
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             raise CommandError(f"cannot reach gpuobsd at {address}: {error.details()}") from None
         raise CommandError(f"{code.name.lower()}: {error.details()}") from None
+
+
+def every_kernel(address: str, pids: list[int], timeout: float = 30.0) -> list:
+    """Every kernel of those processes (all, when empty), page by page, in (pid, slot) order."""
+    from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+
+    kernels: list = []
+    token = ""
+    while True:
+        page = call(address, "ListKernels", pb.ListKernelsRequest(pids=pids, page_token=token), timeout=timeout)
+        kernels.extend(page.kernels)
+        token = page.next_page_token
+        if not token:
+            return kernels
+

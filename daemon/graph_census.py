@@ -45,7 +45,8 @@ import numpy as np
 
 from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS
 
-from .kernel_census import AnalysisBudget
+from .kernel_census import ANALYSIS_BURST_S, ANALYSIS_SHARE
+from .time_budget import TimeBudget
 
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
@@ -163,8 +164,8 @@ class GraphCensuses:
     SWEEP_SPANS = 1 << 16     # spans held before unclaimed ones are looked for ...
     SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
 
-    def __init__(self, budget: AnalysisBudget | None = None) -> None:
-        self.budget = budget or AnalysisBudget()
+    def __init__(self, budget: TimeBudget | None = None) -> None:
+        self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
         self.tainted_through = 0  # replay records numbered up to this may miss events skipped by the budget
         self.last_sweep = 0.0
         self.graphs: dict[int, GraphCensus] = {}

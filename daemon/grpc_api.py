@@ -71,8 +71,11 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             processes=[process_message(p) for p in self.service.processes()]), inline=True)
 
     async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
-        return await self._guard(context, lambda: pb.ListKernelsResponse(
-            kernels=[pb.Kernel(**row) for row in self.service.kernels(list(request.pids), request.top)]))
+        def call() -> pb.ListKernelsResponse:
+            rows, token = self.service.kernels(list(request.pids), request.top, request.page_size, request.page_token)
+            return pb.ListKernelsResponse(kernels=[pb.Kernel(**row) for row in rows], next_page_token=token)
+
+        return await self._guard(context, call)
 
     async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
         pids = list(request.pids)

@@ -10,7 +10,8 @@ import numpy as np
 
 from gpuobs.segment import EVENT_KINDS
 
-from .kernel_census import AnalysisBudget
+from .kernel_census import ANALYSIS_BURST_S, ANALYSIS_SHARE
+from .time_budget import TimeBudget
 
 MEMORY_KINDS = (EVENT_KINDS["memory_access"], EVENT_KINDS["bulk_copy"])
 
@@ -18,8 +19,8 @@ MEMORY_KINDS = (EVENT_KINDS["memory_access"], EVENT_KINDS["bulk_copy"])
 class HotPcs:
     MAX_PCS = 1 << 16  # distinct (slot, pc) kept per process; beyond, new ones are counted as other
 
-    def __init__(self, budget: AnalysisBudget | None = None) -> None:
-        self.budget = budget or AnalysisBudget()
+    def __init__(self, budget: TimeBudget | None = None) -> None:
+        self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
         self.counts: collections.Counter[tuple[int, int]] = collections.Counter()
         self.counted = 0
         self.skipped = 0

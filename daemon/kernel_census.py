@@ -7,54 +7,29 @@ records only with GPUOBS_BLOCK_EXIT=1 (an exit hook is costly, see
 bench/results/injector-decisions-2026-11-29.md); the segment header says whether it does. Enter
 events are held for pairing only for such a process (or once one shows an exit event), so a
 process without exit hooks costs nothing here. The enters still held are the blocks in flight. Pairing sorts; all processes together may spend at most a fixed share of the
-daemon's time on it (AnalysisBudget), so the drain never falls behind because of it: block events
+daemon's time on it (a TimeBudget), so the drain never falls behind because of it: block events
 beyond that budget are counted per kernel as not analysed (their partners then show as unpaired).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import time
-from typing import Iterator
-
 import numpy as np
 
 from gpuobs.segment import EVENT_KINDS
+
+from .time_budget import TimeBudget
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 BUCKETS_PER_OCTAVE = 8
 BUCKETS = 64 * BUCKETS_PER_OCTAVE
+ANALYSIS_SHARE = 0.3
+ANALYSIS_BURST_S = 0.05
 PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
                           ("time", np.int64), ("slot", np.uint32), ("sm", np.uint32)])
-
-
-class AnalysisBudget:
-    """The share of the daemon's wall time that optional analysis may use, shared by every
-    observed process."""
-
-    def __init__(self, share: float = 0.3, grace_s: float = 0.05) -> None:
-        self.share = share
-        self.grace_s = grace_s
-        self.started = time.monotonic()
-        self.spent_s = 0.0
-
-    def allows(self) -> bool:
-        return self.spent_s <= self.share * (time.monotonic() - self.started) + self.grace_s
-
-    def charge(self, seconds: float) -> None:
-        self.spent_s += seconds
-
-    @contextlib.contextmanager
-    def spending(self) -> Iterator[None]:
-        """Charges the time the block takes, whatever it raises."""
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.charge(time.perf_counter() - began)
 
 
 @dataclasses.dataclass
@@ -90,8 +65,8 @@ class KernelCensus:
 
     MAX_PENDING = 1 << 14   # enter events waiting for their exit: an H200 holds at most 132 x 32 blocks
 
-    def __init__(self, budget: AnalysisBudget | None = None, exits_hooked: bool = False) -> None:
-        self.budget = budget or AnalysisBudget()
+    def __init__(self, budget: TimeBudget | None = None, exits_hooked: bool = False) -> None:
+        self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
         self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per slot
         self.durations: dict[int, Durations] = {}
         self.unpaired: dict[int, int] = collections.defaultdict(int)
@@ -206,8 +181,16 @@ class KernelCensus:
     def report(self, slot: int, block_events_delivered: int = 0) -> dict:
         """`block_events_delivered`: the slot's block enter and exit events the reader delivered
         (the native reader's aggregates); those not analysed were skipped by the budget."""
+        return self.reports([slot], [block_events_delivered])[0]
+
+    def reports(self, slots: list[int], block_events_delivered: list[int]) -> list[dict]:
+        """report() of many slots, with one pass over the enters held (not one per slot)."""
+        held = np.bincount(self.pending["slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
+        return [self._report(slot, events, int(held[slot]) if slot < len(held) else 0)
+                for slot, events in zip(slots, block_events_delivered)]
+
+    def _report(self, slot: int, block_events_delivered: int, pending: int) -> dict:
         durations = self.durations.get(slot)
-        pending = int(np.count_nonzero(self.pending["slot"] == slot)) if len(self.pending) else 0
         stats = {"count": 0, "mean_ns": 0.0, "min_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0,
                  "unpaired": self.unpaired.get(slot, 0) + pending,
                  "unanalysed": max(0, block_events_delivered - self.analysed.get(slot, 0)) if self.exits_seen else 0}

@@ -79,7 +79,7 @@ class GpuobsCollector(Collector):
                 oldest.add_metric([str(evidence["pid"])], evidence["oldest_age_ns"] / 1e9)
         subscribers_dropped = sum(s.dropped for s in self.service.registry.subscribers)
         dropped.add_metric(["", "stream"], float(subscribers_dropped))
-        rows = self.service.kernels([], 0)
+        rows = self.service.kernel_totals()
         # one series per (pid, kernel name): the same name can live in several modules
         merged: dict[tuple[int, str], dict] = {}
         for row in rows:

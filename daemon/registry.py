@@ -28,14 +28,17 @@ from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segm
 
 from .graph_census import GraphCensuses
 from .hot_pcs import HotPcs
-from .kernel_census import AnalysisBudget, KernelCensus
+from .kernel_census import ANALYSIS_BURST_S, KernelCensus
 from .step_census import StepCensus
+from .time_budget import TimeBudget
 
 log = structlog.get_logger("gpuobsd.registry")
 
 ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
 HANG_CHECK_S = 0.5  # blocks in flight are compared with the hang threshold at most this often
 MAX_WARNED = 4096   # launches remembered as already reported, per process
+QUERY_SHARE = 0.4    # of the daemon's time, for every query thread together
+QUERY_BURST_S = 0.5  # of query work answered at full speed after an idle spell
 
 
 class NotFound(LookupError):
@@ -142,9 +145,10 @@ class Registry:
         self.rejected: dict[Path, str] = {}
         self.subscribers: list[Subscriber] = []
         self.last_pass_at = clock()
-        self.analysis_budget = AnalysisBudget(share=analysis_share, grace_s=0.05 if analysis_share > 0 else -1.0)
+        self.analysis_budget = TimeBudget(analysis_share, ANALYSIS_BURST_S if analysis_share > 0 else 0.0)
         self.hang_threshold_s = hang_threshold_s
         self.last_hang_check = 0.0
+        self.query_budget = TimeBudget(QUERY_SHARE, QUERY_BURST_S)
 
     # -- discovery ---------------------------------------------------------------------------
     def discover(self) -> None:
@@ -321,5 +325,14 @@ class Registry:
         process.last_errors = account.errors
 
     # -- queries -----------------------------------------------------------------------------
+    def yield_to_drain(self, worked_s: float) -> None:
+        """Called by a long query between chunks of its work. Queries together may use
+        QUERY_SHARE of the daemon's time (a token bucket, so an idle daemon answers a burst at
+        full speed); beyond that they sleep, off the CPU and off the GIL, so that the daemon's
+        own queries never cost a producer its events. On a loaded host both threads want the
+        GIL, and without a bound the drain would get it only between the query's switch
+        intervals."""
+        self.query_budget.pace(worked_s)
+
     def live(self) -> list[ObservedProcess]:
         return [p for p in list(self.processes.values()) if p.alive]

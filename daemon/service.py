@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gpuobs import __version__, _native
 from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH_SETS
 
@@ -19,9 +21,35 @@ from .registry import NotFound, ObservedProcess, Registry, queue_subscriber
 from .step_census import StepCensus
 
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
+BLOCK_ENTER = EVENT_KINDS["block_enter"]
+BLOCK_EXIT = EVENT_KINDS["block_exit"]
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
 MAX_PIDS = 4096
 QUERY_THREADS = 4
+MAX_TOP = 100_000
+DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
+MAX_KERNEL_PAGE = 20_000  # building a reply is one call that holds the GIL: ~30 ms at this size
+TOTALS_PER_CHUNK = 2048
+ROWS_PER_CHUNK = 256  # ~5 ms of work between pauses (Registry.yield_to_drain)
+
+
+def process_order(process: ObservedProcess) -> tuple[int, int]:
+    """Processes in pid order; a pid reused while its predecessor is retained, by start time."""
+    return process.pid, int(process.segment.header.get("pid_start_ticks", 0))
+
+
+def page_token_of(process: ObservedProcess, slot: int) -> str:
+    pid, start = process_order(process)
+    return f"k1.{pid}.{start}.{slot}"
+
+
+def parse_page_token(token: str) -> tuple[int, int, int] | None:
+    if not token:
+        return None
+    parts = token.split(".")
+    if len(token) > 80 or len(parts) != 4 or parts[0] != "k1" or not all(p.isdigit() for p in parts[1:]):
+        raise InvalidArgument("page_token is not one this daemon gave out")
+    return int(parts[1]), int(parts[2]), int(parts[3])
 
 
 def shape_report(entry: tuple | None) -> dict[str, Any]:
@@ -67,8 +95,7 @@ class ObserverService:
         status never waits for a batch's analysis."""
         segment = process.segment
         control = segment.control_state()
-        snapshot = segment.counters()
-        counters = snapshot[0] if snapshot else {}
+        counters = segment.global_counters() or {}
         account = process.last_accounting  # checked once at attach, then every ACCOUNTING_CHECK_S
         fill = 0.0
         for ring in range(segment.event_rings):
@@ -115,37 +142,108 @@ class ObserverService:
         # a copy: the metrics thread reads while the drain loop may add or drop processes
         return [self.process_view(p) for p in list(self.registry.processes.values())]
 
-    def kernels(self, pids: list[int], top: int) -> list[dict[str, Any]]:
-        targets = self._targets(pids, live_only=False)
+    def kernels(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> tuple[list[dict[str, Any]], str]:
+        """The `top` kernels by launches; or, with top 0, every kernel a page at a time in (pid,
+        slot) order, which new kernels only extend: following next_page_token visits each once.
+        Returns (rows, next_page_token); the token is empty after the last page."""
+        if not 0 <= top <= MAX_TOP:
+            raise InvalidArgument(f"top must be within 0..{MAX_TOP}")
+        if not 0 <= page_size <= MAX_KERNEL_PAGE:
+            raise InvalidArgument(f"page_size must be within 0..{MAX_KERNEL_PAGE}")
+        if top and page_token:
+            raise InvalidArgument("a page_token pages through every kernel (top 0); it does not go with top")
+        targets = sorted(self._targets(pids, live_only=False), key=process_order)
+        if top:
+            return self._top_kernels(targets, top), ""
+        size = page_size or DEFAULT_KERNEL_PAGE
+        resume = parse_page_token(page_token)
         rows: list[dict[str, Any]] = []
         for process in targets:
-            with process.lock:
-                snapshot = process.segment.counters()
+            if resume and process_order(process) < resume[:2]:
+                continue
+            first = resume[2] if resume and process_order(process) == resume[:2] else 0
+            count = process.segment.kernel_count()
+            take = min(count - first, size - len(rows)) if count > first else 0
+            rows.extend(self._kernel_rows(process, list(range(first, first + take))))
+            if len(rows) >= size:
+                if first + take < count:
+                    return rows, page_token_of(process, first + take)
+                later = [p for p in targets if process_order(p) > process_order(process)]
+                return rows, page_token_of(later[0], 0) if later else ""
+        return rows, ""
+
+    def kernel_totals(self) -> list[dict[str, Any]]:
+        """Per kernel of every process, what the metrics export (launches, blocks, accesses):
+        the counters alone, none of the analysis, so a scrape takes no lock."""
+        rows = []
+        for process in sorted(self._targets([], live_only=False), key=process_order):
+            for first in range(0, process.segment.kernel_count(), TOTALS_PER_CHUNK):
+                began = time.perf_counter()
+                snapshot = process.segment.counters(first, TOTALS_PER_CHUNK)
                 if snapshot is None:
                     continue
-                _, counters = snapshot
-                aggregates = process.segment.aggregates()[: len(counters)]
-                delivered = aggregates.sum(axis=1)
-                block_events = aggregates[:, EVENT_KINDS["block_enter"]] + aggregates[:, EVENT_KINDS["block_exit"]]
-                shapes = process.segment.reader.launch_shapes() or {}
-                graph_launches = process.graphs.executions_per_slot()
-                for entry in process.segment.kernels():
-                    slot = entry["slot"]
-                    if slot >= len(counters):
-                        continue
-                    row = counters[slot]
-                    rows.append({
-                        "pid": process.pid, "slot": slot, "name": entry["demangled"], "mangled": entry["mangled"],
-                        "launches": int(row["launches"]), "blocks_expected": int(row["blocks_expected"]),
-                        "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
-                        "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
-                        "events_delivered": int(delivered[slot]), "events_dropped": int(row["events_dropped"]),
-                        **shape_report(shapes.get(slot)), "graph_launches": graph_launches.get(slot, 0),
-                        "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry),
-                        **process.kernels.report(slot, int(block_events[slot])),
-                    })
+                counters = snapshot[1]
+                for entry in process.segment.kernels(first, len(counters)):
+                    row = counters[entry["slot"] - first]
+                    rows.append({"pid": process.pid, "name": entry["demangled"], "launches": int(row["launches"]),
+                                 "blocks_observed": int(row["blocks_observed"]),
+                                 "memory_accesses": int(row["memory_accesses"])})
+                self.registry.yield_to_drain(time.perf_counter() - began)
+        return rows
+
+    def _top_kernels(self, targets: list[ObservedProcess], top: int) -> list[dict[str, Any]]:
+        candidates: list[tuple[int, int, int, ObservedProcess]] = []
+        for process in targets:
+            snapshot = process.segment.counters()
+            if snapshot is None:
+                continue
+            launches = snapshot[1]["launches"]
+            chosen = np.argsort(-launches.astype(np.int64), kind="stable")[:top]
+            candidates.extend((int(launches[slot]), process.pid, int(slot), process) for slot in chosen)
+        candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+        by_process: dict[int, tuple[ObservedProcess, list[int]]] = {}
+        for _, _, slot, process in candidates[:top]:
+            by_process.setdefault(id(process), (process, []))[1].append(slot)
+        rows = [row for process, slots in by_process.values() for row in self._kernel_rows(process, sorted(slots))]
         rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
-        return rows[:top] if top else rows
+        return rows
+
+    def _kernel_rows(self, process: ObservedProcess, slots: list[int]) -> list[dict[str, Any]]:
+        """Rows of those slots (ascending). Each chunk reads only its own range of the segment's
+        tables, and the analysis under the process's lock, then pauses (Registry.yield_to_drain):
+        the drain takes the same lock per batch, and wants the GIL this thread holds."""
+        rows: list[dict[str, Any]] = []
+        with process.lock:
+            graph_launches = dict(process.graphs.executions_per_slot())
+        for first in range(0, len(slots), ROWS_PER_CHUNK):
+            began = time.perf_counter()
+            chunk = slots[first:first + ROWS_PER_CHUNK]
+            low, span = chunk[0], chunk[-1] - chunk[0] + 1
+            snapshot = process.segment.counters(low, span)
+            if snapshot is None:  # the producer kept publishing: this chunk's rows are left out
+                continue
+            counters = snapshot[1]
+            aggregates = process.segment.aggregates(low, span)
+            shapes = process.segment.reader.launch_shapes(low, span) or {}
+            entries = [e for e in process.segment.kernels_at(chunk) if e["slot"] - low < len(counters)]
+            block_events = [int(aggregates[e["slot"] - low, BLOCK_ENTER] + aggregates[e["slot"] - low, BLOCK_EXIT])
+                            for e in entries]
+            with process.lock:
+                reports = process.kernels.reports([e["slot"] for e in entries], block_events)
+            for entry, report in zip(entries, reports):
+                slot = entry["slot"]
+                row = counters[slot - low]
+                rows.append({
+                    "pid": process.pid, "slot": slot, "name": entry["demangled"], "mangled": entry["mangled"],
+                    "launches": int(row["launches"]), "blocks_expected": int(row["blocks_expected"]),
+                    "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
+                    "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
+                    "events_delivered": int(aggregates[slot - low].sum()), "events_dropped": int(row["events_dropped"]),
+                    **shape_report(shapes.get(slot)), "graph_launches": graph_launches.get(slot, 0),
+                    "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry), **report,
+                })
+            self.registry.yield_to_drain(time.perf_counter() - began)
+        return rows
 
     def graphs(self, pids: list[int], replays: int = 16) -> list[dict[str, Any]]:
         if not 0 <= replays <= 1024:

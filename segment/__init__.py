@@ -139,21 +139,35 @@ class Segment:
             launches += count
         return events, launches
 
-    def kernels(self) -> list[dict]:
-        return self.reader.kernels()
+    def kernels(self, first_slot: int = 0, max_count: int | None = None) -> list[dict]:
+        return self.reader.kernels(first_slot, (1 << 32) - 1 if max_count is None else max_count)
 
-    def counters(self) -> tuple[dict, np.ndarray] | None:
-        """(global counters, per-kernel counters as a KERNEL_COUNTERS_DTYPE array), one
-        consistent snapshot; None when the producer kept publishing during every try."""
-        snapshot = self.reader.counters()
+    def kernels_at(self, slots: list[int]) -> list[dict]:
+        """Entries of those slots, in that order; slots not (yet) published are left out."""
+        return self.reader.kernels_at(slots)
+
+    def kernel_count(self) -> int:
+        return self.reader.kernel_count()
+
+    def counters(self, first_slot: int = 0, max_count: int | None = None) -> tuple[dict, np.ndarray] | None:
+        """(global counters, per-kernel counters as a KERNEL_COUNTERS_DTYPE array: row i is
+        slot first_slot + i), one consistent snapshot; None when the producer kept publishing
+        during every try."""
+        snapshot = self.reader.counters(first_slot, (1 << 32) - 1 if max_count is None else max_count)
         if snapshot is None:
             return None
         global_counters, kernels = snapshot
         return global_counters, np.frombuffer(kernels, dtype=KERNEL_COUNTERS_DTYPE)
 
-    def aggregates(self) -> np.ndarray:
-        """Events delivered so far, per kernel slot (rows) and event kind (columns)."""
-        return np.frombuffer(self.reader.aggregates(), dtype=np.uint64).reshape(-1, _native.EVENT_KIND_COUNT)
+    def global_counters(self) -> dict | None:
+        """The process-wide counters alone, one consistent snapshot (None as for counters()):
+        what status and accounting need, without a copy of every kernel's counters."""
+        return self.reader.global_counters()
+
+    def aggregates(self, first_slot: int = 0, max_count: int | None = None) -> np.ndarray:
+        """Events delivered so far, per kernel slot (rows, from first_slot) and event kind (columns)."""
+        raw = self.reader.aggregates(first_slot, (1 << 32) - 1 if max_count is None else max_count)
+        return np.frombuffer(raw, dtype=np.uint64).reshape(-1, _native.EVENT_KIND_COUNT)
 
     def control_state(self) -> dict:
         return self.reader.control_state()
@@ -176,12 +190,11 @@ class Segment:
         """Per-stage conservation from the segment's own counters, and the invariants that must
         hold at any instant. Equalities that only hold at rest are checked when the producer's
         last snapshot was quiescent and everything claimed has been read."""
-        snapshot = self.counters()
+        counters = self.global_counters()
         errors: list[str] = []
-        if snapshot is None:
+        if counters is None:
             # not an error: a producer preempted in the middle of a publish; look again later
             return Accounting((), (), False, complete=False)
-        counters, _ = snapshot
         quiescent = bool(counters["device_quiescent"])
         rings = [self.reader.event_ring_stats(i) for i in range(self.event_rings)]
         # claimed from the same seqlock snapshot as produced: the ring heads are republished

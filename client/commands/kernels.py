@@ -9,7 +9,7 @@ from google.protobuf.json_format import MessageToDict
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
-from ..connection import call
+from ..connection import call, every_kernel
 from ..output import emit, table
 
 NAME = "kernels"
@@ -38,16 +38,19 @@ def duration_text(durations: pb.BlockDurations) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    response = call(args.address, "ListKernels", pb.ListKernelsRequest(pids=args.pid, top=max(0, args.top)))
+    if args.top > 0:
+        kernels = list(call(args.address, "ListKernels", pb.ListKernelsRequest(pids=args.pid, top=args.top)).kernels)
+    else:  # every kernel: page by page, then most launched first as with --top
+        kernels = sorted(every_kernel(args.address, args.pid), key=lambda k: (-k.launches, k.pid, k.slot))
     if args.output == "json":
         emit("json", [MessageToDict(k, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-                      for k in response.kernels])
+                      for k in kernels])
         return 0
     rows = [{"pid": k.pid, "launches": k.launches, "graph": k.graph_launches, "blocks": k.blocks_observed,
              "expected": k.blocks_expected, "unpatched": k.blocks_unpatched + k.blocks_unobserved,
              "accesses": k.memory_accesses, "events": k.events_delivered, "dropped": k.events_dropped,
              "shape": shape_text(k), "duration": duration_text(k.block_durations),
-             "name": k.name if len(k.name) <= 60 else k.name[:57] + "..."} for k in response.kernels]
+             "name": k.name if len(k.name) <= 60 else k.name[:57] + "..."} for k in kernels]
     table([("pid", "PID"), ("launches", "LAUNCHES"), ("graph", "IN GRAPHS"), ("blocks", "BLOCKS"),
            ("expected", "EXPECTED"), ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"), ("events", "EVENTS"),
            ("dropped", "DROPPED"), ("shape", "GRID/BLOCK"), ("duration", "BLOCK us p50/p99"), ("name", "KERNEL")],

@@ -18,7 +18,7 @@ from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.symbolize import CubinSymbols, SymbolizeError, format_location
 
 from ..arguments import pid, uint32
-from ..connection import CommandError, call
+from ..connection import CommandError, call, every_kernel
 from ..output import emit, table
 
 NAME = "source"
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.top is not None:
         return hot_lines(args)
     pc = number(args.address_or_offset, "PC")
-    kernels = call(args.address, "ListKernels", pb.ListKernelsRequest(pids=[args.pid])).kernels
+    kernels = every_kernel(args.address, [args.pid])
     kernel = kernel_for_pc(kernels, pc)
     if not kernel.cubin:
         raise CommandError(f"{kernel.name}: its module's cubin was not kept")

@@ -33,6 +33,35 @@ class SegmentError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+py::str lenient_text(const char* data, size_t length);
+
+py::list kernel_list(const std::vector<KernelInfo>& infos) {
+  py::list out;
+  for (const KernelInfo& info : infos) {
+    py::dict entry;
+    entry["slot"] = info.slot;
+    entry["function"] = info.function;
+    entry["module"] = info.module;
+    entry["mangled"] = lenient_text(info.mangled.data(), info.mangled.size());
+    entry["demangled"] = lenient_text(info.demangled.data(), info.demangled.size());
+    entry["cubin_hash"] = info.cubin_hash;
+    entry["function_pc"] = info.function_pc;
+    out.append(entry);
+  }
+  return out;
+}
+
+// Letting go of the GIL is a hand-off: while another thread of the daemon computes in Python,
+// taking it back waits for that thread's switch interval (5 ms). For a small copy that wait is
+// far longer than the copy, and a drain that paid it on every ring of every producer fell behind
+// (its producers lost events) whenever a long query ran. Only a copy that takes longer than a
+// hand-off lets the GIL go.
+constexpr uint64_t kReleaseGilRecords = 16384;
+
+bool worth_releasing_the_gil(const RingStats& stats) {
+  return stats.head > stats.tail && stats.head - stats.tail >= kReleaseGilRecords;
+}
+
 py::dict ring_stats_dict(const RingStats& stats) {
   py::dict out;
   out["head"] = stats.head;
@@ -484,6 +513,8 @@ PYBIND11_MODULE(_native, m) {
           "read_events",
           [](SegmentReader& reader, uint32_t ring_index, py::buffer out) {
             auto [records, capacity] = records_of<EventRecord>(out);
+            const RingStats stats = reader.event_ring_stats(ring_index);
+            if (!worth_releasing_the_gil(stats)) return reader.read_events(ring_index, records, capacity);
             py::gil_scoped_release release;
             return reader.read_events(ring_index, records, capacity);
           },
@@ -492,6 +523,7 @@ PYBIND11_MODULE(_native, m) {
           "read_launches",
           [](SegmentReader& reader, py::buffer out) {
             auto [records, capacity] = records_of<LaunchRecord>(out);
+            if (!worth_releasing_the_gil(reader.launch_ring_stats())) return reader.read_launches(records, capacity);
             py::gil_scoped_release release;
             return reader.read_launches(records, capacity);
           },
@@ -501,31 +533,32 @@ PYBIND11_MODULE(_native, m) {
       .def("kernel_count", &SegmentReader::kernel_count)
       .def(
           "kernels",
-          [](const SegmentReader& reader, uint32_t first_slot) {
-            py::list out;
-            for (const KernelInfo& info : reader.kernels(first_slot)) {
-              py::dict entry;
-              entry["slot"] = info.slot;
-              entry["function"] = info.function;
-              entry["module"] = info.module;
-              entry["mangled"] = lenient_text(info.mangled.data(), info.mangled.size());
-              entry["demangled"] = lenient_text(info.demangled.data(), info.demangled.size());
-              entry["cubin_hash"] = info.cubin_hash;
-              entry["function_pc"] = info.function_pc;
-              out.append(entry);
-            }
-            return out;
+          [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) {
+            return kernel_list(reader.kernels(first_slot, max_count));
           },
-          py::arg("first_slot") = 0)
-      .def("counters",
+          py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX)
+      .def(
+          "kernels_at", [](const SegmentReader& reader, const std::vector<uint32_t>& slots) {
+            return kernel_list(reader.kernels_at(slots));
+          },
+          py::arg("slots"))
+      .def("global_counters",
            [](const SegmentReader& reader) -> py::object {
+             // the process-wide counters alone: O(1), where counters() copies every kernel's
+             GlobalCounters global{};
+             if (!reader.counters(&global, nullptr)) return py::none();
+             return global_counters_dict(global);
+           })
+      .def("counters",
+           [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) -> py::object {
              GlobalCounters global{};
              std::vector<KernelCounters> per_kernel;
-             if (!reader.counters(&global, &per_kernel)) return py::none();
+             if (!reader.counters(&global, &per_kernel, nullptr, first_slot, max_count)) return py::none();
              py::bytes kernels(reinterpret_cast<const char*>(per_kernel.data()),
                                per_kernel.size() * sizeof(KernelCounters));
              return py::make_tuple(global_counters_dict(global), kernels);
-           })
+           },
+           py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX)
       .def(
           "request_control",
           [](SegmentReader& reader, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter) {
@@ -557,15 +590,16 @@ PYBIND11_MODULE(_native, m) {
       .def("set_torn_timeout", [](SegmentReader& reader, double seconds) {
         reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
       })
-      .def("launch_shapes", [](const SegmentReader& reader) -> py::object {
+      .def("launch_shapes", [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) -> py::object {
         // {slot: ([(grid, block, launches), ...], other_launches)} for slots launched, from the
         // device's launch census as last published; None when no consistent copy could be had
         GlobalCounters global{};
         std::vector<KernelShapes> shapes;
-        if (!reader.counters(&global, nullptr, &shapes)) return py::none();
+        if (!reader.counters(&global, nullptr, &shapes, first_slot, max_count)) return py::none();
         py::dict out;
-        for (uint32_t slot = 0; slot < shapes.size(); ++slot) {
-          const KernelShapes& entry = shapes[slot];
+        for (uint32_t index = 0; index < shapes.size(); ++index) {
+          const uint32_t slot = first_slot + index;
+          const KernelShapes& entry = shapes[index];
           py::list counted;
           for (const ShapeCount& shape : entry.shapes) {
             if (shape.launches == 0) continue;
@@ -575,12 +609,17 @@ PYBIND11_MODULE(_native, m) {
           if (py::len(counted) || entry.other_launches) out[py::int_(slot)] = py::make_tuple(counted, entry.other_launches);
         }
         return out;
-      })
-      .def("aggregates", [](const SegmentReader& reader) {
-        // [kernel_slots][EVENT_KIND_COUNT] little-endian uint64
+      }, py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX)
+      .def("aggregates", [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) {
+        // [slots][EVENT_KIND_COUNT] little-endian uint64, for slots [first_slot, + max_count) of
+        // the table's capacity
         const EventAggregates& counts = reader.aggregates();
-        return py::bytes(reinterpret_cast<const char*>(counts.data()), counts.size() * sizeof(uint64_t));
-      });
+        const size_t slots = counts.size() / kEventKindCount;
+        const size_t first = first_slot < slots ? first_slot : slots;
+        const size_t count = slots - first < max_count ? slots - first : max_count;
+        return py::bytes(reinterpret_cast<const char*>(counts.data() + first * kEventKindCount),
+                         count * kEventKindCount * sizeof(uint64_t));
+      }, py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX);
 
   py::class_<Writer>(m, "Writer")
       .def(py::init([](const std::string& directory, uint32_t event_rings, uint32_t event_ring_records,

@@ -280,27 +280,39 @@ uint32_t SegmentReader::kernel_count() const {
   return count < view_.caps.kernel_slots ? count : view_.caps.kernel_slots;
 }
 
-std::vector<KernelInfo> SegmentReader::kernels(uint32_t first_slot) const {
+KernelInfo SegmentReader::kernel_at(uint32_t slot) const {
+  const uint64_t arena = view_.caps.name_arena_bytes;
+  const KernelEntry& entry = view_.kernel_table[slot];
+  KernelInfo info{slot, entry.function, entry.module, {}, {}, entry.cubin_hash, entry.function_pc};
+  auto name_at = [&](uint32_t offset, uint32_t length) {
+    if (uint64_t(offset) + length > arena) return std::string("<corrupt name>");
+    return std::string(view_.name_arena + offset, length);
+  };
+  info.mangled = name_at(entry.mangled_offset, entry.mangled_bytes);
+  info.demangled = name_at(entry.demangled_offset, entry.demangled_bytes);
+  return info;
+}
+
+std::vector<KernelInfo> SegmentReader::kernels(uint32_t first_slot, uint32_t max_count) const {
   std::vector<KernelInfo> result;
   const uint32_t count = kernel_count();
-  const uint64_t arena = view_.caps.name_arena_bytes;
-  for (uint32_t slot = first_slot; slot < count; ++slot) {
-    const KernelEntry& entry = view_.kernel_table[slot];
-    KernelInfo info{slot, entry.function, entry.module, {}, {}, entry.cubin_hash, entry.function_pc};
-    auto name_at = [&](uint32_t offset, uint32_t length) {
-      if (uint64_t(offset) + length > arena) return std::string("<corrupt name>");
-      return std::string(view_.name_arena + offset, length);
-    };
-    info.mangled = name_at(entry.mangled_offset, entry.mangled_bytes);
-    info.demangled = name_at(entry.demangled_offset, entry.demangled_bytes);
-    result.push_back(std::move(info));
-  }
+  for (uint32_t slot = first_slot; slot < count && result.size() < max_count; ++slot) result.push_back(kernel_at(slot));
+  return result;
+}
+
+std::vector<KernelInfo> SegmentReader::kernels_at(const std::vector<uint32_t>& slots) const {
+  std::vector<KernelInfo> result;
+  const uint32_t count = kernel_count();
+  for (uint32_t slot : slots)
+    if (slot < count) result.push_back(kernel_at(slot));
   return result;
 }
 
 bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>* per_kernel,
-                             std::vector<KernelShapes>* shapes) const {
-  const uint32_t count = kernel_count();
+                             std::vector<KernelShapes>* shapes, uint32_t first_slot, uint32_t max_count) const {
+  const uint32_t published = kernel_count();
+  const uint32_t first = first_slot < published ? first_slot : published;
+  const uint32_t count = published - first < max_count ? published - first : max_count;
   for (int attempt = 0; attempt < kCounterTries; ++attempt) {
     const uint64_t before = __atomic_load_n(&view_.counters->publish_seq, __ATOMIC_ACQUIRE);
     if (before & 1) {
@@ -310,11 +322,11 @@ bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>
     copy_words(global, view_.counters);
     if (per_kernel) {
       per_kernel->resize(count);
-      for (uint32_t slot = 0; slot < count; ++slot) copy_words(&(*per_kernel)[slot], &view_.kernel_counters[slot]);
+      for (uint32_t i = 0; i < count; ++i) copy_words(&(*per_kernel)[i], &view_.kernel_counters[first + i]);
     }
     if (shapes) {
       shapes->resize(count);
-      for (uint32_t slot = 0; slot < count; ++slot) copy_words(&(*shapes)[slot], &view_.kernel_shapes[slot]);
+      for (uint32_t i = 0; i < count; ++i) copy_words(&(*shapes)[i], &view_.kernel_shapes[first + i]);
     }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&view_.counters->publish_seq, __ATOMIC_RELAXED) == before) return true;

@@ -82,14 +82,18 @@ class SegmentReader {
   RingStats launch_ring_stats() const;
 
   // Kernel table entries published so far (bounds-checked against the arena).
-  std::vector<KernelInfo> kernels(uint32_t first_slot = 0) const;
+  std::vector<KernelInfo> kernels(uint32_t first_slot = 0, uint32_t max_count = UINT32_MAX) const;
+  // The entries of the given slots that are published (others are left out), in that order.
+  std::vector<KernelInfo> kernels_at(const std::vector<uint32_t>& slots) const;
   uint32_t kernel_count() const;
 
   // A consistent copy of the counters and, when asked, the kernels' launch shapes (all under
   // the publish seqlock). False when the producer kept writing during every try: the caller
   // tries again on its next drain.
+  // The per-kernel parts cover slots [first_slot, first_slot + max_count) of those published.
   bool counters(GlobalCounters* global, std::vector<KernelCounters>* per_kernel,
-                std::vector<KernelShapes>* shapes = nullptr) const;
+                std::vector<KernelShapes>* shapes = nullptr, uint32_t first_slot = 0,
+                uint32_t max_count = UINT32_MAX) const;
 
   // Daemon half of the handshake: validated, written under the seqlock; returns the generation
   // to wait for, or 0 with the reason in *error (nothing written).
@@ -114,6 +118,7 @@ class SegmentReader {
   size_t read_ring(RingControl& control, Record* ring, uint64_t capacity, Record* out, size_t max_records,
                    uint64_t* pending_since, Validate validate);
   bool claimed_beyond(const RingControl& control, uint64_t tail, uint64_t capacity) const;
+  KernelInfo kernel_at(uint32_t slot) const;  // slot < kernel_count()
 
   std::string path_;
   int fd_ = -1;

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuobs.daemon.graph_census import GraphCensuses
-from gpuobs.daemon.kernel_census import AnalysisBudget, KernelCensus
+from gpuobs.daemon.kernel_census import KernelCensus
+from gpuobs.daemon.time_budget import TimeBudget
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
 
 EXEC = 0x7000
@@ -172,7 +173,7 @@ def test_replays_leaving_the_window_wait_for_their_events() -> None:
 
 
 def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudged() -> None:
-    census = GraphCensuses(AnalysisBudget(share=0.0, grace_s=-1.0))  # no time for the join at all
+    census = GraphCensuses(TimeBudget(share=0.0, burst_s=0.0))  # no time for the join at all
     census.update(graph_launches(range(1, 4)))
     grid_id, blocks = NODES[0xA0]
     census.add_events(block_events(grid_id, 1, blocks, slot=0, t0=0))
@@ -183,12 +184,12 @@ def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudge
 
 
 def test_a_skipped_event_batch_leaves_the_replays_it_may_hold_unjoined() -> None:
-    budget = AnalysisBudget(grace_s=1e9)
+    budget = TimeBudget(share=0.3, burst_s=1e9)
     census = GraphCensuses(budget)
     census.update(graph_launches(range(1, 3)))
-    budget.grace_s = -1.0  # this batch of events is skipped
+    budget.exhaust()  # this batch of events is skipped
     census.add_events(np.concatenate([block_events(g, 1, b, slot=s, t0=0) for s, (g, b) in enumerate(NODES.values())]))
-    budget.grace_s = 1e9
+    budget.refill()  # and the next ones are not
     census.update(graph_launches(range(3, 4)))
     census.add_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (2, 3)
                                       for s, (g, b) in enumerate(NODES.values())]))

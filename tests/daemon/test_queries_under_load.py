@@ -28,9 +28,17 @@ def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_d
     stop = threading.Event()
 
     def query() -> None:
+        """Every kernel, in the largest pages the daemon gives."""
         while not stop.is_set():
-            rows = stub.ListKernels(pb.ListKernelsRequest(pids=[big.pid], top=0), timeout=120).kernels
-            assert len(rows) == 120000
+            slots, token = [], ""
+            while True:
+                page = stub.ListKernels(pb.ListKernelsRequest(pids=[big.pid], page_size=20000, page_token=token),
+                                        timeout=120)
+                slots.extend(k.slot for k in page.kernels)
+                token = page.next_page_token
+                if not token:
+                    break
+            assert slots == list(range(120000))  # each once, in order
             queries["done"] += 1
 
     worker = threading.Thread(target=query)
