@@ -205,8 +205,10 @@ def main() -> int:
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-", dir="/dev/shm"))
     drop_in = drop_in_environment()
     local_paths = {"GPUOBS_SEGMENT_DIR": str(segments), "GPUOBS_CUBIN_DIR": str(work / "cubins")}
-    daemon = DaemonProcess(work / "run", segments, args.metrics_port) if any(c.startswith("gpuobs") for c in configs) \
-        else None
+    # --analysis-share 1: the daemon judges every replay's join (the test of this run checks it);
+    # it runs beside the measured process on cores of its own
+    daemon = DaemonProcess(work / "run", segments, args.metrics_port, "--analysis-share", "1") \
+        if any(c.startswith("gpuobs") for c in configs) else None
     try:
         device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]

@@ -30,8 +30,9 @@ one of its events was dropped, which the drop counters say).
 
 The census (graph execs, replays, node executions per node) is exact and vectorized. The join
 is per node execution in Python, so it runs under the daemon's analysis budget: node executions
-of launch batches beyond the budget, and replays in the window when an event batch had to be
-skipped, are counted as unjoined rather than judged.
+of launch batches beyond the budget, and the replays that had events in an event batch the
+budget skipped (exactly those: found in one vectorized pass), are counted as unjoined rather
+than judged.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import collections
 import dataclasses
 import itertools
 import time
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -94,8 +96,9 @@ class ReplayRecord:
     launch_id: int
     host_time_ns: int
     mode: int
-    executions: list[NodeExecution] = dataclasses.field(default_factory=list)
-    implied: bool = False  # no node records: it ran the exec's learned nodes
+    executions: list[NodeExecution] = dataclasses.field(default_factory=list)  # its node records
+    implied: bool = False  # no node records: it ran the exec's learned nodes (GraphCensus.learned)
+    tainted: bool = False  # some of its events were in a batch the budget skipped: not judged
     number: int = dataclasses.field(default_factory=lambda: next(_record_numbers))  # creation order
 
 
@@ -135,6 +138,23 @@ class GraphCensus:
     device_order_stable: bool = True
     events_unmatched: int = 0
     recent: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)  # replay -> ReplayRecord
+    nodes_version: int = 0  # bumped when a node or a node's grid id is learned
+    _learned: tuple = ()
+    _learned_version: int = -1
+
+    def learned(self) -> tuple[NodeExecution, ...]:
+        """The node executions of a replay not recorded node by node: one shared tuple per exec
+        (an implied replay holds none of its own, so a replay costs the same whatever the
+        graph's size)."""
+        if self._learned_version != self.nodes_version:
+            self._learned = tuple(
+                NodeExecution(node.node, min(node.grid_ids) if node.grid_ids else 0, node.slot,
+                              node.blocks_per_execution, len(node.grid_ids) == 1) for node in self.nodes.values())
+            self._learned_version = self.nodes_version
+        return self._learned
+
+    def executions(self, record: ReplayRecord) -> Sequence[NodeExecution]:
+        return self.learned() if record.implied else record.executions
 
     @property
     def replays(self) -> int:
@@ -166,14 +186,15 @@ class GraphCensuses:
 
     def __init__(self, budget: TimeBudget | None = None) -> None:
         self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
-        self.tainted_through = 0  # replay records numbered up to this may miss events skipped by the budget
         self.last_sweep = 0.0
         self.graphs: dict[int, GraphCensus] = {}
         self.graphs_dropped = 0
         self.spans: dict[int, DeviceSpan] = {}
+        self.span_replays: collections.Counter[int] = collections.Counter()  # low replay bits -> spans held
         self.grid_owner: dict[int, int] = {}  # node grid id -> graph exec
         self.unsettled: collections.deque[tuple[GraphCensus, ReplayRecord]] = collections.deque()
         self._node_grid_ids = np.zeros(0, dtype=np.uint64)
+        self._owner_arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
 
     # -- launch records ------------------------------------------------------------------------
     def _graph(self, graph_exec: int) -> GraphCensus | None:
@@ -216,7 +237,6 @@ class GraphCensuses:
         nodes = rows[kinds == GRAPH_NODE]
         if not len(nodes):
             return
-        unlearned = {graph_exec for graph_exec, census in self.graphs.items() if not census.nodes}
         order = np.lexsort((nodes["graph_node"], nodes["graph_exec"]))
         nodes = nodes[order]
         pairs = np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1)
@@ -235,6 +255,7 @@ class GraphCensuses:
             node = int(row["graph_node"])
             entry = census.nodes.get(node)
             if entry is None:
+                census.nodes_version += 1
                 entry = census.nodes[node] = NodeCensus(
                     node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
                     (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
@@ -244,16 +265,12 @@ class GraphCensuses:
             census.last_launch_id = max(census.last_launch_id, last_id)
             # a node keeps its grid id across replays: normally one value per group
             for grid_id in [int(grid_ids[start])] if single else np.unique(grid_ids[start:end]).tolist():
-                if len(entry.grid_ids) < 4:
+                if len(entry.grid_ids) < 4 and grid_id not in entry.grid_ids:
                     entry.grid_ids.add(grid_id)
+                    census.nodes_version += 1
                 self.grid_owner.setdefault(grid_id, census.graph_exec)
-        # replays kept before their exec's nodes were learned ran those nodes too
-        for graph_exec in unlearned:
-            census = self.graphs[graph_exec]
-            held = list(census.recent.values()) + [record for owner, record in self.unsettled if owner is census]
-            for record in held:
-                if record.implied and not record.executions:
-                    self._implied_executions(census, record)
+        # (replays kept before their exec's nodes were learned ran those nodes too: an implied
+        # replay's executions are the learned ones whenever it is judged)
 
     def _count_unjoined(self, rows: np.ndarray) -> None:
         """Node executions of launch batches the budget skipped: recorded ones and implied ones."""
@@ -286,18 +303,9 @@ class GraphCensuses:
             if kind == GRAPH_LAUNCH:
                 record = self._keep(census, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
                                                          int(row["mode"])))
-                if not int(row["flags"]) & GRAPH_NODES_RECORDED:
-                    record.implied = True
-                    self._implied_executions(census, record)
+                record.implied = not int(row["flags"]) & GRAPH_NODES_RECORDED
             else:
                 self._node_execution(census, row)
-
-    def _implied_executions(self, census: GraphCensus, record: ReplayRecord) -> None:
-        """A replay with no node records ran the exec's learned nodes, in their learned order."""
-        for node in census.nodes.values():
-            grid_id = min(node.grid_ids) if node.grid_ids else 0
-            record.executions.append(NodeExecution(node.node, grid_id, node.slot, node.blocks_per_execution,
-                                                   record.replay != 0 and len(node.grid_ids) == 1))
 
     def _node_execution(self, census: GraphCensus, row: dict) -> None:
         node, grid_id, launch_id = int(row["graph_node"]), int(row["grid_id"]), int(row["graph_launch_id"])
@@ -331,12 +339,13 @@ class GraphCensuses:
     def _fold(self, census: GraphCensus, record: ReplayRecord) -> None:
         """A replay leaves the detailed window: its results go into the totals, its spans away."""
         self._check_orders(census, record)
-        for execution in record.executions:
+        has_spans = self._has_spans(record)
+        for execution, status, observed in self.judged(census, record):
             node = census.nodes[execution.node]
-            status, observed = self.execution_status(execution, record)
             setattr(node, status, getattr(node, status) + 1)
             node.blocks_observed += observed
-            self.spans.pop(execution.key(record.replay), None)
+            if has_spans:
+                self._drop_span(execution.key(record.replay))
 
     def replay_shape(self, graph_exec: int) -> tuple[int, int]:
         """(kernel nodes, blocks) one replay of this exec runs, as learned so far; (0, 0) unknown."""
@@ -360,6 +369,15 @@ class GraphCensuses:
             self._node_grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
         return self._node_grid_ids
 
+    def _grid_owners(self) -> tuple[np.ndarray, np.ndarray]:
+        """Node grid ids, sorted, and the graph exec of each (for vectorized lookups)."""
+        if len(self._owner_arrays[0]) != len(self.grid_owner):
+            grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
+            owners = np.fromiter(self.grid_owner.values(), dtype=np.uint64, count=len(self.grid_owner))
+            order = np.argsort(grid_ids)
+            self._owner_arrays = (grid_ids[order], owners[order])
+        return self._owner_arrays
+
     def add_events(self, events: np.ndarray) -> None:
         if not self.grid_owner or not len(events):
             return
@@ -367,13 +385,38 @@ class GraphCensuses:
             if self.budget.allows():
                 self._join_events(events)
             else:
-                # these events are not joined: every replay known so far may miss some
-                self.tainted_through = next(_record_numbers)
+                self._taint(self._node_events(events))
+
+    def _node_events(self, events: np.ndarray) -> np.ndarray:
+        """The block and launch events of graph nodes (those the join is about)."""
+        kinds = events["kind"]
+        return events[((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT) | (kinds == LAUNCH_EVENT)) &
+                      np.isin(events["grid_id"], self.node_grid_ids())]
+
+    def _taint(self, skipped: np.ndarray) -> None:
+        """Events the budget skipped: exactly the replays they belong to go unjudged (unjoined),
+        found in one vectorized pass; every other replay is still judged on its own events."""
+        if not len(skipped):
+            return
+        grid_ids, owners = self._grid_owners()
+        owner_of = owners[np.searchsorted(grid_ids, skipped["grid_id"].astype(np.uint64))]
+        pairs = np.unique(np.stack([owner_of, skipped["replay"].astype(np.uint64)], axis=1), axis=0)
+        by_exec: dict[int, set[int]] = collections.defaultdict(set)  # graph exec -> low 32 bits of replays
+        for owner, replay in pairs.tolist():
+            if replay:
+                by_exec[owner].add(replay)
+        for graph_exec, replays in by_exec.items():
+            census = self.graphs.get(graph_exec)
+            for record in census.recent.values() if census is not None else ():
+                if record.replay and record.replay & REPLAY_MASK in replays:
+                    record.tainted = True
+        if by_exec and self.unsettled:
+            for owner, record in self.unsettled:
+                if record.replay and record.replay & REPLAY_MASK in by_exec.get(owner.graph_exec, ()):
+                    record.tainted = True
 
     def _join_events(self, events: np.ndarray) -> None:
-        kinds = events["kind"]
-        block = events[((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT) | (kinds == LAUNCH_EVENT)) &
-                       np.isin(events["grid_id"], self.node_grid_ids())]
+        block = self._node_events(events)
         if not len(block):
             return
         keys = (block["grid_id"].astype(np.uint64) << np.uint64(32)) | block["replay"].astype(np.uint64)
@@ -391,6 +434,7 @@ class GraphCensuses:
             span = self.spans.get(key)
             if span is None:
                 span = self.spans[key] = DeviceSpan()
+                self.span_replays[key & REPLAY_MASK] += 1
             if n_enters:
                 span.first_ns = first if not span.enters else min(span.first_ns, first)
             span.enters += n_enters
@@ -401,22 +445,53 @@ class GraphCensuses:
             self.last_sweep = now
             self._sweep()
 
-    def _claimed_keys(self, census: GraphCensus | None) -> set[int]:
-        """Device keys of the node executions still held (in a window or waiting to settle), of
-        one graph exec or of all."""
+    def _drop_span(self, key: int) -> None:
+        if self.spans.pop(key, None) is not None:
+            replay = key & REPLAY_MASK
+            left = self.span_replays[replay] - 1
+            if left:
+                self.span_replays[replay] = left
+            else:
+                del self.span_replays[replay]
+
+    def _has_spans(self, record: ReplayRecord) -> bool:
+        """Whether any device event of this replay's number is held (most replays of a process
+        in a mode without events have none: judged without a look per node)."""
+        return bool(record.replay) and (record.replay & REPLAY_MASK) in self.span_replays
+
+    def _claims(self, census: GraphCensus | None) -> dict[int, dict[int, ReplayRecord]]:
+        """Per graph exec, its replays still held (in a window or waiting to settle), by the low
+        32 bits of their replay number (what the device stamps)."""
         censuses = self.graphs.values() if census is None else (census,)
-        held = [record for c in censuses for record in c.recent.values()]
-        held += [record for owner, record in self.unsettled if census is None or owner is census]
-        return {execution.key(record.replay) for record in held for execution in record.executions}
+        claims: dict[int, dict[int, ReplayRecord]] = {c.graph_exec: {} for c in censuses}
+        for c in censuses:
+            held = claims[c.graph_exec]
+            for record in c.recent.values():
+                if record.replay:
+                    held[record.replay & REPLAY_MASK] = record
+        for owner, record in self.unsettled:
+            if record.replay and owner.graph_exec in claims:
+                claims[owner.graph_exec][record.replay & REPLAY_MASK] = record
+        return claims
+
+    def _claimed(self, key: int, claims: dict[int, dict[int, ReplayRecord]]) -> bool:
+        """A span is claimed when a held replay of its grid id's exec ran a node of that grid id."""
+        owner = self.grid_owner.get(key >> 32)
+        record = claims.get(owner, {}).get(key & REPLAY_MASK) if owner is not None else None
+        if record is None:
+            return False
+        # an implied replay ran every learned node, and this grid id is one of its exec's
+        return record.implied or any(execution.grid_id == key >> 32 for execution in record.executions)
 
     def _sweep(self) -> None:
         """Spans no kept replay claims are unmatched events: counted, then forgotten."""
-        claimed = self._claimed_keys(None)
-        for key in [k for k in self.spans if k not in claimed]:
-            span = self.spans.pop(key)
+        claims = self._claims(None)
+        for key in [k for k in self.spans if not self._claimed(k, claims)]:
+            span = self.spans[key]
             owner = self.graphs.get(self.grid_owner.get(key >> 32, -1))
             if owner is not None:
                 owner.events_unmatched += span.events
+            self._drop_span(key)
 
     # -- reading -------------------------------------------------------------------------------
     def execution_status(self, execution: NodeExecution, record: ReplayRecord) -> tuple[str, int]:
@@ -424,39 +499,51 @@ class GraphCensuses:
         replay = record.replay
         span = self.spans.get(execution.key(replay)) if replay and execution.recordable else None
         observed = span.enters if span else 0
-        if record.number <= self.tainted_through:
+        if record.tainted:
             return UNJOINED, observed
         if span is None or not span.events:
             return UNRECORDED, observed
         return (MATCHED if observed == execution.blocks else MISMATCHED), observed
 
+    def judged(self, census: GraphCensus, record: ReplayRecord) -> Iterator[tuple[NodeExecution, str, int]]:
+        """Each node execution of a replay with its status and the blocks seen."""
+        executions = census.executions(record)
+        if not self._has_spans(record):
+            status = UNJOINED if record.tainted else UNRECORDED
+            return ((execution, status, 0) for execution in executions)
+        return ((execution, *self.execution_status(execution, record)) for execution in executions)
+
     def unmatched_events(self, census: GraphCensus) -> int:
         """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
-        claimed = self._claimed_keys(census)
+        claims = self._claims(census)
         held = sum(span.events for key, span in self.spans.items()
-                   if self.grid_owner.get(key >> 32) == census.graph_exec and key not in claimed)
+                   if self.grid_owner.get(key >> 32) == census.graph_exec and not self._claimed(key, claims))
         return census.events_unmatched + held
 
-    def _check_orders(self, census: GraphCensus, record: ReplayRecord) -> None:
+    def _check_orders(self, census: GraphCensus, record: ReplayRecord, orders: GraphCensus | None = None) -> None:
         """Host order: node callbacks in launch order; device order: first block enter per node.
         Both compared with the longest replay seen (a replay cut off by the start of observation
         is shorter)."""
-        order = [execution.node for execution in record.executions]
-        if len(order) > len(census.order):
-            census.order = order
-        elif len(order) == len(census.order) and order != census.order:
-            census.order_stable = False
+        orders = orders or census  # where the orders seen so far are kept
+        if not record.implied:  # an implied replay has no host order of its own
+            order = [execution.node for execution in record.executions]
+            if len(order) > len(orders.order):
+                orders.order = order
+            elif len(order) == len(orders.order) and order != orders.order:
+                orders.order_stable = False
+        if not self._has_spans(record):
+            return
         firsts = []
-        for execution in record.executions:
+        for execution in census.executions(record):
             span = self.spans.get(execution.key(record.replay))
             if not execution.recordable or span is None or span.enters != execution.blocks:
                 return  # only fully recorded replays say anything about device order
             firsts.append((span.first_ns, execution.node))
         device_order = [node for _, node in sorted(firsts)]
-        if len(device_order) > len(census.device_order):
-            census.device_order = device_order
-        elif len(device_order) == len(census.device_order) and device_order != census.device_order:
-            census.device_order_stable = False
+        if len(device_order) > len(orders.device_order):
+            orders.device_order = device_order
+        elif len(device_order) == len(orders.device_order) and device_order != orders.device_order:
+            orders.device_order_stable = False
 
     def replay_summary(self, graph_exec: int, replay: int) -> dict | None:
         """One replay still kept in detail: its node executions, how many matched, blocks seen."""
@@ -464,10 +551,10 @@ class GraphCensuses:
         record = census.recent.get(replay) if census and replay else None
         if record is None:
             return None
-        judged = [self.execution_status(execution, record) for execution in record.executions]
+        judged = [(status, observed) for _, status, observed in self.judged(census, record)]
         return {"node_executions": len(judged), "nodes_matched": sum(status == MATCHED for status, _ in judged),
                 "blocks_observed": sum(observed for _, observed in judged),
-                "joined": record.number > self.tainted_through, "mode": record.mode}
+                "joined": not record.tainted, "mode": record.mode}
 
     def report(self, census: GraphCensus, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""
@@ -478,18 +565,26 @@ class GraphCensuses:
                                   device_order=list(census.device_order),
                                   device_order_stable=census.device_order_stable)
         details = []
+        # implied replays without any event: every learned node gets the same status, added once
+        eventless = {UNRECORDED: 0, UNJOINED: 0}
+
+        def count(record: ReplayRecord) -> Iterator[tuple[NodeExecution, str, int]]:
+            if record.implied and not self._has_spans(record):
+                eventless[UNJOINED if record.tainted else UNRECORDED] += 1
+                return iter(())
+            return self.judged(census, record)
+
         for owner, record in self.unsettled:
             if owner is census:
-                for execution in record.executions:
-                    status, observed = self.execution_status(execution, record)
+                for execution, status, observed in count(record):
                     per_node[execution.node][status] += 1
                     per_node[execution.node]["blocks_observed"] += observed
         previous_end = 0
         for record in census.recent.values():
-            self._check_orders(order_check, record)
+            self._check_orders(census, record, order_check)
             blocks, matched, start, end = [], 0, 0, 0
-            for execution in record.executions:
-                status, observed = self.execution_status(execution, record)
+            executions = census.executions(record)
+            for execution, status, observed in count(record):
                 per_node[execution.node][status] += 1
                 per_node[execution.node]["blocks_observed"] += observed
                 matched += status == MATCHED
@@ -498,16 +593,21 @@ class GraphCensuses:
                 if span and span.enters:
                     start = span.first_ns if not start else min(start, span.first_ns)
                     end = max(end, span.last_ns)
+            if len(blocks) < len(executions):
+                blocks = [0] * len(executions)
             details.append({
                 "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
-                "mode": record.mode, "node_executions": len(record.executions), "nodes_matched": matched,
-                "joined": record.number > self.tainted_through,
+                "mode": record.mode, "node_executions": len(executions), "nodes_matched": matched,
+                "joined": not record.tainted,
                 "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
                 "span_ns": end - start if start else 0,
                 "gap_ns": start - previous_end if start and previous_end else 0,
             })
             if end:
                 previous_end = end
+        for execution in census.learned():
+            for status, replays_of_status in eventless.items():
+                per_node[execution.node][status] += replays_of_status
         for node in per_node.values():
             for status in totals:
                 totals[status] += node[status]

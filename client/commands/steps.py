@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
                                    always_print_fields_with_no_presence=True))
         return 0
     for total in response.totals:
-        print(f"pid {total.pid}: {total.steps} steps recorded, {total.launches_before_steps} kernel launches "
-              f"before the first step")
+        print(f"pid {total.pid}: {total.steps} steps recorded, {total.launches_before_steps} recorded kernel "
+              f"launches before the first step")
     rows = []
     for step in response.steps:
         replays = " ".join(f"{r.replay}({r.nodes_matched}/{r.node_executions} matched, {r.blocks_observed} blocks)"

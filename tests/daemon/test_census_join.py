@@ -183,16 +183,54 @@ def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudge
                                                          "unjoined": 3 * len(NODES)}
 
 
-def test_a_skipped_event_batch_leaves_the_replays_it_may_hold_unjoined() -> None:
+def test_a_skipped_event_batch_leaves_exactly_the_replays_it_held_unjoined() -> None:
+    """A batch the budget skipped held events of replay 1 (one node) only: replay 1 is not judged;
+    replays 2 and 3, whose events all came in joined batches, are, however close in time."""
     budget = TimeBudget(share=0.3, burst_s=1e9)
     census = GraphCensuses(budget)
     census.update(graph_launches(range(1, 3)))
+    (grid_id, blocks), _ = NODES.values()
     budget.exhaust()  # this batch of events is skipped
-    census.add_events(np.concatenate([block_events(g, 1, b, slot=s, t0=0) for s, (g, b) in enumerate(NODES.values())]))
+    census.add_events(block_events(grid_id, 1, blocks, slot=0, t0=0))
     budget.refill()  # and the next ones are not
     census.update(graph_launches(range(3, 4)))
-    census.add_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (2, 3)
-                                      for s, (g, b) in enumerate(NODES.values())]))
+    census.add_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2, 3)
+                                      for s, (g, b) in enumerate(NODES.values()) if (r, s) != (1, 0)]))
     report = census.report(census.graphs[EXEC], replays=3)
-    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": 2 * len(NODES)}
-    assert [r["joined"] for r in report["replays"]] == [False, False, True]
+    assert report["totals"] == {"matched": 2 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": len(NODES)}
+    assert [r["joined"] for r in report["replays"]] == [False, True, True]
+
+
+def test_past_two_to_the_32_replays_a_skipped_batch_still_finds_its_replays() -> None:
+    """The device stamps the low 32 bits of the replay number; a daemon that runs for days sees
+    replay numbers beyond them, and the skipped batch must still name the right replay."""
+    first = (1 << 32) + 5
+    budget = TimeBudget(share=0.3, burst_s=1e9)
+    census = GraphCensuses(budget)
+    census.update(graph_launches(range(first, first + 2)))
+    budget.exhaust()
+    census.add_events(np.concatenate([block_events(g, first & 0xFFFFFFFF, b, slot=s, t0=0)
+                                      for s, (g, b) in enumerate(NODES.values())]))
+    budget.refill()
+    census.add_events(np.concatenate([block_events(g, (first + 1) & 0xFFFFFFFF, b, slot=s, t0=10_000)
+                                      for s, (g, b) in enumerate(NODES.values())]))
+    report = census.report(census.graphs[EXEC], replays=2)
+    assert [(r["replay"], r["joined"], r["nodes_matched"]) for r in report["replays"]] == [
+        (first, False, 0), (first + 1, True, len(NODES))]
+
+
+def test_implied_replays_share_the_learned_nodes_and_are_judged_like_recorded_ones() -> None:
+    """A replay not recorded node by node holds no node executions of its own (a graph of
+    hundreds of nodes replayed thousands of times must not cost the daemon an object per node
+    execution), yet is judged node by node where it has events, and learns nodes found later."""
+    census = GraphCensuses()
+    census.update(graph_launches(range(1, 2001), recorded=range(1, 2)))
+    graph = census.graphs[EXEC]
+    held = list(graph.recent.values()) + [record for _, record in census.unsettled]
+    assert len(held) == 2000 and all(record.executions == [] for record in held if record.implied)
+    assert {id(graph.executions(record)) for record in held if record.implied} == {id(graph.learned())}
+    census.add_events(np.concatenate([block_events(g, 2000, b, slot=s, t0=0) for s, (g, b) in enumerate(NODES.values())]))
+    report = census.report(graph, replays=2)
+    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 1999 * len(NODES), "unjoined": 0}
+    assert [r["nodes_matched"] for r in report["replays"]] == [0, len(NODES)]
+    assert report["events_unmatched"] == 0

@@ -82,7 +82,9 @@ def test_one_replay_per_decode_step_of_a_request(bench: Path) -> None:
     """The reference requests ran alone, one after another; their steps were captured right after
     them, in each mode of the drop-in's server (the load that follows evicts them)."""
     (totals,) = cli(bench, "gpuobs-block", "steps")["totals"]
-    assert int(totals["steps"]) > 0 and int(totals["launches_before_steps"]) > 0  # capture, warm-up
+    # Launches before the first step are the recorded ones only (graph replays; eager launches
+    # with the launch trace): eager launches are counted per kernel on the device, not per step.
+    assert int(totals["steps"]) > 0
     graphs = {int(g["graph_exec"]) for g in cli(bench, "gpuobs-block", "graphs")}
     for mode in ("off", "counter", "blocks"):
         steps = cli(bench, "gpuobs-block", f"steps-reference-{mode}")["steps"]
