@@ -11,10 +11,11 @@ from gpuobs.segment import EVENT_DTYPE
 
 from .proto.gpuobs.v1 import observer_pb2 as pb
 from .proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
-from .registry import NotFound, queue_subscriber
-from .service import InvalidArgument, ObserverService
+from .registry import Busy, NotFound, queue_subscriber
+from .service import InvalidArgument, ObserverService, RecordFailed
 
 MAX_MESSAGE_BYTES = 4 << 20
+MAX_QUEUE_BATCHES = 256  # a stream's queue, at most (and SubscriberQueue.MAX_QUEUED_BYTES)
 EVENT_BYTES = EVENT_DTYPE.itemsize
 STREAM_RECORDS = (MAX_MESSAGE_BYTES // 2) // EVENT_BYTES  # per EventBatch: well within a client's limit
 
@@ -44,6 +45,11 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except NotFound as error:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
+        except Busy as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        except RecordFailed as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED if error.out_of_space else grpc.StatusCode.INTERNAL,
+                                str(error))
 
     async def GetStatus(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
         def call() -> pb.GetStatusResponse:
@@ -80,9 +86,14 @@ class ObserverServicer(pb_grpc.ObserverServicer):
     async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
         pids = list(request.pids)
         await self._guard(context, lambda: self.service._targets(pids, live_only=False))
-        subscriber, queue = queue_subscriber(frozenset(pids), request.queue_batches or 64)
+        if request.queue_batches > MAX_QUEUE_BATCHES:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"queue_batches: at most {MAX_QUEUE_BATCHES}")
         registry = self.service.registry
-        registry.subscribers.append(subscriber)
+        subscriber, queue = queue_subscriber(frozenset(pids), request.queue_batches or 64)
+        try:
+            registry.add_subscriber(subscriber)
+        except Busy as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         sent = 0
         try:
             while not request.max_events or sent < request.max_events:

@@ -34,7 +34,7 @@ class Daemon:
         self.config = config
         self.registry = Registry(Path(config.segment_dir), owners=config.owner_uids,
                                  torn_timeout_s=config.torn_timeout_ms / 1000.0,
-                                 exited_retention_s=float(config.exited_retention_s),
+                                 exited_retention_s=float(config.exited_retention_s), exited_max=config.exited_max,
                                  hang_threshold_s=config.hang_threshold_ms / 1000.0,
                                  analysis_share=config.analysis_share)
         self.service = ObserverService(self.registry, config.segment_dir, config.cubin_dir or None)

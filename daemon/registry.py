@@ -45,6 +45,13 @@ class NotFound(LookupError):
     """No observed process has that pid."""
 
 
+class Busy(RuntimeError):
+    """As many streams and recordings run as the daemon takes at once."""
+
+
+MAX_SUBSCRIBERS = 16  # streams and recordings at once: each may hold a full queue
+
+
 @dataclasses.dataclass
 class Subscriber:
     """A consumer of drained batches (StreamEvents, Record): a bounded queue; what does not fit
@@ -57,26 +64,33 @@ class Subscriber:
 
 
 class SubscriberQueue:
-    """Batches from the drain thread to one consumer on the event loop, at most max_batches in
-    the queue at once: a put beyond that is refused (and counted by the caller), never waits."""
+    """Batches from the drain thread to one consumer on the event loop, at most max_batches and
+    MAX_QUEUED_BYTES in the queue at once: a put beyond that is refused (and counted by the
+    caller), never waits. A stalled client costs the daemon this much, never more."""
+
+    MAX_QUEUED_BYTES = 64 << 20
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_batches: int) -> None:
         self._loop = loop
         self._queue: asyncio.Queue = asyncio.Queue()
         self._max = max_batches
         self._held = 0  # put and not yet taken; changed under _lock from both sides
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def put(self, item: tuple[str, int, bytes, int]) -> bool:
+        size = len(item[2])
         with self._lock:
-            if self._held >= self._max:
+            if self._held >= self._max or (self._held and self._bytes + size > self.MAX_QUEUED_BYTES):
                 return False
             self._held += 1
+            self._bytes += size
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # the loop is closing: nobody will take it
             with self._lock:
                 self._held -= 1
+                self._bytes -= size
             return False
         return True
 
@@ -84,7 +98,20 @@ class SubscriberQueue:
         item = await self._queue.get()
         with self._lock:
             self._held -= 1
+            self._bytes -= len(item[2])
         return item
+
+    async def get_within(self, timeout_s: float) -> tuple[str, int, bytes, int] | None:
+        """The next batch, or None after timeout_s. Not asyncio.wait_for: before Python 3.12 it
+        can swallow a cancellation that arrives as the batch does (a recording whose client went
+        away would then run on to its deadline)."""
+        getter = asyncio.ensure_future(self.get())
+        try:
+            done, _ = await asyncio.wait({getter}, timeout=timeout_s)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        return getter.result() if done else None
 
     def held(self) -> int:
         with self._lock:
@@ -132,7 +159,7 @@ class ObservedProcess:
 
 class Registry:
     def __init__(self, segment_dir: Path, *, owners: list[int], torn_timeout_s: float, exited_retention_s: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic, hang_threshold_s: float = 10.0,
+                 exited_max: int = 32, clock: Callable[[], float] = time.monotonic, hang_threshold_s: float = 10.0,
                  analysis_share: float = 0.3) -> None:
         self.segment_dir = Path(segment_dir)
         self.owners = owners
@@ -140,6 +167,7 @@ class Registry:
         # A process that restarts daily for months must not leave a segment (tens of MiB of tmpfs)
         # and its series behind each time: final counts are kept this long, then let go.
         self.exited_retention_s = exited_retention_s
+        self.exited_max = exited_max  # and at most this many at once, however fast they come and go
         self.clock = clock
         self.processes: dict[Path, ObservedProcess] = {}
         self.rejected: dict[Path, str] = {}
@@ -181,6 +209,9 @@ class Registry:
                 del self.processes[path]
             elif now - process.gone_at >= self.exited_retention_s:
                 self._forget(process)
+        exited = sorted((p for p in self.processes.values() if p.final_drained), key=lambda p: p.gone_at)
+        for process in exited[:max(0, len(exited) - self.exited_max)]:
+            self._forget(process)
 
     def _forget(self, process: ObservedProcess) -> None:
         """An exited process's retention is over: its segment file goes, and with the last
@@ -333,6 +364,11 @@ class Registry:
         GIL, and without a bound the drain would get it only between the query's switch
         intervals."""
         self.query_budget.pace(worked_s)
+
+    def add_subscriber(self, subscriber: Subscriber) -> None:
+        if len(self.subscribers) >= MAX_SUBSCRIBERS:
+            raise Busy(f"{MAX_SUBSCRIBERS} streams and recordings are running: at most that many at once")
+        self.subscribers.append(subscriber)
 
     def live(self) -> list[ObservedProcess]:
         return [p for p in list(self.processes.values()) if p.alive]

@@ -4,6 +4,8 @@ raise typed errors. The transport layer maps them to messages and status codes."
 from __future__ import annotations
 
 import asyncio
+import errno
+import itertools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +19,7 @@ from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH
 
 from gpuobs.recording import RecordingWriter
 
-from .registry import NotFound, ObservedProcess, Registry, queue_subscriber
+from .registry import Busy, NotFound, ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
 from .step_census import StepCensus
 
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
@@ -25,6 +27,7 @@ BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
 MAX_PIDS = 4096
+MAX_REJECTED_SHOWN = 32  # rejected segments named in a status reply (all are counted)
 QUERY_THREADS = 4
 MAX_TOP = 100_000
 DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
@@ -73,6 +76,15 @@ def injector_stats(counters: dict[str, int]) -> dict[str, Any]:
 
 class InvalidArgument(ValueError):
     """The request is malformed; nothing was changed."""
+
+
+class RecordFailed(OSError):
+    """Writing a recording failed (the disk, its quota, the file system); what was written of
+    it has been removed. `out_of_space` tells a full disk or quota from other failures."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        super().__init__(f"recording to {path} failed: {error.strerror or error}")
+        self.out_of_space = error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class ObserverService:
@@ -135,7 +147,10 @@ class ObserverService:
             "segment_dir": self.segment_dir,
             "uptime_ms": int((time.monotonic() - self.started) * 1000),
             "processes": self.processes(),
-            "rejected_segments": [f"{path}: {reason}" for path, reason in dict(self.registry.rejected).items()],
+            # a local user can fill the directory with junk: the reply names a few, counts all
+            "rejected_segments": [f"{str(path)[:256]}: {reason[:256]}" for path, reason in
+                                  itertools.islice(dict(self.registry.rejected).items(), MAX_REJECTED_SHOWN)],
+            "rejected_segments_total": len(self.registry.rejected),
         }
 
     def processes(self) -> list[dict[str, Any]]:
@@ -443,38 +458,78 @@ class ObserverService:
         existing = [str(p) for p in paths.values() if p.exists()]
         if existing:
             raise InvalidArgument(f"would overwrite {existing[0]}")
-        writers = {pid: RecordingWriter(paths[pid], pid, time.time_ns()) for pid in paths}
-        subscriber, queue = queue_subscriber(frozenset(paths), 256, wants_launches=True)
-        self.registry.subscribers.append(subscriber)
-        deadline = time.monotonic() + duration_s if duration_s else float("inf")
+        writers: dict[int, RecordingWriter] = {}
         try:
-            while time.monotonic() < deadline:
-                try:
-                    kind, pid, payload, count = await asyncio.wait_for(queue.get(),
-                                                                        timeout=min(0.1, max(0.001, deadline - time.monotonic())))
-                except asyncio.TimeoutError:
-                    if all(not p.alive for p in processes):
-                        break
-                    continue
-                writer = writers[pid]
-                if kind == "launches":
-                    writer.add_launches(payload, count)
-                    continue
-                if max_events and writer.event_count + count >= max_events:
-                    writer.add_events(payload, max_events - writer.event_count)
-                    if all(w.event_count >= max_events for w in writers.values()):
-                        break
-                elif not max_events or writer.event_count < max_events:
-                    writer.add_events(payload, count)
-        finally:
+            for pid, path in paths.items():
+                writers[pid] = RecordingWriter(path, pid, time.time_ns())
+        except FileExistsError as error:
+            self._abort(writers)
+            raise InvalidArgument(f"would overwrite {error.filename}") from None
+        except OSError as error:
+            self._abort(writers)
+            raise RecordFailed(paths[pid], error) from None
+        subscriber, queue = queue_subscriber(frozenset(paths), 256, wants_launches=True)
+        try:
+            self.registry.add_subscriber(subscriber)
+        except Busy:
+            self._abort(writers)
+            raise
+        try:
+            await self._record_into(writers, queue, processes, duration_s, max_events)
+        except asyncio.CancelledError:
+            # the client went away (Ctrl-C): recording stops now; what was recorded is kept
             self.registry.subscribers.remove(subscriber)
+            try:
+                self._finish(writers, processes, subscriber)
+            except RecordFailed:
+                pass  # removed; nobody is left to tell
+            raise
+        except OSError as error:
+            self.registry.subscribers.remove(subscriber)
+            self._abort(writers)
+            raise RecordFailed(next(iter(paths.values())), error) from None
+        self.registry.subscribers.remove(subscriber)
+        return self._finish(writers, processes, subscriber)
+
+    @staticmethod
+    def _abort(writers: dict[int, RecordingWriter]) -> None:
+        for writer in writers.values():
+            writer.abort()
+
+    def _finish(self, writers: dict[int, RecordingWriter], processes: list[ObservedProcess],
+                subscriber: Subscriber) -> list[dict[str, Any]]:
         by_pid = {p.pid: p for p in processes}
         results = []
-        for pid, writer in writers.items():
-            written = writer.finish(by_pid[pid].segment.kernels(), dropped=subscriber.dropped)
-            results.append({"pid": pid, "path": str(written), "events": writer.event_count,
-                            "launches": writer.launch_count, "dropped": subscriber.dropped})
+        try:
+            for pid, writer in writers.items():
+                written = writer.finish(by_pid[pid].segment.kernels(), dropped=subscriber.dropped)
+                results.append({"pid": pid, "path": str(written), "events": writer.event_count,
+                                "launches": writer.launch_count, "dropped": subscriber.dropped})
+        except OSError as error:
+            self._abort(writers)
+            raise RecordFailed(writer.path, error) from None
         return results
+
+    @staticmethod
+    async def _record_into(writers: dict[int, RecordingWriter], queue: SubscriberQueue, processes: list[ObservedProcess], duration_s: float, max_events: int) -> None:
+        deadline = time.monotonic() + duration_s if duration_s else float("inf")
+        while time.monotonic() < deadline:
+            batch = await queue.get_within(min(0.1, max(0.001, deadline - time.monotonic())))
+            if batch is None:
+                if all(not p.alive for p in processes):
+                    break
+                continue
+            kind, pid, payload, count = batch
+            writer = writers[pid]
+            if kind == "launches":
+                writer.add_launches(payload, count)
+                continue
+            if max_events and writer.event_count + count >= max_events:
+                writer.add_events(payload, max_events - writer.event_count)
+                if all(w.event_count >= max_events for w in writers.values()):
+                    break
+            elif not max_events or writer.event_count < max_events:
+                writer.add_events(payload, count)
 
     def _targets(self, pids: list[int], *, live_only: bool) -> list[ObservedProcess]:
         if len(pids) > MAX_PIDS:

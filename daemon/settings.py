@@ -93,6 +93,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", _count(1)),
     Setting("exited_retention_s", 300, "how long an exited process's final counts stay shown (status, metrics) after "
             "its final drain; then its segment is deleted and the process forgotten (0: at once)", _count(0)),
+    Setting("exited_max", 32, "exited processes kept at most (the oldest forgotten first, before their retention is "
+            "over): a service restarting in a loop leaves a bounded trail", _count(0)),
     Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", _count(0)),
     Setting("analysis_share", 0.3, "share of the daemon's time for joining graph replays to events and pairing "
             "block enters with exits (0 turns both off; counts stay exact)", _share),

@@ -50,4 +50,6 @@ def run(args: argparse.Namespace) -> int:
               f"{i.graph_callback_seconds:.2f} s")
     for rejected in response.rejected_segments:
         print(f"rejected: {rejected}")
+    if response.rejected_segments_total > len(response.rejected_segments):
+        print(f"rejected: {response.rejected_segments_total - len(response.rejected_segments)} more files")
     return 0

@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -40,15 +42,21 @@ class RecordingError(ValueError):
 
 class RecordingWriter:
     """Streams batches to disk; the header is written last, so a crash leaves a file that
-    `Recording.open` rejects rather than misreads."""
+    `Recording.open` rejects rather than misreads. Launch records go to an unlinked spool file
+    beside it until the end (their section follows the events'): a recording of an hour holds
+    nothing in memory. `abort` removes what was written."""
 
     def __init__(self, path: Path, pid: int, started_realtime_ns: int) -> None:
         self.path = Path(path)
         self.pid = pid
         self.started_realtime_ns = started_realtime_ns
-        self.events = open(self.path, "wb")
-        self.events.write(b"\0" * HEADER_BYTES)
-        self.launch_chunks: list[bytes] = []
+        self.events = open(self.path, "xb")  # never over a file that appeared since it was checked
+        try:
+            self.launches = tempfile.TemporaryFile(dir=self.path.parent)
+            self.events.write(b"\0" * HEADER_BYTES)
+        except BaseException:
+            self.abort()
+            raise
         self.event_count = 0
         self.launch_count = 0
         self.dropped = 0
@@ -58,13 +66,27 @@ class RecordingWriter:
         self.event_count += count
 
     def add_launches(self, payload: bytes, count: int) -> None:
-        self.launch_chunks.append(payload[: count * LAUNCH_DTYPE.itemsize])
+        self.launches.write(payload[: count * LAUNCH_DTYPE.itemsize])
         self.launch_count += count
+
+    def abort(self) -> None:
+        """Closes and removes the file (a recording that failed leaves nothing behind)."""
+        for handle in (self.events, getattr(self, "launches", None)):
+            try:
+                if handle is not None:
+                    handle.close()
+            except OSError:
+                pass
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
 
     def finish(self, kernels: list[dict], dropped: int = 0) -> Path:
         table = json.dumps([{"slot": k["slot"], "name": k["demangled"], "mangled": k["mangled"]} for k in kernels])
-        for chunk in self.launch_chunks:
-            self.events.write(chunk)
+        self.launches.seek(0)
+        shutil.copyfileobj(self.launches, self.events)
+        self.launches.close()
         self.events.write(table.encode())
         header = np.zeros(1, dtype=RECORDING_HEADER)
         header["magic"] = MAGIC

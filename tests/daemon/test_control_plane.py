@@ -160,3 +160,24 @@ def test_rejected_segments_are_reported_not_fatal(start_daemon, segment_dir) -> 
         time.sleep(0.05)
     assert any("bad magic" in line for line in daemon.status().rejected_segments)
     assert daemon.process.poll() is None
+
+
+def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(start_synth, start_daemon,
+                                                                            segment_dir) -> None:
+    """Any local user can fill the segment directory (issue 13, item 13: 62,000 junk files pushed
+    GetStatus past the client's limit for everyone): the reply names a few and counts them all."""
+    junk = 5000
+    for index in range(junk):
+        (segment_dir / f"gpuobs-{100000 + index}-{'x' * 200}.seg").write_bytes(b"junk")
+    daemon = start_daemon()
+    synth = start_synth("--mode", "counter", "--rate", "1000", "--kernels", "2")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and daemon.status().rejected_segments_total < junk:
+        time.sleep(0.1)
+    status = daemon.status()
+    assert status.rejected_segments_total == junk
+    assert len(status.rejected_segments) == 32 and status.ByteSize() < 64 * 1024
+    daemon.wait_processes(1)
+    assert [p.pid for p in daemon.status().processes] == [synth.pid]
+    done = gpuobsctl(daemon.address, "status")
+    assert done.returncode == 0 and f"{junk - 32} more files" in done.stdout, done.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import resource
+import time
 from pathlib import Path
 
 import grpc
@@ -65,6 +67,58 @@ def test_record_refuses_bad_requests(start_synth, start_daemon, tmp_path: Path) 
     with pytest.raises(grpc.RpcError) as caught:
         daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / "y.gpuobs"), max_events=5, pids=[1]), timeout=10)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_record_whose_client_goes_away_stops_and_keeps_what_it_recorded(start_synth, start_daemon,
+                                                                           tmp_path: Path) -> None:
+    """Ctrl-C of `gpuobsctl record`: the daemon stops recording at once (not at the end of the
+    duration asked for) and leaves a finished, readable file of what it had."""
+    start_synth("--mode", "blocks", "--rate", "200000", "--kernels", "10", "--launch-trace")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    path = tmp_path / "cancelled.gpuobs"
+    call = daemon.stub.Record.future(pb.RecordRequest(path=str(path), duration_ms=60_000), timeout=120)
+    deadline = time.monotonic() + 20
+    while (not path.exists() or path.stat().st_size < (1 << 20)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists() and path.stat().st_size >= (1 << 20), "the recording never started"
+    assert call.cancel()
+    cancelled = time.monotonic()
+    recording, why = None, ""
+    while recording is None and time.monotonic() - cancelled < 30:  # the duration asked was 60 s
+        try:
+            recording = Recording.open(path)
+        except RecordingError as error:
+            why = str(error)
+            time.sleep(0.05)
+    assert recording is not None, f"the cancelled recording was not finished: {why}"
+    size = path.stat().st_size
+    time.sleep(1.0)
+    assert path.stat().st_size == size  # nothing written after the client left
+    assert len(recording.events) > 0 and len(recording.launches) > 0
+    assert daemon.status().processes  # and the daemon goes on
+
+
+def test_a_record_that_cannot_be_written_fails_clearly_and_leaves_no_file(start_synth, start_daemon,
+                                                                          tmp_path: Path) -> None:
+    """The daemon may not grow a file past 1 MiB (RLIMIT_FSIZE, as a full disk or quota would
+    stop it): the recording fails with INTERNAL naming the file, its partial file is removed, and
+    the daemon goes on serving."""
+    start_synth("--mode", "blocks", "--rate", "200000", "--kernels", "10")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))  # inherited by the daemon only
+    try:
+        daemon = start_daemon()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    daemon.wait_processes(1)
+    path = tmp_path / "too-big.gpuobs"
+    with pytest.raises(grpc.RpcError) as caught:
+        daemon.stub.Record(pb.RecordRequest(path=str(path), max_events=1_000_000, duration_ms=60_000), timeout=120)
+    assert caught.value.code() == grpc.StatusCode.INTERNAL, caught.value
+    assert str(path) in caught.value.details() and "failed" in caught.value.details()
+    assert not path.exists() and list(tmp_path.glob("too-big*")) == []
+    assert daemon.status().processes
 
 
 def test_damaged_event_files_are_rejected(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import time
 
+import grpc
 import numpy as np
+import pytest
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE
@@ -77,3 +79,44 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
         assert process.accounting_errors == 0, [l for l in daemon.log().splitlines() if "accounting" in l][:3]
         total_delivered += stage.delivered
     assert total_delivered > 10_000_000
+
+
+def rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_stalled_streams_cost_a_bounded_queue_and_too_many_are_refused(start_synth, start_daemon) -> None:
+    """Issue 13, item 11: one stalled StreamEvents client grew the daemon to 10.5 GB. Now each
+    stream's queue is bounded in batches and bytes, a stream asks at most 256 batches, and at
+    most 16 streams and recordings run at once."""
+    start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(1 << 16))
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    with pytest.raises(grpc.RpcError) as caught:
+        next(daemon.stub.StreamEvents(pb.StreamEventsRequest(queue_batches=1 << 30)))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    before = rss_mib(daemon.process.pid)
+    stalled = [daemon.stub.StreamEvents(pb.StreamEventsRequest(queue_batches=256)) for _ in range(16)]
+    for stream in stalled:
+        next(stream)  # started, then never read again
+    with pytest.raises(grpc.RpcError) as caught:
+        next(daemon.stub.StreamEvents(pb.StreamEventsRequest()))
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    time.sleep(3.0)  # the producer writes 64 MB/s of events the stalled clients do not take
+    grown = rss_mib(daemon.process.pid) - before
+    # 16 queues of at most 64 MiB, plus what gRPC holds per stream in flight
+    assert grown < 16 * 64 + 512, grown
+    for stream in stalled:
+        stream.cancel()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            next(daemon.stub.StreamEvents(pb.StreamEventsRequest())).count
+            break
+        except grpc.RpcError:
+            time.sleep(0.1)  # the cancelled streams are being let go
+    else:
+        raise AssertionError("cancelled streams were not released")

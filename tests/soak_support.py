@@ -1,0 +1,246 @@
+"""A soak of the daemon: producers that come and go, hostile files in the segment directory,
+fuzzed gRPC requests, scrapes and streams, all at once, for a while; what was seen comes back
+as one dict (the CI test and bench/soak.py judge and print it).
+
+Everything talks to the daemon's unix socket and its loopback metrics port only."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+
+from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from daemon_support import DaemonProcess, free_port
+from synth_support import synth_binary
+
+# what a request that does not make sense may be answered; UNKNOWN or INTERNAL mean the daemon
+# failed on it (an exception it did not expect), and the soak counts them as failures
+ANSWERS_ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                   grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                   grpc.StatusCode.FAILED_PRECONDITION}
+
+
+def rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@dataclasses.dataclass
+class Soak:
+    segment_dir: Path
+    runtime_dir: Path
+    seconds: float
+    lifetimes: int  # stop once this many producers have come and gone (or the time is up)
+    concurrent: int = 4
+    exited_max: int = 8
+    seed: int = 1
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    figures: dict = dataclasses.field(default_factory=lambda: {
+        "lifetimes": 0, "producer_failures": 0, "junk_files": 0, "fuzzed_requests": 0, "fuzz_failures": [],
+        "scrapes": 0, "scrape_failures": 0, "streams": 0, "stream_events": 0, "stream_failures": [],
+        "series_max": 0, "rss_mib": [], "descriptors_max": 0, "status_bytes_max": 0})
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    # -- the load ----------------------------------------------------------------------------
+    def producers(self) -> None:
+        rng = random.Random(self.seed)
+        running: list[subprocess.Popen] = []
+        while not self.stop.is_set() and self.figures["lifetimes"] < self.lifetimes:
+            while len(running) < self.concurrent:
+                mode = rng.choice(["counter", "blocks", "memory", "sampled", "noop"])
+                args = [synth_binary(), "--segment-dir", str(self.segment_dir), "--mode", mode, "--kernels",
+                        str(rng.choice([2, 16, 200])), "--rate", str(rng.choice([20000, 200000])), "--duration",
+                        f"{rng.uniform(0.1, 0.6):.2f}", "--ring-records", "4096"]
+                if rng.random() < 0.1:
+                    args += ["--crash-after", str(rng.randint(100, 5000))]  # dies without unmapping
+                running.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(0.02)
+            for process in [p for p in running if p.poll() is not None]:
+                running.remove(process)
+                with self.lock:
+                    self.figures["lifetimes"] += 1
+                    # a crash asked for ends in a signal; any other failure is one
+                    if process.returncode not in (0, -6, -9, -11, 134, 137, 139) and "--crash-after" not in process.args:
+                        self.figures["producer_failures"] += 1
+        for process in running:
+            process.wait()
+            self.figures["lifetimes"] += 1
+        self.stop.set()
+
+    def junk(self) -> None:
+        """Files a hostile local user (or a broken producer) leaves in the directory."""
+        rng = random.Random(self.seed + 1)
+        index = 0
+        while not self.stop.wait(0.1):
+            index += 1
+            path = self.segment_dir / f"gpuobs-{900000 + index}-{rng.randrange(1 << 30)}.seg"
+            kind = rng.choice(["random", "empty", "header", "huge-name"])
+            if kind == "huge-name":
+                path = self.segment_dir / f"gpuobs-{900000 + index}-{'n' * 230}.seg"
+            data = {"random": rng.randbytes(rng.randrange(1, 8192)), "empty": b"",
+                    "header": b"GPUOBSSG" + rng.randbytes(rng.randrange(0, 600)), "huge-name": b"x"}[kind]
+            path.write_bytes(data)
+            with self.lock:
+                self.figures["junk_files"] += 1
+
+    def fuzz(self, address: str) -> None:
+        """Random bytes, and random field values of real messages, to every method."""
+        rng = random.Random(self.seed + 2)
+        channel = grpc.insecure_channel(address)
+        service = pb.DESCRIPTOR.services_by_name["Observer"]
+        methods = list(service.methods)
+        while not self.stop.is_set():
+            method = rng.choice(methods)
+            path = f"/{service.full_name}/{method.name}"
+            if rng.random() < 0.5:
+                body = rng.randbytes(rng.randrange(0, 64))
+            else:
+                body = self._random_message(getattr(pb, method.input_type.name), rng).SerializeToString()
+            try:
+                if method.server_streaming:
+                    call = channel.unary_stream(path)(body, timeout=2)
+                    for index, _ in enumerate(call):
+                        if index >= 2:
+                            call.cancel()
+                            break
+                else:
+                    channel.unary_unary(path)(body, timeout=5)
+                code = grpc.StatusCode.OK
+            except grpc.RpcError as error:
+                code = error.code()
+            with self.lock:
+                self.figures["fuzzed_requests"] += 1
+                if code not in ANSWERS_ALLOWED and code != grpc.StatusCode.CANCELLED:
+                    self.figures["fuzz_failures"].append(f"{method.name}: {code}")
+        channel.close()
+
+    def _random_message(self, message_class, rng: random.Random):
+        """A message of that type with random values in its scalar fields (paths stay under the
+        soak's own directory: a valid Record writes only there)."""
+        message = message_class()
+        for field in message_class.DESCRIPTOR.fields:
+            if field.message_type is not None or rng.random() < 0.4:
+                continue
+            values = {
+                field.TYPE_STRING: lambda: rng.choice([
+                    "", "blocks", "sampled", "x" * rng.randrange(1, 3000), "(.+.+)+!", "k1.1.2.3",
+                    str(self.runtime_dir / f"fuzz-{rng.randrange(1 << 20)}.gpuobs"), "\udcff".encode(
+                        "utf-8", "surrogateescape").decode("utf-8", "replace")]),
+                field.TYPE_BOOL: lambda: rng.random() < 0.5,
+                field.TYPE_UINT32: lambda: rng.choice([0, 1, 31, 32, 1000, (1 << 32) - 1]),
+                field.TYPE_UINT64: lambda: rng.choice([0, 1, 100, (1 << 64) - 1]),
+                field.TYPE_INT64: lambda: rng.choice([0, -1, 1 << 40]),
+            }
+            make = values.get(field.type)
+            if make is None:
+                continue
+            value = make()
+            repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+            if repeated:
+                getattr(message, field.name).extend([value] * rng.randrange(1, 4))
+            else:
+                setattr(message, field.name, value)
+        # a valid Record stays short, so that the soak's own recordings stay small
+        if message_class is pb.RecordRequest and message.duration_ms > 2000:
+            message.duration_ms = 2000
+        if message_class is pb.RecordRequest and message.max_events > 100_000:
+            message.max_events = 100_000
+        return message
+
+    def scrapes(self, port: int) -> None:
+        while not self.stop.wait(0.3):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+                    text = response.read().decode()
+                series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+                with self.lock:
+                    self.figures["scrapes"] += 1
+                    self.figures["series_max"] = max(self.figures["series_max"], series)
+            except OSError:
+                with self.lock:
+                    self.figures["scrape_failures"] += 1
+
+    def streams(self, stub) -> None:
+        while not self.stop.is_set():
+            try:
+                for batch in stub.StreamEvents(pb.StreamEventsRequest(max_events=2000), timeout=3):
+                    with self.lock:
+                        self.figures["stream_events"] += batch.count
+            except grpc.RpcError as error:
+                # no live process (NOT_FOUND), or none made 2000 events within the deadline
+                if error.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    with self.lock:
+                        self.figures["stream_failures"].append(str(error.code()))
+            with self.lock:
+                self.figures["streams"] += 1
+
+    def watch(self, daemon: DaemonProcess) -> None:
+        while not self.stop.wait(1.0):
+            status = daemon.status()
+            with self.lock:
+                self.figures["rss_mib"].append(round(rss_mib(daemon.process.pid), 1))
+                self.figures["descriptors_max"] = max(self.figures["descriptors_max"], descriptors(daemon.process.pid))
+                self.figures["status_bytes_max"] = max(self.figures["status_bytes_max"], status.ByteSize())
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> dict:
+        daemon = DaemonProcess(self.runtime_dir, self.segment_dir, free_port(), "--exited-max", str(self.exited_max))
+        started = time.monotonic()
+        threads = [threading.Thread(target=self.producers, name="producers"),
+                   threading.Thread(target=self.junk, name="junk"),
+                   threading.Thread(target=self.fuzz, args=(daemon.address,), name="fuzz"),
+                   threading.Thread(target=self.scrapes, args=(daemon.metrics_port,), name="scrapes"),
+                   threading.Thread(target=self.streams, args=(daemon.stub,), name="streams"),
+                   threading.Thread(target=self.watch, args=(daemon,), name="watch")]
+        try:
+            for thread in threads:
+                thread.start()
+            self.stop.wait(self.seconds)
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=60)
+            # every producer gone and drained: the retained ones' counts are final
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and any(p.alive for p in daemon.status().processes):
+                time.sleep(0.1)
+            status = daemon.status()
+            figures = dict(self.figures)
+            figures["seconds"] = round(time.monotonic() - started, 1)
+            figures["daemon_alive"] = daemon.process.poll() is None
+            figures["retained"] = len(status.processes)
+            figures["segments_left"] = sum(1 for p in self.segment_dir.iterdir() if p.stat().st_size > 64 << 10)
+            figures["rejected_total"] = status.rejected_segments_total
+            figures["descriptors_end"] = descriptors(daemon.process.pid)
+            unbalanced = []
+            for process in status.processes:
+                for stage in process.stages:
+                    if stage.produced + stage.unpublished != (
+                            stage.delivered + stage.dropped + stage.torn + stage.corrupt + stage.in_flight):
+                        unbalanced.append(f"{process.pid} {stage.stage}")
+                if process.accounting_errors:
+                    unbalanced.append(f"{process.pid}: {process.accounting_errors} accounting errors")
+            figures["unbalanced_retained"] = unbalanced
+            gone = [json.loads(line) for line in daemon.log().splitlines()
+                    if line.startswith("{") and '"process_gone"' in line]
+            figures["processes_gone"] = len(gone)
+            figures["accounting_errors"] = sum(int(entry.get("accounting_errors", 0)) for entry in gone)
+            figures["crashes_in_log"] = [line for line in daemon.log().splitlines() if "Traceback" in line][:5]
+            return figures
+        finally:
+            self.stop.set()
+            daemon.stop()
