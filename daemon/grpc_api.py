@@ -26,9 +26,18 @@ def process_message(view: dict[str, Any]) -> pb.Process:
     return pb.Process(stages=stages, injector=pb.InjectorStats(**view["injector"]), **fields)
 
 
+READ_ONLY = ("this address is read-only (anyone who can reach a TCP port can call it): switch modes and record "
+             "through the daemon's unix socket")
+
+
 class ObserverServicer(pb_grpc.ObserverServicer):
-    def __init__(self, service: ObserverService) -> None:
+    """`read_only` (the --listen address): queries only. What changes the observed processes or
+    writes files as the daemon's user (SetMode, Record) needs the unix socket, whose mode and
+    group say who may."""
+
+    def __init__(self, service: ObserverService, *, read_only: bool = False) -> None:
         self.service = service
+        self.read_only = read_only
 
     async def _guard(self, context: grpc.aio.ServicerContext, call, *, inline: bool = False):
         """Runs one request's work and maps typed errors to status codes. Work that grows with
@@ -60,6 +69,8 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return await self._guard(context, call, inline=True)
 
     async def SetMode(self, request: pb.SetModeRequest, context) -> pb.SetModeResponse:
+        if self.read_only:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
         async def call():
             return await self.service.set_mode(
                 request.mode,
@@ -133,6 +144,8 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                                      events_skipped=skipped)
 
     async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
+        if self.read_only:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
         async def call():
             return await self.service.record(request.path, request.duration_ms / 1000.0, request.max_events,
                                              list(request.pids))

@@ -43,16 +43,16 @@ class Daemon:
 
     async def run(self) -> int:
         metrics_at = self._start_metrics()  # first: a taken port ends the start before anything is served
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
-        add_to_server(ObserverServicer(self.service), server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        server = self._server(read_only=False)
         socket_path = self.config.socket_path
         socket_path.unlink(missing_ok=True)  # ours to replace: we hold the runtime dir's lock
         server.add_insecure_port(f"unix://{socket_path}")
-        if self.config.listen:
-            server.add_insecure_port(self.config.listen)
-        await server.start()
+        servers = [server]
+        if self.config.listen:  # a server of its own: its servicer refuses what changes anything
+            servers.append(self._server(read_only=True))
+            servers[-1].add_insecure_port(self.config.listen)
+        for each in servers:
+            await each.start()
         applied = RuntimeDir.secure_socket(socket_path, self.config.socket_group)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -70,10 +70,18 @@ class Daemon:
         systemd.notify("STOPPING=1")
         log.info("stopping")
         watch.cancel()
-        await server.stop(grace=1.0)
+        for each in servers:
+            await each.stop(grace=1.0)
         drain.stop()
         self.service.close()
         return 0
+
+    def _server(self, *, read_only: bool) -> grpc.aio.Server:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        add_to_server(ObserverServicer(self.service, read_only=read_only), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        return server
 
     def _start_metrics(self) -> str:
         address = self.config.metrics_address

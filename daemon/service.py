@@ -74,6 +74,15 @@ def injector_stats(counters: dict[str, int]) -> dict[str, Any]:
     return stats
 
 
+MAX_PATH_BYTES = 4096  # PATH_MAX
+
+
+def quoted(text: object, limit: int = 120) -> str:
+    """A client's input inside an error message: cut, so that a megabyte sent is not echoed back."""
+    text = str(text)
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 class InvalidArgument(ValueError):
     """The request is malformed; nothing was changed."""
 
@@ -200,7 +209,8 @@ class ObserverService:
                 counters = snapshot[1]
                 for entry in process.segment.kernels(first, len(counters)):
                     row = counters[entry["slot"] - first]
-                    rows.append({"pid": process.pid, "name": entry["demangled"], "launches": int(row["launches"]),
+                    rows.append({"pid": process.pid, "segment": str(process.path), "slot": entry["slot"],
+                                 "name": entry["demangled"], "launches": int(row["launches"]),
                                  "blocks_observed": int(row["blocks_observed"]),
                                  "memory_accesses": int(row["memory_accesses"])})
                 self.registry.yield_to_drain(time.perf_counter() - began)
@@ -401,7 +411,7 @@ class ObserverService:
     async def set_mode(self, mode: str, shift: int | None, pids: list[int], kernel_regex: str | None,
                        timeout_s: float) -> list[dict[str, Any]]:
         if mode not in MODES:
-            raise InvalidArgument(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
+            raise InvalidArgument(f"unknown mode {quoted(mode)}; modes are {', '.join(MODES)}")
         if shift is not None and not 0 <= shift <= _native.MAX_SHIFT:
             raise InvalidArgument(f"shift {shift} out of range 0..{_native.MAX_SHIFT}")
         if kernel_regex is not None:
@@ -441,6 +451,8 @@ class ObserverService:
         return results
 
     async def record(self, path: str, duration_s: float, max_events: int, pids: list[int]) -> list[dict[str, Any]]:
+        if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+            raise InvalidArgument(f"the record path is longer than {MAX_PATH_BYTES} bytes")
         target = Path(path)
         if not target.is_absolute():
             raise InvalidArgument("the record path must be absolute")
@@ -448,23 +460,30 @@ class ObserverService:
             raise InvalidArgument("give a duration or a number of events")
         if duration_s > 3600:
             raise InvalidArgument("at most one hour per recording")
-        if not target.parent.is_dir() or not os.access(target.parent, os.W_OK):
-            raise InvalidArgument(f"{target.parent} is not a directory gpuobsd can write to")
+        try:
+            writable = target.parent.is_dir() and os.access(target.parent, os.W_OK)
+        except OSError as error:  # a name longer than the file system takes, and the like
+            raise InvalidArgument(f"{quoted(target.parent)}: {error.strerror}") from None
+        if not writable:
+            raise InvalidArgument(f"{quoted(target.parent)} is not a directory gpuobsd can write to")
         processes = self._targets(pids, live_only=True)
         if not processes:
             raise NotFound("no live process to record")
         paths = {p.pid: target if len(processes) == 1 else target.with_name(f"{target.stem}-{p.pid}{target.suffix}")
                  for p in processes}
-        existing = [str(p) for p in paths.values() if p.exists()]
+        try:
+            existing = [str(p) for p in paths.values() if p.exists()]
+        except OSError as error:
+            raise InvalidArgument(f"{quoted(target)}: {error.strerror}") from None
         if existing:
-            raise InvalidArgument(f"would overwrite {existing[0]}")
+            raise InvalidArgument(f"would overwrite {quoted(existing[0])}")
         writers: dict[int, RecordingWriter] = {}
         try:
             for pid, path in paths.items():
                 writers[pid] = RecordingWriter(path, pid, time.time_ns())
         except FileExistsError as error:
             self._abort(writers)
-            raise InvalidArgument(f"would overwrite {error.filename}") from None
+            raise InvalidArgument(f"would overwrite {quoted(error.filename)}") from None
         except OSError as error:
             self._abort(writers)
             raise RecordFailed(paths[pid], error) from None

@@ -86,7 +86,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cubin_dir", "", "where injected processes keep module cubins (default: <segment dir>/gpuobs-cubins, "
             "as GPUOBS_CUBIN_DIR defaults in the injector)"),
     Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)", _address),
-    Setting("listen", "", "extra gRPC address (e.g. 127.0.0.1:50061); the unix socket is always served"),
+    Setting("listen", "", "extra gRPC address (e.g. 127.0.0.1:50061), read-only: queries and streams, no set-mode "
+            "nor record (unauthenticated: anyone who reaches the port may call it); the unix socket is always served"),
     Setting("socket_group", "gpuobs", "group given the control socket (0660) when it exists"),
     Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", _count(0)),
     Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", _count(1)),

@@ -181,3 +181,29 @@ def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(star
     assert [p.pid for p in daemon.status().processes] == [synth.pid]
     done = gpuobsctl(daemon.address, "status")
     assert done.returncode == 0 and f"{junk - 32} more files" in done.stdout, done.stderr
+
+
+def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, start_daemon, tmp_path) -> None:
+    """Issue 13, item 15: through the unauthenticated --listen port an unprivileged local user
+    switched modes and made the daemon write a file where only it may. That port is read-only."""
+    from daemon_support import free_port, pb_grpc
+
+    port = free_port()
+    synth = start_synth("--mode", "counter", "--rate", "1000", "--kernels", "2")
+    daemon = start_daemon("--listen", f"127.0.0.1:{port}")
+    daemon.wait_processes(1)
+    tcp = pb_grpc.ObserverStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    assert [p.pid for p in tcp.GetStatus(pb.GetStatusRequest(), timeout=10).processes] == [synth.pid]
+    assert tcp.ListKernels(pb.ListKernelsRequest(top=5), timeout=10).kernels
+    target = tmp_path / "private"
+    target.mkdir(mode=0o700)
+    for call in (lambda: tcp.SetMode(pb.SetModeRequest(mode="blocks"), timeout=10),
+                 lambda: tcp.Record(pb.RecordRequest(path=str(target / "x.gpuobs"), max_events=10), timeout=10)):
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED and "unix socket" in caught.value.details()
+    assert list(target.iterdir()) == []
+    assert daemon.status().processes[0].mode == "counter"
+    switched = gpuobsctl(daemon.address, "set-mode", "noop")  # the unix socket may
+    assert switched.returncode == 0, switched.stderr
+    assert tcp.GetStatus(pb.GetStatusRequest(), timeout=10).processes[0].mode == "noop"

@@ -61,3 +61,33 @@ def test_a_real_prometheus_scrapes_the_daemon(start_synth, start_daemon, tmp_pat
     assert float(results["gpuobs_processes"][0]["value"][1]) == 1.0
     assert all(float(r["value"][1]) == 0.0 for r in results["gpuobs_accounting_errors_total"]), daemon.log()
     assert len(results["sum by (kernel) (gpuobs_blocks_total)"]) == 12
+
+
+def test_kernel_series_are_sticky_and_sum_exactly() -> None:
+    """Issue 13, item 4: which kernels get a series of their own must not follow the ranking of
+    the moment (series flapped, and a kernel entering the top N lost its history). Scrapes of
+    one process whose hottest kernels change: the labelled set never changes once full, new
+    kernels go to "other", "other" never falls, and labels plus "other" sum to the totals."""
+    from gpuobs.daemon.metrics import OTHER, StickyLabels
+
+    labels = StickyLabels(limit=3)
+    launches = {slot: 0 for slot in range(4)}
+    previous_other, named_after_first = 0, None
+    for scrape in range(12):
+        if scrape % 3 == 0:  # a new kernel registers every third scrape
+            launches[len(launches)] = 0
+        hot = scrape % len(launches)  # the hottest kernel changes every scrape
+        for slot in launches:
+            launches[slot] += 1000 if slot == hot else slot + 1
+        rows = [{"slot": slot, "name": f"kernel_{slot}", "launches": count} for slot, count in launches.items()]
+        labels.assign(rows)
+        series: dict[str, int] = {}
+        for row in rows:
+            series[labels.label(row["name"])] = series.get(labels.label(row["name"]), 0) + row["launches"]
+        named = set(series) - {OTHER}
+        named_after_first = named_after_first or named
+        assert named == named_after_first and len(named) == 3
+        assert series.get(OTHER, 0) >= previous_other
+        previous_other = series.get(OTHER, 0)
+        assert sum(series.values()) == sum(launches.values())
+    assert previous_other > 0

@@ -127,3 +127,20 @@ def test_damaged_event_files_are_rejected(tmp_path: Path) -> None:
         path.write_bytes(data)
         with pytest.raises(RecordingError):
             Recording.open(path)
+
+
+def test_huge_inputs_are_refused_without_being_echoed(start_synth, start_daemon, tmp_path: Path) -> None:
+    """Issue 13, item 17: an error message must not send a megabyte of input back."""
+    start_synth("--mode", "counter", "--rate", "1000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    for call in (lambda: daemon.stub.SetMode(pb.SetModeRequest(mode="m" * (1 << 20)), timeout=10),
+                 lambda: daemon.stub.Record(pb.RecordRequest(path="/" + "p" * (1 << 20), max_events=5), timeout=10),
+                 lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300) / "x"), max_events=5),
+                                            timeout=10),
+                 lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300)), max_events=5),
+                                            timeout=10)):
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value
+        assert len(caught.value.details()) < 1000
