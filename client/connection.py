@@ -37,16 +37,20 @@ def call(address: str, method: str, request, timeout: float = 10.0):
         raise CommandError(f"{code.name.lower()}: {error.details()}") from None
 
 
+def every_page(address: str, method: str, request, field: str, timeout: float = 30.0) -> list:
+    """Every item of a paged list RPC, following next_page_token from the first page."""
+    items: list = []
+    while True:
+        page = call(address, method, request, timeout=timeout)
+        items.extend(getattr(page, field))
+        if not page.next_page_token:
+            return items
+        request.page_token = page.next_page_token
+
+
 def every_kernel(address: str, pids: list[int], timeout: float = 30.0) -> list:
     """Every kernel of those processes (all, when empty), page by page, in (pid, slot) order."""
     from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
-    kernels: list = []
-    token = ""
-    while True:
-        page = call(address, "ListKernels", pb.ListKernelsRequest(pids=pids, page_token=token), timeout=timeout)
-        kernels.extend(page.kernels)
-        token = page.next_page_token
-        if not token:
-            return kernels
+    return every_page(address, "ListKernels", pb.ListKernelsRequest(pids=pids), "kernels", timeout)
 

@@ -122,8 +122,12 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             registry.subscribers.remove(subscriber)
 
     async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
-        return await self._guard(context, lambda: pb.ListGraphsResponse(
-            graphs=[pb.Graph(**row) for row in self.service.graphs(list(request.pids), request.replays or 16)]))
+        def call() -> pb.ListGraphsResponse:
+            rows, token = self.service.graphs(list(request.pids), request.replays or 16, request.page_size,
+                                              request.page_token)
+            return pb.ListGraphsResponse(graphs=[pb.Graph(**row) for row in rows], next_page_token=token)
+
+        return await self._guard(context, call)
 
     async def ListSteps(self, request: pb.ListStepsRequest, context) -> pb.ListStepsResponse:
         replay = request.replay if request.HasField("replay") else None

@@ -32,6 +32,8 @@ QUERY_THREADS = 4
 MAX_TOP = 100_000
 DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
 MAX_KERNEL_PAGE = 20_000  # building a reply is one call that holds the GIL: ~30 ms at this size
+DEFAULT_GRAPH_PAGE = 32  # a 313-node graph with 16 replays in detail is ~30 kB of reply
+MAX_GRAPH_PAGE = 512
 TOTALS_PER_CHUNK = 2048
 ROWS_PER_CHUNK = 256  # ~5 ms of work between pauses (Registry.yield_to_drain)
 
@@ -41,16 +43,21 @@ def process_order(process: ObservedProcess) -> tuple[int, int]:
     return process.pid, int(process.segment.header.get("pid_start_ticks", 0))
 
 
-def page_token_of(process: ObservedProcess, slot: int) -> str:
+KERNEL_TOKEN, GRAPH_TOKEN = "k1", "g1"  # what a page token pages through, and its format's version
+
+
+def page_token_of(process: ObservedProcess, position: int, kind: str = KERNEL_TOKEN) -> str:
+    """Where the next page starts: a process (pid, start time) and a position in it (a kernel
+    slot, or a graph exec handle)."""
     pid, start = process_order(process)
-    return f"k1.{pid}.{start}.{slot}"
+    return f"{kind}.{pid}.{start}.{position}"
 
 
-def parse_page_token(token: str) -> tuple[int, int, int] | None:
+def parse_page_token(token: str, kind: str = KERNEL_TOKEN) -> tuple[int, int, int] | None:
     if not token:
         return None
     parts = token.split(".")
-    if len(token) > 80 or len(parts) != 4 or parts[0] != "k1" or not all(p.isdigit() for p in parts[1:]):
+    if len(token) > 80 or len(parts) != 4 or parts[0] != kind or not all(p.isdigit() for p in parts[1:]):
         raise InvalidArgument("page_token is not one this daemon gave out")
     return int(parts[1]), int(parts[2]), int(parts[3])
 
@@ -270,45 +277,70 @@ class ObserverService:
             self.registry.yield_to_drain(time.perf_counter() - began)
         return rows
 
-    def graphs(self, pids: list[int], replays: int = 16) -> list[dict[str, Any]]:
+    def graphs(self, pids: list[int], replays: int = 16, page_size: int = 0,
+               page_token: str = "") -> tuple[list[dict[str, Any]], str]:
+        """Graph execs a page at a time in (pid, graph exec) order; (rows, next_page_token). Each
+        graph is read under its process's lock alone, then the drain gets its turn."""
         if not 0 <= replays <= 1024:
             raise InvalidArgument("replays must be within 0..1024")
-        rows = []
-        for process in self._targets(pids, live_only=False):
+        if not 0 <= page_size <= MAX_GRAPH_PAGE:
+            raise InvalidArgument(f"page_size must be within 0..{MAX_GRAPH_PAGE}")
+        size = page_size or DEFAULT_GRAPH_PAGE
+        resume = parse_page_token(page_token, GRAPH_TOKEN)
+        targets = sorted(self._targets(pids, live_only=False), key=process_order)
+        rows: list[dict[str, Any]] = []
+        for index, process in enumerate(targets):
+            if resume and process_order(process) < resume[:2]:
+                continue
+            first = resume[2] if resume and process_order(process) == resume[:2] else 0
             with process.lock:
-                names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-                censuses = process.graphs
-                for census in list(censuses.graphs.values()):
-                    report = censuses.report(census, replays)
-                    order = report["order"]
-                    position = {node: index for index, node in enumerate(order)}
-                    nodes = []
-                    for n in sorted(census.nodes.values(), key=lambda n: position.get(n.node, len(order))):
-                        counts = report["per_node"][n.node]
-                        nodes.append({
-                            "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
-                            "grid": list(n.grid), "block": list(n.block), "executions": census.executions_of(n),
-                            "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
-                            "position": position.get(n.node, len(order)),
-                            "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
-                            "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
-                            "executions_unjoined": counts["unjoined"],
-                        })
-                    recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
-                    rows.append({
-                        "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
-                        "replays": census.replays, "first_launch_id": census.first_launch_id,
-                        "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
-                        "replays_nodes_unknown": census.replays_nodes_unknown,
-                        "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
-                        "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
-                        "executions_matched": report["totals"]["matched"],
-                        "executions_mismatched": report["totals"]["mismatched"],
-                        "executions_unrecorded": report["totals"]["unrecorded"],
-                        "executions_unjoined": report["totals"]["unjoined"],
-                        "events_unmatched": report["events_unmatched"], "recent_replays": recent,
-                    })
-        return rows
+                execs = sorted(e for e in list(process.graphs.graphs) if e >= first)
+            for graph_exec in execs:
+                if len(rows) == size:
+                    return rows, page_token_of(process, graph_exec, GRAPH_TOKEN)
+                began = time.perf_counter()
+                with process.lock:
+                    census = process.graphs.graphs.get(graph_exec)
+                    if census is not None:
+                        rows.append(self._graph_row(process, census, replays))
+                self.registry.yield_to_drain(time.perf_counter() - began)
+            if len(rows) == size:
+                later = [p for p in targets[index + 1:] if p.graphs.graphs]
+                return rows, page_token_of(later[0], 0, GRAPH_TOKEN) if later else ""
+        return rows, ""
+
+    def _graph_row(self, process: ObservedProcess, census: Any, replays: int) -> dict[str, Any]:
+        censuses = process.graphs
+        report = censuses.report(census, replays)
+        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({n.slot for n in census.nodes.values()}))}
+        order = report["order"]
+        position = {node: index for index, node in enumerate(order)}
+        nodes = []
+        for n in sorted(census.nodes.values(), key=lambda n: position.get(n.node, len(order))):
+            counts = report["per_node"][n.node]
+            nodes.append({
+                "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
+                "grid": list(n.grid), "block": list(n.block), "executions": census.executions_of(n),
+                "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
+                "position": position.get(n.node, len(order)),
+                "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
+                "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
+                "executions_unjoined": counts["unjoined"],
+            })
+        recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
+        return {
+            "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
+            "replays": census.replays, "first_launch_id": census.first_launch_id,
+            "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
+            "replays_nodes_unknown": census.replays_nodes_unknown,
+            "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
+            "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
+            "executions_matched": report["totals"]["matched"],
+            "executions_mismatched": report["totals"]["mismatched"],
+            "executions_unrecorded": report["totals"]["unrecorded"],
+            "executions_unjoined": report["totals"]["unjoined"],
+            "events_unmatched": report["events_unmatched"], "recent_replays": recent,
+        }
 
     def cubin_path(self, entry: dict) -> str:
         """The kept cubin of a kernel's module, when the file is there."""

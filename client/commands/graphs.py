@@ -9,7 +9,7 @@ from google.protobuf.json_format import MessageToDict
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
-from ..connection import call
+from ..connection import every_page
 from ..output import emit, table
 
 NAME = "graphs"
@@ -26,12 +26,13 @@ def micros(ns: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    response = call(args.address, "ListGraphs", pb.ListGraphsRequest(pids=args.pid, replays=args.replays))
+    graphs = every_page(args.address, "ListGraphs", pb.ListGraphsRequest(pids=args.pid, replays=args.replays),
+                        "graphs")
     if args.output == "json":
         emit("json", [MessageToDict(g, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-                      for g in response.graphs])
+                      for g in graphs])
         return 0
-    for graph in response.graphs:
+    for graph in graphs:
         print(f"pid {graph.pid} graph exec 0x{graph.graph_exec:x}{'' if graph.alive else ' (destroyed)'}: "
               f"{len(graph.nodes)} kernel nodes, {graph.replays} replays (launch ids "
               f"{graph.first_launch_id}..{graph.last_launch_id}), {graph.node_executions} node executions, "

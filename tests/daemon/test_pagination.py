@@ -3,6 +3,8 @@ no reply outgrows a client's limit and no single query holds the daemon for long
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 
@@ -54,3 +56,64 @@ def test_a_bad_page_request_is_refused_clearly(start_synth, start_daemon, reques
     with pytest.raises(grpc.RpcError) as failure:
         daemon.stub.ListKernels(pb.ListKernelsRequest(**request_fields), timeout=10)
     assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason in failure.value.details()
+
+
+class _Segment:
+    """What ObserverService reads of a segment for graph rows: its header and kernel names."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.header = {"pid_start_ticks": 7}
+
+    def kernels_at(self, slots: list[int]) -> list[dict]:
+        return [{"slot": slot, "demangled": f"kernel_{slot}"} for slot in slots]
+
+
+class _Registry:
+    def __init__(self, processes: list) -> None:
+        self.processes = {Path(f"/segments/{p.pid}"): p for p in processes}
+
+    def live(self) -> list:
+        return list(self.processes.values())
+
+    def yield_to_drain(self, worked_s: float) -> None:
+        pass
+
+
+def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
+    """In-process: three processes with 0, 5 and 3 graph execs, in pages of 2: every graph exec
+    once, in (pid, graph exec) order, wherever a page ends (inside a process or at its end);
+    a token of another kind is refused."""
+    from gpuobs.daemon.graph_census import GraphCensuses
+    from gpuobs.daemon.registry import ObservedProcess
+    from gpuobs.daemon.service import InvalidArgument, ObserverService
+    from test_census_join import graph_launches
+
+    processes = []
+    for pid, count in ((300, 0), (100, 5), (200, 3)):
+        censuses = GraphCensuses()
+        for index in range(count):
+            launches = graph_launches(range(1, 3))
+            launches["graph_exec"] = 0x7000 + 16 * index
+            censuses.update(launches)
+        process = ObservedProcess(Path(f"/segments/{pid}"), _Segment(pid), graphs=censuses)
+        processes.append(process)
+    service = ObserverService(_Registry(processes), "/segments")
+    try:
+        seen, token, pages = [], "", 0
+        while True:
+            rows, token = service.graphs([], 4, page_size=2, page_token=token)
+            assert len(rows) <= 2
+            seen.extend((row["pid"], row["graph_exec"]) for row in rows)
+            pages += 1
+            if not token:
+                break
+        expected = [(100, 0x7000 + 16 * i) for i in range(5)] + [(200, 0x7000 + 16 * i) for i in range(3)]
+        assert seen == expected and pages == 4
+        assert all(len(row["nodes"]) == 2 for row in service.graphs([100], 4)[0])
+        with pytest.raises(InvalidArgument):
+            service.graphs([], 4, page_token="k1.100.7.0")
+        with pytest.raises(InvalidArgument):
+            service.graphs([], 4, page_size=100_000)
+    finally:
+        service.close()
