@@ -34,12 +34,10 @@ bool DriverApi::load(const char** missing) {
     *missing = "cuGetProcAddress_v2";
     return false;
   }
+  // Only what is used: a required entry point the driver lacks turns the injector off.
   loaded = resolve(get, "cuCtxGetCurrent", &ctx_get_current, missing) &&
-           resolve(get, "cuCtxSetCurrent", &ctx_set_current, missing) &&
            resolve(get, "cuCtxPushCurrent", &ctx_push_current, missing) &&
            resolve(get, "cuCtxPopCurrent", &ctx_pop_current, missing) &&
-           resolve(get, "cuCtxGetDevice", &ctx_get_device, missing) &&
-           resolve(get, "cuDeviceGetAttribute", &device_get_attribute, missing) &&
            resolve(get, "cuMemHostRegister", &mem_host_register, missing) &&
            resolve(get, "cuMemHostGetDevicePointer", &mem_host_get_device_pointer, missing) &&
            resolve(get, "cuStreamCreate", &stream_create, missing) &&

@@ -9,11 +9,8 @@ namespace gpuobs {
 
 struct DriverApi {
   CUresult (*ctx_get_current)(CUcontext*) = nullptr;
-  CUresult (*ctx_set_current)(CUcontext) = nullptr;
   CUresult (*ctx_push_current)(CUcontext) = nullptr;
   CUresult (*ctx_pop_current)(CUcontext*) = nullptr;
-  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
-  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
   CUresult (*mem_host_register)(void*, size_t, unsigned int) = nullptr;
   CUresult (*mem_host_get_device_pointer)(CUdeviceptr*, void*, unsigned int) = nullptr;
   CUresult (*stream_create)(CUstream*, unsigned int) = nullptr;
