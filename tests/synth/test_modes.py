@@ -106,9 +106,12 @@ def test_blocks_records_a_launch_and_an_enter_and_an_exit_per_block(start_synth)
 
 def test_sampled_keeps_exactly_the_hashed_subset_and_counts_stay_exact(start_synth) -> None:
     shift = 4
-    memory, every_access, launches = run_to_end(start_synth, "--mode", "memory", "--launch-trace", launches="80")
+    # 3 M events a run: at 1 M/s the ring of 1 M records absorbs a reader that stalls for a
+    # second (a loaded 2-core machine did, at 4 M/s)
+    memory, every_access, launches = run_to_end(start_synth, "--mode", "memory", "--launch-trace", "--rate",
+                                                "1000000", launches="80")
     sampled, kept, sampled_launches = run_to_end(start_synth, "--mode", "sampled", "--shift", str(shift),
-                                                 "--launch-trace", launches="80")
+                                                 "--launch-trace", "--rate", "1000000", launches="80")
     every_access = every_access[every_access["kind"] == EVENT_KINDS["memory_access"]]
     kept = kept[kept["kind"] == EVENT_KINDS["memory_access"]]
     assert np.array_equal(launches["grid_id"], sampled_launches["grid_id"])  # the same run twice
