@@ -10,8 +10,9 @@ made series flap: 243 distinct series in 20 minutes against 51 at any instant.)"
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
+import numpy as np
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -25,25 +26,42 @@ OTHER = "other"
 
 
 class StickyLabels:
-    """One process's kernel labels: kernel slots are numbered in the order kernels register, so
-    the slots seen so far are a prefix, and the names that got a label are at most `limit`."""
+    """One process's kernel labels. Kernel slots are numbered in the order kernels register, so
+    the slots seen so far are a prefix: each gets a label index once (0 is "other"), the names
+    with a label of their own are at most `limit`."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.seen_slots = 0
-        self.labelled: set[str] = set()
+        self.names: list[str] = [OTHER]
+        self.index: dict[str, int] = {}
+        self.slot_label = np.zeros(0, dtype=np.int64)
 
-    def assign(self, rows: list[dict]) -> None:
-        """Kernels first seen in this scrape get their label, or "other", for good."""
-        new = sorted((r for r in rows if r["slot"] >= self.seen_slots), key=lambda r: (-r["launches"], r["slot"]))
-        for row in new:
-            if len(self.labelled) < self.limit:
-                self.labelled.add(row["name"][:200])
-        if rows:
-            self.seen_slots = max(self.seen_slots, max(r["slot"] for r in rows) + 1)
+    def assign(self, launches: np.ndarray, names_of: Callable[[int, int], list[str]]) -> None:
+        """Kernels first seen now (slots beyond those seen) get their label, or "other", for
+        good: the most launched of them first, while there is room."""
+        seen = len(self.slot_label)
+        if len(launches) <= seen:
+            return
+        names = [name[:200] for name in names_of(seen, len(launches) - seen)]  # unpublished: next time
+        if not names:
+            return
+        labels = np.zeros(len(names), dtype=np.int64)
+        for offset in sorted(range(len(names)), key=lambda i: (-int(launches[seen + i]), i)):
+            name = names[offset]
+            if name not in self.index and len(self.index) < self.limit:
+                self.index[name] = len(self.names)
+                self.names.append(name)
+            labels[offset] = self.index.get(name, 0)
+        self.slot_label = np.concatenate([self.slot_label, labels])
 
-    def label(self, name: str) -> str:
-        return name if name in self.labelled else OTHER
+    def sums(self, column: np.ndarray) -> list[tuple[str, int]]:
+        """(label, total) of one counter column, exact (integers, not floats)."""
+        totals = np.zeros(len(self.names), dtype=np.uint64)
+        count = min(len(column), len(self.slot_label))
+        np.add.at(totals, self.slot_label[:count], column[:count].astype(np.uint64))
+        used = np.zeros(len(self.names), dtype=bool)
+        used[np.unique(self.slot_label[:count])] = True
+        return [(self.names[i], int(totals[i])) for i in np.flatnonzero(used).tolist()]
 
 
 class GpuobsCollector(Collector):
@@ -108,28 +126,19 @@ class GpuobsCollector(Collector):
                 oldest.add_metric([str(evidence["pid"])], evidence["oldest_age_ns"] / 1e9)
         subscribers_dropped = sum(s.dropped for s in self.service.registry.subscribers)
         dropped.add_metric(["", "stream"], float(subscribers_dropped))
-        rows = self.service.kernel_totals()
-        by_segment: dict[str, list[dict]] = {}
-        for row in rows:
-            by_segment.setdefault(row["segment"], []).append(row)
-        for segment in list(self.labels):
-            if segment not in by_segment:
-                del self.labels[segment]  # the process is forgotten, and its series with it
-        # one series per (pid, label): the same name can live in several modules
-        merged: dict[tuple[int, str], dict] = {}
-        for segment, segment_rows in by_segment.items():
+        live_segments = set()
+        for process, counters in self.service.kernel_counters():
+            segment = str(process.path)
+            live_segments.add(segment)
             labels = self.labels.setdefault(segment, StickyLabels(self.kernel_label_limit))
-            labels.assign(segment_rows)
-            for row in segment_rows:
-                key = (row["pid"], labels.label(row["name"][:200]))
-                into = merged.setdefault(key, {"launches": 0, "blocks_observed": 0, "memory_accesses": 0})
-                for field in ("launches", "blocks_observed", "memory_accesses"):
-                    into[field] += row[field]
-        for (pid, name), row in merged.items():
-            label = [str(pid), name]
-            launches.add_metric(label, float(row["launches"]))
-            blocks.add_metric(label, float(row["blocks_observed"]))
-            accesses.add_metric(label, float(row["memory_accesses"]))
+            labels.assign(counters["launches"], lambda first, count, p=process: self.service.kernel_names(p, first, count))
+            pid = str(process.pid)
+            for family, column in ((launches, "launches"), (blocks, "blocks_observed"), (accesses, "memory_accesses")):
+                for name, total in labels.sums(counters[column]):
+                    family.add_metric([pid, name], float(total))
+        for segment in list(self.labels):
+            if segment not in live_segments:
+                del self.labels[segment]  # the process is forgotten, and its series with it
         processes.add_metric([], float(alive))
         yield from (processes, mode, shift, fill, launches, blocks, accesses, events, dropped, errors, in_flight, oldest,
                     steps, callbacks)

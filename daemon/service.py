@@ -34,7 +34,6 @@ DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
 MAX_KERNEL_PAGE = 20_000  # building a reply is one call that holds the GIL: ~30 ms at this size
 DEFAULT_GRAPH_PAGE = 32  # a 313-node graph with 16 replays in detail is ~30 kB of reply
 MAX_GRAPH_PAGE = 512
-TOTALS_PER_CHUNK = 2048
 ROWS_PER_CHUNK = 256  # ~5 ms of work between pauses (Registry.yield_to_drain)
 
 
@@ -203,25 +202,23 @@ class ObserverService:
                 return rows, page_token_of(later[0], 0) if later else ""
         return rows, ""
 
-    def kernel_totals(self) -> list[dict[str, Any]]:
-        """Per kernel of every process, what the metrics export (launches, blocks, accesses):
-        the counters alone, none of the analysis, so a scrape takes no lock."""
-        rows = []
+    def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray]]:
+        """Per process, its per-kernel counters as one array (row = slot): what the metrics
+        export, read without a lock and summed by the caller in numpy, so a scrape costs a copy
+        of the counters and O(series) Python, not a Python step per kernel."""
+        out = []
         for process in sorted(self._targets([], live_only=False), key=process_order):
-            for first in range(0, process.segment.kernel_count(), TOTALS_PER_CHUNK):
-                began = time.perf_counter()
-                snapshot = process.segment.counters(first, TOTALS_PER_CHUNK)
-                if snapshot is None:
-                    continue
-                counters = snapshot[1]
-                for entry in process.segment.kernels(first, len(counters)):
-                    row = counters[entry["slot"] - first]
-                    rows.append({"pid": process.pid, "segment": str(process.path), "slot": entry["slot"],
-                                 "name": entry["demangled"], "launches": int(row["launches"]),
-                                 "blocks_observed": int(row["blocks_observed"]),
-                                 "memory_accesses": int(row["memory_accesses"])})
-                self.registry.yield_to_drain(time.perf_counter() - began)
-        return rows
+            began = time.perf_counter()
+            snapshot = process.segment.counters(0, process.segment.kernel_count())
+            if snapshot is not None:
+                out.append((process, snapshot[1]))
+            self.registry.yield_to_drain(time.perf_counter() - began)
+        return out
+
+    @staticmethod
+    def kernel_names(process: ObservedProcess, first_slot: int, count: int) -> list[str]:
+        """Demangled names of slots first_slot.. (fewer when not all are published yet)."""
+        return [entry["demangled"] for entry in process.segment.kernels(first_slot, count)]
 
     def _top_kernels(self, targets: list[ObservedProcess], top: int) -> list[dict[str, Any]]:
         candidates: list[tuple[int, int, int, ObservedProcess]] = []

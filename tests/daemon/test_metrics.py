@@ -67,27 +67,32 @@ def test_kernel_series_are_sticky_and_sum_exactly() -> None:
     """Issue 13, item 4: which kernels get a series of their own must not follow the ranking of
     the moment (series flapped, and a kernel entering the top N lost its history). Scrapes of
     one process whose hottest kernels change: the labelled set never changes once full, new
-    kernels go to "other", "other" never falls, and labels plus "other" sum to the totals."""
+    kernels go to "other", "other" never falls, and labels plus "other" sum to the totals, in
+    integers (a float sum is off past 2^53)."""
+    import numpy as np
+
     from gpuobs.daemon.metrics import OTHER, StickyLabels
 
     labels = StickyLabels(limit=3)
-    launches = {slot: 0 for slot in range(4)}
+    launches = np.array([0, 0, 0, 0], dtype=np.uint64)
+    names = [f"kernel_{slot}" for slot in range(100)]
     previous_other, named_after_first = 0, None
     for scrape in range(12):
         if scrape % 3 == 0:  # a new kernel registers every third scrape
-            launches[len(launches)] = 0
+            launches = np.append(launches, np.uint64(0))
         hot = scrape % len(launches)  # the hottest kernel changes every scrape
-        for slot in launches:
-            launches[slot] += 1000 if slot == hot else slot + 1
-        rows = [{"slot": slot, "name": f"kernel_{slot}", "launches": count} for slot, count in launches.items()]
-        labels.assign(rows)
-        series: dict[str, int] = {}
-        for row in rows:
-            series[labels.label(row["name"])] = series.get(labels.label(row["name"]), 0) + row["launches"]
+        launches = launches + np.arange(1, len(launches) + 1, dtype=np.uint64)
+        launches[hot] += np.uint64(1000)
+        labels.assign(launches, lambda first, count: names[first:first + count])
+        series = dict(labels.sums(launches))
         named = set(series) - {OTHER}
         named_after_first = named_after_first or named
         assert named == named_after_first and len(named) == 3
         assert series.get(OTHER, 0) >= previous_other
         previous_other = series.get(OTHER, 0)
-        assert sum(series.values()) == sum(launches.values())
+        assert sum(series.values()) == int(launches.sum())
     assert previous_other > 0
+    big = StickyLabels(limit=1)
+    huge = np.array([(1 << 62) + 1, (1 << 62) + 3], dtype=np.uint64)
+    big.assign(huge, lambda first, count: ["a", "b"][first:first + count])
+    assert dict(big.sums(huge)) == {"b": (1 << 62) + 3, OTHER: (1 << 62) + 1}  # the most launched
