@@ -30,8 +30,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def not_utf8(args: argparse.Namespace) -> str | None:
+    """The first argument that is not valid UTF-8 (gRPC strings must be), or None."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return name
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    bad = not_utf8(args)
+    if bad:
+        parser.error(f"argument {bad.replace('_', '-')}: not valid UTF-8")
     args.address = address_of(args.address)
     try:
         return args.run(args)

@@ -33,6 +33,14 @@ def test_bad_arguments_are_one_line_and_exit_1(args: list[str], reason: str) -> 
     assert reason in line
 
 
+@pytest.mark.parametrize("args", [[b"set-mode", b"\xff\xfe"], [b"record", b"/tmp/\xff.gpuobs", b"--count", b"5"]])
+def test_an_argument_that_is_not_utf8_is_refused_by_name(args: list[bytes]) -> None:
+    done = subprocess.run([sys.executable.encode(), b"-m", b"gpuobs.client.main", b"--address", NOWHERE.encode(), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "not valid UTF-8" in done.stderr
+
+
 def test_a_huge_argument_is_not_echoed_back_whole() -> None:
     done = gpuobsctl("kernels", "--top", "9" * 100_000 + "x")
     assert done.returncode == 1 and len(done.stderr) < 4000
