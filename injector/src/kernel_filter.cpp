@@ -257,6 +257,21 @@ class FilterCompiler {
     return true;
   }
 
+  // One member of a class after its first character `c` was read: a byte (into *byte), or a
+  // class escape like \d (into *set, returning Member::Set). Member::Failed once error_ is set.
+  enum class Member { Byte, Set, Failed };
+  Member class_member(char c, unsigned* byte, ByteSet* set) {
+    *byte = static_cast<unsigned char>(c);
+    if (c != '\\') return Member::Byte;
+    if (!more()) {
+      fail("missing ]");
+      return Member::Failed;
+    }
+    const char e = text_[at_++];
+    if (class_escape(e, set)) return Member::Set;
+    return escaped_byte(e, byte) ? Member::Byte : Member::Failed;
+  }
+
   std::unique_ptr<Node> bracket() {
     auto node = leaf(Node::Set);
     node->set = empty_set();
@@ -276,37 +291,22 @@ class FilterCompiler {
       }
       char c = text_[at_++];
       if (c == ']') break;
-      unsigned low = static_cast<unsigned char>(c);
-      if (c == '\\') {
-        if (!more()) {
-          fail("missing ]");
-          return node;
-        }
-        const char e = text_[at_++];
-        ByteSet set;
-        if (class_escape(e, &set)) {
-          for (size_t word = 0; word < 4; ++word) node->set[word] |= set[word];
-          continue;
-        }
-        if (!escaped_byte(e, &low)) return node;
+      unsigned low = 0;
+      ByteSet set;
+      const Member first = class_member(c, &low, &set);
+      if (first == Member::Failed) return node;
+      if (first == Member::Set) {
+        for (size_t word = 0; word < 4; ++word) node->set[word] |= set[word];
+        continue;
       }
       unsigned high = low;
       if (at_ + 1 < text_.size() && peek() == '-' && text_[at_ + 1] != ']') {
         ++at_;
-        char d = text_[at_++];
-        high = static_cast<unsigned char>(d);
-        if (d == '\\') {
-          if (!more()) {
-            fail("missing ]");
-            return node;
-          }
-          const char e = text_[at_++];
-          ByteSet set;
-          if (class_escape(e, &set)) {
-            fail("a range may not end in a class escape");
-            return node;
-          }
-          if (!escaped_byte(e, &high)) return node;
+        const Member last = class_member(text_[at_++], &high, &set);
+        if (last == Member::Failed) return node;
+        if (last == Member::Set) {
+          fail("a range may not end in a class escape");
+          return node;
         }
         if (high < low) {
           fail("a range out of order");
