@@ -11,8 +11,8 @@ configuration always runs in the same position); in each process every measureme
 times, the modes of a gpuobs process interleaved within it (switched live with gpuobsctl, as an
 operator does); per process the median; a configuration's ratio is the median over rounds of
 (its median / the no-tool median of the same round). A process imports vLLM while the one
-before it starts its engine; that one measures only once the import is done (nothing else runs
-while a process measures).
+before it starts its engine; that one measures only once the import is done, pinned to half of
+the cores, while the daemon and everything else keep to the other half.
 
 Configurations:
   none          no tool
@@ -116,6 +116,40 @@ class Worker:
         time.sleep(0.5)
 
 
+def cores() -> tuple[set[int], set[int]]:
+    """(cores for the process that measures, cores for everything else: the daemon, the next
+    process's import): one half each, so that nothing else is scheduled where tokens are timed."""
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) < 4:
+        return set(available), set(available)
+    half = len(available) // 2
+    return set(available[:half]), set(available[half:])
+
+
+def pin(pid: int, allowed: set[int]) -> None:
+    """Every thread of a process and of its descendants onto `allowed` (a thread made later
+    inherits its creator's)."""
+    pending, seen = [pid], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                try:
+                    os.sched_setaffinity(int(task), allowed)
+                except OSError:
+                    pass  # gone meanwhile
+                try:
+                    pending.extend(int(child) for child in
+                                   Path(f"/proc/{current}/task/{task}/children").read_text().split())
+                except OSError:
+                    pass
+        except OSError:
+            continue
+
+
 def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -209,6 +243,10 @@ def main() -> int:
     # it runs beside the measured process on cores of its own
     daemon = DaemonProcess(work / "run", segments, args.metrics_port, "--analysis-share", "1") \
         if any(c.startswith("gpuobs") for c in configs) else None
+    measuring_cores, other_cores = cores()
+    pin(os.getpid(), other_cores)  # this process, and so every child it starts, begins there
+    if daemon is not None:
+        pin(daemon.process.pid, other_cores)
     try:
         device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]
@@ -223,6 +261,7 @@ def main() -> int:
         "configs": {c: {"library": CONFIGS[c][0].name if CONFIGS[c][0] else None, "environment": CONFIGS[c][1],
                         "modes": CONFIGS[c][2]} for c in configs},
         "drop_in_environment": drop_in, "runs": [],
+        "cores": {"measuring": sorted(measuring_cores), "other": sorted(other_cores)},
     }
     plan = [(round_index, configs[(index + round_index) % len(configs)])
             for round_index in range(args.rounds) for index in range(len(configs))]
@@ -258,6 +297,7 @@ def main() -> int:
                 if index + 1 < len(plan) and time.monotonic() - t0 < args.budget_s:
                     upcoming = start(*plan[index + 1])  # imports while this one starts its engine
                     upcoming.wait_for("imported", 240)  # then waits: nothing runs beside a measurement
+                pin(worker.process.pid, measuring_cores)  # alone on its cores while it measures
                 worker.measure.touch()
                 if not imported:
                     run["error"] = f"no import: {worker.log.read_text(errors='replace')[-2000:]}"
