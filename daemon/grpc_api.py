@@ -132,7 +132,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
     async def ListSteps(self, request: pb.ListStepsRequest, context) -> pb.ListStepsResponse:
         replay = request.replay if request.HasField("replay") else None
         return await self._guard(context, lambda: pb.ListStepsResponse(
-            **self.service.steps(list(request.pids), request.last or 20, replay)))
+            **self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)))
 
     async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000

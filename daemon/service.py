@@ -34,6 +34,7 @@ DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
 MAX_KERNEL_PAGE = 20_000  # building a reply is one call that holds the GIL: ~30 ms at this size
 DEFAULT_GRAPH_PAGE = 32  # a 313-node graph with 16 replays in detail is ~30 kB of reply
 MAX_GRAPH_PAGE = 512
+STEPS_PAGE = 256  # steps per ListSteps reply (a step of 256 requests carries their ids)
 ROWS_PER_CHUNK = 256  # ~5 ms of work between pauses (Registry.yield_to_drain)
 
 
@@ -59,6 +60,20 @@ def parse_page_token(token: str, kind: str = KERNEL_TOKEN) -> tuple[int, int, in
     if len(token) > 80 or len(parts) != 4 or parts[0] != kind or not all(p.isdigit() for p in parts[1:]):
         raise InvalidArgument("page_token is not one this daemon gave out")
     return int(parts[1]), int(parts[2]), int(parts[3])
+
+
+def step_token_of(process: ObservedProcess, first_key: int, last_key: int) -> str:
+    pid, start = process_order(process)
+    return f"s1.{pid}.{start}.{first_key}.{last_key}"
+
+
+def parse_step_token(token: str) -> tuple[int, int, int, int] | None:
+    if not token:
+        return None
+    parts = token.split(".")
+    if len(token) > 100 or len(parts) != 5 or parts[0] != "s1" or not all(p.isdigit() for p in parts[1:]):
+        raise InvalidArgument("page_token is not one this daemon gave out")
+    return int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])
 
 
 def shape_report(entry: tuple | None) -> dict[str, Any]:
@@ -363,40 +378,57 @@ class ObserverService:
         rows.sort(key=lambda r: -r["events"])
         return rows[: top or 50], counted, skipped
 
-    def steps(self, pids: list[int], last: int = 20, replay: int | None = None) -> dict[str, Any]:
+    def steps(self, pids: list[int], last: int = 20, replay: int | None = None,
+              page_token: str = "") -> dict[str, Any]:
         """The last engine steps of each process (or the one that launched `replay`), with the
-        replays they launched and what the graph census joined to those."""
+        replays they launched and what the graph census joined to those; STEPS_PAGE at most per
+        reply, the rest behind next_page_token (which fixes each process's newest step at the
+        page where its steps begin, so a busy engine does not make the walk endless)."""
         if not 0 < last <= StepCensus.KEEP_STEPS:
             raise InvalidArgument(f"last must be within 1..{StepCensus.KEEP_STEPS}")
-        rows, totals = [], []
-        for process in self._targets(pids, live_only=False):
+        resume = parse_step_token(page_token)
+        rows, totals, token = [], [], ""
+        for process in sorted(self._targets(pids, live_only=False), key=process_order):
             with process.lock:
                 census = process.steps
                 totals.append({"pid": process.pid, "steps": census.steps_seen,
                                "launches_before_steps": census.launches_before_steps})
+                if token or (resume and process_order(process) < resume[:2]):
+                    continue
+                keys = list(census.steps)
                 if replay is not None:
                     found = census.step_of_replay(replay)
-                    chosen = [found] if found else []
+                    keys = [k for k, s in census.steps.items() if s is found] if found else []
+                elif resume and process_order(process) == resume[:2]:
+                    keys = [k for k in keys if resume[2] <= k <= resume[3]]
                 else:
-                    chosen = list(census.steps.values())[-last:]
+                    keys = keys[-last:]
+                room = STEPS_PAGE - len(rows)
+                if len(keys) > room:
+                    token = step_token_of(process, keys[room], keys[-1])
+                    keys = keys[:room]
                 label = process.segment.reader.header()["label"]
-                for step in chosen:
-                    replays = []
-                    for graph_exec, number in step.replays:
-                        summary = process.graphs.replay_summary(graph_exec, number) or {}
-                        if "mode" in summary:
-                            summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
-                        replays.append({"graph_exec": graph_exec, "replay": number, **summary})
-                    rows.append({
-                        "pid": process.pid, "label": label, "step": step.step, "host_time_ns": step.host_time_ns,
-                        "thread": step.thread, "requests": step.requests, "tokens": step.tokens,
-                        "request_ids": step.request_ids, "request_ids_complete": step.ids_complete,
-                        "kernel_launches": step.kernel_launches, "blocks_expected": step.blocks_expected,
-                        "replays": replays,
-                    })
+                for key in keys:
+                    rows.append(self._step_row(process, census.steps[key], label))
         if replay is not None and not rows:
             raise NotFound(f"no step of the targeted processes launched replay {replay} (or it is no longer kept)")
-        return {"steps": rows, "totals": totals}
+        return {"steps": rows, "totals": totals, "next_page_token": token}
+
+    @staticmethod
+    def _step_row(process: ObservedProcess, step: Any, label: str) -> dict[str, Any]:
+        replays = []
+        for graph_exec, number in step.replays:
+            summary = process.graphs.replay_summary(graph_exec, number) or {}
+            if "mode" in summary:
+                summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
+            replays.append({"graph_exec": graph_exec, "replay": number, **summary})
+        return {
+            "pid": process.pid, "label": label, "step": step.step, "host_time_ns": step.host_time_ns,
+            "thread": step.thread, "requests": step.requests, "tokens": step.tokens,
+            "request_ids": step.request_ids, "request_ids_complete": step.ids_complete,
+            "kernel_launches": step.kernel_launches, "blocks_expected": step.blocks_expected,
+            "replays": replays,
+        }
 
     def hangs(self, pids: list[int], min_age_ms: int) -> list[dict[str, Any]]:
         """Launches with blocks in flight at least min_age_ms, oldest first; and, per process,

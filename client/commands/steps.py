@@ -33,6 +33,11 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is not None:
         request.replay = args.replay
     response = call(args.address, "ListSteps", request)
+    while response.next_page_token:  # the rest of the steps asked for, page by page
+        request.page_token = response.next_page_token
+        page = call(args.address, "ListSteps", request)
+        response.steps.extend(page.steps)
+        response.next_page_token = page.next_page_token
     if args.output == "json":
         emit("json", MessageToDict(response, preserving_proto_field_name=True,
                                    always_print_fields_with_no_presence=True))

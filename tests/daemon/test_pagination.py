@@ -3,6 +3,8 @@ no reply outgrows a client's limit and no single query holds the daemon for long
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import grpc
@@ -117,3 +119,37 @@ def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
             service.graphs([], 4, page_size=100_000)
     finally:
         service.close()
+
+
+def test_step_pages_hold_every_step_asked_for_once(start_synth, start_daemon) -> None:
+    """An engine's last 1,000 steps come in pages of 256, each once, in order, though the engine
+    keeps stepping while they are read."""
+    from daemon_support import gpuobsctl
+
+    synth = start_synth("--mode", "counter", "--graph-nodes", "3", "--steps", "--rate", "20000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        totals = daemon.stub.ListSteps(pb.ListStepsRequest(last=1), timeout=10).totals
+        if totals and totals[0].steps >= 1500:
+            break
+        time.sleep(0.2)
+    request = pb.ListStepsRequest(last=1000)
+    steps, pages = [], 0
+    while True:
+        page = daemon.stub.ListSteps(request, timeout=30)
+        assert len(page.steps) <= 256
+        steps.extend(page.steps)
+        pages += 1
+        if not page.next_page_token:
+            break
+        request.page_token = page.next_page_token
+    numbers = [s.step for s in steps]
+    assert len(numbers) == 1000 and pages == 4 and numbers == sorted(numbers) and len(set(numbers)) == 1000
+    assert all(s.pid == synth.pid for s in steps)
+    with pytest.raises(grpc.RpcError) as caught:
+        daemon.stub.ListSteps(pb.ListStepsRequest(last=10, page_token="k1.1.2.3"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    done = gpuobsctl(daemon.address, "--output", "json", "steps", "--last", "600")
+    assert done.returncode == 0 and len(json.loads(done.stdout)["steps"]) == 600, done.stderr
