@@ -11,7 +11,7 @@ such (their node executions are unknown, never guessed).
 
 The join key is (grid id, replay number), never the order of arrival: a graph node keeps its
 grid id in every replay, and the injector pushes a replay number of its own into device memory
-at each graph launch, which the patches stamp into every event (DESIGN §6). Launch records are
+at each graph launch, which the patches stamp into every event. Launch records are
 drained before events in each pass (a launch record is written before its kernel can run), so
 an event's node execution is normally known when the event arrives; events that match none are
 held until their replay is finished with and then counted as unmatched.

@@ -1,8 +1,8 @@
 """gpuobsctl coredump PID --yes: a GPU core dump of a process, through the driver's user-induced
 core dump. The process must have been started with CUDA_ENABLE_USER_TRIGGERED_COREDUMP=1 and a
 CUDA_COREDUMP_PIPE pattern (deploy/README.md): the driver then holds a named pipe open, and
-writing to it makes the driver dump every GPU context of the process. Measured on the H200
-(DEVICE.md): the dump ENDS THE PROGRAM (exit 134), so this asks for --yes.
+writing to it makes the driver dump every GPU context of the process. Measured on the H200:
+the dump ENDS THE PROGRAM (exit 134), so this asks for --yes.
 
 Local to the host of the process (it writes the pipe found in /proc/PID/fd and reads
 /proc/PID/environ): run it as the process's user or root. It needs no daemon.

@@ -1,5 +1,5 @@
 // Patch functions the Compute Sanitizer inserts into the served program's SASS. Compiled with
-// `nvcc --fatbin --compile-as-tools-patch` (DEVICE.md: without it, patching fails).
+// `nvcc --fatbin --compile-as-tools-patch` (without it, patching fails).
 //
 // Every patch runs in every thread that executes the patched instruction, on a minimal
 // register budget: per-block work is gated on one leader thread, per-access work is
@@ -286,7 +286,7 @@ namespace {
 
 // Bulk copies (cp.async.bulk global<->shared): issued once per block by one thread, with the
 // global address and size. Counted as accesses and recorded like memory events (not sampled:
-// there are few). TMA tensor copies (cp.async.bulk.tensor) fire no patch at all (DEVICE.md).
+// there are few). TMA tensor copies (cp.async.bulk.tensor) fire no patch at all (measured on the H200).
 // The size travels as the sanitizer gives it, in 16-byte blocks (layout.h: a BulkCopy event's
 // `thread` holds them, `access_bytes` says 16).
 __device__ __noinline__ SanitizerPatchResult bulk_copy(void* userdata, uint64_t pc, uint64_t global_address,

@@ -2,7 +2,7 @@
 // with the new config, and writing it into device memory) and publishes the device counters
 // into the segment. It is the only thread that reads device memory back or writes config into
 // it, and it does so on its own non-blocking stream, so neither a hung kernel nor a graph capture
-// in another thread is disturbed (DEVICE.md, second probe), and no launch of the program waits.
+// in another thread is disturbed (measured on the H200), and no launch of the program waits.
 #include <chrono>
 #include <thread>
 

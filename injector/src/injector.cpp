@@ -426,7 +426,7 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     if (filter_) flags_stale_.store(true, std::memory_order_release);
     // the slot's address must fit below the config bits of a bound userdata
     if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
-      // Bound to the function for its whole life: exact under graph replay (DEVICE.md).
+      // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps the userdata of its first launch).
       const Binding binding{function, module, uint32_t(slot), device};
       const uint32_t flags = make_flags(make_config(in_force_.mode, in_force_.shift), captured);
       on_device = sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata_of(binding, flags))) ==

@@ -1,6 +1,6 @@
 """gpuobsctl coredump against a process that plays the driver's side of the user-induced core
 dump: it has the environment, holds the named pipe open and reads what arrives (the driver
-starts the dump then). The GPU side was measured on the H200 (DEVICE.md)."""
+starts the dump then). The GPU side was measured on the H200: the driver writes the dump, then ends the program."""
 
 from __future__ import annotations
 

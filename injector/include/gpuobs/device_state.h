@@ -3,7 +3,7 @@
 // counters out of it into the segment, and writes each kernel's config into it when the daemon
 // changes it.
 //
-// Hot config lives here, in device memory: DEVICE.md measured ~35 ns per call for a config
+// Hot config lives here, in device memory: measured on the H200: ~35 ns per call for a config
 // word read from host-mapped memory in a per-access hook, and ~0 from device memory. It sits in
 // each kernel's own slot, the one the patch's userdata points at: one load, not a chain.
 #pragma once
@@ -33,7 +33,7 @@ struct DeviceShapeBucket {
 static_assert(sizeof(DeviceShapeBucket) == 32, "DeviceShapeBucket is 32 bytes");
 
 // Per kernel slot; the patch's userdata points here (bound to the CUfunction when it loads,
-// never per launch: per-launch data misbehaved under graph replay, DEVICE.md pitfall 4). Every
+// never per launch: per-launch data misbehaved under graph replay). Every
 // counter is a reduction the patch fires and forgets: nothing here is read back on the device.
 struct alignas(256) DeviceKernelSlot {
   DeviceContextState* context;  // back pointer, written once at context creation
@@ -82,7 +82,7 @@ GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((u
 struct DeviceConfig {
   uint64_t config;
   uint64_t generation;
-  uint64_t replay;  // replay sequence of the graph launch in progress (graphs issue)
+  uint64_t replay;  // replay sequence of the graph launch in progress
   uint64_t reserved;
 };
 static_assert(sizeof(DeviceConfig) == 32, "DeviceConfig is 32 bytes");

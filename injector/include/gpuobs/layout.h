@@ -36,7 +36,7 @@ enum class Mode : uint32_t { Off = 0, Noop = 1, Counter = 2, Blocks = 3, Memory 
 constexpr uint32_t kModeCount = 6;
 constexpr uint32_t kMaxShift = 31;
 
-// Patch sets (DESIGN §2): which instructions a process patches, fixed at its start.
+// Patch sets: which instructions a process patches, fixed at its start.
 enum class PatchSet : uint32_t { Block = 0, Memory = 1 };
 
 // Whether a mode needs the per-access hooks of the memory patch set.

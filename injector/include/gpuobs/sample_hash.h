@@ -1,4 +1,4 @@
-// The sampling decision of DESIGN §2, one definition for the patches and gpuobs-synth.
+// The sampling decision of `sampled` mode, one definition for the patches and gpuobs-synth.
 // A pure function of (pc, thread, block): no random state, no memory traffic, and the same
 // decision on every replay of a graph, so a sampled PC stays sampled.
 #pragma once
