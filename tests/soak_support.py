@@ -59,16 +59,22 @@ class Soak:
     # -- the load ----------------------------------------------------------------------------
     def producers(self) -> None:
         rng = random.Random(self.seed)
+        binary = synth_binary()
         running: list[subprocess.Popen] = []
         while not self.stop.is_set() and self.figures["lifetimes"] < self.lifetimes:
             while len(running) < self.concurrent:
                 mode = rng.choice(["counter", "blocks", "memory", "sampled", "noop"])
-                args = [synth_binary(), "--segment-dir", str(self.segment_dir), "--mode", mode, "--kernels",
+                args = [binary, "--segment-dir", str(self.segment_dir), "--mode", mode, "--kernels",
                         str(rng.choice([2, 16, 200])), "--rate", str(rng.choice([20000, 200000])), "--duration",
                         f"{rng.uniform(0.1, 0.6):.2f}", "--ring-records", "4096"]
                 if rng.random() < 0.1:
                     args += ["--crash-after", str(rng.randint(100, 5000))]  # dies without unmapping
-                running.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                try:
+                    running.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                except (OSError, RuntimeError):  # the producer could not start: counted, the soak goes on
+                    with self.lock:
+                        self.figures["producer_failures"] += 1
+                    time.sleep(0.5)
             time.sleep(0.02)
             for process in [p for p in running if p.poll() is not None]:
                 running.remove(process)
