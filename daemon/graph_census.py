@@ -31,8 +31,8 @@ one of its events was dropped, which the drop counters say).
 The census (graph execs, replays, node executions per node) is exact and vectorized. The join
 is per node execution in Python, so it runs under the daemon's analysis budget: node executions
 of launch batches beyond the budget, and the replays that had events in an event batch the
-budget skipped (exactly those: found in one vectorized pass), are counted as unjoined rather
-than judged.
+budget skipped (those: found in one vectorized pass, and remembered for replays whose launch
+record comes later), are counted as unjoined rather than judged.
 """
 
 from __future__ import annotations
@@ -137,6 +137,9 @@ class GraphCensus:
     device_order: list[int] = dataclasses.field(default_factory=list)
     device_order_stable: bool = True
     events_unmatched: int = 0
+    # implied replays folded before any node was learned: their executions, once nodes are
+    # known, are counted unjoined (never judged)
+    folded_unlearned: int = 0
     recent: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)  # replay -> ReplayRecord
     nodes_version: int = 0  # bumped when a node or a node's grid id is learned
     _learned: tuple = ()
@@ -193,6 +196,8 @@ class GraphCensuses:
         self.span_replays: collections.Counter[int] = collections.Counter()  # low replay bits -> spans held
         self.grid_owner: dict[int, int] = {}  # node grid id -> graph exec
         self.unsettled: collections.deque[tuple[GraphCensus, ReplayRecord]] = collections.deque()
+        # (graph exec, low replay bits) of skipped events whose replay had no record yet
+        self.skipped_ahead: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
         self._node_grid_ids = np.zeros(0, dtype=np.uint64)
         self._owner_arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
 
@@ -323,6 +328,8 @@ class GraphCensuses:
         key = record.replay if record.replay else -record.number  # unknown replays stay apart
         if key in census.recent:
             return census.recent[key]
+        if record.replay and self.skipped_ahead.pop((census.graph_exec, record.replay & REPLAY_MASK), 0) is None:
+            record.tainted = True  # some of its events came, and were skipped, before it did
         census.recent[key] = record
         while len(census.recent) > self.KEEP_REPLAYS:
             _, oldest = census.recent.popitem(last=False)
@@ -339,6 +346,8 @@ class GraphCensuses:
     def _fold(self, census: GraphCensus, record: ReplayRecord) -> None:
         """A replay leaves the detailed window: its results go into the totals, its spans away."""
         self._check_orders(census, record)
+        if record.implied and not census.nodes:
+            census.folded_unlearned += 1
         has_spans = self._has_spans(record)
         for execution, status, observed in self.judged(census, record):
             node = census.nodes[execution.node]
@@ -405,15 +414,25 @@ class GraphCensuses:
         for owner, replay in pairs.tolist():
             if replay:
                 by_exec[owner].add(replay)
+        found: set[tuple[int, int]] = set()
         for graph_exec, replays in by_exec.items():
             census = self.graphs.get(graph_exec)
             for record in census.recent.values() if census is not None else ():
                 if record.replay and record.replay & REPLAY_MASK in replays:
                     record.tainted = True
+                    found.add((graph_exec, record.replay & REPLAY_MASK))
         if by_exec and self.unsettled:
             for owner, record in self.unsettled:
                 if record.replay and record.replay & REPLAY_MASK in by_exec.get(owner.graph_exec, ()):
                     record.tainted = True
+                    found.add((owner.graph_exec, record.replay & REPLAY_MASK))
+        # replays whose launch record has not been read yet: tainted when it is (_keep)
+        for graph_exec, replays in by_exec.items():
+            for replay in replays:
+                if (graph_exec, replay) not in found:
+                    self.skipped_ahead[(graph_exec, replay)] = None
+        while len(self.skipped_ahead) > self.MAX_UNSETTLED:
+            self.skipped_ahead.popitem(last=False)
 
     def _join_events(self, events: np.ndarray) -> None:
         block = self._node_events(events)
@@ -605,6 +624,7 @@ class GraphCensuses:
             })
             if end:
                 previous_end = end
+        eventless[UNJOINED] += census.folded_unlearned
         for execution in census.learned():
             for status, replays_of_status in eventless.items():
                 per_node[execution.node][status] += replays_of_status

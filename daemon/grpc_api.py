@@ -101,6 +101,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"queue_batches: at most {MAX_QUEUE_BATCHES}")
         registry = self.service.registry
         subscriber, queue = queue_subscriber(frozenset(pids), request.queue_batches or 64)
+        subscriber.read_only = self.read_only
         try:
             registry.add_subscriber(subscriber)
         except Busy as error:
@@ -119,7 +120,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                     yield pb.EventBatch(pid=pid, records=payload[first * EVENT_BYTES:(first + part) * EVENT_BYTES],
                                         count=part, dropped_for_client=subscriber.dropped)
         finally:
-            registry.subscribers.remove(subscriber)
+            registry.remove_subscriber(subscriber)
 
     async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
         def call() -> pb.ListGraphsResponse:

@@ -10,6 +10,7 @@ made series flap: 243 distinct series in 20 minutes against 51 at any instant.)"
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Iterator
 
 import numpy as np
@@ -69,6 +70,9 @@ class GpuobsCollector(Collector):
         self.service = service
         self.kernel_label_limit = kernel_label_limit
         self.labels: dict[str, StickyLabels] = {}  # per segment path, while the daemon shows it
+        self.last_sums: dict[str, list[list[tuple[str, int]]]] = {}  # per segment: the last scrape's sums
+        # prometheus_client runs each scrape on a thread of its own: labels are assigned by one at a time
+        self.lock = threading.Lock()
 
     def collect(self) -> Iterator:
         success = GaugeMetricFamily("gpuobs_collector_success", "1 when the last scrape read every segment")
@@ -126,19 +130,34 @@ class GpuobsCollector(Collector):
                 oldest.add_metric([str(evidence["pid"])], evidence["oldest_age_ns"] / 1e9)
         subscribers_dropped = sum(s.dropped for s in self.service.registry.subscribers)
         dropped.add_metric(["", "stream"], float(subscribers_dropped))
-        live_segments = set()
-        for process, counters in self.service.kernel_counters():
-            segment = str(process.path)
-            live_segments.add(segment)
-            labels = self.labels.setdefault(segment, StickyLabels(self.kernel_label_limit))
-            labels.assign(counters["launches"], lambda first, count, p=process: self.service.kernel_names(p, first, count))
-            pid = str(process.pid)
-            for family, column in ((launches, "launches"), (blocks, "blocks_observed"), (accesses, "memory_accesses")):
-                for name, total in labels.sums(counters[column]):
-                    family.add_metric([pid, name], float(total))
-        for segment in list(self.labels):
-            if segment not in live_segments:
-                del self.labels[segment]  # the process is forgotten, and its series with it
+        with self.lock:
+            for family, series in zip((launches, blocks, accesses), self._kernel_series()):
+                for (pid, name), total in series.items():
+                    family.add_metric([str(pid), name], float(total))
         processes.add_metric([], float(alive))
         yield from (processes, mode, shift, fill, launches, blocks, accesses, events, dropped, errors, in_flight, oldest,
                     steps, callbacks)
+
+    def _kernel_series(self) -> tuple[dict[tuple[int, str], int], ...]:
+        """(launches, blocks, accesses) per (pid, label): a pid reused while its predecessor is
+        still shown sums both processes into one series, as Prometheus wants series unique. A
+        process whose counters could not be copied this time shows its last sums again."""
+        out: tuple[dict[tuple[int, str], int], ...] = ({}, {}, {})
+        shown = set()
+        for process, counters in self.service.kernel_counters():
+            segment = str(process.path)
+            shown.add(segment)
+            if counters is not None:
+                labels = self.labels.setdefault(segment, StickyLabels(self.kernel_label_limit))
+                labels.assign(counters["launches"],
+                              lambda first, count, p=process: self.service.kernel_names(p, first, count))
+                self.last_sums[segment] = [labels.sums(counters[column]) for column in
+                                           ("launches", "blocks_observed", "memory_accesses")]
+            for series, sums in zip(out, self.last_sums.get(segment, ())):
+                for name, total in sums:
+                    key = (process.pid, name)
+                    series[key] = series.get(key, 0) + total
+        for segment in [s for s in self.labels if s not in shown]:
+            del self.labels[segment]  # the process is forgotten, and its series with it
+            self.last_sums.pop(segment, None)
+        return out

@@ -50,6 +50,7 @@ class Busy(RuntimeError):
 
 
 MAX_SUBSCRIBERS = 16  # streams and recordings at once: each may hold a full queue
+MAX_READ_ONLY_SUBSCRIBERS = 8  # of which through the read-only --listen address (the socket keeps 8)
 
 
 @dataclasses.dataclass
@@ -61,6 +62,7 @@ class Subscriber:
     put: Callable[[tuple[str, int, bytes, int]], bool]  # (kind, pid, bytes, count); False when full
     wants_launches: bool = False
     dropped: int = 0
+    read_only: bool = False  # came through the read-only --listen address
 
 
 class SubscriberQueue:
@@ -368,7 +370,16 @@ class Registry:
     def add_subscriber(self, subscriber: Subscriber) -> None:
         if len(self.subscribers) >= MAX_SUBSCRIBERS:
             raise Busy(f"{MAX_SUBSCRIBERS} streams and recordings are running: at most that many at once")
+        if subscriber.read_only and sum(s.read_only for s in self.subscribers) >= MAX_READ_ONLY_SUBSCRIBERS:
+            raise Busy(f"{MAX_READ_ONLY_SUBSCRIBERS} streams run through this address: at most that many at once")
         self.subscribers.append(subscriber)
+
+    def remove_subscriber(self, subscriber: Subscriber) -> None:
+        """Removes that one (by identity; absent is fine: every way out of a stream calls this)."""
+        for index, existing in enumerate(self.subscribers):
+            if existing is subscriber:
+                del self.subscribers[index]
+                return
 
     def live(self) -> list[ObservedProcess]:
         return [p for p in list(self.processes.values()) if p.alive]

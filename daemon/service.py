@@ -34,6 +34,7 @@ DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
 MAX_KERNEL_PAGE = 20_000  # building a reply is one call that holds the GIL: ~30 ms at this size
 DEFAULT_GRAPH_PAGE = 32  # a 313-node graph with 16 replays in detail is ~30 kB of reply
 MAX_GRAPH_PAGE = 512
+GRAPH_PAGE_BYTES = 16 << 20  # and about this much of reply at most
 STEPS_PAGE = 256  # steps per ListSteps reply (a step of 256 requests carries their ids)
 ROWS_PER_CHUNK = 256  # ~5 ms of work between pauses (Registry.yield_to_drain)
 
@@ -57,7 +58,7 @@ def parse_page_token(token: str, kind: str = KERNEL_TOKEN) -> tuple[int, int, in
     if not token:
         return None
     parts = token.split(".")
-    if len(token) > 80 or len(parts) != 4 or parts[0] != kind or not all(p.isdigit() for p in parts[1:]):
+    if len(token) > 80 or len(parts) != 4 or parts[0] != kind or not all(p.isascii() and p.isdigit() for p in parts[1:]):
         raise InvalidArgument("page_token is not one this daemon gave out")
     return int(parts[1]), int(parts[2]), int(parts[3])
 
@@ -71,7 +72,7 @@ def parse_step_token(token: str) -> tuple[int, int, int, int] | None:
     if not token:
         return None
     parts = token.split(".")
-    if len(token) > 100 or len(parts) != 5 or parts[0] != "s1" or not all(p.isdigit() for p in parts[1:]):
+    if len(token) > 100 or len(parts) != 5 or parts[0] != "s1" or not all(p.isascii() and p.isdigit() for p in parts[1:]):
         raise InvalidArgument("page_token is not one this daemon gave out")
     return int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])
 
@@ -217,16 +218,16 @@ class ObserverService:
                 return rows, page_token_of(later[0], 0) if later else ""
         return rows, ""
 
-    def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray]]:
+    def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray | None]]:
         """Per process, its per-kernel counters as one array (row = slot): what the metrics
         export, read without a lock and summed by the caller in numpy, so a scrape costs a copy
-        of the counters and O(series) Python, not a Python step per kernel."""
-        out = []
+        of the counters and O(series) Python, not a Python step per kernel. None for a process
+        whose producer kept publishing through every try (the caller keeps its last copy)."""
+        out: list[tuple[ObservedProcess, np.ndarray | None]] = []
         for process in sorted(self._targets([], live_only=False), key=process_order):
             began = time.perf_counter()
             snapshot = process.segment.counters(0, process.segment.kernel_count())
-            if snapshot is not None:
-                out.append((process, snapshot[1]))
+            out.append((process, snapshot[1] if snapshot is not None else None))
             self.registry.yield_to_drain(time.perf_counter() - began)
         return out
 
@@ -301,6 +302,7 @@ class ObserverService:
         resume = parse_page_token(page_token, GRAPH_TOKEN)
         targets = sorted(self._targets(pids, live_only=False), key=process_order)
         rows: list[dict[str, Any]] = []
+        reply_bytes = 0  # roughly: a page of big graphs with many replays stops short of `size`
         for index, process in enumerate(targets):
             if resume and process_order(process) < resume[:2]:
                 continue
@@ -308,15 +310,17 @@ class ObserverService:
             with process.lock:
                 execs = sorted(e for e in list(process.graphs.graphs) if e >= first)
             for graph_exec in execs:
-                if len(rows) == size:
+                if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
                     return rows, page_token_of(process, graph_exec, GRAPH_TOKEN)
                 began = time.perf_counter()
                 with process.lock:
                     census = process.graphs.graphs.get(graph_exec)
                     if census is not None:
                         rows.append(self._graph_row(process, census, replays))
+                        reply_bytes += 64 * len(rows[-1]["nodes"]) + sum(
+                            48 + 6 * len(r["node_blocks"]) for r in rows[-1]["recent_replays"])
                 self.registry.yield_to_drain(time.perf_counter() - began)
-            if len(rows) == size:
+            if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
                 later = [p for p in targets[index + 1:] if p.graphs.graphs]
                 return rows, page_token_of(later[0], 0, GRAPH_TOKEN) if later else ""
         return rows, ""
@@ -514,6 +518,8 @@ class ObserverService:
     async def record(self, path: str, duration_s: float, max_events: int, pids: list[int]) -> list[dict[str, Any]]:
         if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
             raise InvalidArgument(f"the record path is longer than {MAX_PATH_BYTES} bytes")
+        if "\0" in path:
+            raise InvalidArgument("the record path has a NUL byte")
         target = Path(path)
         if not target.is_absolute():
             raise InvalidArgument("the record path must be absolute")
@@ -558,17 +564,20 @@ class ObserverService:
             await self._record_into(writers, queue, processes, duration_s, max_events)
         except asyncio.CancelledError:
             # the client went away (Ctrl-C): recording stops now; what was recorded is kept
-            self.registry.subscribers.remove(subscriber)
+            self.registry.remove_subscriber(subscriber)
             try:
                 self._finish(writers, processes, subscriber)
             except RecordFailed:
                 pass  # removed; nobody is left to tell
             raise
         except OSError as error:
-            self.registry.subscribers.remove(subscriber)
             self._abort(writers)
             raise RecordFailed(next(iter(paths.values())), error) from None
-        self.registry.subscribers.remove(subscriber)
+        except BaseException:
+            self._abort(writers)
+            raise
+        finally:
+            self.registry.remove_subscriber(subscriber)  # whatever happened: the slot is free again
         return self._finish(writers, processes, subscriber)
 
     @staticmethod
@@ -618,7 +627,7 @@ class ObserverService:
             return self.registry.live() if live_only else list(self.registry.processes.values())
         known = list(self.registry.processes.values())
         found = []
-        for pid in pids:
+        for pid in dict.fromkeys(pids):  # each once, in the order asked
             matches = [p for p in known if p.pid == pid and (p.alive or not live_only)]
             if not matches:
                 raise NotFound(f"no observed process with pid {pid}")

@@ -234,3 +234,33 @@ def test_implied_replays_share_the_learned_nodes_and_are_judged_like_recorded_on
     assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 1999 * len(NODES), "unjoined": 0}
     assert [r["nodes_matched"] for r in report["replays"]] == [0, len(NODES)]
     assert report["events_unmatched"] == 0
+
+
+def test_events_skipped_before_their_replay_is_known_leave_it_unjoined() -> None:
+    """The drain may read a replay's events before its launch record (it reads a bounded number
+    of launch batches per pass): a skipped batch still marks that replay, once it is known."""
+    budget = TimeBudget(share=0.3, burst_s=1e9)
+    census = GraphCensuses(budget)
+    census.update(graph_launches(range(1, 2)))  # replay 1 learns the nodes
+    (grid_id, blocks), _ = NODES.values()
+    budget.exhaust()
+    census.add_events(block_events(grid_id, 2, blocks, slot=0, t0=0))  # replay 2's, skipped
+    budget.refill()
+    census.update(graph_launches(range(2, 3), recorded=range(0)))  # then its launch record
+    census.add_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2)
+                                      for s, (g, b) in enumerate(NODES.values()) if (r, s) != (2, 0)]))
+    report = census.report(census.graphs[EXEC], replays=2)
+    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": len(NODES)}
+
+
+def test_replays_folded_before_their_nodes_were_learned_still_add_up() -> None:
+    """Implied replays that left the window before any node was learned: once nodes are known,
+    matched + mismatched + unrecorded + unjoined still equals the node executions."""
+    census = GraphCensuses()
+    census.KEEP_REPLAYS = 2
+    census.update(graph_launches(range(1, 5), recorded=range(0)))  # no node learned yet
+    census.settle()  # replays 1 and 2 are folded, with no node known
+    census.update(graph_launches(range(5, 6)))  # replay 5 is recorded: the nodes are learned
+    graph = census.graphs[EXEC]
+    totals = census.report(graph, replays=2)["totals"]
+    assert sum(totals.values()) == graph.node_executions == 5 * len(NODES), totals

@@ -189,7 +189,7 @@ def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, sta
     from daemon_support import free_port, pb_grpc
 
     port = free_port()
-    synth = start_synth("--mode", "counter", "--rate", "1000", "--kernels", "2")
+    synth = start_synth("--mode", "blocks", "--rate", "20000", "--kernels", "2")
     daemon = start_daemon("--listen", f"127.0.0.1:{port}")
     daemon.wait_processes(1)
     tcp = pb_grpc.ObserverStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
@@ -197,13 +197,23 @@ def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, sta
     assert tcp.ListKernels(pb.ListKernelsRequest(top=5), timeout=10).kernels
     target = tmp_path / "private"
     target.mkdir(mode=0o700)
-    for call in (lambda: tcp.SetMode(pb.SetModeRequest(mode="blocks"), timeout=10),
+    for call in (lambda: tcp.SetMode(pb.SetModeRequest(mode="counter"), timeout=10),
                  lambda: tcp.Record(pb.RecordRequest(path=str(target / "x.gpuobs"), max_events=10), timeout=10)):
         with pytest.raises(grpc.RpcError) as caught:
             call()
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED and "unix socket" in caught.value.details()
     assert list(target.iterdir()) == []
-    assert daemon.status().processes[0].mode == "counter"
+    assert daemon.status().processes[0].mode == "blocks"
+    # streams through it are allowed, but at most 8: the unix socket keeps slots of its own
+    streams = [tcp.StreamEvents(pb.StreamEventsRequest(queue_batches=2)) for _ in range(8)]
+    for stream in streams:
+        next(stream)
+    with pytest.raises(grpc.RpcError) as caught:
+        next(tcp.StreamEvents(pb.StreamEventsRequest()))
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert next(daemon.stub.StreamEvents(pb.StreamEventsRequest())).count > 0
+    for stream in streams:
+        stream.cancel()
     switched = gpuobsctl(daemon.address, "set-mode", "noop")  # the unix socket may
     assert switched.returncode == 0, switched.stderr
     assert tcp.GetStatus(pb.GetStatusRequest(), timeout=10).processes[0].mode == "noop"

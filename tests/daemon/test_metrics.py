@@ -96,3 +96,36 @@ def test_kernel_series_are_sticky_and_sum_exactly() -> None:
     huge = np.array([(1 << 62) + 1, (1 << 62) + 3], dtype=np.uint64)
     big.assign(huge, lambda first, count: ["a", "b"][first:first + count])
     assert dict(big.sums(huge)) == {"b": (1 << 62) + 3, OTHER: (1 << 62) + 1}  # the most launched
+
+
+def test_a_scrape_without_a_copy_of_the_counters_shows_the_last_sums() -> None:
+    """A producer may keep publishing through every try of a copy: that scrape shows the last
+    sums (not nothing, and not labels rebuilt from scratch, which made a counter fall)."""
+    import numpy as np
+
+    from gpuobs.daemon.metrics import GpuobsCollector
+    from gpuobs.segment import KERNEL_COUNTERS_DTYPE
+
+    class Process:
+        pid, path = 42, Path("/segments/gpuobs-42.seg")
+
+    class Service:
+        def __init__(self) -> None:
+            self.counters = np.zeros(3, dtype=KERNEL_COUNTERS_DTYPE)
+
+        def kernel_counters(self):
+            return [(Process, self.counters)]
+
+        def kernel_names(self, process, first: int, count: int) -> list[str]:
+            return ["a", "b", "c"][first:first + count]
+
+    service = Service()
+    collector = GpuobsCollector(service, kernel_label_limit=2)
+    service.counters["launches"] = [5, 3, 1]
+    first = collector._kernel_series()[0]
+    assert first == {(42, "a"): 5, (42, "b"): 3, (42, "other"): 1}
+    service.counters = None  # this scrape gets no copy
+    assert collector._kernel_series()[0] == first
+    service.counters = np.zeros(3, dtype=KERNEL_COUNTERS_DTYPE)
+    service.counters["launches"] = [6, 3, 900]  # c is now the hottest: it stays "other"
+    assert collector._kernel_series()[0] == {(42, "a"): 6, (42, "b"): 3, (42, "other"): 900}

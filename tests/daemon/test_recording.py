@@ -139,7 +139,11 @@ def test_huge_inputs_are_refused_without_being_echoed(start_synth, start_daemon,
                  lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300) / "x"), max_events=5),
                                             timeout=10),
                  lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300)), max_events=5),
-                                            timeout=10)):
+                                            timeout=10),
+                 lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / "nul\0.gpuobs"), max_events=5),
+                                            timeout=10),
+                 lambda: daemon.stub.ListKernels(pb.ListKernelsRequest(page_token="k1.\u00b2.1.1"), timeout=10),
+                 lambda: daemon.stub.ListSteps(pb.ListStepsRequest(page_token="s1.1.1.\u00b9.2"), timeout=10)):
         with pytest.raises(grpc.RpcError) as caught:
             call()
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value
