@@ -50,7 +50,10 @@ class Daemon:
         servers = [server]
         if self.config.listen:  # a server of its own: its servicer refuses what changes anything
             servers.append(self._server(read_only=True))
-            servers[-1].add_insecure_port(self.config.listen)
+            try:
+                servers[-1].add_insecure_port(self.config.listen)
+            except RuntimeError as error:  # grpc's way of saying it could not bind
+                raise OSError(f"cannot listen on {self.config.listen} (--listen): {error}") from None
         for each in servers:
             await each.start()
         applied = RuntimeDir.secure_socket(socket_path, self.config.socket_group)

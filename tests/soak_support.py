@@ -62,7 +62,7 @@ class Soak:
         binary = synth_binary()
         running: list[subprocess.Popen] = []
         while not self.stop.is_set() and self.figures["lifetimes"] < self.lifetimes:
-            while len(running) < self.concurrent:
+            while len(running) < self.concurrent and not self.stop.is_set():
                 mode = rng.choice(["counter", "blocks", "memory", "sampled", "noop"])
                 args = [binary, "--segment-dir", str(self.segment_dir), "--mode", mode, "--kernels",
                         str(rng.choice([2, 16, 200])), "--rate", str(rng.choice([20000, 200000])), "--duration",
@@ -144,7 +144,8 @@ class Soak:
                 continue
             values = {
                 field.TYPE_STRING: lambda: rng.choice([
-                    "", "blocks", "sampled", "x" * rng.randrange(1, 3000), "(.+.+)+!", "k1.1.2.3",
+                    "", "blocks", "sampled", "x" * rng.randrange(1, 3000), "(.+.+)+!", "k1.1.2.3", "g1.1.2.3",
+                    "s1.1.2.3.4", "k1.\u00b2.1.1", "nul\0byte", str(self.runtime_dir / "nul\0.gpuobs"),
                     str(self.runtime_dir / f"fuzz-{rng.randrange(1 << 20)}.gpuobs"), "\udcff".encode(
                         "utf-8", "surrogateescape").decode("utf-8", "replace")]),
                 field.TYPE_BOOL: lambda: rng.random() < 0.5,
@@ -197,7 +198,12 @@ class Soak:
 
     def watch(self, daemon: DaemonProcess) -> None:
         while not self.stop.wait(1.0):
-            status = daemon.status()
+            try:
+                status = daemon.status()
+            except grpc.RpcError as error:  # a status that fails is a finding, not the end of the sampling
+                with self.lock:
+                    self.figures["fuzz_failures"].append(f"status: {error.code()}")
+                continue
             with self.lock:
                 self.figures["rss_mib"].append(round(rss_mib(daemon.process.pid), 1))
                 self.figures["descriptors_max"] = max(self.figures["descriptors_max"], descriptors(daemon.process.pid))

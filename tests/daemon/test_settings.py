@@ -74,6 +74,16 @@ def test_a_taken_metrics_port_is_named(tmp_path: Path, segment_dir: Path) -> Non
     assert done.returncode == 1 and f"127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_taken_listen_port_is_named(tmp_path: Path, segment_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_daemon(tmp_path, "--segment-dir", str(segment_dir), "--metrics-address", "",
+                          "--listen", f"127.0.0.1:{port}")
+    assert done.returncode == 1 and f"127.0.0.1:{port} (--listen)" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_stale_notify_socket_is_logged_once_and_the_daemon_serves(tmp_path: Path, segment_dir: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "gone.sock"))
