@@ -211,6 +211,10 @@ class Registry:
                 del self.processes[path]
             elif now - process.gone_at >= self.exited_retention_s:
                 self._forget(process)
+        self._trim_exited()
+
+    def _trim_exited(self) -> None:
+        """At most exited_max exited processes, the oldest forgotten first."""
         exited = sorted((p for p in self.processes.values() if p.final_drained), key=lambda p: p.gone_at)
         for process in exited[:max(0, len(exited) - self.exited_max)]:
             self._forget(process)
@@ -333,6 +337,7 @@ class Registry:
             self._check(process, process.gone_at)
             log.info("process_gone", pid=process.pid, accounting_errors=process.accounting_errors,
                      retained_s=self.exited_retention_s)
+            self._trim_exited()  # at once: a status right after must not show one too many
         return read
 
     def _publish(self, kind: str, pid: int, batch: np.ndarray) -> None:

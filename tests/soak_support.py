@@ -49,6 +49,7 @@ class Soak:
     concurrent: int = 4
     exited_max: int = 8
     seed: int = 1
+    JUNK_KEPT = 300
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     figures: dict = dataclasses.field(default_factory=lambda: {
         "lifetimes": 0, "producer_failures": 0, "junk_files": 0, "fuzzed_requests": 0, "fuzz_failures": [],
@@ -89,10 +90,15 @@ class Soak:
         self.stop.set()
 
     def junk(self) -> None:
-        """Files a hostile local user (or a broken producer) leaves in the directory."""
+        """Files a hostile local user (or a broken producer) leaves in the directory; the oldest
+        go again past JUNK_KEPT (as a cleanup job would), so that the daemon's memory is judged
+        against a directory of bounded size."""
         rng = random.Random(self.seed + 1)
         index = 0
+        kept: list[Path] = []
         while not self.stop.wait(0.1):
+            if len(kept) >= self.JUNK_KEPT:
+                kept.pop(0).unlink(missing_ok=True)
             index += 1
             path = self.segment_dir / f"gpuobs-{900000 + index}-{rng.randrange(1 << 30)}.seg"
             kind = rng.choice(["random", "empty", "header", "huge-name"])
@@ -101,8 +107,10 @@ class Soak:
             data = {"random": rng.randbytes(rng.randrange(1, 8192)), "empty": b"",
                     "header": b"GPUOBSSG" + rng.randbytes(rng.randrange(0, 600)), "huge-name": b"x"}[kind]
             path.write_bytes(data)
+            kept.append(path)
             with self.lock:
                 self.figures["junk_files"] += 1
+                self.figures["junk_now"] = len(kept)
 
     def fuzz(self, address: str) -> None:
         """Random bytes, and random field values of real messages, to every method."""
@@ -230,13 +238,14 @@ class Soak:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and any(p.alive for p in daemon.status().processes):
                 time.sleep(0.1)
+            time.sleep(0.5)  # and the last junk file seen by a discovery pass
             status = daemon.status()
             figures = dict(self.figures)
             figures["seconds"] = round(time.monotonic() - started, 1)
             figures["daemon_alive"] = daemon.process.poll() is None
             figures["retained"] = len(status.processes)
             figures["segments_left"] = sum(1 for p in self.segment_dir.iterdir() if p.stat().st_size > 64 << 10)
-            figures["rejected_total"] = status.rejected_segments_total
+            figures["rejected_total"] = status.rejected_segments_total  # the junk there now
             figures["descriptors_end"] = descriptors(daemon.process.pid)
             unbalanced = []
             for process in status.processes:
