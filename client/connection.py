@@ -37,15 +37,21 @@ def call(address: str, method: str, request, timeout: float = 10.0):
         raise CommandError(f"{code.name.lower()}: {error.details()}") from None
 
 
-def every_page(address: str, method: str, request, field: str, timeout: float = 30.0) -> list:
-    """Every item of a paged list RPC, following next_page_token from the first page."""
-    items: list = []
-    while True:
+def all_pages(address: str, method: str, request, field: str, timeout: float = 30.0):
+    """A paged list RPC's first reply with the items of every later page added to `field`,
+    following next_page_token to the end."""
+    reply = call(address, method, request, timeout=timeout)
+    while reply.next_page_token:
+        request.page_token = reply.next_page_token
         page = call(address, method, request, timeout=timeout)
-        items.extend(getattr(page, field))
-        if not page.next_page_token:
-            return items
-        request.page_token = page.next_page_token
+        getattr(reply, field).extend(getattr(page, field))
+        reply.next_page_token = page.next_page_token
+    return reply
+
+
+def every_page(address: str, method: str, request, field: str, timeout: float = 30.0) -> list:
+    """Every item of a paged list RPC."""
+    return list(getattr(all_pages(address, method, request, field, timeout), field))
 
 
 def every_kernel(address: str, pids: list[int], timeout: float = 30.0) -> list:

@@ -198,7 +198,6 @@ class GraphCensuses:
         self.unsettled: collections.deque[tuple[GraphCensus, ReplayRecord]] = collections.deque()
         # (graph exec, low replay bits) of skipped events whose replay had no record yet
         self.skipped_ahead: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
-        self._node_grid_ids = np.zeros(0, dtype=np.uint64)
         self._owner_arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
 
     # -- launch records ------------------------------------------------------------------------
@@ -374,9 +373,7 @@ class GraphCensuses:
     # -- device events -------------------------------------------------------------------------
     def node_grid_ids(self) -> np.ndarray:
         """Grid ids that belong to graph nodes (their events carry a meaningful replay number)."""
-        if len(self._node_grid_ids) != len(self.grid_owner):
-            self._node_grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
-        return self._node_grid_ids
+        return self._grid_owners()[0]
 
     def _grid_owners(self) -> tuple[np.ndarray, np.ndarray]:
         """Node grid ids, sorted, and the graph exec of each (for vectorized lookups)."""
@@ -415,17 +412,11 @@ class GraphCensuses:
             if replay:
                 by_exec[owner].add(replay)
         found: set[tuple[int, int]] = set()
-        for graph_exec, replays in by_exec.items():
-            census = self.graphs.get(graph_exec)
-            for record in census.recent.values() if census is not None else ():
-                if record.replay and record.replay & REPLAY_MASK in replays:
-                    record.tainted = True
-                    found.add((graph_exec, record.replay & REPLAY_MASK))
-        if by_exec and self.unsettled:
-            for owner, record in self.unsettled:
-                if record.replay and record.replay & REPLAY_MASK in by_exec.get(owner.graph_exec, ()):
-                    record.tainted = True
-                    found.add((owner.graph_exec, record.replay & REPLAY_MASK))
+        censuses = [self.graphs[graph_exec] for graph_exec in by_exec if graph_exec in self.graphs]
+        for owner, record in self._held(censuses):
+            if record.replay and record.replay & REPLAY_MASK in by_exec[owner.graph_exec]:
+                record.tainted = True
+                found.add((owner.graph_exec, record.replay & REPLAY_MASK))
         # replays whose launch record has not been read yet: tainted when it is (_keep)
         for graph_exec, replays in by_exec.items():
             for replay in replays:
@@ -481,17 +472,22 @@ class GraphCensuses:
     def _claims(self, census: GraphCensus | None) -> dict[int, dict[int, ReplayRecord]]:
         """Per graph exec, its replays still held (in a window or waiting to settle), by the low
         32 bits of their replay number (what the device stamps)."""
-        censuses = self.graphs.values() if census is None else (census,)
+        censuses = list(self.graphs.values()) if census is None else [census]
         claims: dict[int, dict[int, ReplayRecord]] = {c.graph_exec: {} for c in censuses}
-        for c in censuses:
-            held = claims[c.graph_exec]
-            for record in c.recent.values():
-                if record.replay:
-                    held[record.replay & REPLAY_MASK] = record
-        for owner, record in self.unsettled:
-            if record.replay and owner.graph_exec in claims:
+        for owner, record in self._held(censuses):
+            if record.replay:
                 claims[owner.graph_exec][record.replay & REPLAY_MASK] = record
         return claims
+
+    def _held(self, censuses: list[GraphCensus]) -> Iterator[tuple[GraphCensus, ReplayRecord]]:
+        """The replays of these graph execs still held: in their windows, then waiting to settle."""
+        for census in censuses:
+            for record in census.recent.values():
+                yield census, record
+        wanted = {id(census) for census in censuses}
+        for owner, record in self.unsettled:
+            if id(owner) in wanted:
+                yield owner, record
 
     def _claimed(self, key: int, claims: dict[int, dict[int, ReplayRecord]]) -> bool:
         """A span is claimed when a held replay of its grid id's exec ran a node of that grid id."""

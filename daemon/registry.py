@@ -115,10 +115,6 @@ class SubscriberQueue:
                 getter.cancel()
         return getter.result() if done else None
 
-    def held(self) -> int:
-        with self._lock:
-            return self._held
-
 
 def queue_subscriber(pids: frozenset[int], max_batches: int, *,
                      wants_launches: bool = False) -> tuple[Subscriber, SubscriberQueue]:

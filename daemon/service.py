@@ -44,37 +44,34 @@ def process_order(process: ObservedProcess) -> tuple[int, int]:
     return process.pid, int(process.segment.header.get("pid_start_ticks", 0))
 
 
-KERNEL_TOKEN, GRAPH_TOKEN = "k1", "g1"  # what a page token pages through, and its format's version
+# What a page token pages through (and its format's version), and how many positions it holds
+KERNEL_TOKEN, GRAPH_TOKEN, STEP_TOKEN = ("k1", 1), ("g1", 1), ("s1", 2)
 
 
-def page_token_of(process: ObservedProcess, position: int, kind: str = KERNEL_TOKEN) -> str:
+def page_token_of(kind: tuple[str, int], process: ObservedProcess, *positions: int) -> str:
     """Where the next page starts: a process (pid, start time) and a position in it (a kernel
-    slot, or a graph exec handle)."""
-    pid, start = process_order(process)
-    return f"{kind}.{pid}.{start}.{position}"
+    slot, a graph exec handle, or the first and last step keys of the walk)."""
+    assert len(positions) == kind[1]
+    return ".".join([kind[0], *map(str, process_order(process)), *map(str, positions)])
 
 
-def parse_page_token(token: str, kind: str = KERNEL_TOKEN) -> tuple[int, int, int] | None:
+def parse_page_token(token: str, kind: tuple[str, int]) -> tuple[int, ...] | None:
+    """(pid, start time, *positions) of a token page_token_of made; None for the first page."""
     if not token:
         return None
     parts = token.split(".")
-    if len(token) > 80 or len(parts) != 4 or parts[0] != kind or not all(p.isascii() and p.isdigit() for p in parts[1:]):
+    if len(token) > 60 + 20 * kind[1] or len(parts) != 3 + kind[1] or parts[0] != kind[0] or \
+            not all(p.isascii() and p.isdigit() for p in parts[1:]):
         raise InvalidArgument("page_token is not one this daemon gave out")
-    return int(parts[1]), int(parts[2]), int(parts[3])
+    return tuple(int(p) for p in parts[1:])
 
 
-def step_token_of(process: ObservedProcess, first_key: int, last_key: int) -> str:
-    pid, start = process_order(process)
-    return f"s1.{pid}.{start}.{first_key}.{last_key}"
-
-
-def parse_step_token(token: str) -> tuple[int, int, int, int] | None:
-    if not token:
-        return None
-    parts = token.split(".")
-    if len(token) > 100 or len(parts) != 5 or parts[0] != "s1" or not all(p.isascii() and p.isdigit() for p in parts[1:]):
-        raise InvalidArgument("page_token is not one this daemon gave out")
-    return int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])
+def position_in(process: ObservedProcess, resume: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Where a walk goes on in this process: None when the token points past it (skip it), its
+    positions when the token points into it, () when the walk takes it from its start."""
+    if resume is None or process_order(process) > resume[:2]:
+        return ()
+    return resume[2:] if process_order(process) == resume[:2] else None
 
 
 def shape_report(entry: tuple | None) -> dict[str, Any]:
@@ -202,20 +199,21 @@ class ObserverService:
         if top:
             return self._top_kernels(targets, top), ""
         size = page_size or DEFAULT_KERNEL_PAGE
-        resume = parse_page_token(page_token)
+        resume = parse_page_token(page_token, KERNEL_TOKEN)
         rows: list[dict[str, Any]] = []
         for process in targets:
-            if resume and process_order(process) < resume[:2]:
+            at = position_in(process, resume)
+            if at is None:
                 continue
-            first = resume[2] if resume and process_order(process) == resume[:2] else 0
+            first = at[0] if at else 0
             count = process.segment.kernel_count()
             take = min(count - first, size - len(rows)) if count > first else 0
             rows.extend(self._kernel_rows(process, list(range(first, first + take))))
             if len(rows) >= size:
                 if first + take < count:
-                    return rows, page_token_of(process, first + take)
+                    return rows, page_token_of(KERNEL_TOKEN, process, first + take)
                 later = [p for p in targets if process_order(p) > process_order(process)]
-                return rows, page_token_of(later[0], 0) if later else ""
+                return rows, page_token_of(KERNEL_TOKEN, later[0], 0) if later else ""
         return rows, ""
 
     def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray | None]]:
@@ -304,14 +302,15 @@ class ObserverService:
         rows: list[dict[str, Any]] = []
         reply_bytes = 0  # roughly: a page of big graphs with many replays stops short of `size`
         for index, process in enumerate(targets):
-            if resume and process_order(process) < resume[:2]:
+            at = position_in(process, resume)
+            if at is None:
                 continue
-            first = resume[2] if resume and process_order(process) == resume[:2] else 0
+            first = at[0] if at else 0
             with process.lock:
                 execs = sorted(e for e in list(process.graphs.graphs) if e >= first)
             for graph_exec in execs:
                 if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
-                    return rows, page_token_of(process, graph_exec, GRAPH_TOKEN)
+                    return rows, page_token_of(GRAPH_TOKEN, process, graph_exec)
                 began = time.perf_counter()
                 with process.lock:
                     census = process.graphs.graphs.get(graph_exec)
@@ -322,7 +321,7 @@ class ObserverService:
                 self.registry.yield_to_drain(time.perf_counter() - began)
             if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
                 later = [p for p in targets[index + 1:] if p.graphs.graphs]
-                return rows, page_token_of(later[0], 0, GRAPH_TOKEN) if later else ""
+                return rows, page_token_of(GRAPH_TOKEN, later[0], 0) if later else ""
         return rows, ""
 
     def _graph_row(self, process: ObservedProcess, census: Any, replays: int) -> dict[str, Any]:
@@ -390,26 +389,27 @@ class ObserverService:
         page where its steps begin, so a busy engine does not make the walk endless)."""
         if not 0 < last <= StepCensus.KEEP_STEPS:
             raise InvalidArgument(f"last must be within 1..{StepCensus.KEEP_STEPS}")
-        resume = parse_step_token(page_token)
+        resume = parse_page_token(page_token, STEP_TOKEN)
         rows, totals, token = [], [], ""
         for process in sorted(self._targets(pids, live_only=False), key=process_order):
             with process.lock:
                 census = process.steps
                 totals.append({"pid": process.pid, "steps": census.steps_seen,
                                "launches_before_steps": census.launches_before_steps})
-                if token or (resume and process_order(process) < resume[:2]):
+                at = position_in(process, resume)
+                if token or at is None:
                     continue
                 keys = list(census.steps)
                 if replay is not None:
                     found = census.step_of_replay(replay)
                     keys = [k for k, s in census.steps.items() if s is found] if found else []
-                elif resume and process_order(process) == resume[:2]:
-                    keys = [k for k in keys if resume[2] <= k <= resume[3]]
+                elif at:
+                    keys = [k for k in keys if at[0] <= k <= at[1]]
                 else:
                     keys = keys[-last:]
                 room = STEPS_PAGE - len(rows)
                 if len(keys) > room:
-                    token = step_token_of(process, keys[room], keys[-1])
+                    token = page_token_of(STEP_TOKEN, process, keys[room], keys[-1])
                     keys = keys[:room]
                 label = process.segment.reader.header()["label"]
                 for key in keys:
@@ -563,7 +563,8 @@ class ObserverService:
         try:
             await self._record_into(writers, queue, processes, duration_s, max_events)
         except asyncio.CancelledError:
-            # the client went away (Ctrl-C): recording stops now; what was recorded is kept
+            # the client went away (Ctrl-C): recording stops now (no batch comes in while the
+            # files are finished); what was recorded is kept
             self.registry.remove_subscriber(subscriber)
             try:
                 self._finish(writers, processes, subscriber)
@@ -600,7 +601,8 @@ class ObserverService:
         return results
 
     @staticmethod
-    async def _record_into(writers: dict[int, RecordingWriter], queue: SubscriberQueue, processes: list[ObservedProcess], duration_s: float, max_events: int) -> None:
+    async def _record_into(writers: dict[int, RecordingWriter], queue: SubscriberQueue,
+                           processes: list[ObservedProcess], duration_s: float, max_events: int) -> None:
         deadline = time.monotonic() + duration_s if duration_s else float("inf")
         while time.monotonic() < deadline:
             batch = await queue.get_within(min(0.1, max(0.001, deadline - time.monotonic())))

@@ -91,3 +91,11 @@ def gpuobsctl(address: str, *args: str, timeout: float = 120) -> subprocess.Comp
 
 def device_stage(process: pb.Process) -> pb.StageCounts:
     return next(s for s in process.stages if s.stage == "device")
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident memory (what the growth checks measure)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
-from daemon_support import DaemonProcess, free_port
+from daemon_support import DaemonProcess, free_port, rss_mib
 from synth_support import synth_binary
 
 # what a request that does not make sense may be answered; UNKNOWN or INTERNAL mean the daemon
@@ -27,13 +27,6 @@ from synth_support import synth_binary
 ANSWERS_ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
                    grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED,
                    grpc.StatusCode.FAILED_PRECONDITION}
-
-
-def rss_mib(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def descriptors(pid: int) -> int:

@@ -9,7 +9,7 @@ from google.protobuf.json_format import MessageToDict
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32, uint64
-from ..connection import call
+from ..connection import all_pages
 from ..output import emit, table
 
 NAME = "steps"
@@ -32,12 +32,7 @@ def run(args: argparse.Namespace) -> int:
     request = pb.ListStepsRequest(pids=args.pid, last=args.last)
     if args.replay is not None:
         request.replay = args.replay
-    response = call(args.address, "ListSteps", request)
-    while response.next_page_token:  # the rest of the steps asked for, page by page
-        request.page_token = response.next_page_token
-        page = call(args.address, "ListSteps", request)
-        response.steps.extend(page.steps)
-        response.next_page_token = page.next_page_token
+    response = all_pages(args.address, "ListSteps", request, "steps")
     if args.output == "json":
         emit("json", MessageToDict(response, preserving_proto_field_name=True,
                                    always_print_fields_with_no_presence=True))

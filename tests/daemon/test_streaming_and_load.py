@@ -11,7 +11,7 @@ import pytest
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE
-from daemon_support import device_stage, gpuobsctl
+from daemon_support import device_stage, gpuobsctl, rss_mib
 
 
 def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_daemon) -> None:
@@ -79,13 +79,6 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
         assert process.accounting_errors == 0, [l for l in daemon.log().splitlines() if "accounting" in l][:3]
         total_delivered += stage.delivered
     assert total_delivered > 10_000_000
-
-
-def rss_mib(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def test_stalled_streams_cost_a_bounded_queue_and_too_many_are_refused(start_synth, start_daemon) -> None:
