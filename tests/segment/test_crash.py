@@ -31,14 +31,21 @@ def test_sigkill_mid_write_skips_exactly_the_torn_slot(start_synth) -> None:
     assert segment.accounting().errors == ()
 
 
-def test_sigkill_at_full_speed_leaves_a_readable_segment(start_synth) -> None:
-    synth = start_synth("--mode", "sampled", "--shift", "0", "--ring-records", str(1 << 14))
+def killed_at_full_speed(start_synth, seconds: float, *args: str) -> Segment:
+    """A producer recording every access, SIGKILLed after `seconds`, its segment drained to the end
+    (torn claims are left to the reader: no timeout settles them)."""
+    synth = start_synth("--mode", "sampled", "--shift", "0", *args)
     segment = Segment(synth.segment)
     segment.reader.set_torn_timeout(3600)
-    time.sleep(0.2)
+    time.sleep(seconds)
     os.kill(synth.pid, signal.SIGKILL)
     assert synth.wait() == -signal.SIGKILL
     drain_until_exit(segment)
+    return segment
+
+
+def test_sigkill_at_full_speed_leaves_a_readable_segment(start_synth) -> None:
+    segment = killed_at_full_speed(start_synth, 0.2, "--ring-records", str(1 << 14))
     stats = segment.reader.event_ring_stats(0)
     counters, kernels = segment.counters()
     assert stats["delivered"] > 0
@@ -53,13 +60,7 @@ def test_sigkill_at_full_speed_leaves_a_readable_segment(start_synth) -> None:
 def test_sigkill_of_a_four_context_producer_is_accounted_exactly(start_synth) -> None:
     """Killed mid-publish, a producer leaves records read (or dropped) beyond its last published
     `produced`; the account must name that excess, never be silently off."""
-    synth = start_synth("--mode", "sampled", "--shift", "0", "--contexts", "4", "--ring-records", str(1 << 12))
-    segment = Segment(synth.segment)
-    segment.reader.set_torn_timeout(3600)
-    time.sleep(0.3)
-    os.kill(synth.pid, signal.SIGKILL)
-    assert synth.wait() == -signal.SIGKILL
-    drain_until_exit(segment)
+    segment = killed_at_full_speed(start_synth, 0.3, "--contexts", "4", "--ring-records", str(1 << 12))
     account = segment.accounting()
     assert account.complete and not account.errors
     device = next(s for s in account.stages if s.stage == "device")
