@@ -7,7 +7,8 @@ at start); rounds interleave the configurations, and each ratio is the median ov
 (configuration time / uninstrumented time in the same round). Events are drained while they
 are produced, as the daemon would, so a full ring never makes a mode look cheap.
 
-    python bench/overhead.py --out bench/results/overhead.json [--commit SHA]
+    python bench/overhead.py --out bench/results/overhead.json [--commit SHA] [--workloads decode,silu,gemm]
+    python bench/overhead.py --merge part1.json part2.json --out bench/results/overhead.json
 """
 
 from __future__ import annotations
@@ -177,25 +178,86 @@ def measure(workload: str, argv: list[str], configs: list[Config], rounds: int,
 
 
 def check_targets(rows: list[dict]) -> list[str]:
-    def ratio(workload: str, config: str) -> float:
-        return next(r["ratio"] for r in rows if r["workload"] == workload and r["config"] == config)
+    """The targets whose rows this report has (a report of some workloads checks only theirs)."""
+    def ratio(workload: str, config: str) -> float | None:
+        return next((r["ratio"] for r in rows if r["workload"] == workload and r["config"] == config), None)
+
+    lines = []
+
+    def check(name: str, value: float | None, limit: float, at_least: bool = False) -> None:
+        if value is None:
+            return
+        met = value >= limit if at_least else value <= limit
+        lines.append(f"{'met' if met else 'MISSED'}: {name}: {value:.3f}")
 
     floor = ratio("silu_and_mul", "per-access hook floor (memory set, noop)")
     sampled = ratio("silu_and_mul", "sampled")
     naive = ratio("silu_and_mul", "naive exact count (2 atomics per access)")
     empty = ratio("decode_graph", EMPTY_PATCH)
-    checks = [
-        ("(a) noop <= 1.02", ratio("silu_and_mul", "noop"), 1.02),
-        ("(a) counter <= 1.03", ratio("silu_and_mul", "counter"), 1.03),
-        ("(a) blocks <= 1.15", ratio("silu_and_mul", "blocks"), 1.15),
-        ("(a) sampled/floor <= 1.15", sampled / floor, 1.15),
-        ("(c) off / empty-patch floor <= 1.01", ratio("decode_graph", "off") / empty, 1.01),
-        ("(c) noop / empty-patch floor <= 1.01", ratio("decode_graph", "noop") / empty, 1.01),
-        ("(c) counter / empty-patch floor <= 1.01", ratio("decode_graph", "counter") / empty, 1.01),
-    ]
-    lines = [f"{'met' if value <= limit else 'MISSED'}: {name}: {value:.3f}" for name, value, limit in checks]
-    lines.append(f"{'met' if naive / sampled >= 15 else 'MISSED'}: (a) naive/sampled >= 15: {naive / sampled:.1f}")
+    check("(a) noop <= 1.02", ratio("silu_and_mul", "noop"), 1.02)
+    check("(a) counter <= 1.03", ratio("silu_and_mul", "counter"), 1.03)
+    check("(a) blocks <= 1.15", ratio("silu_and_mul", "blocks"), 1.15)
+    if floor and sampled:
+        check("(a) sampled/floor <= 1.15", sampled / floor, 1.15)
+    if naive and sampled:
+        check("(a) naive/sampled >= 15", naive / sampled, 15, at_least=True)
+    for mode in ("off", "noop", "counter"):
+        value = ratio("decode_graph", mode)
+        if value is not None and empty:
+            check(f"(c) {mode} / empty-patch floor <= 1.01", value / empty, 1.01)
     return lines
+
+
+WORKLOADS = ("silu", "gemm", "decode")
+
+
+def write_report(out: Path, commit: str, device: str, rows: list[dict], workloads: list[str]) -> None:
+    """Written after every workload, so a run cut short by the device's time limit keeps what it measured."""
+    report = {
+        "commit": commit,
+        "device": device,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": f"python bench/overhead.py --workloads {','.join(workloads)}",
+        "method": __doc__.split("\n\n")[1].replace("\n", " "),
+        "workloads": sorted({row["workload"] for row in rows}),
+        "rows": rows,
+        "targets": check_targets(rows),
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def merge_reports(paths: list[str], out: Path) -> int:
+    """One report from reports of disjoint workloads of one commit (each workload's ratios are
+    within its own run, so rows from two runs of the same commit stand side by side)."""
+    reports = [json.loads(Path(path).read_text()) for path in paths]
+    commits = {report["commit"] for report in reports}
+    if len(commits) != 1:
+        print(f"overhead.py: reports of different commits {sorted(commits)}", file=sys.stderr)
+        return 1
+    seen: set[str] = set()
+    rows: list[dict] = []
+    for report in reports:
+        workloads = {row["workload"] for row in report["rows"]}
+        if workloads & seen:
+            print(f"overhead.py: workload {sorted(workloads & seen)} in two reports", file=sys.stderr)
+            return 1
+        seen |= workloads
+        rows += report["rows"]
+    merged = dict(reports[0], rows=rows, targets=check_targets(rows), workloads=sorted(seen),
+                  merged_from=[{"date": r["date"], "command": r["command"]} for r in reports])
+    merged["command"] = "python bench/overhead.py --merge " + " ".join(Path(p).name for p in paths)
+    out.write_text(json.dumps(merged, indent=2) + "\n")
+    print_report(rows, merged["targets"])
+    return 0
+
+
+def print_report(rows: list[dict], targets: list[str]) -> None:
+    print(f"{'workload':<18} {'config':<42} {'ratio':>8} {'median ms':>10} {'identical':>9}")
+    for row in rows:
+        print(f"{row['workload']:<18} {row['config']:<42} {row['ratio']:>8.3f} {row['median_ms']:>10.4f} "
+              f"{str(row['output_identical']):>9}")
+    for line in targets:
+        print(line)
 
 
 def main() -> int:
@@ -203,8 +265,18 @@ def main() -> int:
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["silu", "diagnose", "decode"], help="just one workload (quick looks)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated, in the order to run: {', '.join(WORKLOADS)}")
+    parser.add_argument("--diagnose", action="store_true", help="SiLU-and-mul's empty-patch diagnostics only")
+    parser.add_argument("--merge", nargs="+", metavar="REPORT", help="merge reports of disjoint workloads into --out")
     args = parser.parse_args()
+    out = Path(args.out)
+    if args.merge:
+        return merge_reports(args.merge, out)
+    workloads = [name for name in args.workloads.split(",") if name]
+    unknown = [name for name in workloads if name not in WORKLOADS]
+    if unknown or not workloads:
+        parser.error(f"--workloads: {unknown or 'none'} not among {', '.join(WORKLOADS)}")
 
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     build = Path(tempfile.mkdtemp(prefix="gpuobs-bench-build-"))
@@ -212,40 +284,21 @@ def main() -> int:
     subprocess.run([nvcc, "-O3", "-arch=sm_90", "-o", str(silu), str(HERE / "programs" / "silu_mul.cu")], check=True)
     device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip()
-    rows = []
-    if args.only == "decode":
-        rows = measure("decode_graph", [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"], DECODE,
-                       args.rounds, deterministic=False)
-    elif args.only:
-        configs = SILU if args.only == "silu" else DIAGNOSE
-        rows = measure("silu_and_mul", [str(silu), "--iters", "30"], configs, args.rounds)
-    if args.only:
-        for row in rows:
-            print(f"{row['config']:<42} {row['ratio']:>8.3f} {row['median_ms']:>10.4f} {row['output_identical']}")
-        Path(args.out).write_text(json.dumps({"commit": args.commit, "device": device, "rows": rows}, indent=2))
-        return 0
-    rows += measure("silu_and_mul", [str(silu), "--iters", "30"], SILU, args.rounds)
-    rows += measure("cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM,
-                    max(2, args.rounds - 1))
-    rows += measure("decode_graph", [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"], DECODE,
-                    args.rounds, deterministic=False)
-    targets = check_targets(rows)
-    report = {
-        "commit": args.commit,
-        "device": device,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python bench/overhead.py",
-        "method": __doc__.split("\n\n")[1].replace("\n", " "),
-        "rows": rows,
-        "targets": targets,
-    }
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'workload':<18} {'config':<42} {'ratio':>8} {'median ms':>10} {'identical':>9}")
-    for row in rows:
-        print(f"{row['workload']:<18} {row['config']:<42} {row['ratio']:>8.3f} {row['median_ms']:>10.4f} "
-              f"{str(row['output_identical']):>9}")
-    for line in targets:
-        print(line)
+    if args.diagnose:
+        workloads = ["diagnose"]
+    rows: list[dict] = []
+    for name in workloads:
+        if name in ("silu", "diagnose"):
+            rows += measure("silu_and_mul", [str(silu), "--iters", "30"], SILU if name == "silu" else DIAGNOSE,
+                            args.rounds)
+        elif name == "gemm":
+            rows += measure("cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM,
+                            max(2, args.rounds - 1))
+        else:
+            rows += measure("decode_graph", [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"],
+                            DECODE, args.rounds, deterministic=False)
+        write_report(out, args.commit, device, rows, workloads)
+    print_report(rows, check_targets(rows))
     return 0
 
 
