@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -140,6 +141,27 @@ class InjectedRun:
     def global_counters(self) -> dict:
         assert self.segment is not None
         return self.segment.counters()[0]
+
+
+def saved_run(name: str) -> Path | None:
+    """A finished run to judge instead of running one: GPUOBS_VLLM_RESULTS names a report folder
+    brought back from the GPU machine (the $GPUOBS_REPORT_DIR of that run, holding `name`/)."""
+    root = os.environ.get("GPUOBS_VLLM_RESULTS")
+    return Path(root) / name if root and (Path(root) / name / "vllm-overhead.json").is_file() else None
+
+
+def run_bench(script: str, args: list[str], out: Path, timeout_s: int) -> Path:
+    """Runs a vLLM benchmark into `out` for the tests to judge. Its output goes to a file, never
+    a pipe: vLLM's engine-core child can outlive a killed parent and keep an inherited pipe open,
+    and reading a pipe to its end then waits until the timeout."""
+    out.mkdir(parents=True, exist_ok=True)
+    console = out / "bench-console.txt"
+    with console.open("w") as sink:
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / script), *args,
+                               "--out", str(out)], stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              timeout=timeout_s)
+    assert done.returncode == 0, console.read_text()[-3000:]
+    return out
 
 
 def find_kernel(table: dict[str, dict], prefix: str) -> dict:

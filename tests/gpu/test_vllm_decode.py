@@ -12,28 +12,29 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import run_bench, saved_run
+
 PAYLOAD = os.environ.get("GPUOBS_VLLM_PAYLOAD")
 
-pytestmark = pytest.mark.skipif(not PAYLOAD, reason="GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) not set")
+SAVED = saved_run("vllm-decode")
+JUDGES_SAVED_RUN = SAVED is not None  # judged without a GPU (conftest)
+
+pytestmark = pytest.mark.skipif(not PAYLOAD and SAVED is None,
+                                reason="GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) or GPUOBS_VLLM_RESULTS not set")
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if SAVED is not None:
+        return SAVED
     out = Path(os.environ["GPUOBS_REPORT_DIR"]) / "vllm-decode" if os.environ.get("GPUOBS_REPORT_DIR") else \
         tmp_path_factory.mktemp("vllm-decode")
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "vllm_decode.py"), "--payload", PAYLOAD, "--out",
-                           str(out), "--configs", "none,floor-steady,gpuobs", "--budget-s", "480"],
-                          capture_output=True, text=True, timeout=590)
-    (out / "bench-console.txt").write_text(done.stdout + done.stderr)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+    assert PAYLOAD is not None
+    return run_bench("vllm_decode.py", ["--payload", PAYLOAD, "--configs", "none,floor-steady,gpuobs", "--budget-s", "480"], out, timeout_s=590)
 
 
 def view(bench: Path, name: str):
