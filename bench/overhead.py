@@ -85,6 +85,15 @@ DECODE: list[Config] = [
     ("blocks", "blocks", "block", 0, {}),
     ("sampled", "sampled", "memory", 10, {}),
 ]
+# The block-entry patch cut after each step of a leader's work (GPUOBS_DEBUG_PATCHES=<step>,
+# exits unpatched): where the block set's cost over the empty patch goes on the decode graph.
+DECOMPOSE: list[Config] = DECODE[:5] + [
+    (f"block-entry patch cut after: {step} (GPUOBS_DEBUG_PATCHES={step})", "counter", "block", 0,
+     {"GPUOBS_DEBUG_PATCHES": step}) for step in ("leader", "load", "count", "census")] + [
+    ("counter", "counter", "block", 0, {}),
+    ("counter, config bound in the userdata (GPUOBS_CONFIG_WORD=bound)", "counter", "block", 0,
+     {"GPUOBS_CONFIG_WORD": "bound"}),
+]
 
 
 class Drainer(threading.Thread):
@@ -208,7 +217,7 @@ def check_targets(rows: list[dict]) -> list[str]:
     return lines
 
 
-WORKLOADS = ("silu", "gemm", "decode")
+WORKLOADS = ("silu", "gemm", "decode", "decompose")
 
 
 def write_report(out: Path, commit: str, device: str, rows: list[dict], workloads: list[str]) -> None:
@@ -294,9 +303,9 @@ def main() -> int:
         elif name == "gemm":
             rows += measure("cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM,
                             max(2, args.rounds - 1))
-        else:
+        else:  # decode, decompose: the same graph, and the same workload name in the report
             rows += measure("decode_graph", [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"],
-                            DECODE, args.rounds, deterministic=False)
+                            DECODE if name == "decode" else DECOMPOSE, args.rounds, deterministic=False)
         write_report(out, args.commit, device, rows, workloads)
     print_report(rows, check_targets(rows))
     return 0

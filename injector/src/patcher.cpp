@@ -12,6 +12,22 @@ struct Hook {
   bool required;  // a failure on an optional hook (not on every architecture) is tolerated
 };
 
+// The diagnostic block-entry patches, by the step they stop after.
+const struct {
+  const char* step;
+  const char* function;
+} kDebugEntries[] = {{"leader", "gpuobs_debug_leader"},
+                     {"load", "gpuobs_debug_load"},
+                     {"count", "gpuobs_debug_count"},
+                     {"census", "gpuobs_debug_census"}};
+
+const char* debug_entry_function(const char* step) {
+  if (step == nullptr) return nullptr;
+  for (const auto& entry : kDebugEntries)
+    if (std::strcmp(step, entry.step) == 0) return entry.function;
+  return nullptr;
+}
+
 const Hook kBlockHooks[] = {
     {SANITIZER_INSTRUCTION_BLOCK_ENTER, "gpuobs_block_enter", true},
     {SANITIZER_INSTRUCTION_BLOCK_EXIT, "gpuobs_block_exit", true},
@@ -37,13 +53,15 @@ bool Patcher::load_patches(CUcontext context, const std::string& patch_file, std
 
 bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
   // GPUOBS_DEBUG_PATCHES (measurement only): "empty" puts do-nothing patches on the same
-  // instructions; "enter_only" leaves block exits unpatched.
+  // instructions; "enter_only" leaves block exits unpatched; a step of kDebugEntries puts the
+  // block-entry patch cut after that step (gpuobs_patches.cu) and leaves exits unpatched.
   const char* debug = std::getenv("GPUOBS_DEBUG_PATCHES");
   const bool empty = debug && std::strcmp(debug, "empty") == 0;
-  const bool enter_only = debug && std::strcmp(debug, "enter_only") == 0;
+  const char* debug_entry = debug_entry_function(debug);
+  const bool enter_only = debug_entry || (debug && std::strcmp(debug, "enter_only") == 0);
   for (const Hook& hook : kBlockHooks) {
     if ((enter_only || !block_exit_) && hook.instruction == SANITIZER_INSTRUCTION_BLOCK_EXIT) continue;
-    const char* function = empty ? "gpuobs_empty_block" : hook.function;
+    const char* function = empty ? "gpuobs_empty_block" : debug_entry ? debug_entry : hook.function;
     if (sanitizerPatchInstructions(hook.instruction, module, function) != SANITIZER_SUCCESS && hook.required) {
       *error = std::string("cannot patch ") + hook.function;
       return false;

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ import gpuobs
 LIB_DIR = Path(gpuobs.__file__).parent / "lib"
 INJECTOR = LIB_DIR / "libgpuobs_injector.so"
 FATBIN = LIB_DIR / "gpuobs_patches.fatbin"
+ROOT = Path(__file__).resolve().parents[2]
 FATBIN_MAGIC = 0xBA55ED50  # little-endian uint32 at the start of a CUDA fatbin
 
 
@@ -48,6 +50,15 @@ def test_patch_fatbin_is_a_fatbin_with_our_patch_functions() -> None:
     assert int.from_bytes(data[:4], "little") == FATBIN_MAGIC
     for name in [b"gpuobs_block_enter", b"gpuobs_block_exit", b"gpuobs_memory_access"]:
         assert name in data, name
+
+
+def test_every_patch_function_the_patcher_names_is_in_the_fatbin() -> None:
+    """The patcher names its functions as strings (diagnostic ones too): a misspelt one would
+    fail only on the GPU, when a module loads."""
+    names = set(re.findall(r'"(gpuobs_[a-z_]+)"', (ROOT / "injector" / "src" / "patcher.cpp").read_text()))
+    assert len(names) >= 10, names
+    data = FATBIN.read_bytes()
+    assert [name for name in sorted(names) if name.encode() + b"\0" not in data] == []  # whole names
 
 
 def test_floor_tool_is_built_beside_the_injector_and_loads() -> None:
