@@ -20,8 +20,8 @@ what it measured.
     python bench/vllm_overhead.py --payload .vllm/c2 --out DIR [--commit SHA]
 
 DIR gets vllm-overhead.json (figures, ratios), cli/<server>/... (gpuobsctl outputs, /metrics)
-and logs/<server>.log. The vLLM payload comes from shared/tools/vllm-device (two chunk folders,
-carried in two runs back to back).
+and logs/<server>.log. The vLLM payload is an offline vLLM 0.25.1 site folder in two chunk folders (.vllm/c1,
+.vllm/c2, each with its device_unpack.sh), carried in two runs back to back.
 """
 
 from __future__ import annotations

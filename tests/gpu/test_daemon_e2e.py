@@ -1,4 +1,4 @@
-"""gpuobsd and gpuobsctl against real PyTorch programs on the GPU (issue 4, item 6)."""
+"""gpuobsd and gpuobsctl against real PyTorch programs on the GPU."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""CUDA graphs under the injector, observed through a real gpuobsd (issue 5, items a, c, d;
-item b, eager counts against torch.profiler, is in test_torch.py).
+"""CUDA graphs under the injector, observed through a real gpuobsd: (a) a 40-layer decode graph,
+(c) two streams and a graph captured in one mode and replayed in another, (d) mode switches while
+graphs replay; (b), eager counts against torch.profiler, is in test_torch.py.
 
 The report of (a) is written to $GPUOBS_REPORT_DIR/graphs-40x7.json when that is set (the GPU
 suite sets it; the committed copy is bench/results/graphs-40x7.json)."""

@@ -1,4 +1,4 @@
-"""A kernel that hangs, seen live through gpuobsd (issue 6, item 5, first half): within 2 s
+"""A kernel that hangs, seen live through gpuobsd: within 2 s
 gpuobsctl hangs names it with exactly its blocks, the daemon warns once, and releasing the flag
 lets the program finish."""
 

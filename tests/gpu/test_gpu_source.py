@@ -1,4 +1,4 @@
-"""Sampled PCs of a live CUDA C++ program to source lines (issue 6, item 5, second half): a
+"""Sampled PCs of a live CUDA C++ program to source lines: a
 kernel built with -lineinfo whose load sits three inline levels deep; `gpuobsctl source` prints
 file:line with the whole chain for the hottest PC, and `--top` ranks the load's line first."""
 

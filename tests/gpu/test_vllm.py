@@ -1,10 +1,10 @@
 """A real vLLM OpenAI server (FULL_AND_PIECEWISE CUDA graphs, FlashAttention 3) under gpuobs, with a
-real gpuobsd beside it (issue 7). One run of bench/vllm_overhead.py starts the server with no
+real gpuobsd beside it. One run of bench/vllm_overhead.py starts the server with no
 tool, with the drop-in deploy/systemd/vllm-gpuobs.conf (modes off, counter and blocks switched
 live) and with the memory patch set (sampled), then with no tool again; the tests below judge
 what it recorded.
 
-Needs the vLLM payload (shared/tools/vllm-device): GPUOBS_VLLM_PAYLOAD names an unpacked chunk
+Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, README: The GPU suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk
 folder (skipped otherwise). Its reports go to $GPUOBS_REPORT_DIR/vllm when that is set."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""vLLM decode under gpuobs's steady state (issue 12): one run of bench/vllm_decode.py (no tool,
+"""vLLM decode under gpuobs's steady state: one run of bench/vllm_decode.py (no tool,
 the floor tool, gpuobs with its modes switched live; 3 rounds of fresh processes), judged for
 what must hold whatever the figures: the same greedy tokens everywhere, no host callback per
 launch, every block accounted for, and the graph replays that ran in `blocks` joined node by node
 (a switch made after vLLM launched its graphs must reach them). The figures themselves are the
 benchmark's (bench/results/vllm-overhead.json), never asserted here.
 
-Needs the vLLM payload (shared/tools/vllm-device): GPUOBS_VLLM_PAYLOAD names an unpacked chunk
+Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, README: The GPU suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk
 folder (skipped otherwise). The run goes to $GPUOBS_REPORT_DIR/vllm-decode when that is set."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The injector resolves driver entry points by name at start, and a required one the driver
-lacks turns the injector off (issue 13, item 9: three were resolved and never used). Every
+lacks turns the injector off (three were once resolved and never used). Every
 entry point resolved must be used somewhere in the injector."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The kernel filter the served process runs (injector/include/gpuobs/kernel_filter.h): the same
 verdict as a backtracking regex engine (Python's re, as the independent oracle) on the subset it
 accepts, a clear refusal of what it does not, and never a crash or a stall, whatever a client
-sends (issue 13: a 40,007-character name overflowed std::regex's stack, `(.+.+)+!` spun the
+sends (once: a 40,007-character name overflowed std::regex's stack, `(.+.+)+!` spun the
 control thread forever)."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_hostile_names_and_patterns_end_quickly() -> None:
 
 
 def test_a_catastrophic_filter_leaves_the_producer_responsive(start_synth) -> None:
-    """Item 14 of issue 13: the same filter made gpuobs-synth's control thread spin forever."""
+    """Once, the same filter made gpuobs-synth's control thread spin forever."""
     synth = start_synth("--mode", "blocks", "--rate", "200000", "--kernels", "16")
     segment = Segment(synth.segment)
     began = time.monotonic()
