@@ -19,6 +19,7 @@ from gpuobs.segment import MODES, Segment
 ALPHABET = "abc_:.(1 "
 LITERALS = ["a", "b", "c", "_", ":", r"\.", r"\(", "1", " "]
 CLASSES = [".", "[ab]", "[^a]", "[a-c_]", "[.(]", r"\d", r"\w", r"\s", r"\W", "[^:1 ]", r"[\d_]"]
+MAX_PATTERN_BYTES = 255  # the filter's limit
 QUANTIFIERS = ["", "", "*", "+", "?", "*?", "+?", "??", "{2}", "{0,2}", "{1,}", "{1,3}?"]
 
 
@@ -32,8 +33,9 @@ def patterns() -> st.SearchStrategy[str]:
         return st.lists(sequence, min_size=1, max_size=3).map("|".join)
 
     body = st.recursive(st.builds(lambda a, q: a + q, atom, st.sampled_from(QUANTIFIERS)), extend, max_leaves=8)
+    # within the filter's length limit (what is longer is refused, tested below)
     return st.builds(lambda begin, core, end: begin + core + end, st.sampled_from(["", "^"]), body,
-                     st.sampled_from(["", "$"]))
+                     st.sampled_from(["", "$"])).filter(lambda pattern: len(pattern.encode()) <= MAX_PATTERN_BYTES)
 
 
 @settings(max_examples=600, deadline=None)
