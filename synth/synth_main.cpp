@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "gpuobs/cubin_store.h"
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/shm_segment.h"
 #include "kernel_catalog.h"

@@ -29,7 +29,7 @@
 #include "device_context.h"
 #include "function_slots.h"
 #include "gpuobs/cubin_store.h"
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 #include "gpuobs/kernel_filter.h"
 #include "injector_config.h"
 #include "patcher.h"

@@ -14,14 +14,14 @@
 #include <memory>
 #include <string>
 
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
 #include "gpuobs/shm_segment.h"
-#include "segment_reader.h"
+#include "gpuobs/segment_reader.h"
 
 namespace py = pybind11;
 using namespace gpuobs;

@@ -15,7 +15,7 @@ from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, KERNEL_COUNTERS_DTYPE, LAUNCH_DTYPE
 
 REPO = Path(__file__).resolve().parents[2]
-INCLUDE = REPO / "injector" / "include"
+INCLUDE = REPO / "segment" / "native" / "include"
 
 DUMP_PROGRAM = r"""
 #include <cstddef>

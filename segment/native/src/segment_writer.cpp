@@ -1,4 +1,4 @@
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 
 #include <cxxabi.h>
 #include <unistd.h>

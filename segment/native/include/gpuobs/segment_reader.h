@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/segment_view.h"
-#include "mapping_guard.h"
+#include "gpuobs/mapping_guard.h"
 
 namespace gpuobs {
 

@@ -1,4 +1,4 @@
-#include "segment_reader.h"
+#include "gpuobs/segment_reader.h"
 
 #include <fcntl.h>
 #include <signal.h>
