@@ -129,7 +129,7 @@ void apply_environment(Options* o) {
   if (const char* mode = std::getenv("GPUOBS_MODE"); mode && *mode && !parse_mode(mode, &o->mode))
     usage("GPUOBS_MODE is not a mode");
   if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_number(shift, "GPUOBS_SHIFT"));
-  if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set && std::strcmp(set, "memory") == 0) o->patch_set = PatchSet::Memory;
+  if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set) parse_name(kPatchSetNames, set, &o->patch_set);
   if (const char* label = std::getenv("GPUOBS_LABEL"); label && *label) o->label = label;
   if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0) o->launch_trace = true;
 }
@@ -170,9 +170,7 @@ Options parse(int argc, char** argv) {
       case kShift: o.shift = uint32_t(parse_number(optarg, "--shift")); break;
       case kSeed: o.seed = parse_number(optarg, "--seed"); break;
       case kPatchSet:
-        if (std::strcmp(optarg, "block") == 0) o.patch_set = PatchSet::Block;
-        else if (std::strcmp(optarg, "memory") == 0) o.patch_set = PatchSet::Memory;
-        else usage("patch set is block or memory");
+        if (!parse_name(kPatchSetNames, optarg, &o.patch_set)) usage("patch set is block or memory");
         break;
       case kMaxEvents: o.max_events = parse_number(optarg, "--max-events"); break;
       case kLaunches: o.max_launches = parse_number(optarg, "--launches"); break;

@@ -239,7 +239,7 @@ bool Injector::ensure_segment() {
   host_counted_.reset(new HostCounted[slots]);
   for (uint32_t slot = 0; slot < slots; ++slot) slot_captured_[slot].store(1);
   log_line("observing into %s (patch set %s, mode %s%s)", writer_->segment().path().c_str(),
-           config_.patch_set == PatchSet::Memory ? "memory" : "block", mode_name(config_.mode),
+           patch_set_name(config_.patch_set), mode_name(config_.mode),
            config_.launch_trace ? ", launch trace" : "");
   segment_ready_.store(true, std::memory_order_release);
   return true;

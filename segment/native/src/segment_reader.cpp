@@ -12,8 +12,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "gpuobs/control_request.h"
+#include "gpuobs/process_info.h"
 #include "gpuobs/ring_protocol.h"
-#include "gpuobs/shm_segment.h"
 
 namespace gpuobs {
 namespace {

@@ -32,19 +32,92 @@ constexpr uint64_t kSeqWriting = 1ULL << 63;
 
 // ---- enums (wire values) -----------------------------------------------------------------
 
+// A wire value and the name Python, the CLI and the environment know it by.
+template <class E>
+struct Named {
+  E value;
+  const char* name;
+};
+
+// True when `table` lists the values first, first + 1, ... in order (names are found by value).
+template <class E, size_t N>
+constexpr bool dense_from(const Named<E> (&table)[N], uint32_t first) {
+  for (size_t i = 0; i < N; ++i)
+    if (uint32_t(table[i].value) != first + i) return false;
+  return true;
+}
+
+constexpr bool same_text(const char* a, const char* b) {
+  while (*a && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+
+// The name of `value` in a dense table starting at `first`; "unknown" for a value it lacks.
+template <class E, size_t N>
+constexpr const char* name_in(const Named<E> (&table)[N], uint32_t first, uint32_t value) {
+  return value >= first && value - first < N ? table[value - first].name : "unknown";
+}
+
+// The value named `name`; false when the table has no such name.
+template <class E, size_t N>
+constexpr bool parse_name(const Named<E> (&table)[N], const char* name, E* out) {
+  for (size_t i = 0; i < N; ++i) {
+    if (same_text(table[i].name, name)) {
+      *out = table[i].value;
+      return true;
+    }
+  }
+  return false;
+}
+
 enum class Mode : uint32_t { Off = 0, Noop = 1, Counter = 2, Blocks = 3, Memory = 4, Sampled = 5 };
-constexpr uint32_t kModeCount = 6;
 constexpr uint32_t kMaxShift = 31;
+
+// Every mode, once: its name and what it asks of the patches. A new mode is a value above and a
+// row here; the patches' and gpuobs-synth's handling of it are the only other code to change.
+struct ModeInfo {
+  Mode mode;
+  const char* name;
+  bool needs_memory_set;  // needs the per-access hooks of the memory patch set
+  bool emits_events;      // puts events into the event ring at all
+  bool sampled;           // the sample shift applies
+};
+inline constexpr ModeInfo kModes[] = {
+    {Mode::Off, "off", false, false, false},
+    {Mode::Noop, "noop", false, false, false},
+    {Mode::Counter, "counter", false, false, false},
+    {Mode::Blocks, "blocks", false, true, false},
+    {Mode::Memory, "memory", true, true, false},
+    {Mode::Sampled, "sampled", true, true, true},
+};
+constexpr uint32_t kModeCount = uint32_t(sizeof(kModes) / sizeof(kModes[0]));
+constexpr bool modes_in_order() {
+  for (uint32_t i = 0; i < kModeCount; ++i)
+    if (uint32_t(kModes[i].mode) != i) return false;
+  return true;
+}
+static_assert(modes_in_order(), "kModes lists every mode at its wire value");
+
+constexpr const char* mode_name(Mode m) { return uint32_t(m) < kModeCount ? kModes[uint32_t(m)].name : "unknown"; }
+constexpr bool mode_needs_memory_set(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].needs_memory_set; }
+constexpr bool mode_emits_events(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].emits_events; }
+// Parses a mode's name; false when unknown.
+constexpr bool parse_mode(const char* name, Mode* out) {
+  for (const ModeInfo& info : kModes) {
+    if (same_text(info.name, name)) {
+      *out = info.mode;
+      return true;
+    }
+  }
+  return false;
+}
 
 // Patch sets: which instructions a process patches, fixed at its start.
 enum class PatchSet : uint32_t { Block = 0, Memory = 1 };
-
-// Whether a mode needs the per-access hooks of the memory patch set.
-constexpr bool mode_needs_memory_set(Mode m) { return m == Mode::Memory || m == Mode::Sampled; }
-// Whether a mode puts events into the event ring at all.
-constexpr bool mode_emits_events(Mode m) {
-  return m == Mode::Blocks || m == Mode::Memory || m == Mode::Sampled;
-}
+inline constexpr Named<PatchSet> kPatchSetNames[] = {{PatchSet::Block, "block"}, {PatchSet::Memory, "memory"}};
+static_assert(dense_from(kPatchSetNames, 0), "patch sets in wire order");
+constexpr uint32_t kPatchSetCount = uint32_t(sizeof(kPatchSetNames) / sizeof(kPatchSetNames[0]));
+constexpr const char* patch_set_name(PatchSet set) { return name_in(kPatchSetNames, 0, uint32_t(set)); }
 
 enum class EventKind : uint8_t {
   Invalid = 0,
@@ -56,7 +129,12 @@ enum class EventKind : uint8_t {
   Launch = 5,    // a kernel launch, from the leader of its block (0,0,0) in the event modes: address
                  // holds the grid shape (pack_grid), block_x/y/z the block shape
 };
-constexpr uint32_t kEventKindCount = 6;
+inline constexpr Named<EventKind> kEventKindNames[] = {
+    {EventKind::BlockEnter, "block_enter"}, {EventKind::BlockExit, "block_exit"},
+    {EventKind::MemoryAccess, "memory_access"}, {EventKind::BulkCopy, "bulk_copy"}, {EventKind::Launch, "launch"},
+};
+static_assert(dense_from(kEventKindNames, 1), "event kinds from 1 (0 is invalid), in wire order");
+constexpr uint32_t kEventKindCount = 1 + uint32_t(sizeof(kEventKindNames) / sizeof(kEventKindNames[0]));
 
 // Memory access flags carried in EventRecord::flags (match SANITIZER_MEMORY_DEVICE_FLAG_*).
 enum MemoryFlags : uint16_t {
@@ -81,7 +159,17 @@ enum class LaunchKind : uint32_t {
   Step = 6,                // a serving engine's step (StepRecord), written by a framework plugin
   StepText = 7,            // request ids of the step before it (StepTextRecord)
 };
-constexpr uint32_t kLaunchKindCount = 8;
+inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
+    {LaunchKind::Eager, "eager"},
+    {LaunchKind::GraphNode, "graph_node"},
+    {LaunchKind::GraphLaunch, "graph_launch"},
+    {LaunchKind::GraphExecCreated, "graph_exec_created"},
+    {LaunchKind::GraphExecDestroyed, "graph_exec_destroyed"},
+    {LaunchKind::Step, "step"},
+    {LaunchKind::StepText, "step_text"},
+};
+static_assert(dense_from(kLaunchKindNames, 1), "launch kinds from 1 (0 is invalid), in wire order");
+constexpr uint32_t kLaunchKindCount = 1 + uint32_t(sizeof(kLaunchKindNames) / sizeof(kLaunchKindNames[0]));
 constexpr bool is_kernel_launch(uint32_t kind) {
   return kind == uint32_t(LaunchKind::Eager) || kind == uint32_t(LaunchKind::GraphNode);
 }
@@ -92,10 +180,23 @@ enum class ControlStatus : uint32_t {
   FailedPrecondition = 2,  // needs another patch set while graph execs are alive
   Internal = 3,
 };
+inline constexpr Named<ControlStatus> kControlStatusNames[] = {
+    {ControlStatus::Ok, "ok"},
+    {ControlStatus::InvalidArgument, "invalid_argument"},
+    {ControlStatus::FailedPrecondition, "failed_precondition"},
+    {ControlStatus::Internal, "internal"},
+};
+static_assert(dense_from(kControlStatusNames, 0), "control statuses in wire order");
 
 enum class SegmentState : uint32_t { Initialising = 0, Live = 1, Exited = 2 };
+inline constexpr Named<SegmentState> kSegmentStateNames[] = {
+    {SegmentState::Initialising, "initialising"}, {SegmentState::Live, "live"}, {SegmentState::Exited, "exited"}};
+static_assert(dense_from(kSegmentStateNames, 0), "segment states in wire order");
 
 enum class ProducerKind : uint32_t { Injector = 1, Synth = 2, Test = 3 };
+inline constexpr Named<ProducerKind> kProducerKindNames[] = {
+    {ProducerKind::Injector, "injector"}, {ProducerKind::Synth, "synth"}, {ProducerKind::Test, "test"}};
+static_assert(dense_from(kProducerKindNames, 1), "producer kinds in wire order");
 
 // What a producer's events can say, fixed at its start.
 enum ProducerFlags : uint32_t {
@@ -104,6 +205,9 @@ enum ProducerFlags : uint32_t {
   kLaunchTrace = 0x2,       // a host record per kernel launch (GPUOBS_LAUNCH_TRACE=1, opt-in: each
                             // launch then costs a host callback)
 };
+// The header's producer_flags by name: Python sees each as a bool in the header.
+inline constexpr Named<uint32_t> kProducerFlagNames[] = {{kBlockExitsHooked, "block_exits_hooked"},
+                                                         {kLaunchTrace, "launch_trace"}};
 
 // ---- records -----------------------------------------------------------------------------
 
@@ -455,9 +559,5 @@ inline const char* capacities_problem(const Capacities& caps) {
     return "name arena size out of range";
   return "";
 }
-
-const char* mode_name(Mode mode);
-// Parses a wire mode name; false when unknown.
-bool parse_mode(const char* name, Mode* out);
 
 }  // namespace gpuobs

@@ -11,10 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "gpuobs/segment_writer.h"
 #include "gpuobs/layout.h"
-#include "gpuobs/segment_view.h"
 #include "gpuobs/mapping_guard.h"
+#include "gpuobs/segment_view.h"
 
 namespace gpuobs {
 
