@@ -10,20 +10,22 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "gpuobs/segment_writer.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
+#include "gpuobs/producer.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
-#include "gpuobs/shm_segment.h"
 #include "gpuobs/segment_reader.h"
+#include "gpuobs/segment_writer.h"
+#include "gpuobs/shm_segment.h"
 
 namespace py = pybind11;
 using namespace gpuobs;
@@ -185,9 +187,8 @@ class Writer {
     options.producer = "gpuobs-test-writer";
     options.label = label;
     std::string error;
-    auto segment = MappedSegment::create(options, &error);
-    if (!segment) throw SegmentError(error);
-    writer_ = std::make_unique<SegmentWriter>(std::move(segment));
+    writer_ = start_producer(options, "", &error);
+    if (!writer_) throw SegmentError(error);
     heads_.assign(caps.event_rings, 0);
     limits_.assign(caps.event_rings, 0);
     reserved_.assign(caps.event_rings, 0);
