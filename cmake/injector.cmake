@@ -59,11 +59,13 @@ foreach(_arch ${GPUOBS_PATCH_ARCHS})
   list(APPEND _gpuobs_gencode "-gencode=arch=compute_${_arch},code=sm_${_arch}")
 endforeach()
 set(_gpuobs_fatbin ${CMAKE_CURRENT_BINARY_DIR}/gpuobs_patches.fatbin)
-file(GLOB _gpuobs_patch_headers ${CMAKE_CURRENT_SOURCE_DIR}/injector/include/gpuobs/*.h)
+# The patches include the segment library's headers only (its layout and device-side code).
+set(_gpuobs_segment_include ${CMAKE_CURRENT_SOURCE_DIR}/segment/native/include)
+file(GLOB _gpuobs_patch_headers ${_gpuobs_segment_include}/gpuobs/*.h)
 add_custom_command(
   OUTPUT ${_gpuobs_fatbin}
   COMMAND ${GPUOBS_NVCC} ${_gpuobs_gencode} --fatbin --compile-as-tools-patch -O3 -std=c++17
-          -I${CMAKE_CURRENT_SOURCE_DIR}/injector/include -I${GPUOBS_SANITIZER_INCLUDE}
+          -I${_gpuobs_segment_include} -I${GPUOBS_SANITIZER_INCLUDE}
           -o ${_gpuobs_fatbin} ${CMAKE_CURRENT_SOURCE_DIR}/injector/patches/gpuobs_patches.cu
   DEPENDS injector/patches/gpuobs_patches.cu ${_gpuobs_patch_headers}
   COMMENT "nvcc --compile-as-tools-patch: gpuobs_patches.fatbin"

@@ -1,7 +1,8 @@
 """Reading gpuobs segments from Python.
 
-The layout (record dtypes, sizes, modes) comes from the native module, which is compiled from
-the injector's own header: there is no second copy of any offset here. Reading is batched in
+The layout (record dtypes, sizes, modes, kinds, flags) comes from the native module, which is
+compiled from the segment library's own header (segment/native/include/gpuobs/layout.h): there
+is no second copy of any offset, name or wire value here. Reading is batched in
 C++ into reusable numpy buffers; nothing in this module loops over events.
 """
 
@@ -18,36 +19,51 @@ from gpuobs import _native
 
 
 
-def _dtype(fields: list[tuple[str, int, str]], itemsize: int) -> np.dtype:
-    """A numpy dtype from a field table the native module read off a C++ struct."""
+def _dtype(fields: list[tuple[str, int, object]], itemsize: int) -> np.dtype:
+    """A numpy dtype from a field table the native module read off a C++ struct. A field's
+    format is numpy's name for it, or (fields, itemsize, count) for an array of structs."""
+    def fmt(format_: object) -> object:
+        if isinstance(format_, str):
+            return format_
+        element_fields, element_size, count = format_
+        return (_dtype(element_fields, element_size), (count,))
+
     return np.dtype({
         "names": [name for name, _, _ in fields],
-        "formats": [fmt for _, _, fmt in fields],
+        "formats": [fmt(format_) for _, _, format_ in fields],
         "offsets": [offset for _, offset, _ in fields],
         "itemsize": itemsize,
     })
 
 
-EVENT_DTYPE: np.dtype = _dtype(_native.EVENT_FIELDS, _native.STRUCT_SIZES["event_record"])
-LAUNCH_DTYPE: np.dtype = _dtype(_native.LAUNCH_FIELDS, _native.STRUCT_SIZES["launch_record"])
-STEP_DTYPE: np.dtype = _dtype(_native.STEP_FIELDS, _native.STRUCT_SIZES["launch_record"])  # a launch ring row
-STEP_TEXT_DTYPE: np.dtype = _dtype(_native.STEP_TEXT_FIELDS, _native.STRUCT_SIZES["launch_record"])
+def _struct_dtype(name: str) -> np.dtype:
+    return _dtype(_native.FIELDS[name], _native.STRUCT_SIZES[name])
+
+
+EVENT_DTYPE: np.dtype = _struct_dtype("event_record")
+LAUNCH_DTYPE: np.dtype = _struct_dtype("launch_record")
+STEP_DTYPE: np.dtype = _struct_dtype("step_record")  # a launch ring row
+STEP_TEXT_DTYPE: np.dtype = _struct_dtype("step_text_record")
 STEP_SAME_REQUESTS: int = int(_native.STEP_SAME_REQUESTS)
 GRAPH_NODES_RECORDED: int = int(_native.GRAPH_NODES_RECORDED)  # graph launch record flag
 LAUNCH_CAPTURED: int = int(_native.LAUNCH_CAPTURED)  # launch record flag: the kernel filter let it record
-KERNEL_COUNTERS_DTYPE: np.dtype = _dtype(_native.KERNEL_COUNTERS_FIELDS, _native.STRUCT_SIZES["kernel_counters"])
+KERNEL_COUNTERS_DTYPE: np.dtype = _struct_dtype("kernel_counters")
+KERNEL_SHAPES_DTYPE: np.dtype = _struct_dtype("kernel_shapes")
 MODES: dict[str, int] = dict(_native.MODES)
 MODE_NAMES: dict[int, str] = {value: name for name, value in MODES.items()}
+MEMORY_SET_MODES: frozenset[str] = frozenset(_native.MEMORY_SET_MODES)  # need the memory patch set
+SAMPLED_MODES: frozenset[str] = frozenset(_native.SAMPLED_MODES)  # the sample shift applies
 EVENT_KINDS: dict[str, int] = dict(_native.EVENT_KINDS)
 LAUNCH_KINDS: dict[str, int] = dict(_native.LAUNCH_KINDS)
 CONTROL_STATUS: dict[str, int] = dict(_native.CONTROL_STATUS)
-PATCH_SETS: dict[str, int] = {"block": 0, "memory": 1}
-STATE_LIVE = 1
-STATE_EXITED = 2
+PATCH_SETS: dict[str, int] = dict(_native.PATCH_SETS)
+SEGMENT_STATES: dict[str, int] = dict(_native.SEGMENT_STATES)
+STATE_LIVE: int = SEGMENT_STATES["live"]
+STATE_EXITED: int = SEGMENT_STATES["exited"]
 SegmentError = _native.SegmentError
 
-SEGMENT_PREFIX = "gpuobs-"
-SEGMENT_SUFFIX = ".seg"
+SEGMENT_PREFIX: str = _native.SEGMENT_PREFIX
+SEGMENT_SUFFIX: str = _native.SEGMENT_SUFFIX
 
 
 def segment_paths(directory: str | os.PathLike[str]) -> list[Path]:
@@ -140,7 +156,7 @@ class Segment:
         return events, launches
 
     def kernels(self, first_slot: int = 0, max_count: int | None = None) -> list[dict]:
-        return self.reader.kernels(first_slot, (1 << 32) - 1 if max_count is None else max_count)
+        return self.reader.kernels(first_slot, max_count)
 
     def kernels_at(self, slots: list[int]) -> list[dict]:
         """Entries of those slots, in that order; slots not (yet) published are left out."""
@@ -153,7 +169,7 @@ class Segment:
         """(global counters, per-kernel counters as a KERNEL_COUNTERS_DTYPE array: row i is
         slot first_slot + i), one consistent snapshot; None when the producer kept publishing
         during every try."""
-        snapshot = self.reader.counters(first_slot, (1 << 32) - 1 if max_count is None else max_count)
+        snapshot = self.reader.counters(first_slot, max_count)
         if snapshot is None:
             return None
         global_counters, kernels = snapshot
@@ -166,7 +182,7 @@ class Segment:
 
     def aggregates(self, first_slot: int = 0, max_count: int | None = None) -> np.ndarray:
         """Events delivered so far, per kernel slot (rows, from first_slot) and event kind (columns)."""
-        raw = self.reader.aggregates(first_slot, (1 << 32) - 1 if max_count is None else max_count)
+        raw = self.reader.aggregates(first_slot, max_count)
         return np.frombuffer(raw, dtype=np.uint64).reshape(-1, _native.EVENT_KIND_COUNT)
 
     def control_state(self) -> dict:
@@ -179,7 +195,7 @@ class Segment:
             raise ValueError(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
         if patch_set is None:
             applied = self.control_state()["applied_patch_set"]
-            patch_set_value = PATCH_SETS["memory"] if mode in ("memory", "sampled") else applied
+            patch_set_value = PATCH_SETS["memory"] if mode in MEMORY_SET_MODES else applied
         else:
             if patch_set not in PATCH_SETS:
                 raise ValueError(f"unknown patch set {patch_set!r}")

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gpuobs/device_state.h"
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 #include "gpuobs/layout.h"
 #include "kernel_catalog.h"
 

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpuobs.segment import STATE_EXITED
+
 
 def synth_binary() -> str:
     """gpuobs-synth as installed beside this Python (the venv's bin), else on PATH."""
@@ -46,7 +48,7 @@ def drain_until_exit(segment, *, timeout: float = 60.0, pause: float = 0.0) -> t
     events = launches = 0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        exited = segment.reader.state() == 2 or not segment.reader.producer_alive()
+        exited = segment.reader.state() == STATE_EXITED or not segment.reader.producer_alive()
         got_events, got_launches = segment.drain_counts()
         events += got_events
         launches += got_launches

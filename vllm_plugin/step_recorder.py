@@ -6,9 +6,11 @@ import logging
 import os
 from typing import Any, Protocol
 
+from gpuobs._native import STEP_SAME_REQUESTS
+
 log = logging.getLogger("gpuobs.vllm_plugin")
 
-SAME_REQUESTS = 0x2  # layout.h kStepSameRequests: the request ids are those of the step before
+SAME_REQUESTS = STEP_SAME_REQUESTS  # the request ids are those of the step before
 MAX_ATTEMPTS = 1000  # steps to wait for CUDA to load the injector before giving up
 
 

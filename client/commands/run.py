@@ -21,6 +21,7 @@ import grpc
 
 import gpuobs
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.segment import MEMORY_SET_MODES, PATCH_SETS
 
 from ..arguments import uint32
 from ..connection import CommandError, stub
@@ -34,7 +35,7 @@ INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="counter", help="initial mode (default counter)")
     parser.add_argument("--shift", type=uint32, default=10, help="sample shift for sampled (default 10)")
-    parser.add_argument("--patch-set", choices=["block", "memory"], help="default: what the mode needs")
+    parser.add_argument("--patch-set", choices=list(PATCH_SETS), help="default: what the mode needs")
     parser.add_argument("--top", type=uint32, default=15, help="kernels in the summary")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         env.update({
             "CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": status.segment_dir,
             "GPUOBS_MODE": args.mode, "GPUOBS_SHIFT": str(args.shift),
-            "GPUOBS_PATCH_SET": args.patch_set or ("memory" if args.mode in ("memory", "sampled") else "block"),
+            "GPUOBS_PATCH_SET": args.patch_set or ("memory" if args.mode in MEMORY_SET_MODES else "block"),
         })
         try:
             child = subprocess.Popen(command, env=env)

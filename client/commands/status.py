@@ -7,6 +7,7 @@ import argparse
 from google.protobuf.json_format import MessageToDict
 
 from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.segment import SAMPLED_MODES
 
 from ..connection import call
 from ..output import emit, table
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         device = next((s for s in p.stages if s.stage == "device"), None)
         rows.append({
             "pid": p.pid, "label": p.label or "-", "alive": "yes" if p.alive else "gone",
-            "mode": p.mode + (f" (shift {p.shift})" if p.mode == "sampled" else ""), "set": p.patch_set,
+            "mode": p.mode + (f" (shift {p.shift})" if p.mode in SAMPLED_MODES else ""), "set": p.patch_set,
             "gen": p.generation, "control": p.control_status, "launches": p.launches, "kernels": p.kernels,
             "events": device.delivered if device else 0, "dropped": device.dropped if device else 0,
             "errors": p.accounting_errors,

@@ -7,32 +7,21 @@
 #include <thread>
 
 #include "driver_api.h"
-#include "gpuobs/shm_segment.h"
-#include "injector.h"
 #include "gpuobs/launch_census.h"
+#include "gpuobs/producer.h"
+#include "injector.h"
 #include "injector_log.h"
 
 namespace gpuobs {
-
-namespace {
-// Steps the filter may spend on one kernel name (a few ms at most): a pattern and name that need
-// more are not judged (the kernel records, as with no filter), so no client can hold this thread.
-constexpr uint64_t kFilterBudget = 4000000;
-}  // namespace
 
 bool Injector::captured_by(const KernelFilter* filter, uint32_t slot) {
   if (!filter) return true;
   const SlotNames* names = slot_names_[slot].load(std::memory_order_acquire);
   if (!names) return true;
-  bool costly = false;
-  for (const std::string* name : {&names->mangled, &names->demangled}) {
-    const KernelFilter::Verdict verdict = filter->search(*name, kFilterBudget);
-    if (verdict == KernelFilter::Verdict::Match) return true;
-    costly = costly || verdict == KernelFilter::Verdict::TooCostly;
-  }
-  if (costly && first_time(LogOnce::Filter))
+  const FilterVerdict verdict = judge_kernel(filter, names->mangled, names->demangled);
+  if (verdict.too_costly && first_time(LogOnce::Filter))
     log_line("the kernel filter is too costly on a kernel's name; that kernel records as if unfiltered");
-  return costly;
+  return verdict.captured;
 }
 
 void Injector::apply_config() {
@@ -77,56 +66,29 @@ void Injector::apply_config() {
   }
 }
 
-void Injector::apply_request(const ControlRequest& request) {
-  __atomic_fetch_add(&writer_->view().counters->control_requests, 1, __ATOMIC_RELAXED);
-  std::string problem = control_request_problem(uint32_t(request.mode), request.shift, uint32_t(request.patch_set),
-                                                request.filter);
-  ControlRequest current;
+// The control decision itself is the segment library's (producer.h), shared with gpuobs-synth;
+// what follows is how the injector answers its questions and puts a config in force.
+ControlRequest Injector::in_force() {
+  std::lock_guard<std::mutex> lock(config_mutex_);
+  return in_force_;
+}
+
+PatchSet Injector::patch_set() { return patcher_.set(); }
+
+int64_t Injector::live_graph_execs() { return live_graph_execs_.load(std::memory_order_relaxed); }
+
+bool Injector::switch_patch_set(PatchSet set, std::string* error) { return patcher_.switch_set(set, error); }
+
+void Injector::put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) {
   {
     std::lock_guard<std::mutex> lock(config_mutex_);
-    current = in_force_;
-  }
-  if (!problem.empty()) {
-    writer_->acknowledge(request.generation, current, ControlStatus::InvalidArgument, problem);
-    return;
-  }
-  const PatchSet wanted = mode_needs_memory_set(request.mode) ? PatchSet::Memory : request.patch_set;
-  if (wanted != patcher_.set()) {
-    const int64_t live = live_graph_execs_.load(std::memory_order_relaxed);
-    const char* set_name = wanted == PatchSet::Memory ? "memory" : "block";
-    if (live > 0) {
-      writer_->acknowledge(request.generation, current, ControlStatus::FailedPrecondition,
-                           std::string("mode ") + mode_name(request.mode) + " needs patch set " + set_name + " and " +
-                               std::to_string(live) + " CUDA graph execs are alive; restart the process with " +
-                               "GPUOBS_PATCH_SET=" + set_name);
-      return;
-    }
-    std::string error;
-    if (!patcher_.switch_set(wanted, &error)) {
-      writer_->acknowledge(request.generation, current, ControlStatus::Internal, "re-patching failed: " + error);
-      return;
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(config_mutex_);
-    in_force_.mode = request.mode;
-    in_force_.shift = request.shift;
-    in_force_.patch_set = patcher_.set();
-    in_force_.filter = request.filter;
-    if (request.filter.empty()) {
-      filter_.reset();
-    } else {
-      auto compiled = std::make_shared<KernelFilter>();
-      KernelFilter::compile(request.filter, compiled.get());  // validated above
-      filter_ = std::move(compiled);
-    }
-    current = in_force_;
+    in_force_ = config;
+    filter_ = std::move(filter);
   }
   apply_config();
   // What the host's records say is in force, from now on (a launch queued before may still run
   // under the old binding: the device's own events say which, daemon/graph_census.py).
-  config_word_.store(make_config(current.mode, current.shift), std::memory_order_release);
-  writer_->acknowledge(request.generation, current, ControlStatus::Ok, "");
+  config_word_.store(make_config(config.mode, config.shift), std::memory_order_release);
 }
 
 void Injector::publish() {
@@ -186,11 +148,7 @@ void Injector::control_loop() {
   auto last_publish = std::chrono::steady_clock::now();
   uint64_t seen_generation = 0;
   while (!stopping_.load(std::memory_order_acquire)) {
-    ControlRequest request;
-    if (writer_->poll_control(seen_generation, &request)) {
-      seen_generation = request.generation;
-      apply_request(request);
-    }
+    follow_control(*writer_, *this, &seen_generation);
     // a kernel the filter leaves out registered since: its slot says so now
     if (flags_stale_.exchange(false, std::memory_order_acq_rel)) apply_config();
     const auto now = std::chrono::steady_clock::now();

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gpuobs/device_state.h"
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 
 namespace gpuobs {
 

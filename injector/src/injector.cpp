@@ -213,25 +213,24 @@ bool Injector::ensure_segment() {
   options.producer_flags = (config_.block_exit ? uint32_t(kBlockExitsHooked) : 0u) |
                            (config_.launch_trace ? uint32_t(kLaunchTrace) : 0u);
   std::string error;
-  auto segment = MappedSegment::create(options, &error);
-  if (!segment) {
+  std::unique_ptr<SegmentWriter> writer = start_producer(options, in_force_.filter, &error);
+  if (!writer) {
     segment_failed_ = true;
     log_line("no segment (%s); the program runs unobserved", error.c_str());
     return false;
   }
   // The whole segment, pinned and mapped for every context: the device writes events into it.
-  const CUresult registered = driver().mem_host_register(segment->view().base, segment->bytes(),
+  MappedSegment& segment = writer->segment();
+  const CUresult registered = driver().mem_host_register(segment.view().base, segment.bytes(),
                                                          CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
   if (registered != CUDA_SUCCESS && registered != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
     segment_failed_ = true;
     log_line("cannot register the segment with CUDA (%s; is %s on a tmpfs such as /dev/shm?); the program runs "
              "unobserved", driver().error_text(registered), config_.segment_dir.c_str());
-    segment->unlink_file();
+    segment.unlink_file();
     return false;
   }
-  writer_ = std::make_unique<SegmentWriter>(std::move(segment));
-  ControlRequest initial = in_force_;
-  writer_->acknowledge(0, initial, ControlStatus::Ok, "");
+  writer_ = std::move(writer);
   const uint32_t slots = writer_->view().caps.kernel_slots;
   slot_on_device_.reset(new std::atomic<uint8_t>[slots]());
   slot_names_.reset(new std::atomic<const SlotNames*>[slots]());
@@ -239,7 +238,7 @@ bool Injector::ensure_segment() {
   host_counted_.reset(new HostCounted[slots]);
   for (uint32_t slot = 0; slot < slots; ++slot) slot_captured_[slot].store(1);
   log_line("observing into %s (patch set %s, mode %s%s)", writer_->segment().path().c_str(),
-           config_.patch_set == PatchSet::Memory ? "memory" : "block", mode_name(config_.mode),
+           patch_set_name(config_.patch_set), mode_name(config_.mode),
            config_.launch_trace ? ", launch trace" : "");
   segment_ready_.store(true, std::memory_order_release);
   return true;

@@ -29,8 +29,9 @@
 #include "device_context.h"
 #include "function_slots.h"
 #include "gpuobs/cubin_store.h"
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 #include "gpuobs/kernel_filter.h"
+#include "gpuobs/producer.h"
 #include "injector_config.h"
 #include "patcher.h"
 
@@ -54,7 +55,7 @@ struct HostCounted {
   std::atomic<uint64_t> blocks{0};
 };
 
-class Injector {
+class Injector : private ControlTarget {
  public:
   Injector();
   bool subscribe();
@@ -99,7 +100,12 @@ class Injector {
 
   // control thread (control_thread.cpp)
   void control_loop();
-  void apply_request(const ControlRequest& request);
+  // ControlTarget: the control decision (producer.h) asks and changes the config through these.
+  ControlRequest in_force() override;
+  PatchSet patch_set() override;
+  int64_t live_graph_execs() override;
+  bool switch_patch_set(PatchSet set, std::string* error) override;
+  void put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) override;
   // The config in force into every context's slots (and, bound, into every function's binding).
   // Takes config_mutex_ only to compute, never across a call into the driver.
   void apply_config();

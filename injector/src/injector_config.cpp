@@ -40,8 +40,8 @@ InjectorConfig load_injector_config() {
   InjectorConfig config;
   if (const char* dir = env("GPUOBS_SEGMENT_DIR")) config.segment_dir = dir;
   if (const char* set = env("GPUOBS_PATCH_SET")) {
-    if (std::strcmp(set, "memory") == 0) config.patch_set = PatchSet::Memory;
-    else if (std::strcmp(set, "block") != 0) log_line("GPUOBS_PATCH_SET=%s is not block or memory; using block", set);
+    if (!parse_name(kPatchSetNames, set, &config.patch_set))
+      log_line("GPUOBS_PATCH_SET=%s is not block or memory; using block", set);
   }
   if (const char* mode = env("GPUOBS_MODE")) {
     if (!parse_mode(mode, &config.mode)) log_line("GPUOBS_MODE=%s is not a mode; using counter", mode);

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from gpuobs.segment import MODE_NAMES, Segment, SegmentError, segment_paths
+from gpuobs.segment import MODE_NAMES, STATE_EXITED, Segment, SegmentError, segment_paths
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             events, launches = segment.drain_counts()
             busy = busy or events > 0 or launches > 0
         finished = segments and all(
-            s.reader.state() == 2 or not s.reader.producer_alive() for s in segments.values()
+            s.reader.state() == STATE_EXITED or not s.reader.producer_alive() for s in segments.values()
         )
         if args.duration == 0 and finished and not busy:
             break
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     for path, segment in segments.items():
         segment.drain_counts()
         ok = report(segment, args.top) and ok
-        if args.remove and (segment.reader.state() == 2 or not segment.reader.producer_alive()):
+        if args.remove and (segment.reader.state() == STATE_EXITED or not segment.reader.producer_alive()):
             os.unlink(path)
     if not segments:
         print(f"gpuobs-drain: no segments in {args.segment_dir}")

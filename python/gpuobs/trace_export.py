@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuobs.recording import Recording
+from gpuobs.segment import EVENT_KINDS
 
 
 def to_trace(recording: Recording) -> dict:
@@ -25,8 +26,8 @@ def to_trace(recording: Recording) -> dict:
     origin = int(events["globaltimer_ns"].min())
     names = {slot: entry["name"] for slot, entry in recording.kernels.items()}
     stream_of = dict(zip(recording.launches["grid_id"].tolist(), recording.launches["stream"].tolist()))
-    enters = events[events["kind"] == 1]
-    exits = events[events["kind"] == 2]
+    enters = events[events["kind"] == EVENT_KINDS["block_enter"]]
+    exits = events[events["kind"] == EVENT_KINDS["block_exit"]]
     key = lambda e: np.stack([e["grid_id"], e["block_x"], e["block_y"], e["block_z"]]).T  # noqa: E731
     exit_time = {tuple(k): int(t) for k, t in zip(key(exits).tolist(), exits["globaltimer_ns"].tolist())}
     for row in enters:

@@ -1,27 +1,31 @@
-// gpuobs._native: the segment layout, reader and writer for Python. The record layouts are
-// exported as field tables read off the C++ structs (offsetof, sizeof), from which
-// gpuobs.segment builds its numpy dtypes: Python never holds a second copy of an offset.
-// Records cross the boundary through the buffer protocol only, so this module does not depend
-// on numpy's C API (whose ABI differs between the numpy versions we meet).
+// gpuobs._native: the segment layout, reader and writer for Python. Every wire struct is
+// exported as its field table (layout.h: read off the C++ struct with offsetof and sizeof), from
+// which gpuobs.segment builds its numpy dtypes and this module its dicts; names and constants
+// come from layout.h's tables too: Python never holds a second copy of an offset, a field name
+// or a wire value. Records cross the boundary through the buffer protocol only, so this module
+// does not depend on numpy's C API (whose ABI differs between the numpy versions we meet).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "gpuobs/host_writer.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
+#include "gpuobs/producer.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
+#include "gpuobs/segment_reader.h"
+#include "gpuobs/segment_writer.h"
 #include "gpuobs/shm_segment.h"
-#include "segment_reader.h"
 
 namespace py = pybind11;
 using namespace gpuobs;
@@ -33,23 +37,107 @@ class SegmentError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-py::str lenient_text(const char* data, size_t length);
+// Text from another process: decoded leniently, a bad byte must not make a struct unreadable.
+py::str lenient_text(const char* data, size_t length) {
+  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(data, ssize_t(length), "replace"));
+}
+
+// One unsigned field, loaded whole (the struct may be live shared memory another process writes).
+uint64_t load_unsigned(const uint8_t* at, uint32_t bytes) {
+  switch (bytes) {
+    case 1: return __atomic_load_n(at, __ATOMIC_ACQUIRE);
+    case 2: return __atomic_load_n(reinterpret_cast<const uint16_t*>(at), __ATOMIC_ACQUIRE);
+    case 4: return __atomic_load_n(reinterpret_cast<const uint32_t*>(at), __ATOMIC_ACQUIRE);
+    default: return __atomic_load_n(reinterpret_cast<const uint64_t*>(at), __ATOMIC_ACQUIRE);
+  }
+}
+
+// numpy's name for a field's type: "<u8", "S56", or (fields, itemsize, count) for an array of
+// structs, which gpuobs.segment turns into a nested dtype.
+py::list field_list(const Field* fields, uint32_t count);
+py::object field_format(const Field& field) {
+  switch (field.kind) {
+    case FieldKind::Unsigned:
+      return py::str(field.bytes == 8 ? "<u8" : field.bytes == 4 ? "<u4" : field.bytes == 2 ? "<u2" : "u1");
+    case FieldKind::Text: return py::str("S" + std::to_string(field.bytes));
+    case FieldKind::Records:
+      return py::make_tuple(field_list(field.element, field.element_fields), element_bytes(field),
+                            field.bytes / element_bytes(field));
+    case FieldKind::Reserved: break;
+  }
+  return py::none();  // reserved fields are never listed
+}
+
+// [(name, offset, format)] of a table's exported fields (reserved ones left out).
+py::list field_list(const Field* fields, uint32_t count) {
+  py::list out;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (fields[i].kind == FieldKind::Reserved) continue;
+    out.append(py::make_tuple(fields[i].name, fields[i].offset, field_format(fields[i])));
+  }
+  return out;
+}
+
+// {name: value} of the exported fields of the struct at `base`: integers, text (up to its length
+// field or its first NUL), lists of dicts for arrays of structs.
+py::dict fields_dict(const Field* fields, uint32_t count, const void* base) {
+  const uint8_t* bytes = static_cast<const uint8_t*>(base);
+  py::dict out;
+  for (uint32_t i = 0; i < count; ++i) {
+    const Field& field = fields[i];
+    const uint8_t* at = bytes + field.offset;
+    switch (field.kind) {
+      case FieldKind::Unsigned: out[field.name] = load_unsigned(at, field.bytes); break;
+      case FieldKind::Text: {
+        const char* text = reinterpret_cast<const char*>(at);
+        size_t length = 0;
+        if (field.length_offset != kNoLengthField) {
+          length = std::min<size_t>(load_unsigned(bytes + field.length_offset, 4), field.bytes - 1);
+        } else {
+          length = strnlen(text, field.bytes);
+        }
+        out[field.name] = lenient_text(text, length);
+        break;
+      }
+      case FieldKind::Records: {
+        py::list records;
+        for (uint32_t offset = 0; offset < field.bytes; offset += element_bytes(field))
+          records.append(fields_dict(field.element, field.element_fields, at + offset));
+        out[field.name] = records;
+        break;
+      }
+      case FieldKind::Reserved: break;
+    }
+  }
+  return out;
+}
+template <size_t N>
+py::dict fields_dict(const Field (&fields)[N], const void* base) {
+  return fields_dict(fields, uint32_t(N), base);
+}
+
+// {name: value} of a name table.
+template <class E, size_t N>
+py::dict names_dict(const Named<E> (&table)[N]) {
+  py::dict out;
+  for (const Named<E>& entry : table) out[entry.name] = uint32_t(entry.value);
+  return out;
+}
 
 py::list kernel_list(const std::vector<KernelInfo>& infos) {
   py::list out;
   for (const KernelInfo& info : infos) {
-    py::dict entry;
+    py::dict entry = fields_dict(kKernelEntryFields, &info.entry);
     entry["slot"] = info.slot;
-    entry["function"] = info.function;
-    entry["module"] = info.module;
     entry["mangled"] = lenient_text(info.mangled.data(), info.mangled.size());
     entry["demangled"] = lenient_text(info.demangled.data(), info.demangled.size());
-    entry["cubin_hash"] = info.cubin_hash;
-    entry["function_pc"] = info.function_pc;
     out.append(entry);
   }
   return out;
 }
+
+// UINT32_MAX, "all of them", when Python passes None.
+uint32_t or_all(std::optional<uint32_t> count) { return count.value_or(UINT32_MAX); }
 
 // Letting go of the GIL is a hand-off: while another thread of the daemon computes in Python,
 // taking it back waits for that thread's switch interval (5 ms). For a small copy that wait is
@@ -60,47 +148,6 @@ constexpr uint64_t kReleaseGilRecords = 16384;
 
 bool worth_releasing_the_gil(const RingStats& stats) {
   return stats.head > stats.tail && stats.head - stats.tail >= kReleaseGilRecords;
-}
-
-py::dict ring_stats_dict(const RingStats& stats) {
-  py::dict out;
-  out["head"] = stats.head;
-  out["tail"] = stats.tail;
-  out["produced"] = stats.produced;
-  out["dropped"] = stats.dropped;
-  out["delivered"] = stats.delivered;
-  out["torn"] = stats.torn;
-  out["corrupt"] = stats.corrupt;
-  out["capacity"] = stats.capacity;
-  return out;
-}
-
-py::dict global_counters_dict(const GlobalCounters& c) {
-  py::dict out;
-  out["publish_seq"] = c.publish_seq;
-  out["publish_time_ns"] = c.publish_time_ns;
-  out["device_events_produced"] = c.device_events_produced;
-  out["device_events_dropped"] = c.device_events_dropped;
-  out["device_events_claimed"] = c.device_events_claimed;
-  out["device_memory_accesses"] = c.device_memory_accesses;
-  out["device_blocks"] = c.device_blocks;
-  out["device_quiescent"] = c.device_quiescent;
-  out["launches"] = c.launches;
-  out["launch_records_dropped"] = c.launch_records_dropped;
-  out["kernels_dropped"] = c.kernels_dropped;
-  out["launches_unattributed"] = c.launches_unattributed;
-  out["modules_loaded"] = c.modules_loaded;
-  out["modules_patched"] = c.modules_patched;
-  out["patch_failures"] = c.patch_failures;
-  out["control_requests"] = c.control_requests;
-  out["cubins_kept"] = c.cubins_kept;
-  out["cubins_skipped"] = c.cubins_skipped;
-  out["resource_callback_ns"] = c.resource_callback_ns;
-  out["launch_callback_ns"] = c.launch_callback_ns;
-  out["graph_callback_ns"] = c.graph_callback_ns;
-  out["patch_ns"] = c.patch_ns;
-  out["cubin_ns"] = c.cubin_ns;
-  return out;
 }
 
 Capacities make_caps(uint32_t event_rings, uint32_t event_ring_records, uint32_t launch_ring_records,
@@ -124,98 +171,6 @@ std::pair<Record*, size_t> records_of(py::buffer buffer) {
   return {static_cast<Record*>(info.ptr), size_t(info.shape[0])};
 }
 
-template <class T>
-const char* format_of() {
-  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "plain unsigned fields");
-  return sizeof(T) == 8 ? "<u8" : sizeof(T) == 4 ? "<u4" : sizeof(T) == 2 ? "<u2" : "u1";
-}
-#define GPUOBS_FIELD(S, f) fields.append(py::make_tuple(#f, offsetof(S, f), format_of<decltype(S::f)>()))
-
-py::list event_fields() {
-  py::list fields;
-  GPUOBS_FIELD(EventRecord, globaltimer_ns);
-  GPUOBS_FIELD(EventRecord, pc);
-  GPUOBS_FIELD(EventRecord, address);
-  GPUOBS_FIELD(EventRecord, grid_id);
-  GPUOBS_FIELD(EventRecord, block_x);
-  GPUOBS_FIELD(EventRecord, block_y);
-  GPUOBS_FIELD(EventRecord, block_z);
-  GPUOBS_FIELD(EventRecord, thread);
-  GPUOBS_FIELD(EventRecord, sm_id);
-  GPUOBS_FIELD(EventRecord, kernel_slot);
-  GPUOBS_FIELD(EventRecord, replay);
-  GPUOBS_FIELD(EventRecord, kind);
-  GPUOBS_FIELD(EventRecord, access_bytes);
-  GPUOBS_FIELD(EventRecord, flags);
-  GPUOBS_FIELD(EventRecord, seq);
-  return fields;
-}
-
-py::list launch_fields() {
-  py::list fields;
-  GPUOBS_FIELD(LaunchRecord, host_time_ns);
-  GPUOBS_FIELD(LaunchRecord, grid_id);
-  GPUOBS_FIELD(LaunchRecord, stream);
-  GPUOBS_FIELD(LaunchRecord, graph_exec);
-  GPUOBS_FIELD(LaunchRecord, graph_node);
-  GPUOBS_FIELD(LaunchRecord, graph_launch_id);
-  GPUOBS_FIELD(LaunchRecord, kernel_slot);
-  GPUOBS_FIELD(LaunchRecord, grid_x);
-  GPUOBS_FIELD(LaunchRecord, grid_y);
-  GPUOBS_FIELD(LaunchRecord, grid_z);
-  GPUOBS_FIELD(LaunchRecord, block_x);
-  GPUOBS_FIELD(LaunchRecord, block_y);
-  GPUOBS_FIELD(LaunchRecord, block_z);
-  GPUOBS_FIELD(LaunchRecord, context_index);
-  GPUOBS_FIELD(LaunchRecord, kind);
-  GPUOBS_FIELD(LaunchRecord, mode);
-  GPUOBS_FIELD(LaunchRecord, shift);
-  GPUOBS_FIELD(LaunchRecord, flags);
-  GPUOBS_FIELD(LaunchRecord, replay);
-  GPUOBS_FIELD(LaunchRecord, seq);
-  return fields;
-}
-
-py::list step_fields() {
-  py::list fields;
-  GPUOBS_FIELD(StepRecord, host_time_ns);
-  GPUOBS_FIELD(StepRecord, step);
-  GPUOBS_FIELD(StepRecord, thread);
-  GPUOBS_FIELD(StepRecord, requests);
-  GPUOBS_FIELD(StepRecord, tokens);
-  GPUOBS_FIELD(StepRecord, text_bytes);
-  GPUOBS_FIELD(StepRecord, text_records);
-  GPUOBS_FIELD(StepRecord, kind);
-  GPUOBS_FIELD(StepRecord, flags);
-  GPUOBS_FIELD(StepRecord, seq);
-  return fields;
-}
-
-py::list step_text_fields() {
-  py::list fields;
-  GPUOBS_FIELD(StepTextRecord, host_time_ns);
-  GPUOBS_FIELD(StepTextRecord, step);
-  GPUOBS_FIELD(StepTextRecord, offset);
-  GPUOBS_FIELD(StepTextRecord, length);
-  fields.append(py::make_tuple("text", offsetof(StepTextRecord, text), "S" + std::to_string(kStepTextBytes)));
-  GPUOBS_FIELD(StepTextRecord, kind);
-  GPUOBS_FIELD(StepTextRecord, seq);
-  return fields;
-}
-
-py::list kernel_counter_fields() {
-  py::list fields;
-  GPUOBS_FIELD(KernelCounters, launches);
-  GPUOBS_FIELD(KernelCounters, blocks_expected);
-  GPUOBS_FIELD(KernelCounters, blocks_observed);
-  GPUOBS_FIELD(KernelCounters, blocks_unpatched);
-  GPUOBS_FIELD(KernelCounters, memory_accesses);
-  GPUOBS_FIELD(KernelCounters, events_produced);
-  GPUOBS_FIELD(KernelCounters, events_dropped);
-  GPUOBS_FIELD(KernelCounters, blocks_unobserved);
-  return fields;
-}
-
 // A producer for tests and tools: the same SegmentWriter the injector uses, plus event-ring
 // heads in process memory standing in for the device's.
 class Writer {
@@ -232,9 +187,8 @@ class Writer {
     options.producer = "gpuobs-test-writer";
     options.label = label;
     std::string error;
-    auto segment = MappedSegment::create(options, &error);
-    if (!segment) throw SegmentError(error);
-    writer_ = std::make_unique<SegmentWriter>(std::move(segment));
+    writer_ = start_producer(options, "", &error);
+    if (!writer_) throw SegmentError(error);
     heads_.assign(caps.event_rings, 0);
     limits_.assign(caps.event_rings, 0);
     reserved_.assign(caps.event_rings, 0);
@@ -356,31 +310,11 @@ std::unique_ptr<SegmentReader> open_reader(const std::string& path, std::vector<
   return reader;
 }
 
-py::str lenient_text(const char* data, size_t length) {
-  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(data, ssize_t(length), "replace"));
-}
-
 py::dict header_dict(const SegmentReader& reader) {
-  const SegmentHeader& h = *reader.view().header;
-  py::dict out;
-  out["pid"] = h.pid;
-  out["producer_kind"] = h.producer_kind;
-  out["pid_start_ticks"] = h.pid_start_ticks;
-  out["start_monotonic_ns"] = h.start_monotonic_ns;
-  out["start_realtime_ns"] = h.start_realtime_ns;
-  out["event_rings"] = h.event_rings;
-  out["event_ring_records"] = h.event_ring_records;
-  out["launch_ring_records"] = h.launch_ring_records;
-  out["kernel_slots"] = h.kernel_slots;
-  out["name_arena_bytes"] = h.name_arena_bytes;
-  out["patch_set"] = h.patch_set;
-  out["block_exits_hooked"] = (h.producer_flags & kBlockExitsHooked) != 0;
-  out["launch_trace"] = (h.producer_flags & kLaunchTrace) != 0;
-  out["segment_bytes"] = h.segment_bytes;
-  out["heartbeat_ns"] = __atomic_load_n(&h.heartbeat_ns, __ATOMIC_ACQUIRE);
-  // Text from another process: decoded leniently, a bad byte must not make the header unreadable.
-  out["producer"] = lenient_text(h.producer, strnlen(h.producer, sizeof(h.producer)));
-  out["label"] = lenient_text(h.label, strnlen(h.label, sizeof(h.label)));
+  const SegmentHeader& header = *reader.view().header;
+  py::dict out = fields_dict(kSegmentHeaderFields, &header);
+  const uint32_t flags = __atomic_load_n(&header.producer_flags, __ATOMIC_ACQUIRE);
+  for (const Named<uint32_t>& flag : kProducerFlagNames) out[flag.name] = (flags & flag.value) != 0;
   return out;
 }
 
@@ -394,51 +328,36 @@ PYBIND11_MODULE(_native, m) {
   m.attr("MAX_SHIFT") = kMaxShift;
   m.attr("SEQ_WRITING") = kSeqWriting;
   m.attr("FILTER_BYTES") = kFilterBytes;
-  m.attr("EVENT_FIELDS") = event_fields();
-  m.attr("LAUNCH_FIELDS") = launch_fields();
-  m.attr("STEP_FIELDS") = step_fields();
-  m.attr("STEP_TEXT_FIELDS") = step_text_fields();
   m.attr("STEP_SAME_REQUESTS") = kStepSameRequests;
   m.attr("GRAPH_NODES_RECORDED") = kGraphNodesRecorded;
   m.attr("LAUNCH_CAPTURED") = kLaunchCaptured;
-  m.attr("KERNEL_COUNTERS_FIELDS") = kernel_counter_fields();
-  py::dict modes;
-  for (uint32_t value = 0; value < kModeCount; ++value) modes[mode_name(Mode(value))] = value;
-  m.attr("MODES") = modes;
-  py::dict kinds;
-  kinds["block_enter"] = uint32_t(EventKind::BlockEnter);
-  kinds["block_exit"] = uint32_t(EventKind::BlockExit);
-  kinds["memory_access"] = uint32_t(EventKind::MemoryAccess);
-  kinds["bulk_copy"] = uint32_t(EventKind::BulkCopy);
-  kinds["launch"] = uint32_t(EventKind::Launch);
-  m.attr("EVENT_KINDS") = kinds;
-  m.attr("EVENT_KIND_COUNT") = kEventKindCount;
-  py::dict launch_kinds;
-  launch_kinds["eager"] = uint32_t(LaunchKind::Eager);
-  launch_kinds["graph_node"] = uint32_t(LaunchKind::GraphNode);
-  launch_kinds["graph_launch"] = uint32_t(LaunchKind::GraphLaunch);
-  launch_kinds["graph_exec_created"] = uint32_t(LaunchKind::GraphExecCreated);
-  launch_kinds["graph_exec_destroyed"] = uint32_t(LaunchKind::GraphExecDestroyed);
-  launch_kinds["step"] = uint32_t(LaunchKind::Step);
-  launch_kinds["step_text"] = uint32_t(LaunchKind::StepText);
-  m.attr("LAUNCH_KINDS") = launch_kinds;
-  py::dict statuses;
-  statuses["ok"] = uint32_t(ControlStatus::Ok);
-  statuses["invalid_argument"] = uint32_t(ControlStatus::InvalidArgument);
-  statuses["failed_precondition"] = uint32_t(ControlStatus::FailedPrecondition);
-  statuses["internal"] = uint32_t(ControlStatus::Internal);
-  m.attr("CONTROL_STATUS") = statuses;
-  py::dict sizes;
-  sizes["header"] = sizeof(SegmentHeader);
-  sizes["control"] = sizeof(ControlBlock);
-  sizes["global_counters"] = sizeof(GlobalCounters);
-  sizes["ring_control"] = sizeof(RingControl);
-  sizes["kernel_counters"] = sizeof(KernelCounters);
-  sizes["kernel_shapes"] = sizeof(KernelShapes);
-  sizes["kernel_entry"] = sizeof(KernelEntry);
-  sizes["event_record"] = sizeof(EventRecord);
-  sizes["launch_record"] = sizeof(LaunchRecord);
+  m.attr("SEGMENT_PREFIX") = kSegmentPrefix;
+  m.attr("SEGMENT_SUFFIX") = kSegmentSuffix;
+  py::dict fields, sizes;
+  for (const FieldTable& table : kWireStructs) {
+    fields[table.name] = field_list(table.fields, table.count);
+    sizes[table.name] = table.bytes;
+  }
+  m.attr("FIELDS") = fields;
   m.attr("STRUCT_SIZES") = sizes;
+  py::dict modes;
+  py::list memory_set_modes, sampled_modes;
+  for (const ModeInfo& info : kModes) {
+    modes[info.name] = uint32_t(info.mode);
+    if (info.needs_memory_set) memory_set_modes.append(info.name);
+    if (info.sampled) sampled_modes.append(info.name);
+  }
+  m.attr("MODES") = modes;
+  m.attr("MEMORY_SET_MODES") = memory_set_modes;  // the modes that need the memory patch set
+  m.attr("SAMPLED_MODES") = sampled_modes;        // the modes the sample shift applies to
+  m.attr("PATCH_SETS") = names_dict(kPatchSetNames);
+  m.attr("EVENT_KINDS") = names_dict(kEventKindNames);
+  m.attr("EVENT_KIND_COUNT") = kEventKindCount;
+  m.attr("LAUNCH_KINDS") = names_dict(kLaunchKindNames);
+  m.attr("CONTROL_STATUS") = names_dict(kControlStatusNames);
+  m.attr("SEGMENT_STATES") = names_dict(kSegmentStateNames);
+  m.attr("PRODUCER_KINDS") = names_dict(kProducerKindNames);
+  m.attr("PRODUCER_FLAGS") = names_dict(kProducerFlagNames);
 
   m.def(
       "geometry",
@@ -448,19 +367,8 @@ PYBIND11_MODULE(_native, m) {
                                           name_arena_bytes);
         const char* problem = capacities_problem(caps);
         if (*problem) throw py::value_error(problem);
-        const Geometry g = compute_geometry(caps);
-        py::dict out;
-        out["control_offset"] = g.control_offset;
-        out["counters_offset"] = g.counters_offset;
-        out["ring_controls_offset"] = g.ring_controls_offset;
-        out["kernel_counters_offset"] = g.kernel_counters_offset;
-        out["kernel_shapes_offset"] = g.kernel_shapes_offset;
-        out["kernel_table_offset"] = g.kernel_table_offset;
-        out["name_arena_offset"] = g.name_arena_offset;
-        out["launch_ring_offset"] = g.launch_ring_offset;
-        out["event_rings_offset"] = g.event_rings_offset;
-        out["segment_bytes"] = g.segment_bytes;
-        return out;
+        const Geometry geometry = compute_geometry(caps);
+        return fields_dict(kGeometryFields, &geometry);
       },
       py::arg("event_rings"), py::arg("event_ring_records"), py::arg("launch_ring_records"), py::arg("kernel_slots"),
       py::arg("name_arena_bytes"));
@@ -528,15 +436,23 @@ PYBIND11_MODULE(_native, m) {
             return reader.read_launches(records, capacity);
           },
           py::arg("out"))
-      .def("event_ring_stats", [](const SegmentReader& r, uint32_t i) { return ring_stats_dict(r.event_ring_stats(i)); })
-      .def("launch_ring_stats", [](const SegmentReader& r) { return ring_stats_dict(r.launch_ring_stats()); })
+      .def("event_ring_stats",
+           [](const SegmentReader& r, uint32_t i) {
+             const RingStats stats = r.event_ring_stats(i);
+             return fields_dict(kRingStatsFields, &stats);
+           })
+      .def("launch_ring_stats",
+           [](const SegmentReader& r) {
+             const RingStats stats = r.launch_ring_stats();
+             return fields_dict(kRingStatsFields, &stats);
+           })
       .def("kernel_count", &SegmentReader::kernel_count)
       .def(
           "kernels",
-          [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) {
-            return kernel_list(reader.kernels(first_slot, max_count));
+          [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) {
+            return kernel_list(reader.kernels(first_slot, or_all(max_count)));
           },
-          py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX)
+          py::arg("first_slot") = 0, py::arg("max_count") = py::none())
       .def(
           "kernels_at", [](const SegmentReader& reader, const std::vector<uint32_t>& slots) {
             return kernel_list(reader.kernels_at(slots));
@@ -547,18 +463,18 @@ PYBIND11_MODULE(_native, m) {
              // the process-wide counters alone: O(1), where counters() copies every kernel's
              GlobalCounters global{};
              if (!reader.counters(&global, nullptr)) return py::none();
-             return global_counters_dict(global);
+             return fields_dict(kGlobalCountersFields, &global);
            })
       .def("counters",
-           [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) -> py::object {
+           [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) -> py::object {
              GlobalCounters global{};
              std::vector<KernelCounters> per_kernel;
-             if (!reader.counters(&global, &per_kernel, nullptr, first_slot, max_count)) return py::none();
+             if (!reader.counters(&global, &per_kernel, nullptr, first_slot, or_all(max_count))) return py::none();
              py::bytes kernels(reinterpret_cast<const char*>(per_kernel.data()),
                                per_kernel.size() * sizeof(KernelCounters));
-             return py::make_tuple(global_counters_dict(global), kernels);
+             return py::make_tuple(fields_dict(kGlobalCountersFields, &global), kernels);
            },
-           py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX)
+           py::arg("first_slot") = 0, py::arg("max_count") = py::none())
       .def(
           "request_control",
           [](SegmentReader& reader, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter) {
@@ -570,18 +486,8 @@ PYBIND11_MODULE(_native, m) {
           py::arg("mode"), py::arg("shift"), py::arg("patch_set"), py::arg("filter") = "")
       .def("control_state",
            [](const SegmentReader& reader) {
-             const ControlState s = reader.control_state();
-             py::dict out;
-             out["desired_generation"] = s.desired_generation;
-             out["applied_generation"] = s.applied_generation;
-             out["applied_mode"] = s.applied_mode;
-             out["applied_shift"] = s.applied_shift;
-             out["applied_patch_set"] = s.applied_patch_set;
-             out["status"] = s.status;
-             out["applied_filter"] = lenient_text(s.applied_filter.data(), s.applied_filter.size());
-             out["status_message"] = lenient_text(s.status_message.data(), s.status_message.size());
-             out["applied_time_ns"] = s.applied_time_ns;
-             return out;
+             const ControlBlock control = reader.control_state();
+             return fields_dict(kControlBlockFields, &control);
            })
       .def("producer_alive", &SegmentReader::producer_alive)
       .def("state", [](const SegmentReader& reader) { return uint32_t(reader.state()); })
@@ -590,12 +496,12 @@ PYBIND11_MODULE(_native, m) {
       .def("set_torn_timeout", [](SegmentReader& reader, double seconds) {
         reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
       })
-      .def("launch_shapes", [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) -> py::object {
+      .def("launch_shapes", [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) -> py::object {
         // {slot: ([(grid, block, launches), ...], other_launches)} for slots launched, from the
         // device's launch census as last published; None when no consistent copy could be had
         GlobalCounters global{};
         std::vector<KernelShapes> shapes;
-        if (!reader.counters(&global, nullptr, &shapes, first_slot, max_count)) return py::none();
+        if (!reader.counters(&global, nullptr, &shapes, first_slot, or_all(max_count))) return py::none();
         py::dict out;
         for (uint32_t index = 0; index < shapes.size(); ++index) {
           const uint32_t slot = first_slot + index;
@@ -609,17 +515,17 @@ PYBIND11_MODULE(_native, m) {
           if (py::len(counted) || entry.other_launches) out[py::int_(slot)] = py::make_tuple(counted, entry.other_launches);
         }
         return out;
-      }, py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX)
-      .def("aggregates", [](const SegmentReader& reader, uint32_t first_slot, uint32_t max_count) {
+      }, py::arg("first_slot") = 0, py::arg("max_count") = py::none())
+      .def("aggregates", [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) {
         // [slots][EVENT_KIND_COUNT] little-endian uint64, for slots [first_slot, + max_count) of
         // the table's capacity
         const EventAggregates& counts = reader.aggregates();
         const size_t slots = counts.size() / kEventKindCount;
         const size_t first = first_slot < slots ? first_slot : slots;
-        const size_t count = slots - first < max_count ? slots - first : max_count;
+        const size_t count = std::min<size_t>(slots - first, or_all(max_count));
         return py::bytes(reinterpret_cast<const char*>(counts.data() + first * kEventKindCount),
                          count * kEventKindCount * sizeof(uint64_t));
-      }, py::arg("first_slot") = 0, py::arg("max_count") = UINT32_MAX);
+      }, py::arg("first_slot") = 0, py::arg("max_count") = py::none());
 
   py::class_<Writer>(m, "Writer")
       .def(py::init([](const std::string& directory, uint32_t event_rings, uint32_t event_ring_records,

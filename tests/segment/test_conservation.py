@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from synth_support import drain_until_exit
-from gpuobs.segment import Segment
+from gpuobs.segment import STATE_EXITED, Segment
 
 EVENTS = 12_000_000
 
@@ -22,7 +22,7 @@ def test_conservation_under_load_with_a_slow_reader(start_synth) -> None:
     gaps = 0
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        exited = segment.reader.state() == 2
+        exited = segment.reader.state() == STATE_EXITED
         batch = segment.read_events(0)
         if len(batch):
             seq = batch["seq"]

@@ -62,13 +62,16 @@ def test_cross_set_switch_is_refused_while_graph_execs_live(start_synth) -> None
     generation = segment.request_control("sampled", shift=4)
     state = wait_applied(segment, generation)
     assert state["status"] == CONTROL_STATUS["failed_precondition"]
-    assert "GPUOBS_PATCH_SET=memory" in state["status_message"]
+    # the injector's own decision (gpuobs-synth runs the segment library's), word for word
+    assert state["status_message"] == ("mode sampled needs patch set memory and 3 CUDA graph execs are alive; "
+                                       "restart the process with GPUOBS_PATCH_SET=memory")
     assert state["applied_mode"] == MODES["counter"]  # still the old mode
     assert state["applied_patch_set"] == PATCH_SETS["block"]
     # a switch within the set still works
     generation = segment.request_control("blocks")
     state = wait_applied(segment, generation)
     assert state["status"] == CONTROL_STATUS["ok"] and state["applied_mode"] == MODES["blocks"]
+    assert segment.global_counters()["control_requests"] == 2  # every request counted, refused or not
     assert synth.stop() == 0
 
 

@@ -1,8 +1,8 @@
-"""The kernel filter the served process runs (injector/include/gpuobs/kernel_filter.h): the same
-verdict as a backtracking regex engine (Python's re, as the independent oracle) on the subset it
-accepts, a clear refusal of what it does not, and never a crash or a stall, whatever a client
-sends (once: a 40,007-character name overflowed std::regex's stack, `(.+.+)+!` spun the
-control thread forever)."""
+"""The kernel filter the served process runs (segment/native/include/gpuobs/kernel_filter.h):
+the same verdict as a backtracking regex engine (Python's re, as the independent oracle) on the
+subset it accepts, a clear refusal of what it does not, and never a crash or a stall, whatever a
+client sends (std::regex, used before, overflowed its stack on a 40,007-character name, and
+`(.+.+)+!` spun the control thread forever)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, KERNEL_COUNTERS_DTYPE, LAUNCH_DTYPE
 
 REPO = Path(__file__).resolve().parents[2]
-INCLUDE = REPO / "injector" / "include"
+INCLUDE = REPO / "segment" / "native" / "include"
 
 DUMP_PROGRAM = r"""
 #include <cstddef>
@@ -46,10 +46,11 @@ int main() {
     (unsigned long long)g.kernel_shapes_offset, (unsigned long long)g.kernel_table_offset, (unsigned long long)g.name_arena_offset,
     (unsigned long long)g.launch_ring_offset, (unsigned long long)g.event_rings_offset,
     (unsigned long long)g.segment_bytes);
-  std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, \"magic\": %llu}",
+  std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, "
+    "\"magic\": %llu}",
     sizeof(SegmentHeader), sizeof(ControlBlock), sizeof(GlobalCounters), sizeof(RingControl),
     sizeof(KernelCounters), sizeof(KernelShapes), sizeof(KernelEntry), sizeof(EventRecord), sizeof(LaunchRecord),
-    kLayoutVersion, (unsigned long long)kMagic);
+    sizeof(StepRecord), sizeof(StepTextRecord), sizeof(ShapeCount), kLayoutVersion, (unsigned long long)kMagic);
 }
 """
 
@@ -81,8 +82,8 @@ def test_numpy_dtypes_match_cxx_offsets(cxx_layout: dict, struct: str, dtype: np
 
 
 def test_record_sizes_and_version(cxx_layout: dict) -> None:
-    header, control, counters, ring_control, kernel_counters, kernel_shapes, kernel_entry, event, launch = \
-        cxx_layout["sizes"]
+    header, control, counters, ring_control, kernel_counters, kernel_shapes, kernel_entry, event, launch, step, \
+        step_text, shape_count = cxx_layout["sizes"]
     assert EVENT_DTYPE.itemsize == event == 64
     assert LAUNCH_DTYPE.itemsize == launch == 128
     assert KERNEL_COUNTERS_DTYPE.itemsize == kernel_counters == 64
@@ -96,6 +97,9 @@ def test_record_sizes_and_version(cxx_layout: dict) -> None:
         "kernel_entry": kernel_entry,
         "event_record": event,
         "launch_record": launch,
+        "step_record": step,
+        "step_text_record": step_text,
+        "shape_count": shape_count,
     }
     assert _native.LAYOUT_VERSION == cxx_layout["version"]
     assert _native.MAGIC == cxx_layout["magic"]

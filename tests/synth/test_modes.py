@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpuobs import _native
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, Segment
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, STATE_EXITED, Segment
 from oracles import linear_block, numpy_fmix64, numpy_sample_keep
 
 LAUNCHES = "300"
@@ -24,7 +24,7 @@ def run_to_end(start_synth, *args: str, launches: str = LAUNCHES) -> tuple[Segme
     segment = Segment(synth.segment)
     events, launches = [], []
     while True:
-        exited = segment.reader.state() == 2
+        exited = segment.reader.state() == STATE_EXITED
         got = False
         for batch, sink in ((segment.read_events(0), events), (segment.read_launches(), launches)):
             if len(batch):

@@ -1,4 +1,4 @@
-#include "segment_reader.h"
+#include "gpuobs/segment_reader.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -12,8 +12,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "gpuobs/control_request.h"
+#include "gpuobs/process_info.h"
 #include "gpuobs/ring_protocol.h"
-#include "gpuobs/shm_segment.h"
 
 namespace gpuobs {
 namespace {
@@ -23,7 +24,6 @@ constexpr int kLookahead = 4;
 constexpr uint64_t kPrefetchRecords = 16;
 
 uint64_t relaxed(const uint64_t* word) { return __atomic_load_n(word, __ATOMIC_RELAXED); }
-uint32_t relaxed32(const uint32_t* word) { return __atomic_load_n(word, __ATOMIC_RELAXED); }
 void add(uint64_t* word, uint64_t delta) {
   if (delta) __atomic_fetch_add(word, delta, __ATOMIC_RELAXED);
 }
@@ -36,12 +36,6 @@ void copy_words(T* out, const T* in) {
   const uint64_t* from = reinterpret_cast<const uint64_t*>(in);
   uint64_t* to = reinterpret_cast<uint64_t*>(out);
   for (size_t i = 0; i < sizeof(T) / sizeof(uint64_t); ++i) to[i] = relaxed(from + i);
-}
-
-std::string text_of(const char* data, size_t capacity) {
-  size_t n = 0;
-  while (n < capacity && data[n] != '\0') ++n;
-  return std::string(data, n);
 }
 
 std::string octal(unsigned value) {
@@ -283,7 +277,7 @@ uint32_t SegmentReader::kernel_count() const {
 KernelInfo SegmentReader::kernel_at(uint32_t slot) const {
   const uint64_t arena = view_.caps.name_arena_bytes;
   const KernelEntry& entry = view_.kernel_table[slot];
-  KernelInfo info{slot, entry.function, entry.module, {}, {}, entry.cubin_hash, entry.function_pc};
+  KernelInfo info{slot, entry, {}, {}};
   auto name_at = [&](uint32_t offset, uint32_t length) {
     if (uint64_t(offset) + length > arena) return std::string("<corrupt name>");
     return std::string(view_.name_arena + offset, length);
@@ -357,20 +351,13 @@ uint64_t SegmentReader::request_control(uint32_t mode, uint32_t shift, uint32_t 
   return generation;
 }
 
-ControlState SegmentReader::control_state() const {
+ControlBlock SegmentReader::control_state() const {
   const ControlBlock& control = *view_.control;
-  ControlState state{};
-  state.desired_generation = relaxed(&control.desired_generation);
-  state.applied_generation = __atomic_load_n(&control.applied_generation, __ATOMIC_ACQUIRE);
-  state.applied_mode = relaxed32(&control.applied_mode);
-  state.applied_shift = relaxed32(&control.applied_shift);
-  state.applied_patch_set = relaxed32(&control.applied_patch_set);
-  state.status = relaxed32(&control.status);
-  state.applied_time_ns = relaxed(&control.applied_time_ns);
-  uint32_t filter_bytes = relaxed32(&control.applied_filter_bytes);
-  if (filter_bytes >= kFilterBytes) filter_bytes = kFilterBytes - 1;
-  state.applied_filter.assign(control.applied_filter, filter_bytes);
-  state.status_message = text_of(control.status_message, kStatusMessageBytes);
+  ControlBlock state;
+  // The generation first: the producer stores it last, so the rest is at least as new.
+  const uint64_t applied_generation = __atomic_load_n(&control.applied_generation, __ATOMIC_ACQUIRE);
+  copy_words(&state, &control);
+  state.applied_generation = applied_generation;
   return state;
 }
 

@@ -11,10 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "gpuobs/host_writer.h"
 #include "gpuobs/layout.h"
+#include "gpuobs/mapping_guard.h"
 #include "gpuobs/segment_view.h"
-#include "mapping_guard.h"
 
 namespace gpuobs {
 
@@ -25,6 +24,8 @@ struct TrustPolicy {
   bool exclusive = true;          // take the consumer lock (one reader per segment)
 };
 
+// One ring's counters as the reader sees them (the RingControl of both sides, read in the order
+// that keeps them consistent), and its capacity.
 struct RingStats {
   uint64_t head = 0;  // tickets claimed, as far as the reader knows
   uint64_t tail = 0;
@@ -35,27 +36,19 @@ struct RingStats {
   uint64_t corrupt = 0;
   uint64_t capacity = 0;
 };
+inline constexpr Field kRingStatsFields[] = {
+    GPUOBS_FIELD(RingStats, head),      GPUOBS_FIELD(RingStats, tail), GPUOBS_FIELD(RingStats, produced),
+    GPUOBS_FIELD(RingStats, dropped),   GPUOBS_FIELD(RingStats, delivered),
+    GPUOBS_FIELD(RingStats, torn),      GPUOBS_FIELD(RingStats, corrupt), GPUOBS_FIELD(RingStats, capacity),
+};
+static_assert(covers(kRingStatsFields, sizeof(RingStats)), "kRingStatsFields lists every member");
 
+// A published kernel table entry with its names, looked up in the arena and bounds-checked.
 struct KernelInfo {
-  uint32_t slot;
-  uint64_t function;
-  uint64_t module;
+  uint32_t slot;       // the table index it was read at (trusted, unlike entry.slot)
+  KernelEntry entry;   // as the producer wrote it
   std::string mangled;
   std::string demangled;
-  uint64_t cubin_hash;
-  uint64_t function_pc;
-};
-
-struct ControlState {
-  uint64_t desired_generation;
-  uint64_t applied_generation;
-  uint32_t applied_mode;
-  uint32_t applied_shift;
-  uint32_t applied_patch_set;
-  uint32_t status;
-  std::string applied_filter;
-  std::string status_message;
-  uint64_t applied_time_ns;
 };
 
 // Per kernel slot and event kind: events delivered by this reader.
@@ -99,7 +92,8 @@ class SegmentReader {
   // to wait for, or 0 with the reason in *error (nothing written).
   uint64_t request_control(uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
                            std::string* error);
-  ControlState control_state() const;
+  // A copy of the control block, its applied half no older than the applied_generation it holds.
+  ControlBlock control_state() const;
 
   // Whether the producing process is still the one that created the segment.
   bool producer_alive() const;

@@ -67,6 +67,8 @@ constexpr uint64_t kSlotAddressMask = (1ULL << 48) - 1;
 constexpr uint32_t kFlagsModeMask = 0x7;      // flags bits 0-2: Mode
 constexpr uint32_t kFlagsCaptured = 0x8;      // flags bit 3: the kernel filter lets it record
 constexpr uint32_t kFlagsShiftShift = 4;      // flags bits 4-8: sample shift
+static_assert(kModeCount <= kFlagsModeMask + 1, "every mode fits the flags' mode bits");
+static_assert(kMaxShift <= 0x1f, "every shift fits the flags' shift bits");
 GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured) {
   return (config_mode(config) & kFlagsModeMask) | (captured ? kFlagsCaptured : 0) |
          ((config_shift(config) & 0x1f) << kFlagsShiftShift);

@@ -1,4 +1,4 @@
-#include "gpuobs/host_writer.h"
+#include "gpuobs/segment_writer.h"
 
 #include <cxxabi.h>
 #include <unistd.h>
@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-
-#include "gpuobs/kernel_filter.h"
 
 namespace gpuobs {
 namespace {
@@ -34,28 +32,6 @@ void copy_bounded(char* out, size_t capacity, const std::string& text, uint32_t*
 
 }  // namespace
 
-const char* mode_name(Mode mode) {
-  switch (mode) {
-    case Mode::Off: return "off";
-    case Mode::Noop: return "noop";
-    case Mode::Counter: return "counter";
-    case Mode::Blocks: return "blocks";
-    case Mode::Memory: return "memory";
-    case Mode::Sampled: return "sampled";
-  }
-  return "unknown";
-}
-
-bool parse_mode(const char* name, Mode* out) {
-  for (uint32_t value = 0; value < kModeCount; ++value) {
-    if (std::strcmp(name, mode_name(Mode(value))) == 0) {
-      *out = Mode(value);
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string demangle(const std::string& mangled) {
   int status = 0;
   char* text = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
@@ -66,20 +42,6 @@ std::string demangle(const std::string& mangled) {
   std::string result(text);
   std::free(text);
   return result;
-}
-
-std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set,
-                                    const std::string& filter) {
-  if (mode >= kModeCount) return "unknown mode " + std::to_string(mode);
-  if (shift > kMaxShift) return "shift " + std::to_string(shift) + " out of range 0..31";
-  if (patch_set > uint32_t(PatchSet::Memory)) return "unknown patch set " + std::to_string(patch_set);
-  if (filter.size() >= kFilterBytes) return "kernel filter longer than 255 bytes";
-  if (!filter.empty()) {
-    KernelFilter compiled;
-    const std::string problem = KernelFilter::compile(filter, &compiled);
-    if (!problem.empty()) return "invalid kernel filter: " + problem;
-  }
-  return "";
 }
 
 SegmentWriter::SegmentWriter(std::unique_ptr<MappedSegment> segment) : segment_(std::move(segment)) {}

@@ -1,4 +1,4 @@
-#include "mapping_guard.h"
+#include "gpuobs/mapping_guard.h"
 
 #include <signal.h>
 #include <sys/mman.h>

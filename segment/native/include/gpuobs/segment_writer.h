@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpuobs/control_request.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/shm_segment.h"
@@ -32,19 +33,6 @@ struct DeviceSnapshot {
 
 // Sums the per-kernel figures of a snapshot into its totals.
 void total_snapshot(DeviceSnapshot* snapshot);
-
-// A control request read from the segment (what the daemon asked for).
-struct ControlRequest {
-  uint64_t generation = 0;
-  Mode mode = Mode::Off;
-  uint32_t shift = 0;
-  PatchSet patch_set = PatchSet::Block;
-  std::string filter;
-};
-
-// Rejects what no producer may apply; "" when the request is well formed.
-std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set,
-                                    const std::string& filter);
 
 class SegmentWriter {
  public:

@@ -1,14 +1,17 @@
 // The one definition of the gpuobs shared-memory segment and its records.
 //
 // Everything that crosses a process boundary is defined here, once: the injector and
-// gpuobs-synth write it, the native reader reads it, and Python gets the numpy dtypes and
-// offsets from the pybind11 module built from this header (never from a second copy).
-// Fixed widths, little endian, no pointers, every struct size pinned by static_assert.
-// Bump kLayoutVersion on any change that moves a byte.
+// gpuobs-synth write it, the native reader reads it, and Python gets the numpy dtypes, dicts,
+// names and constants from the pybind11 module built from this header (never from a second
+// copy). Fixed widths, little endian, no pointers, every struct size pinned by static_assert
+// and every struct's members listed in its field table (field_table.h), which must account for
+// every byte. Bump kLayoutVersion on any change that moves a byte.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "gpuobs/field_table.h"
 
 // Functions shared by host code and patch functions.
 #if defined(__CUDACC__)
@@ -32,19 +35,92 @@ constexpr uint64_t kSeqWriting = 1ULL << 63;
 
 // ---- enums (wire values) -----------------------------------------------------------------
 
+// A wire value and the name Python, the CLI and the environment know it by.
+template <class E>
+struct Named {
+  E value;
+  const char* name;
+};
+
+// True when `table` lists the values first, first + 1, ... in order (names are found by value).
+template <class E, size_t N>
+constexpr bool dense_from(const Named<E> (&table)[N], uint32_t first) {
+  for (size_t i = 0; i < N; ++i)
+    if (uint32_t(table[i].value) != first + i) return false;
+  return true;
+}
+
+constexpr bool same_text(const char* a, const char* b) {
+  while (*a && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+
+// The name of `value` in a dense table starting at `first`; "unknown" for a value it lacks.
+template <class E, size_t N>
+constexpr const char* name_in(const Named<E> (&table)[N], uint32_t first, uint32_t value) {
+  return value >= first && value - first < N ? table[value - first].name : "unknown";
+}
+
+// The value named `name`; false when the table has no such name.
+template <class E, size_t N>
+constexpr bool parse_name(const Named<E> (&table)[N], const char* name, E* out) {
+  for (size_t i = 0; i < N; ++i) {
+    if (same_text(table[i].name, name)) {
+      *out = table[i].value;
+      return true;
+    }
+  }
+  return false;
+}
+
 enum class Mode : uint32_t { Off = 0, Noop = 1, Counter = 2, Blocks = 3, Memory = 4, Sampled = 5 };
-constexpr uint32_t kModeCount = 6;
 constexpr uint32_t kMaxShift = 31;
+
+// Every mode, once: its name and what it asks of the patches. A new mode is a value above and a
+// row here; the patches' and gpuobs-synth's handling of it are the only other code to change.
+struct ModeInfo {
+  Mode mode;
+  const char* name;
+  bool needs_memory_set;  // needs the per-access hooks of the memory patch set
+  bool emits_events;      // puts events into the event ring at all
+  bool sampled;           // the sample shift applies
+};
+inline constexpr ModeInfo kModes[] = {
+    {Mode::Off, "off", false, false, false},
+    {Mode::Noop, "noop", false, false, false},
+    {Mode::Counter, "counter", false, false, false},
+    {Mode::Blocks, "blocks", false, true, false},
+    {Mode::Memory, "memory", true, true, false},
+    {Mode::Sampled, "sampled", true, true, true},
+};
+constexpr uint32_t kModeCount = uint32_t(sizeof(kModes) / sizeof(kModes[0]));
+constexpr bool modes_in_order() {
+  for (uint32_t i = 0; i < kModeCount; ++i)
+    if (uint32_t(kModes[i].mode) != i) return false;
+  return true;
+}
+static_assert(modes_in_order(), "kModes lists every mode at its wire value");
+
+constexpr const char* mode_name(Mode m) { return uint32_t(m) < kModeCount ? kModes[uint32_t(m)].name : "unknown"; }
+constexpr bool mode_needs_memory_set(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].needs_memory_set; }
+constexpr bool mode_emits_events(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].emits_events; }
+// Parses a mode's name; false when unknown.
+constexpr bool parse_mode(const char* name, Mode* out) {
+  for (const ModeInfo& info : kModes) {
+    if (same_text(info.name, name)) {
+      *out = info.mode;
+      return true;
+    }
+  }
+  return false;
+}
 
 // Patch sets: which instructions a process patches, fixed at its start.
 enum class PatchSet : uint32_t { Block = 0, Memory = 1 };
-
-// Whether a mode needs the per-access hooks of the memory patch set.
-constexpr bool mode_needs_memory_set(Mode m) { return m == Mode::Memory || m == Mode::Sampled; }
-// Whether a mode puts events into the event ring at all.
-constexpr bool mode_emits_events(Mode m) {
-  return m == Mode::Blocks || m == Mode::Memory || m == Mode::Sampled;
-}
+inline constexpr Named<PatchSet> kPatchSetNames[] = {{PatchSet::Block, "block"}, {PatchSet::Memory, "memory"}};
+static_assert(dense_from(kPatchSetNames, 0), "patch sets in wire order");
+constexpr uint32_t kPatchSetCount = uint32_t(sizeof(kPatchSetNames) / sizeof(kPatchSetNames[0]));
+constexpr const char* patch_set_name(PatchSet set) { return name_in(kPatchSetNames, 0, uint32_t(set)); }
 
 enum class EventKind : uint8_t {
   Invalid = 0,
@@ -56,7 +132,12 @@ enum class EventKind : uint8_t {
   Launch = 5,    // a kernel launch, from the leader of its block (0,0,0) in the event modes: address
                  // holds the grid shape (pack_grid), block_x/y/z the block shape
 };
-constexpr uint32_t kEventKindCount = 6;
+inline constexpr Named<EventKind> kEventKindNames[] = {
+    {EventKind::BlockEnter, "block_enter"}, {EventKind::BlockExit, "block_exit"},
+    {EventKind::MemoryAccess, "memory_access"}, {EventKind::BulkCopy, "bulk_copy"}, {EventKind::Launch, "launch"},
+};
+static_assert(dense_from(kEventKindNames, 1), "event kinds from 1 (0 is invalid), in wire order");
+constexpr uint32_t kEventKindCount = 1 + uint32_t(sizeof(kEventKindNames) / sizeof(kEventKindNames[0]));
 
 // Memory access flags carried in EventRecord::flags (match SANITIZER_MEMORY_DEVICE_FLAG_*).
 enum MemoryFlags : uint16_t {
@@ -81,7 +162,17 @@ enum class LaunchKind : uint32_t {
   Step = 6,                // a serving engine's step (StepRecord), written by a framework plugin
   StepText = 7,            // request ids of the step before it (StepTextRecord)
 };
-constexpr uint32_t kLaunchKindCount = 8;
+inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
+    {LaunchKind::Eager, "eager"},
+    {LaunchKind::GraphNode, "graph_node"},
+    {LaunchKind::GraphLaunch, "graph_launch"},
+    {LaunchKind::GraphExecCreated, "graph_exec_created"},
+    {LaunchKind::GraphExecDestroyed, "graph_exec_destroyed"},
+    {LaunchKind::Step, "step"},
+    {LaunchKind::StepText, "step_text"},
+};
+static_assert(dense_from(kLaunchKindNames, 1), "launch kinds from 1 (0 is invalid), in wire order");
+constexpr uint32_t kLaunchKindCount = 1 + uint32_t(sizeof(kLaunchKindNames) / sizeof(kLaunchKindNames[0]));
 constexpr bool is_kernel_launch(uint32_t kind) {
   return kind == uint32_t(LaunchKind::Eager) || kind == uint32_t(LaunchKind::GraphNode);
 }
@@ -92,10 +183,23 @@ enum class ControlStatus : uint32_t {
   FailedPrecondition = 2,  // needs another patch set while graph execs are alive
   Internal = 3,
 };
+inline constexpr Named<ControlStatus> kControlStatusNames[] = {
+    {ControlStatus::Ok, "ok"},
+    {ControlStatus::InvalidArgument, "invalid_argument"},
+    {ControlStatus::FailedPrecondition, "failed_precondition"},
+    {ControlStatus::Internal, "internal"},
+};
+static_assert(dense_from(kControlStatusNames, 0), "control statuses in wire order");
 
 enum class SegmentState : uint32_t { Initialising = 0, Live = 1, Exited = 2 };
+inline constexpr Named<SegmentState> kSegmentStateNames[] = {
+    {SegmentState::Initialising, "initialising"}, {SegmentState::Live, "live"}, {SegmentState::Exited, "exited"}};
+static_assert(dense_from(kSegmentStateNames, 0), "segment states in wire order");
 
 enum class ProducerKind : uint32_t { Injector = 1, Synth = 2, Test = 3 };
+inline constexpr Named<ProducerKind> kProducerKindNames[] = {
+    {ProducerKind::Injector, "injector"}, {ProducerKind::Synth, "synth"}, {ProducerKind::Test, "test"}};
+static_assert(dense_from(kProducerKindNames, 1), "producer kinds in wire order");
 
 // What a producer's events can say, fixed at its start.
 enum ProducerFlags : uint32_t {
@@ -104,6 +208,9 @@ enum ProducerFlags : uint32_t {
   kLaunchTrace = 0x2,       // a host record per kernel launch (GPUOBS_LAUNCH_TRACE=1, opt-in: each
                             // launch then costs a host callback)
 };
+// The header's producer_flags by name: Python sees each as a bool in the header.
+inline constexpr Named<uint32_t> kProducerFlagNames[] = {{kBlockExitsHooked, "block_exits_hooked"},
+                                                         {kLaunchTrace, "launch_trace"}};
 
 // ---- records -----------------------------------------------------------------------------
 
@@ -130,6 +237,17 @@ struct alignas(64) EventRecord {
 };
 static_assert(sizeof(EventRecord) == kEventRecordBytes, "EventRecord is one cache line");
 static_assert(offsetof(EventRecord, seq) == 56, "seq is the last word");
+inline constexpr Field kEventRecordFields[] = {
+    GPUOBS_FIELD(EventRecord, globaltimer_ns), GPUOBS_FIELD(EventRecord, pc),
+    GPUOBS_FIELD(EventRecord, address),        GPUOBS_FIELD(EventRecord, grid_id),
+    GPUOBS_FIELD(EventRecord, block_x),        GPUOBS_FIELD(EventRecord, block_y),
+    GPUOBS_FIELD(EventRecord, block_z),        GPUOBS_FIELD(EventRecord, thread),
+    GPUOBS_FIELD(EventRecord, sm_id),          GPUOBS_FIELD(EventRecord, kernel_slot),
+    GPUOBS_FIELD(EventRecord, replay),         GPUOBS_FIELD(EventRecord, kind),
+    GPUOBS_FIELD(EventRecord, access_bytes),   GPUOBS_FIELD(EventRecord, flags),
+    GPUOBS_FIELD(EventRecord, seq),
+};
+static_assert(covers(kEventRecordFields, sizeof(EventRecord)), "kEventRecordFields lists every member");
 
 // One launch as the host callbacks saw it (eager launch or graph node launch).
 struct alignas(64) LaunchRecord {
@@ -159,6 +277,20 @@ struct alignas(64) LaunchRecord {
 };
 static_assert(sizeof(LaunchRecord) == kLaunchRecordBytes, "LaunchRecord is two cache lines");
 static_assert(offsetof(LaunchRecord, seq) == 120, "seq is the last word");
+inline constexpr Field kLaunchRecordFields[] = {
+    GPUOBS_FIELD(LaunchRecord, host_time_ns),  GPUOBS_FIELD(LaunchRecord, grid_id),
+    GPUOBS_FIELD(LaunchRecord, stream),        GPUOBS_FIELD(LaunchRecord, graph_exec),
+    GPUOBS_FIELD(LaunchRecord, graph_node),    GPUOBS_FIELD(LaunchRecord, graph_launch_id),
+    GPUOBS_FIELD(LaunchRecord, kernel_slot),   GPUOBS_FIELD(LaunchRecord, grid_x),
+    GPUOBS_FIELD(LaunchRecord, grid_y),        GPUOBS_FIELD(LaunchRecord, grid_z),
+    GPUOBS_FIELD(LaunchRecord, block_x),       GPUOBS_FIELD(LaunchRecord, block_y),
+    GPUOBS_FIELD(LaunchRecord, block_z),       GPUOBS_FIELD(LaunchRecord, context_index),
+    GPUOBS_FIELD(LaunchRecord, kind),          GPUOBS_FIELD(LaunchRecord, mode),
+    GPUOBS_FIELD(LaunchRecord, shift),         GPUOBS_FIELD(LaunchRecord, flags),
+    GPUOBS_FIELD(LaunchRecord, replay),        GPUOBS_RESERVED(LaunchRecord, reserved),
+    GPUOBS_FIELD(LaunchRecord, seq),
+};
+static_assert(covers(kLaunchRecordFields, sizeof(LaunchRecord)), "kLaunchRecordFields lists every member");
 constexpr uint32_t kLaunchCaptured = 0x1;
 // Graph launch records: the node launches of this replay follow as GraphNode records. Without
 // it, the replay ran the nodes last recorded for its graph exec (a graph exec's kernel nodes
@@ -185,6 +317,15 @@ struct alignas(64) StepRecord {
 static_assert(sizeof(StepRecord) == kLaunchRecordBytes, "StepRecord is a launch ring record");
 static_assert(offsetof(StepRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
 static_assert(offsetof(StepRecord, seq) == 120, "seq is the last word");
+inline constexpr Field kStepRecordFields[] = {
+    GPUOBS_FIELD(StepRecord, host_time_ns), GPUOBS_FIELD(StepRecord, step),
+    GPUOBS_FIELD(StepRecord, thread),       GPUOBS_FIELD(StepRecord, requests),
+    GPUOBS_FIELD(StepRecord, tokens),       GPUOBS_FIELD(StepRecord, text_bytes),
+    GPUOBS_FIELD(StepRecord, text_records), GPUOBS_RESERVED(StepRecord, unused),
+    GPUOBS_FIELD(StepRecord, kind),         GPUOBS_FIELD(StepRecord, flags),
+    GPUOBS_RESERVED(StepRecord, reserved),  GPUOBS_FIELD(StepRecord, seq),
+};
+static_assert(covers(kStepRecordFields, sizeof(StepRecord)), "kStepRecordFields lists every member");
 constexpr uint32_t kStepSameRequests = 0x2;  // the same requests as the step before: no text follows
 
 constexpr uint32_t kStepTextBytes = 56;
@@ -202,6 +343,14 @@ struct alignas(64) StepTextRecord {
 static_assert(sizeof(StepTextRecord) == kLaunchRecordBytes, "StepTextRecord is a launch ring record");
 static_assert(offsetof(StepTextRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
 static_assert(offsetof(StepTextRecord, seq) == 120, "seq is the last word");
+inline constexpr Field kStepTextRecordFields[] = {
+    GPUOBS_FIELD(StepTextRecord, host_time_ns), GPUOBS_FIELD(StepTextRecord, step),
+    GPUOBS_FIELD(StepTextRecord, offset),       GPUOBS_FIELD(StepTextRecord, length),
+    GPUOBS_FIELD(StepTextRecord, text),         GPUOBS_FIELD(StepTextRecord, kind),
+    GPUOBS_RESERVED(StepTextRecord, reserved32), GPUOBS_RESERVED(StepTextRecord, reserved),
+    GPUOBS_FIELD(StepTextRecord, seq),
+};
+static_assert(covers(kStepTextRecordFields, sizeof(StepTextRecord)), "kStepTextRecordFields lists every member");
 
 // ---- segment sections --------------------------------------------------------------------
 
@@ -254,6 +403,42 @@ struct SegmentHeader {
   uint8_t reserved[240];
 };
 static_assert(sizeof(SegmentHeader) == 512, "SegmentHeader is 512 bytes");
+inline constexpr Field kSegmentHeaderFields[] = {
+    GPUOBS_FIELD(SegmentHeader, magic),
+    GPUOBS_FIELD(SegmentHeader, layout_version),
+    GPUOBS_FIELD(SegmentHeader, header_bytes),
+    GPUOBS_FIELD(SegmentHeader, segment_bytes),
+    GPUOBS_FIELD(SegmentHeader, pid),
+    GPUOBS_FIELD(SegmentHeader, producer_kind),
+    GPUOBS_FIELD(SegmentHeader, pid_start_ticks),
+    GPUOBS_FIELD(SegmentHeader, start_monotonic_ns),
+    GPUOBS_FIELD(SegmentHeader, start_realtime_ns),
+    GPUOBS_FIELD(SegmentHeader, event_rings),
+    GPUOBS_FIELD(SegmentHeader, event_ring_records),
+    GPUOBS_FIELD(SegmentHeader, launch_ring_records),
+    GPUOBS_FIELD(SegmentHeader, kernel_slots),
+    GPUOBS_FIELD(SegmentHeader, name_arena_bytes),
+    GPUOBS_FIELD(SegmentHeader, event_record_bytes),
+    GPUOBS_FIELD(SegmentHeader, launch_record_bytes),
+    GPUOBS_FIELD(SegmentHeader, patch_set),
+    GPUOBS_FIELD(SegmentHeader, control_offset),
+    GPUOBS_FIELD(SegmentHeader, counters_offset),
+    GPUOBS_FIELD(SegmentHeader, ring_controls_offset),
+    GPUOBS_FIELD(SegmentHeader, kernel_counters_offset),
+    GPUOBS_FIELD(SegmentHeader, kernel_table_offset),
+    GPUOBS_FIELD(SegmentHeader, name_arena_offset),
+    GPUOBS_FIELD(SegmentHeader, launch_ring_offset),
+    GPUOBS_FIELD(SegmentHeader, event_rings_offset),
+    GPUOBS_FIELD(SegmentHeader, state),
+    GPUOBS_FIELD(SegmentHeader, kernel_count),
+    GPUOBS_FIELD(SegmentHeader, heartbeat_ns),
+    GPUOBS_FIELD(SegmentHeader, name_arena_used),
+    GPUOBS_FIELD(SegmentHeader, producer_flags),
+    GPUOBS_FIELD(SegmentHeader, producer),
+    GPUOBS_FIELD(SegmentHeader, label),
+    GPUOBS_RESERVED(SegmentHeader, reserved),
+};
+static_assert(covers(kSegmentHeaderFields, sizeof(SegmentHeader)), "kSegmentHeaderFields lists every member");
 
 // Desired config (written by the daemon under a seqlock) and applied config (written by the
 // producer, applied_generation stored last). One cache-line-separated half per writer.
@@ -284,6 +469,28 @@ struct ControlBlock {
 };
 static_assert(sizeof(ControlBlock) == 1024, "ControlBlock is 1 KiB");
 static_assert(offsetof(ControlBlock, applied_generation) == 384, "halves on separate lines");
+inline constexpr Field kControlBlockFields[] = {
+    GPUOBS_FIELD(ControlBlock, desired_seq),
+    GPUOBS_FIELD(ControlBlock, desired_generation),
+    GPUOBS_FIELD(ControlBlock, desired_mode),
+    GPUOBS_FIELD(ControlBlock, desired_shift),
+    GPUOBS_FIELD(ControlBlock, desired_patch_set),
+    GPUOBS_FIELD(ControlBlock, desired_filter_bytes),
+    GPUOBS_TEXT(ControlBlock, desired_filter, desired_filter_bytes),
+    GPUOBS_RESERVED(ControlBlock, pad0),
+    GPUOBS_FIELD(ControlBlock, applied_generation),
+    GPUOBS_FIELD(ControlBlock, applied_mode),
+    GPUOBS_FIELD(ControlBlock, applied_shift),
+    GPUOBS_FIELD(ControlBlock, applied_patch_set),
+    GPUOBS_FIELD(ControlBlock, status),
+    GPUOBS_FIELD(ControlBlock, applied_time_ns),
+    GPUOBS_FIELD(ControlBlock, applied_filter_bytes),
+    GPUOBS_RESERVED(ControlBlock, reserved1),
+    GPUOBS_TEXT(ControlBlock, applied_filter, applied_filter_bytes),
+    GPUOBS_FIELD(ControlBlock, status_message),
+    GPUOBS_RESERVED(ControlBlock, pad1),
+};
+static_assert(covers(kControlBlockFields, sizeof(ControlBlock)), "kControlBlockFields lists every member");
 
 // Process-wide counters, monotonic. The device part is a snapshot published by the producer
 // under publish_seq (a seqlock), so a reader sees one consistent snapshot.
@@ -318,6 +525,33 @@ struct GlobalCounters {
   uint64_t reserved[9];
 };
 static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
+inline constexpr Field kGlobalCountersFields[] = {
+    GPUOBS_FIELD(GlobalCounters, publish_seq),
+    GPUOBS_FIELD(GlobalCounters, publish_time_ns),
+    GPUOBS_FIELD(GlobalCounters, device_events_produced),
+    GPUOBS_FIELD(GlobalCounters, device_events_dropped),
+    GPUOBS_FIELD(GlobalCounters, device_events_claimed),
+    GPUOBS_FIELD(GlobalCounters, device_memory_accesses),
+    GPUOBS_FIELD(GlobalCounters, device_blocks),
+    GPUOBS_FIELD(GlobalCounters, device_quiescent),
+    GPUOBS_FIELD(GlobalCounters, launches),
+    GPUOBS_FIELD(GlobalCounters, launch_records_dropped),
+    GPUOBS_FIELD(GlobalCounters, kernels_dropped),
+    GPUOBS_FIELD(GlobalCounters, launches_unattributed),
+    GPUOBS_FIELD(GlobalCounters, modules_loaded),
+    GPUOBS_FIELD(GlobalCounters, modules_patched),
+    GPUOBS_FIELD(GlobalCounters, patch_failures),
+    GPUOBS_FIELD(GlobalCounters, control_requests),
+    GPUOBS_FIELD(GlobalCounters, cubins_kept),
+    GPUOBS_FIELD(GlobalCounters, cubins_skipped),
+    GPUOBS_FIELD(GlobalCounters, resource_callback_ns),
+    GPUOBS_FIELD(GlobalCounters, launch_callback_ns),
+    GPUOBS_FIELD(GlobalCounters, graph_callback_ns),
+    GPUOBS_FIELD(GlobalCounters, patch_ns),
+    GPUOBS_FIELD(GlobalCounters, cubin_ns),
+    GPUOBS_RESERVED(GlobalCounters, reserved),
+};
+static_assert(covers(kGlobalCountersFields, sizeof(GlobalCounters)), "kGlobalCountersFields lists every member");
 
 // Per ring: the producer's cache line and the consumer's cache line.
 struct RingControl {
@@ -337,6 +571,15 @@ struct RingControl {
 };
 static_assert(sizeof(RingControl) == 128, "RingControl is two cache lines");
 static_assert(offsetof(RingControl, tail) == 64, "consumer half on its own line");
+inline constexpr Field kRingControlFields[] = {
+    GPUOBS_FIELD(RingControl, head),     GPUOBS_FIELD(RingControl, limit_cache),
+    GPUOBS_FIELD(RingControl, produced), GPUOBS_FIELD(RingControl, dropped),
+    GPUOBS_FIELD(RingControl, reserved), GPUOBS_RESERVED(RingControl, producer_reserved),
+    GPUOBS_FIELD(RingControl, tail),     GPUOBS_FIELD(RingControl, delivered),
+    GPUOBS_FIELD(RingControl, torn),     GPUOBS_FIELD(RingControl, corrupt),
+    GPUOBS_RESERVED(RingControl, consumer_reserved),
+};
+static_assert(covers(kRingControlFields, sizeof(RingControl)), "kRingControlFields lists every member");
 
 // Per kernel slot, published by the producer under publish_seq. The device counts launches of
 // patched kernels (the leader of block (0,0,0) counts its launch and grid size, every block
@@ -353,6 +596,13 @@ struct KernelCounters {
   uint64_t blocks_unobserved; // device: blocks that ran in a mode that counts none (off, noop)
 };
 static_assert(sizeof(KernelCounters) == 64, "KernelCounters is one cache line");
+inline constexpr Field kKernelCountersFields[] = {
+    GPUOBS_FIELD(KernelCounters, launches),          GPUOBS_FIELD(KernelCounters, blocks_expected),
+    GPUOBS_FIELD(KernelCounters, blocks_observed),   GPUOBS_FIELD(KernelCounters, blocks_unpatched),
+    GPUOBS_FIELD(KernelCounters, memory_accesses),   GPUOBS_FIELD(KernelCounters, events_produced),
+    GPUOBS_FIELD(KernelCounters, events_dropped),    GPUOBS_FIELD(KernelCounters, blocks_unobserved),
+};
+static_assert(covers(kKernelCountersFields, sizeof(KernelCounters)), "kKernelCountersFields lists every member");
 
 // Per kernel slot, the (grid, block) shapes of its launches, counted on the device without a
 // host callback (launch_census.h) and published with the counters. A launch whose shape the
@@ -370,12 +620,24 @@ struct ShapeCount {
   uint64_t launches;  // 0: unused entry
 };
 static_assert(sizeof(ShapeCount) == 24, "ShapeCount is 24 bytes");
+inline constexpr Field kShapeCountFields[] = {
+    GPUOBS_FIELD(ShapeCount, grid_x),  GPUOBS_FIELD(ShapeCount, grid_y),  GPUOBS_FIELD(ShapeCount, grid_z),
+    GPUOBS_FIELD(ShapeCount, block_x), GPUOBS_FIELD(ShapeCount, block_y), GPUOBS_FIELD(ShapeCount, block_z),
+    GPUOBS_RESERVED(ShapeCount, reserved), GPUOBS_FIELD(ShapeCount, launches),
+};
+static_assert(covers(kShapeCountFields, sizeof(ShapeCount)), "kShapeCountFields lists every member");
 struct KernelShapes {
   ShapeCount shapes[kShapesPerKernel];
   uint64_t other_launches;
   uint64_t reserved[7];
 };
 static_assert(sizeof(KernelShapes) == 256, "KernelShapes is 256 bytes");
+inline constexpr Field kKernelShapesFields[] = {
+    GPUOBS_RECORDS(KernelShapes, shapes, kShapeCountFields),
+    GPUOBS_FIELD(KernelShapes, other_launches),
+    GPUOBS_RESERVED(KernelShapes, reserved),
+};
+static_assert(covers(kKernelShapesFields, sizeof(KernelShapes)), "kKernelShapesFields lists every member");
 
 // Kernel table entry: names live in the name arena. Published by storing kernel_count.
 struct KernelEntry {
@@ -393,6 +655,15 @@ struct KernelEntry {
                          // this is the offset in the cubin's function; 0 when unknown
 };
 static_assert(sizeof(KernelEntry) == 64, "KernelEntry is one cache line");
+inline constexpr Field kKernelEntryFields[] = {
+    GPUOBS_FIELD(KernelEntry, function),         GPUOBS_FIELD(KernelEntry, module),
+    GPUOBS_FIELD(KernelEntry, mangled_offset),   GPUOBS_FIELD(KernelEntry, mangled_bytes),
+    GPUOBS_FIELD(KernelEntry, demangled_offset), GPUOBS_FIELD(KernelEntry, demangled_bytes),
+    GPUOBS_FIELD(KernelEntry, registered_ns),    GPUOBS_FIELD(KernelEntry, slot),
+    GPUOBS_FIELD(KernelEntry, flags),            GPUOBS_FIELD(KernelEntry, cubin_hash),
+    GPUOBS_FIELD(KernelEntry, function_pc),
+};
+static_assert(covers(kKernelEntryFields, sizeof(KernelEntry)), "kKernelEntryFields lists every member");
 
 // ---- geometry ----------------------------------------------------------------------------
 
@@ -408,6 +679,14 @@ struct Geometry {
   uint64_t event_rings_offset;
   uint64_t segment_bytes;
 };
+inline constexpr Field kGeometryFields[] = {
+    GPUOBS_FIELD(Geometry, control_offset),         GPUOBS_FIELD(Geometry, counters_offset),
+    GPUOBS_FIELD(Geometry, ring_controls_offset),   GPUOBS_FIELD(Geometry, kernel_counters_offset),
+    GPUOBS_FIELD(Geometry, kernel_shapes_offset),   GPUOBS_FIELD(Geometry, kernel_table_offset),
+    GPUOBS_FIELD(Geometry, name_arena_offset),      GPUOBS_FIELD(Geometry, launch_ring_offset),
+    GPUOBS_FIELD(Geometry, event_rings_offset),     GPUOBS_FIELD(Geometry, segment_bytes),
+};
+static_assert(covers(kGeometryFields, sizeof(Geometry)), "kGeometryFields lists every member");
 
 constexpr uint64_t align_up(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -443,6 +722,22 @@ constexpr Geometry compute_geometry(const Capacities& caps) {
   return g;
 }
 
+// Every wire struct, under the name Python knows it by (gpuobs._native's FIELDS, STRUCT_SIZES).
+inline constexpr FieldTable kWireStructs[] = {
+    GPUOBS_TABLE("header", SegmentHeader, kSegmentHeaderFields),
+    GPUOBS_TABLE("control", ControlBlock, kControlBlockFields),
+    GPUOBS_TABLE("global_counters", GlobalCounters, kGlobalCountersFields),
+    GPUOBS_TABLE("ring_control", RingControl, kRingControlFields),
+    GPUOBS_TABLE("kernel_counters", KernelCounters, kKernelCountersFields),
+    GPUOBS_TABLE("shape_count", ShapeCount, kShapeCountFields),
+    GPUOBS_TABLE("kernel_shapes", KernelShapes, kKernelShapesFields),
+    GPUOBS_TABLE("kernel_entry", KernelEntry, kKernelEntryFields),
+    GPUOBS_TABLE("event_record", EventRecord, kEventRecordFields),
+    GPUOBS_TABLE("launch_record", LaunchRecord, kLaunchRecordFields),
+    GPUOBS_TABLE("step_record", StepRecord, kStepRecordFields),
+    GPUOBS_TABLE("step_text_record", StepTextRecord, kStepTextRecordFields),
+};
+
 // Empty string when the capacities are acceptable, else the reason.
 inline const char* capacities_problem(const Capacities& caps) {
   if (caps.event_rings == 0 || caps.event_rings > kMaxEventRings) return "event ring count out of range";
@@ -455,9 +750,5 @@ inline const char* capacities_problem(const Capacities& caps) {
     return "name arena size out of range";
   return "";
 }
-
-const char* mode_name(Mode mode);
-// Parses a wire mode name; false when unknown.
-bool parse_mode(const char* name, Mode* out);
 
 }  // namespace gpuobs

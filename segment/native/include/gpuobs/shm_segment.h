@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpuobs/layout.h"
+#include "gpuobs/process_info.h"
 #include "gpuobs/segment_view.h"
 
 namespace gpuobs {
@@ -32,13 +33,6 @@ struct SegmentOptions {
 std::string segment_file_name(uint32_t pid, uint64_t pid_start_ticks);
 constexpr const char* kSegmentPrefix = "gpuobs-";
 constexpr const char* kSegmentSuffix = ".seg";
-
-// /proc/PID/stat field 22 (start time in clock ticks); 0 when unreadable.
-uint64_t process_start_ticks(uint32_t pid);
-// /proc/PID/stat field 3 (R, S, D, Z, ...); '\0' when the process is gone.
-char process_state(uint32_t pid);
-uint64_t monotonic_ns();
-uint64_t realtime_ns();
 
 // A mapped segment file. Unmaps on destruction; never unlinks unless asked.
 class MappedSegment {

@@ -1,0 +1,153 @@
+#include "device_loop.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "gpuobs/process_info.h"
+
+namespace gpuobs {
+namespace synth {
+namespace {
+
+// The launch record the injector writes at a kernel launch, for a launch of `shape`.
+LaunchRecord kernel_launch_record(const LaunchShape& shape, LaunchKind kind, Mode mode, uint32_t shift, bool captured) {
+  LaunchRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.grid_id = shape.grid_id;
+  record.stream = 0x1000 + shape.ring;
+  record.kernel_slot = shape.slot;
+  record.grid_x = shape.grid_x;
+  record.grid_y = shape.grid_y;
+  record.grid_z = shape.grid_z;
+  record.block_x = shape.block_threads;
+  record.block_y = 1;
+  record.block_z = 1;
+  record.context_index = shape.ring;
+  record.kind = uint32_t(kind);
+  record.mode = uint32_t(mode);
+  record.shift = shift;
+  record.flags = captured ? kLaunchCaptured : 0;
+  return record;
+}
+
+// An engine step as the vLLM plugin records it before the step's graph replay: its requests
+// change every 3 steps (1 to 4 of them, one token each); in between, the same set is flagged.
+void write_engine_step(SegmentWriter& writer, uint64_t step) {
+  const uint64_t group = (step - 1) / 3;
+  const uint32_t requests = uint32_t(1 + group % 4);
+  if ((step - 1) % 3 != 0) {
+    writer.write_step(step, requests, requests, nullptr, 0, kStepSameRequests);
+    return;
+  }
+  std::string ids;
+  for (uint32_t k = 0; k < requests; ++k) {
+    if (k) ids += '\n';
+    ids += "cmpl-synth-" + std::to_string(group) + "-" + std::to_string(k);
+  }
+  writer.write_step(step, requests, requests, ids.data(), uint32_t(ids.size()), 0);
+}
+
+}  // namespace
+
+uint64_t run_device_loop(const Options& options, SegmentWriter& writer, SimulatedDevice& device, AppliedConfig& config,
+                         const std::vector<KernelProfile>& catalog, const std::vector<uint32_t>& slots,
+                         std::mt19937_64& rng, const std::atomic<bool>& stop) {
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t work_done = 0;
+  uint64_t launches = 0;
+  uint64_t grid_id = 0;
+  uint64_t config_version = 0;
+  ControlRequest in_force;
+  std::vector<uint8_t> captured;
+  std::vector<double> weights;
+  for (size_t i = 0; i < catalog.size(); ++i) weights.push_back(1.0 / double(1 + i % 8));  // a few hot kernels
+  std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
+  // --graph-nodes: one graph exec replayed again and again; its nodes keep their grid ids across
+  // replays (as CUDA graph nodes do) and each replay has a launch id of its own.
+  const uint64_t graph_exec = 0x6a0000000000ULL + uint64_t(::getpid());
+  std::vector<uint64_t> node_grid_ids;
+  uint64_t replay = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (options.duration > 0 && elapsed >= options.duration) break;
+    if (options.max_launches && launches >= options.max_launches) break;
+    if (options.max_events && device.events_produced() >= options.max_events) break;
+    if (options.crash_after && device.events_produced() >= options.crash_after) {
+      device.write_half_record(0, slots[0]);
+      ::kill(::getpid(), SIGKILL);
+    }
+    if (options.rate > 0) {
+      const double ahead = double(work_done) / options.rate - elapsed;
+      if (ahead > 0.0005) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(ahead));
+        continue;
+      }
+    }
+    if (config.version() != config_version) {
+      config_version = config.version();
+      config.copy(&in_force, &captured);
+    }
+    size_t index = 0;
+    uint64_t launch_grid_id = 0;
+    uint32_t node_index = 0;
+    if (options.graph_nodes) {
+      node_index = uint32_t(launches % options.graph_nodes);
+      if (node_index == 0) {
+        if (replay == 0)  // the exec is instantiated before its first replay
+          writer.write_launch(graph_event_record(LaunchKind::GraphExecCreated, graph_exec));
+        ++replay;
+        if (options.steps) write_engine_step(writer, replay);
+        LaunchRecord graph_record = graph_event_record(LaunchKind::GraphLaunch, graph_exec);
+        graph_record.stream = 0x1000;
+        graph_record.replay = replay;
+        graph_record.mode = uint32_t(in_force.mode);
+        graph_record.shift = in_force.shift;
+        // as the injector: the first replay is recorded node by node (its nodes are learned), the
+        // others not, unless every launch is traced
+        if (replay == 1 || options.launch_trace) graph_record.flags |= kGraphNodesRecorded;
+        writer.write_launch(graph_record);
+      }
+      index = node_index % catalog.size();
+      if (node_grid_ids.size() <= node_index) node_grid_ids.push_back(++grid_id);
+      launch_grid_id = node_grid_ids[node_index];
+    } else {
+      index = pick(rng);
+      launch_grid_id = ++grid_id;
+    }
+    const KernelProfile& profile = catalog[index];
+    LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads,
+                      launch_grid_id, uint32_t(launches % options.contexts), options.graph_nodes ? replay : 0};
+    LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
+                                               in_force.mode, in_force.shift, captured[index] != 0);
+    if (options.graph_nodes) {
+      record.graph_exec = graph_exec;
+      record.graph_node = 0xa000 + node_index;
+      record.graph_launch_id = replay;
+      record.replay = replay;
+    }
+    if (options.launch_trace || (options.graph_nodes && replay == 1)) writer.write_launch(record);
+    ++launches;
+    if (shape.slot == UINT32_MAX) continue;
+    DeviceConfig device_config{in_force.mode, in_force.shift, captured[index] != 0};
+    work_done += device.run(shape, profile, device_config);
+  }
+  if (options.hang_seconds > 0 && slots[0] != UINT32_MAX) {
+    // A kernel that hangs: its launch record, its blocks' enters, then nothing until released.
+    const KernelProfile& profile = catalog[0];
+    LaunchShape shape{slots[0], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads, ++grid_id, 0, 0};
+    if (options.launch_trace) writer.write_launch(kernel_launch_record(shape, LaunchKind::Eager, Mode::Blocks, 0, true));
+    std::fprintf(stderr, "gpuobs-synth: hanging kernel 0 (grid id %llu) for %.0f s\n", (unsigned long long)shape.grid_id,
+                 options.hang_seconds);
+    device.run_held(shape, profile, options.hang_seconds, stop);
+    ++launches;
+  }
+  return launches;
+}
+
+}  // namespace synth
+}  // namespace gpuobs

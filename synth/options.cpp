@@ -1,0 +1,145 @@
+#include "options.h"
+
+#include <getopt.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "gpuobs/control_request.h"
+
+namespace gpuobs {
+namespace synth {
+
+namespace {
+// "a|b|c" of a table's names, so that the usage lists what layout.h defines.
+template <class Table>
+std::string choices(const Table& table) {
+  std::string out;
+  for (const auto& entry : table) out += (out.empty() ? "" : "|") + std::string(entry.name);
+  return out;
+}
+}  // namespace
+
+[[noreturn]] void usage(const char* message) {
+  std::fprintf(stderr,
+               "gpuobs-synth: %s\n"
+               "usage: gpuobs-synth [--segment-dir DIR] [--kernels K] [--rate EVENTS_PER_S] [--duration S]\n"
+               "  [--mode %s] [--shift N] [--seed N] [--patch-set %s]\n"
+               "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
+               "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
+               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
+               "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n",
+               message, choices(kModes).c_str(), choices(kPatchSetNames).c_str());
+  std::exit(2);
+}
+
+uint64_t parse_number(const char* text, const char* flag) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') usage((std::string("bad number for ") + flag).c_str());
+  return value;
+}
+
+namespace {
+
+// Defaults come from the same GPUOBS_* variables the injector reads, so a command line that
+// starts an injected program (gpuobsctl run) starts gpuobs-synth the same way.
+void apply_environment(Options* o) {
+  if (const char* dir = std::getenv("GPUOBS_SEGMENT_DIR"); dir && *dir) o->segment_dir = dir;
+  if (const char* mode = std::getenv("GPUOBS_MODE"); mode && *mode && !parse_mode(mode, &o->mode))
+    usage("GPUOBS_MODE is not a mode");
+  if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_number(shift, "GPUOBS_SHIFT"));
+  if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set) parse_name(kPatchSetNames, set, &o->patch_set);
+  if (const char* label = std::getenv("GPUOBS_LABEL"); label && *label) o->label = label;
+  if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0) o->launch_trace = true;
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace };
+  static const option long_options[] = {
+      {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
+      {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
+      {"mode", required_argument, nullptr, kMode}, {"shift", required_argument, nullptr, kShift},
+      {"seed", required_argument, nullptr, kSeed}, {"patch-set", required_argument, nullptr, kPatchSet},
+      {"max-events", required_argument, nullptr, kMaxEvents}, {"launches", required_argument, nullptr, kLaunches},
+      {"contexts", required_argument, nullptr, kContexts}, {"ring-records", required_argument, nullptr, kRing},
+      {"launch-ring-records", required_argument, nullptr, kLaunchRing},
+      {"live-graphs", required_argument, nullptr, kLiveGraphs}, {"crash-after", required_argument, nullptr, kCrash},
+      {"publish-us", required_argument, nullptr, kPublish}, {"control-poll-us", required_argument, nullptr, kPoll},
+      {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
+      {"unlink-at-exit", no_argument, nullptr, kUnlink}, {"graph-nodes", required_argument, nullptr, kGraphNodes},
+      {"hang-seconds", required_argument, nullptr, kHang}, {"steps", no_argument, nullptr, kSteps},
+      {"cubin", required_argument, nullptr, kCubin},
+      {"cubin-function", required_argument, nullptr, kCubinFunction},
+      {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
+      {"launch-trace", no_argument, nullptr, kLaunchTrace},
+      {nullptr, 0, nullptr, 0}};
+  Options o;
+  apply_environment(&o);
+  int code = 0;
+  while ((code = getopt_long(argc, argv, "", long_options, nullptr)) != -1) {
+    switch (code) {
+      case kDir: o.segment_dir = optarg; break;
+      case kKernels: o.kernels = uint32_t(parse_number(optarg, "--kernels")); break;
+      case kRate: o.rate = double(parse_number(optarg, "--rate")); break;
+      case kDuration: o.duration = std::atof(optarg); break;
+      case kMode:
+        if (!parse_mode(optarg, &o.mode)) usage("unknown mode");
+        break;
+      case kShift: o.shift = uint32_t(parse_number(optarg, "--shift")); break;
+      case kSeed: o.seed = parse_number(optarg, "--seed"); break;
+      case kPatchSet:
+        if (!parse_name(kPatchSetNames, optarg, &o.patch_set)) usage("patch set is block or memory");
+        break;
+      case kMaxEvents: o.max_events = parse_number(optarg, "--max-events"); break;
+      case kLaunches: o.max_launches = parse_number(optarg, "--launches"); break;
+      case kContexts: o.contexts = uint32_t(parse_number(optarg, "--contexts")); break;
+      case kRing: o.ring_records = uint32_t(parse_number(optarg, "--ring-records")); break;
+      case kLaunchRing: o.launch_ring_records = uint32_t(parse_number(optarg, "--launch-ring-records")); break;
+      case kLiveGraphs: o.live_graphs = uint32_t(parse_number(optarg, "--live-graphs")); break;
+      case kCrash: o.crash_after = parse_number(optarg, "--crash-after"); break;
+      case kPublish: o.publish_us = uint32_t(parse_number(optarg, "--publish-us")); break;
+      case kPoll: o.control_poll_us = uint32_t(parse_number(optarg, "--control-poll-us")); break;
+      case kLabel: o.label = optarg; break;
+      case kFilter: o.filter = optarg; break;
+      case kUnlink: o.unlink_at_exit = true; break;
+      case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
+      case kSteps: o.steps = true; break;
+      case kLaunchTrace: o.launch_trace = true; break;
+      case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
+      case kCubin: o.cubin = optarg; break;
+      case kCubinFunction: o.cubin_function = optarg; break;
+      case kCubinOffsets: {
+        std::string list = optarg;
+        size_t start = 0;
+        while (start <= list.size()) {
+          const size_t comma = list.find(',', start);
+          const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          char* end = nullptr;
+          const unsigned long value = std::strtoul(item.c_str(), &end, 0);
+          if (item.empty() || *end != '\0') usage("bad --cubin-offsets");
+          o.cubin_offsets.push_back(uint32_t(value));
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+        break;
+      }
+      default: usage("unknown flag");
+    }
+  }
+  if (optind != argc) usage("unexpected argument");
+  if (o.kernels == 0) usage("--kernels must be at least 1");
+  const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
+  if (!problem.empty()) usage(problem.c_str());
+  if (mode_needs_memory_set(o.mode) && o.patch_set != PatchSet::Memory) o.patch_set = PatchSet::Memory;
+  return o;
+}
+
+}  // namespace synth
+}  // namespace gpuobs

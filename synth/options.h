@@ -1,0 +1,56 @@
+// gpuobs-synth's settings: its command line, with defaults from the GPUOBS_* variables the
+// injector reads, so a command line that starts an injected program starts gpuobs-synth the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpuobs/layout.h"
+
+namespace gpuobs {
+namespace synth {
+
+struct Options {
+  std::string segment_dir = "/dev/shm";
+  uint32_t kernels = 8;
+  double rate = 0;  // work units per second, 0 = as fast as possible
+  double duration = 0;  // seconds, 0 = until a signal or a limit below
+  Mode mode = Mode::Counter;
+  uint32_t shift = 0;
+  uint64_t seed = 1;
+  PatchSet patch_set = PatchSet::Block;
+  uint64_t max_events = 0;    // stop once this many events were produced
+  uint64_t max_launches = 0;  // stop after this many launches
+  uint32_t contexts = 1;      // event rings
+  uint32_t ring_records = 1u << 16;
+  uint32_t launch_ring_records = 1u << 14;
+  uint32_t live_graphs = 0;   // graph execs "alive": a patch-set switch is refused while > 0
+  uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
+  uint32_t graph_nodes = 0;   // > 0: launches are replays of one CUDA graph of this many kernel nodes
+  bool steps = false;         // with --graph-nodes: an engine step record before each replay, as the vLLM
+                              // plugin writes them (requests change every 3 steps)
+  double hang_seconds = 0;    // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
+  std::string cubin;          // kernel 0 is this cubin's function (--cubin-function): its cubin is kept
+  std::string cubin_function;  // as the injector keeps a module's, and its accesses sit at --cubin-offsets
+  std::vector<uint32_t> cubin_offsets;
+  uint32_t publish_us = 2000;
+  uint32_t control_poll_us = 500;
+  std::string label;
+  std::string filter;
+  bool unlink_at_exit = false;
+  bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
+};
+
+// The settings from the environment and the command line; exits with a usage message (status 2)
+// on anything it cannot accept.
+Options parse_options(int argc, char** argv);
+
+// Prints the usage with `message` and exits with status 2.
+[[noreturn]] void usage(const char* message);
+
+// A decimal number for `flag`; exits through usage() when `text` is not one.
+uint64_t parse_number(const char* text, const char* flag);
+
+}  // namespace synth
+}  // namespace gpuobs
