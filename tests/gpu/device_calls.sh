@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU suite, the vLLM tests and the overhead benchmarks of one commit in three device calls,
+# each under the device's 600 s limit and all three in its 30 minutes (measured on the H200:
+# suite 235 s + build 30 s; overhead.py SiLU and GEMM ~190 s, decode graph ~150 s; the decode
+# bench ~450 s; the serve bench ~330 s; a cold start ~80 s of device time). The vLLM payload
+# comes in two chunk folders that must be carried by calls back to back on a warm machine (it
+# stays warm ~30 s after a call): make the next call at once.
+#
+#   call 1 (carry .whl .vllm/c1):  bash tests/gpu/device_calls.sh 1 COMMIT
+#   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
+#   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [extra overhead workloads]
+#
+# Everything goes under $OUT; what lies deeper than the device returns is also in $OUT/*.tgz.
+# Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+call=${1:?usage: device_calls.sh 1|2|3 COMMIT}
+commit=${2:?usage: device_calls.sh 1|2|3 COMMIT}
+out=${OUT:?OUT: the output folder of the device call}
+export PATH="/usr/local/cuda/bin:$PATH" GPUOBS_COMMIT="$commit"
+left() { echo $(( $1 - SECONDS )); }  # seconds left of a call that must end by $1
+
+case "$call" in
+  1)
+    bash .vllm/c1/device_unpack.sh .vllm/c1 > "$out/unpack-c1.txt" 2>&1
+    timeout 330 bash tests/gpu/run_gpu_suite.sh "$out/gpu" > "$out/suite-console.txt" 2>&1
+    echo "suite rc $? at $SECONDS s"
+    timeout "$(left 570)" python3 bench/overhead.py --rounds 3 --workloads silu,gemm \
+      --out "$out/overhead-kernels.json" --commit "$commit" > "$out/overhead-kernels.txt" 2>&1
+    echo "overhead (silu, gemm) rc $? at $SECONDS s"
+    tail -3 "$out/gpu/summary.md" 2>/dev/null | head -1
+    ;;
+  2|3)
+    payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
+    eval "$payload_env"
+    export GPUOBS_VLLM_PAYLOAD=.vllm/c2 GPUOBS_REPORT_DIR="$out/r"
+    test=$([ "$call" = 2 ] && echo tests/gpu/test_vllm_decode.py || echo tests/gpu/test_vllm.py)
+    limit=$([ "$call" = 2 ] && echo 570 || echo 400)
+    timeout "$(left "$limit")" python3 -m pytest -v -p no:cacheprovider "$test" --junitxml="$out/junit-$call.xml" \
+      > "$out/vllm-tests-$call.log" 2>&1
+    echo "$test rc $? at $SECONDS s"
+    (cd "$out" && tar czf "r-$call.tgz" r)
+    if [ "$call" = 3 ]; then
+      timeout "$(left 575)" python3 bench/overhead.py --rounds 3 --workloads "decode${3:+,$3}" \
+        --out "$out/overhead-decode.json" --commit "$commit" > "$out/overhead-decode.txt" 2>&1
+      echo "overhead (decode${3:+,$3}) rc $? at $SECONDS s"
+    fi
+    grep -E "passed|failed" "$out/vllm-tests-$call.log" | tail -1
+    ;;
+  *) echo "usage: device_calls.sh 1|2|3 COMMIT" >&2; exit 2 ;;
+esac
