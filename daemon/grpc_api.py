@@ -138,15 +138,23 @@ class ObserverServicer(pb_grpc.ObserverServicer):
     async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
         pids = list(request.pids)
-        return await self._guard(context, lambda: pb.ListHangsResponse(
-            launches=[pb.HungLaunch(**row) for row in self.service.hangs(pids, min_age_ms)],
-            processes=[pb.HangEvidence(**row) for row in self.service.hang_evidence(pids)]))
+
+        def call() -> pb.ListHangsResponse:
+            rows, token = self.service.hangs(pids, min_age_ms, request.page_size, request.page_token)
+            evidence = [] if request.page_token else self.service.hang_evidence(pids)
+            return pb.ListHangsResponse(launches=[pb.HungLaunch(**row) for row in rows],
+                                        processes=[pb.HangEvidence(**row) for row in evidence], next_page_token=token)
+
+        return await self._guard(context, call)
 
     async def ListHotPcs(self, request: pb.ListHotPcsRequest, context) -> pb.ListHotPcsResponse:
-        rows, counted, skipped = await self._guard(context, lambda: self.service.hot_pcs(list(request.pids),
-                                                                                         request.top))
-        return pb.ListHotPcsResponse(pcs=[pb.HotPc(**row) for row in rows], events_counted=counted,
-                                     events_skipped=skipped)
+        def call() -> pb.ListHotPcsResponse:
+            rows, counted, skipped, token = self.service.hot_pcs(list(request.pids), request.top, request.page_size,
+                                                                 request.page_token)
+            return pb.ListHotPcsResponse(pcs=[pb.HotPc(**row) for row in rows], events_counted=counted,
+                                         events_skipped=skipped, next_page_token=token)
+
+        return await self._guard(context, call)
 
     async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
         if self.read_only:

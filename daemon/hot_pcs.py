@@ -22,6 +22,7 @@ class HotPcs:
     def __init__(self, budget: TimeBudget | None = None) -> None:
         self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
         self.counts: collections.Counter[tuple[int, int]] = collections.Counter()
+        self.order: list[tuple[int, int]] = []  # the keys of counts in the order first seen
         self.counted = 0
         self.skipped = 0
         self.other = 0
@@ -42,8 +43,11 @@ class HotPcs:
             rows, counts = np.unique(keys, axis=0, return_counts=True)
             for (slot, pc), count in zip(rows.tolist(), counts.tolist()):
                 key = (slot, pc)
-                if key in self.counts or len(self.counts) < self.MAX_PCS:
+                if key in self.counts:
                     self.counts[key] += count
+                elif len(self.counts) < self.MAX_PCS:
+                    self.counts[key] = count
+                    self.order.append(key)
                 else:
                     self.other += count
             self.counted += len(picked)
@@ -51,3 +55,13 @@ class HotPcs:
     def top(self, count: int) -> list[tuple[int, int, int]]:
         """(slot, pc, events), most events first."""
         return [(slot, pc, events) for (slot, pc), events in self.counts.most_common(count)]
+
+    @property
+    def distinct(self) -> int:
+        """(slot, pc) pairs counted so far."""
+        return len(self.order)
+
+    def seen(self, first: int, count: int) -> list[tuple[int, int, int]]:
+        """(slot, pc, events) of the pairs first seen first..first+count-1: a paged walk's
+        positions, which new pairs only extend."""
+        return [(slot, pc, self.counts[(slot, pc)]) for slot, pc in self.order[first:first + max(0, count)]]

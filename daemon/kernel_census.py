@@ -142,34 +142,41 @@ class KernelCensus:
         self._count_unpaired(self.pending["slot"])
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
 
-    MAX_HUNG_LAUNCHES = 256     # launches listed by in_flight, oldest first
+    MAX_HUNG_LAUNCHES = 256     # launches the hang warnings look at, at most, per check
     MAX_LISTED_BLOCKS = 4096    # blocks listed per launch (the count is always exact)
 
-    def in_flight(self, now_ns: int, min_age_ns: int) -> list[dict]:
+    def in_flight(self, now_ns: int, min_age_ns: int, after: tuple[int, int] = (0, 0),
+                  limit: int = MAX_HUNG_LAUNCHES) -> list[dict]:
         """Blocks that entered and have not exited, at least min_age_ns old, per launch (grid id
-        and, for graph nodes, replay number), oldest launch first. Ages compare the device clock
-        (%globaltimer, ns since the epoch) with the host's realtime clock."""
-        if not self.exits_seen or not len(self.pending):
+        and, for graph nodes, replay number), in (grid id, replay) order from `after` on (that
+        key included), at most `limit` launches: the order a paged walk resumes in, whatever
+        exits meanwhile. Ages compare the device clock (%globaltimer, ns since the epoch) with
+        the host's realtime clock."""
+        if not self.exits_seen or not len(self.pending) or limit <= 0:
             return []
-        old = self.pending[self.pending["time"] <= now_ns - min_age_ns]
+        pending = self.pending
+        grid_after, replay_after = np.uint64(after[0]), np.uint64(after[1])
+        old = pending[(pending["time"] <= now_ns - min_age_ns) &
+                      ((pending["grid_id"] > grid_after) |
+                       ((pending["grid_id"] == grid_after) & (pending["replay"] >= replay_after)))]
         if not len(old):
             return []
         old = old[np.lexsort((old["block"], old["replay"], old["grid_id"]))]
         change = (old["grid_id"][1:] != old["grid_id"][:-1]) | (old["replay"][1:] != old["replay"][:-1])
-        starts = np.flatnonzero(np.concatenate([[True], change]))
-        ends = np.append(starts[1:], len(old))
-        oldest = np.minimum.reduceat(old["time"], starts)
+        starts = np.flatnonzero(np.concatenate([[True], change]))[:limit + 1]
+        ends = np.append(starts[1:], len(old))[:limit]
         launches = []
-        for index in np.argsort(oldest, kind="stable")[: self.MAX_HUNG_LAUNCHES].tolist():
-            mine = old[starts[index]:ends[index]]
+        for start, end in zip(starts[:limit].tolist(), ends.tolist()):
+            mine = old[start:end]
+            oldest = int(mine["time"].min())
             block = mine["block"][: self.MAX_LISTED_BLOCKS]
             blocks = list(zip((block & np.uint64(0xFFFFFFFF)).tolist(),
                               ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
                               (block >> np.uint64(48)).tolist()))
             launches.append({"grid_id": int(mine["grid_id"][0]), "replay": int(mine["replay"][0]),
                              "slot": int(mine["slot"][0]), "blocks": blocks, "block_count": len(mine),
-                             "sms": np.unique(mine["sm"]).tolist(), "oldest_enter_ns": int(oldest[index]),
-                             "age_ns": max(0, now_ns - int(oldest[index]))})
+                             "sms": np.unique(mine["sm"]).tolist(), "oldest_enter_ns": oldest,
+                             "age_ns": max(0, now_ns - oldest)})
         return launches
 
     def in_flight_summary(self, now_ns: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -32,6 +32,10 @@ QUERY_THREADS = 4
 MAX_TOP = 100_000
 DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
 MAX_KERNEL_PAGE = 20_000  # building a reply is one call that holds the GIL: ~30 ms at this size
+DEFAULT_HANG_PAGE = 64  # a launch lists up to 4,096 blocks: ~40 kB of reply at most
+MAX_HANG_PAGE = 1024
+DEFAULT_HOT_PC_PAGE = 5_000
+MAX_HOT_PC_PAGE = 20_000
 DEFAULT_GRAPH_PAGE = 32  # a 313-node graph with 16 replays in detail is ~30 kB of reply
 MAX_GRAPH_PAGE = 512
 GRAPH_PAGE_BYTES = 16 << 20  # and about this much of reply at most
@@ -46,6 +50,7 @@ def process_order(process: ObservedProcess) -> tuple[int, int]:
 
 # What a page token pages through (and its format's version), and how many positions it holds
 KERNEL_TOKEN, GRAPH_TOKEN, STEP_TOKEN = ("k1", 1), ("g1", 1), ("s1", 2)
+HANG_TOKEN, HOT_PC_TOKEN = ("h1", 2), ("p1", 1)
 
 
 def page_token_of(kind: tuple[str, int], process: ObservedProcess, *positions: int) -> str:
@@ -72,6 +77,34 @@ def position_in(process: ObservedProcess, resume: tuple[int, ...] | None) -> tup
     if resume is None or process_order(process) > resume[:2]:
         return ()
     return resume[2:] if process_order(process) == resume[:2] else None
+
+
+# Takes one process's rows into a page from a position (() for its start) and says where that
+# process goes on (None: it has no more). It decides itself how many rows still fit.
+PageTaker = Callable[[ObservedProcess, tuple[int, ...], list], tuple[int, ...] | None]
+
+
+def walk_pages(kind: tuple[str, int], targets: list[ObservedProcess], page_token: str, take: PageTaker,
+               full: Callable[[list], bool], has_rows: Callable[[ObservedProcess], bool]) -> tuple[list, str]:
+    """One page of a list that runs through processes in process_order, each from a position
+    that only grows as the process adds rows: following the tokens visits every row once.
+    Returns (rows, next_page_token); the token is empty after the last page. A page that fills
+    up at the end of a process points at the next process that has rows (`has_rows`), so a walk
+    does not end on an empty page."""
+    resume = parse_page_token(page_token, kind)
+    ordered = sorted(targets, key=process_order)
+    rows: list = []
+    for index, process in enumerate(ordered):
+        at = position_in(process, resume)
+        if at is None:
+            continue
+        goes_on = take(process, at, rows)
+        if goes_on is not None:
+            return rows, page_token_of(kind, process, *goes_on)
+        if full(rows):
+            later = next((p for p in ordered[index + 1:] if has_rows(p)), None)
+            return rows, page_token_of(kind, later, *([0] * kind[1])) if later else ""
+    return rows, ""
 
 
 def shape_report(entry: tuple | None) -> dict[str, Any]:
@@ -199,22 +232,16 @@ class ObserverService:
         if top:
             return self._top_kernels(targets, top), ""
         size = page_size or DEFAULT_KERNEL_PAGE
-        resume = parse_page_token(page_token, KERNEL_TOKEN)
-        rows: list[dict[str, Any]] = []
-        for process in targets:
-            at = position_in(process, resume)
-            if at is None:
-                continue
+
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
             first = at[0] if at else 0
             count = process.segment.kernel_count()
-            take = min(count - first, size - len(rows)) if count > first else 0
-            rows.extend(self._kernel_rows(process, list(range(first, first + take))))
-            if len(rows) >= size:
-                if first + take < count:
-                    return rows, page_token_of(KERNEL_TOKEN, process, first + take)
-                later = [p for p in targets if process_order(p) > process_order(process)]
-                return rows, page_token_of(KERNEL_TOKEN, later[0], 0) if later else ""
-        return rows, ""
+            stop = min(count, first + size - len(rows))
+            rows.extend(self._kernel_rows(process, list(range(first, stop))))
+            return (stop,) if stop < count else None
+
+        return walk_pages(KERNEL_TOKEN, targets, page_token, take, lambda rows: len(rows) >= size,
+                          lambda process: process.segment.kernel_count() > 0)
 
     def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray | None]]:
         """Per process, its per-kernel counters as one array (row = slot): what the metrics
@@ -297,32 +324,30 @@ class ObserverService:
         if not 0 <= page_size <= MAX_GRAPH_PAGE:
             raise InvalidArgument(f"page_size must be within 0..{MAX_GRAPH_PAGE}")
         size = page_size or DEFAULT_GRAPH_PAGE
-        resume = parse_page_token(page_token, GRAPH_TOKEN)
-        targets = sorted(self._targets(pids, live_only=False), key=process_order)
-        rows: list[dict[str, Any]] = []
-        reply_bytes = 0  # roughly: a page of big graphs with many replays stops short of `size`
-        for index, process in enumerate(targets):
-            at = position_in(process, resume)
-            if at is None:
-                continue
+        reply_bytes = [0]  # roughly: a page of big graphs with many replays stops short of `size`
+
+        def full(rows: list) -> bool:
+            return len(rows) >= size or reply_bytes[0] >= GRAPH_PAGE_BYTES
+
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
             first = at[0] if at else 0
             with process.lock:
                 execs = sorted(e for e in list(process.graphs.graphs) if e >= first)
             for graph_exec in execs:
-                if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
-                    return rows, page_token_of(GRAPH_TOKEN, process, graph_exec)
+                if full(rows):
+                    return (graph_exec,)
                 began = time.perf_counter()
                 with process.lock:
                     census = process.graphs.graphs.get(graph_exec)
                     if census is not None:
                         rows.append(self._graph_row(process, census, replays))
-                        reply_bytes += 64 * len(rows[-1]["nodes"]) + sum(
+                        reply_bytes[0] += 64 * len(rows[-1]["nodes"]) + sum(
                             48 + 6 * len(r["node_blocks"]) for r in rows[-1]["recent_replays"])
                 self.registry.yield_to_drain(time.perf_counter() - began)
-            if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
-                later = [p for p in targets[index + 1:] if p.graphs.graphs]
-                return rows, page_token_of(GRAPH_TOKEN, later[0], 0) if later else ""
-        return rows, ""
+            return None
+
+        return walk_pages(GRAPH_TOKEN, self._targets(pids, live_only=False), page_token, take, full,
+                          lambda process: bool(process.graphs.graphs))
 
     def _graph_row(self, process: ObservedProcess, census: Any, replays: int) -> dict[str, Any]:
         censuses = process.graphs
@@ -364,22 +389,53 @@ class ObserverService:
         path = Path(self.cubin_dir) / f"{int(entry['cubin_hash']):016x}.cubin"
         return str(path) if path.is_file() else ""
 
-    def hot_pcs(self, pids: list[int], top: int) -> tuple[list[dict[str, Any]], int, int]:
-        if not 0 <= top <= 100_000:
-            raise InvalidArgument("top must be within 0..100000")
-        rows, counted, skipped = [], 0, 0
-        for process in self._targets(pids, live_only=False):
+    def hot_pcs(self, pids: list[int], top: int, page_size: int = 0,
+                page_token: str = "") -> tuple[list[dict[str, Any]], int, int, str]:
+        """The `top` PCs by memory events in one reply; or, with top 0, every PC counted a page
+        at a time in (pid, first seen) order, which new PCs only extend. Returns (rows, events
+        counted, events skipped, next_page_token)."""
+        if not 0 <= top <= MAX_TOP:
+            raise InvalidArgument(f"top must be within 0..{MAX_TOP}")
+        if not 0 <= page_size <= MAX_HOT_PC_PAGE:
+            raise InvalidArgument(f"page_size must be within 0..{MAX_HOT_PC_PAGE}")
+        if top and page_token:
+            raise InvalidArgument("a page_token pages through every PC (top 0); it does not go with top")
+        targets = self._targets(pids, live_only=False)
+        counted = skipped = 0
+        for process in targets:
             with process.lock:
-                entries = {k["slot"]: k for k in process.segment.kernels()}
                 counted += process.hot_pcs.counted
                 skipped += process.hot_pcs.skipped
-                for slot, pc, events in process.hot_pcs.top(top or 50):
-                    entry = entries.get(slot, {})
-                    rows.append({"pid": process.pid, "slot": slot, "kernel": entry.get("demangled", f"slot {slot}"),
-                                 "mangled": entry.get("mangled", ""), "pc": pc, "events": events,
-                                 "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry)})
-        rows.sort(key=lambda r: -r["events"])
-        return rows[: top or 50], counted, skipped
+        if top:
+            rows = []
+            for process in targets:
+                with process.lock:
+                    rows.extend(self._hot_pc_rows(process, process.hot_pcs.top(top)))
+            rows.sort(key=lambda r: -r["events"])
+            return rows[:top], counted, skipped, ""
+        size = page_size or DEFAULT_HOT_PC_PAGE
+
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
+            first = at[0] if at else 0
+            with process.lock:
+                found = process.hot_pcs.seen(first, size - len(rows))
+                rows.extend(self._hot_pc_rows(process, found))
+                return (first + len(found),) if first + len(found) < process.hot_pcs.distinct else None
+
+        rows, token = walk_pages(HOT_PC_TOKEN, targets, page_token, take, lambda rows: len(rows) >= size,
+                                 lambda process: process.hot_pcs.distinct > 0)
+        return rows, counted, skipped, token
+
+    def _hot_pc_rows(self, process: ObservedProcess, found: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+        """Rows of (slot, pc, events), with the kernel each pc is in (only those kernels are read)."""
+        entries = {k["slot"]: k for k in process.segment.kernels_at(sorted({slot for slot, _, _ in found}))}
+        rows = []
+        for slot, pc, events in found:
+            entry = entries.get(slot, {})
+            rows.append({"pid": process.pid, "slot": slot, "kernel": entry.get("demangled", f"slot {slot}"),
+                         "mangled": entry.get("mangled", ""), "pc": pc, "events": events,
+                         "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry)})
+        return rows
 
     def steps(self, pids: list[int], last: int = 20, replay: int | None = None,
               page_token: str = "") -> dict[str, Any]:
@@ -434,31 +490,48 @@ class ObserverService:
             "replays": replays,
         }
 
-    def hangs(self, pids: list[int], min_age_ms: int) -> list[dict[str, Any]]:
-        """Launches with blocks in flight at least min_age_ms, oldest first; and, per process,
-        whether it can say (only a process that records block exits can)."""
+    def hangs(self, pids: list[int], min_age_ms: int, page_size: int = 0,
+              page_token: str = "") -> tuple[list[dict[str, Any]], str]:
+        """Launches with blocks in flight at least min_age_ms, a page at a time in (pid, grid id,
+        replay) order; (rows, next_page_token). A launch whose blocks exit between two pages is
+        simply not on the later one; grid ids grow, so a new launch comes after the token."""
         if not 0 <= min_age_ms <= 86_400_000:
             raise InvalidArgument("min_age_ms must be within 0..86400000")
+        if not 0 <= page_size <= MAX_HANG_PAGE:
+            raise InvalidArgument(f"page_size must be within 0..{MAX_HANG_PAGE}")
+        size = page_size or DEFAULT_HANG_PAGE
         now_ns = time.time_ns()
-        rows = []
-        for process in self._targets(pids, live_only=False):
+
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
+            after = tuple(at) if at else (0, 0)
             with process.lock:
-                names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-                dropped = process.events_dropped_per_slot()
-                owner = process.graphs.grid_owner
-                for launch in process.kernels.in_flight(now_ns, min_age_ms * 1_000_000):
-                    graph_exec = owner.get(launch["grid_id"], 0)
-                    rows.append({
-                        "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
-                        "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
-                        "replay": launch["replay"] if graph_exec else 0,
-                        "blocks": [{"x": x, "y": y, "z": z} for x, y, z in launch["blocks"]], "sms": launch["sms"],
-                        "block_count": launch["block_count"],
-                        "oldest_enter_ns": launch["oldest_enter_ns"], "age_ns": launch["age_ns"],
-                        "kernel_events_dropped": int(dropped[launch["slot"]]) if dropped is not None and
-                        launch["slot"] < len(dropped) else 0,
-                    })
-        rows.sort(key=lambda r: -r["age_ns"])
+                room = size - len(rows)
+                launches = process.kernels.in_flight(now_ns, min_age_ms * 1_000_000, after=after, limit=room + 1)
+                if not launches:
+                    return None
+                rows.extend(self._hung_rows(process, launches[:room]))
+            return (launches[room]["grid_id"], launches[room]["replay"]) if len(launches) > room else None
+
+        return walk_pages(HANG_TOKEN, self._targets(pids, live_only=False), page_token, take,
+                          lambda rows: len(rows) >= size, lambda process: process.kernels.in_flight_summary(now_ns)[0] > 0)
+
+    def _hung_rows(self, process: ObservedProcess, launches: list[dict]) -> list[dict[str, Any]]:
+        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({l["slot"] for l in launches}))}
+        dropped = process.events_dropped_per_slot()
+        owner = process.graphs.grid_owner
+        rows = []
+        for launch in launches:
+            graph_exec = owner.get(launch["grid_id"], 0)
+            rows.append({
+                "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
+                "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
+                "replay": launch["replay"] if graph_exec else 0,
+                "blocks": [{"x": x, "y": y, "z": z} for x, y, z in launch["blocks"]], "sms": launch["sms"],
+                "block_count": launch["block_count"],
+                "oldest_enter_ns": launch["oldest_enter_ns"], "age_ns": launch["age_ns"],
+                "kernel_events_dropped": int(dropped[launch["slot"]]) if dropped is not None and
+                launch["slot"] < len(dropped) else 0,
+            })
         return rows
 
     def hang_evidence(self, pids: list[int]) -> list[dict[str, Any]]:

@@ -72,3 +72,15 @@ def start_daemon(runtime_dir: Path, segment_dir: Path) -> Iterator[Callable[...,
     yield start
     for daemon in started:
         daemon.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> Iterator["WrittenProcess"]:
+    """A segment this process writes, drained and queried in-process (writer_support)."""
+    from writer_support import WrittenProcess
+
+    directory = tmp_path / "written"
+    directory.mkdir(mode=0o700)
+    process = WrittenProcess(directory)
+    yield process
+    process.close()

@@ -56,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
                     "span": micros(r.span_ns) if r.device_start_ns else "-",
                     "gap": micros(r.gap_ns) if r.gap_ns else "-"} for r in graph.recent_replays])
         print()
-    if not response.graphs:
+    if not graphs:
         print("no CUDA graph launches seen")
     return 0

@@ -41,6 +41,9 @@ def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon, trace
                            "json", "graphs"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["replays"] == str(REPLAYS)  # uint64 is a string in proto JSON
+    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "graphs"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and f"{NODES} kernel nodes, {REPLAYS} replays" in done.stdout, done.stderr
 
 
 def test_every_node_execution_is_joined_to_its_own_replays_events(start_synth, start_daemon) -> None:

@@ -8,7 +8,10 @@ import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
+
+from gpuobs.daemon.service import InvalidArgument
 
 from daemon_support import pb
 
@@ -153,3 +156,77 @@ def test_step_pages_hold_every_step_asked_for_once(start_synth, start_daemon) ->
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     done = gpuobsctl(daemon.address, "--output", "json", "steps", "--last", "600")
     assert done.returncode == 0 and len(json.loads(done.stdout)["steps"]) == 600, done.stderr
+
+
+def walk_service(list_page, page_size: int) -> tuple[list, int]:
+    """Every row of a paged service list, and the pages it took."""
+    rows, token, pages = [], "", 0
+    while True:
+        page, token = list_page(page_size, token)
+        assert len(page) <= page_size
+        rows.extend(page)
+        pages += 1
+        if not token:
+            return rows, pages
+
+
+def test_hang_pages_visit_every_hung_launch_once(written) -> None:
+    """In-process, on a written segment: 70 launches with blocks in flight, in pages of 32: each
+    once, in grid id order; a launch whose blocks exit between two pages is on neither later
+    page, and nothing else goes missing."""
+    from writer_support import device_now_ns, events
+
+    t0 = device_now_ns(seconds_ago=5)
+    done = events("block_enter", 2, grid_id=1, block_x=[0, 1], globaltimer_ns=t0)
+    written.put_events(np.concatenate([done, events("block_exit", 2, grid_id=1, block_x=[0, 1],
+                                                    globaltimer_ns=t0 + 10)]))
+    for grid_id in range(100, 170):
+        written.put_events(events("block_enter", 2, grid_id=grid_id, block_x=[0, 1], kernel_slot=grid_id % 4,
+                                  globaltimer_ns=t0 + grid_id))
+    written.drain()
+    hangs = lambda size, token: written.service.hangs([], 1000, size, token)  # noqa: E731
+    launches, pages = walk_service(hangs, 32)
+    assert [row["grid_id"] for row in launches] == list(range(100, 170)) and pages == 3
+    assert all(row["block_count"] == 2 for row in launches)
+
+    first, token = hangs(32, "")
+    written.put_events(events("block_exit", 2, grid_id=140, block_x=[0, 1], globaltimer_ns=t0 + 500))
+    written.drain()
+    rest = []
+    while token:
+        page, token = hangs(32, token)
+        rest.extend(page)
+    assert [row["grid_id"] for row in first + rest] == [g for g in range(100, 170) if g != 140]
+    with pytest.raises(InvalidArgument):
+        written.service.hangs([], 1000, page_token="k1.1.2.3")
+    with pytest.raises(InvalidArgument):
+        written.service.hangs([], 1000, page_size=5000)
+
+
+def test_hot_pc_pages_visit_every_pc_once_and_new_ones_after(written) -> None:
+    """In-process: 300 PCs in pages of 128, each once in the order first seen; PCs seen between
+    two pages come at the end of the walk; top stays one reply, most events first."""
+    from writer_support import events
+
+    pcs = np.arange(300, dtype=np.uint64) * 16 + 0x1000
+    written.put_events(events("memory_access", 300, pc=pcs, kernel_slot=1, access_bytes=4))
+    written.put_events(events("memory_access", 50, pc=pcs[7], kernel_slot=1, access_bytes=4))
+    written.drain()
+    hot = lambda size, token: written.service.hot_pcs([], 0, size, token)[::3]  # noqa: E731
+    rows, pages = walk_service(hot, 128)
+    assert [row["pc"] for row in rows] == pcs.tolist() and pages == 3
+    assert rows[7]["events"] == 51 and rows[7]["kernel"] == "kernel_1()"
+
+    first, token = hot(128, "")
+    written.put_events(events("memory_access", 2, pc=[0x10, 0x20], kernel_slot=2, access_bytes=4))
+    written.drain()
+    rest = []
+    while token:
+        page, token = hot(128, token)
+        rest.extend(page)
+    assert [row["pc"] for row in first + rest] == pcs.tolist() + [0x10, 0x20]
+    top, counted, skipped, token = written.service.hot_pcs([], 3)
+    assert [row["pc"] for row in top][:1] == [int(pcs[7])] and len(top) == 3 and not token
+    assert (counted, skipped) == (352, 0)
+    with pytest.raises(InvalidArgument):
+        written.service.hot_pcs([], 5, page_token="p1.1.0.0")
