@@ -13,6 +13,7 @@ daemon continues from the tails stored in the segments and counts nothing twice.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import os
 import threading
@@ -37,6 +38,11 @@ log = structlog.get_logger("gpuobsd.registry")
 ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
 HANG_CHECK_S = 0.5  # blocks in flight are compared with the hang threshold at most this often
 MAX_WARNED = 4096   # launches remembered as already reported, per process
+# Any local user can fill the segment directory with files named like segments: the daemon
+# remembers this many rejected ones (path and reason) and opens at most MAX_TRIES_PER_PASS
+# files it does not know per discovery pass, in turn, so junk costs bounded memory and time.
+MAX_REJECTED = 4096
+MAX_TRIES_PER_PASS = 1024
 QUERY_SHARE = 0.4    # of the daemon's time, for every query thread together
 QUERY_BURST_S = 0.5  # of query work answered at full speed after an idle spell
 
@@ -168,7 +174,10 @@ class Registry:
         self.exited_max = exited_max  # and at most this many at once, however fast they come and go
         self.clock = clock
         self.processes: dict[Path, ObservedProcess] = {}
-        self.rejected: dict[Path, str] = {}
+        self.rejected: dict[Path, str] = {}  # at most MAX_REJECTED, while the file is there
+        self.rejected_forgotten = 0  # rejections not remembered (MAX_REJECTED were): tried again in turn
+        self.unattached = 0  # files of the directory not attached, at the last discovery
+        self._tried_up_to: Path | None = None  # where the last pass's tries stopped
         self.subscribers: list[Subscriber] = []
         self.last_pass_at = clock()
         self.analysis_budget = TimeBudget(analysis_share, ANALYSIS_BURST_S if analysis_share > 0 else 0.0)
@@ -179,13 +188,14 @@ class Registry:
     # -- discovery ---------------------------------------------------------------------------
     def discover(self) -> None:
         present = set(segment_paths(self.segment_dir))
-        for path in sorted(present - self.processes.keys() - self.rejected.keys()):
+        for path in list(self.rejected):
+            if path not in present:
+                del self.rejected[path]  # gone, or replaced: look again next time
+        for path in self._in_turn(sorted(present - self.processes.keys() - self.rejected.keys())):
             try:
                 segment = Segment(path, owners=self.owners)
             except SegmentError as error:
-                reason = str(error).split(": ", 1)[-1]
-                self.rejected[path] = reason
-                log.warning("segment_rejected", path=str(path), reason=reason)
+                self._reject(path, str(error).split(": ", 1)[-1])
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
             kernels = KernelCensus(self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked")))
@@ -195,9 +205,7 @@ class Registry:
             self.processes[path] = process
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
                      label=segment.header["label"], path=str(path))
-        for path in list(self.rejected):
-            if path not in present:
-                del self.rejected[path]  # gone, or replaced: look again next time
+        self.unattached = len(present - self.processes.keys())
         now = self.clock()
         for path in list(self.processes):
             process = self.processes[path]
@@ -208,6 +216,31 @@ class Registry:
             elif now - process.gone_at >= self.exited_retention_s:
                 self._forget(process)
         self._trim_exited()
+
+    def _in_turn(self, unknown: list[Path]) -> list[Path]:
+        """At most MAX_TRIES_PER_PASS of these (sorted) files, starting after the last one tried,
+        so that every file gets its turn however many there are."""
+        if len(unknown) > MAX_TRIES_PER_PASS:
+            start = bisect.bisect_right(unknown, self._tried_up_to) if self._tried_up_to is not None else 0
+            unknown = (unknown[start:] + unknown[:start])[:MAX_TRIES_PER_PASS]
+        if unknown:
+            self._tried_up_to = unknown[-1]
+        return unknown
+
+    def _reject(self, path: Path, reason: str, *, keep: bool = False) -> None:
+        """Remembered (named in status, not opened again while it is there), or, once
+        MAX_REJECTED are, counted and tried again in its turn. `keep`: remembered whatever, the
+        longest remembered file making room (a segment the daemon must not open again)."""
+        if keep and len(self.rejected) >= MAX_REJECTED:
+            del self.rejected[next(iter(self.rejected))]
+            self.rejected_forgotten += 1
+        if len(self.rejected) < MAX_REJECTED:
+            self.rejected[path] = reason
+            log.warning("segment_rejected", path=str(path), reason=reason)
+            return
+        if not self.rejected_forgotten:
+            log.warning("rejected_segments_not_remembered", remembered=MAX_REJECTED, path=str(path), reason=reason)
+        self.rejected_forgotten += 1
 
     def _trim_exited(self) -> None:
         """At most exited_max exited processes, the oldest forgotten first."""
@@ -224,7 +257,7 @@ class Registry:
             pass
         except OSError as error:  # not ours to delete: forget it anyway, and say so
             log.warning("segment_not_deleted", pid=process.pid, path=str(process.path), error=str(error))
-            self.rejected[process.path] = "exited, retention over, not deletable"
+            self._reject(process.path, "exited, retention over, not deletable", keep=True)
         del self.processes[process.path]
         log.info("process_forgotten", pid=process.pid, path=str(process.path))
 

@@ -211,7 +211,8 @@ class ObserverService:
             # a local user can fill the directory with junk: the reply names a few, counts all
             "rejected_segments": [f"{str(path)[:256]}: {reason[:256]}" for path, reason in
                                   itertools.islice(dict(self.registry.rejected).items(), MAX_REJECTED_SHOWN)],
-            "rejected_segments_total": len(self.registry.rejected),
+            "rejected_segments_total": self.registry.unattached,
+            "rejected_segments_forgotten": self.registry.rejected_forgotten,
         }
 
     def processes(self) -> list[dict[str, Any]]:
