@@ -21,6 +21,12 @@ are folded into totals, but only once the daemon has caught up with the event ri
 a replay's events may still be in a ring when a fast program has already launched a thousand more
 replays. A daemon that never catches up folds anyway past MAX_UNSETTLED replays.
 
+Graph execs are told apart by their first-seen order (`instance`), not by their handle: the
+driver may give a destroyed exec's handle to a new one, which gets a census of its own. A
+destroyed exec's census becomes final once the daemon has caught up with the event rings
+FINAL_AFTER_S after the destroy record: its replays in detail are kept as rows, their events
+let go, its grid ids no longer looked up; at MAX_GRAPHS the oldest final census makes room.
+
 A node execution is judged by the device's own evidence, not by the mode the host saw when it
 launched the replay: a switch lands while replays are queued on the GPU, so a replay launched in
 one mode may run its nodes in another. An execution with events of its (grid id, replay) ran in
@@ -125,7 +131,11 @@ class NodeCensus:
 @dataclasses.dataclass
 class GraphCensus:
     graph_exec: int
+    instance: int = 0  # first-seen order in the process, from 1 (a reused handle gets a new one)
     alive: bool = True
+    destroyed_at: float = 0.0  # clock when its destroy record was read (or its handle was reused)
+    # destroyed and final: its replays in detail as report rows, by replay number (or -position)
+    final: dict[int, dict] | None = None
     nodes: dict[int, NodeCensus] = dataclasses.field(default_factory=dict)
     first_launch_id: int = 0
     last_launch_id: int = 0
@@ -181,54 +191,105 @@ class GraphCensus:
 class GraphCensuses:
     """All graph execs of one process."""
 
-    MAX_GRAPHS = 4096     # a process that makes more graph execs than this is summarised partly
+    MAX_GRAPHS = 4096     # censuses kept: the oldest final one makes room, else a new exec is not counted
+    FINAL_AFTER_S = 1.0   # a destroyed exec's last events are read by then (and the rings caught up)
     KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
     MAX_UNSETTLED = 8 * 1024  # replays out of the window waiting for the daemon to catch up
     SWEEP_SPANS = 1 << 16     # spans held before unclaimed ones are looked for ...
     SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
 
-    def __init__(self, budget: TimeBudget | None = None) -> None:
+    def __init__(self, budget: TimeBudget | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
+        self.clock = clock
         self.last_sweep = 0.0
-        self.graphs: dict[int, GraphCensus] = {}
-        self.graphs_dropped = 0
+        self.censuses: dict[int, GraphCensus] = {}  # by instance: every census kept, first seen first
+        self.by_exec: dict[int, GraphCensus] = {}  # the census a graph exec handle's records go to now
+        self._instances = itertools.count(1)
+        self.graphs_dropped = 0  # launch records of execs not counted (MAX_GRAPHS censuses, none final)
+        self.graphs_forgotten = 0  # final censuses let go to make room
         self.spans: dict[int, DeviceSpan] = {}
         self.span_replays: collections.Counter[int] = collections.Counter()  # low replay bits -> spans held
-        self.grid_owner: dict[int, int] = {}  # node grid id -> graph exec
+        self.grid_owner: dict[int, GraphCensus] = {}  # node grid id -> its exec's census (not final ones)
+        self._owners_version = 0  # bumped whenever grid_owner changes
         self.unsettled: collections.deque[tuple[GraphCensus, ReplayRecord]] = collections.deque()
-        # (graph exec, low replay bits) of skipped events whose replay had no record yet
+        self.destroyed: collections.deque[GraphCensus] = collections.deque()  # destroyed, not final yet
+        # (instance, low replay bits) of skipped events whose replay had no record yet
         self.skipped_ahead: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
         self._owner_arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
+        self._owner_arrays_version = 0
 
     # -- launch records ------------------------------------------------------------------------
     def _graph(self, graph_exec: int) -> GraphCensus | None:
-        census = self.graphs.get(graph_exec)
-        if census is None:
-            if len(self.graphs) >= self.MAX_GRAPHS:
-                self.graphs_dropped += 1
-                return None
-            census = self.graphs[graph_exec] = GraphCensus(graph_exec)
+        """The census this handle's records go to; a new one for a handle not seen yet."""
+        census = self.by_exec.get(graph_exec)
+        return census if census is not None else self._new_census(graph_exec)
+
+    def _new_census(self, graph_exec: int) -> GraphCensus | None:
+        if len(self.censuses) >= self.MAX_GRAPHS and not self._forget_one():
+            self.graphs_dropped += 1
+            return None
+        census = GraphCensus(graph_exec, instance=next(self._instances))
+        self.censuses[census.instance] = census
+        self.by_exec[graph_exec] = census
         return census
+
+    def _forget_one(self) -> bool:
+        """Lets the oldest final census go; False when none is final."""
+        oldest = next((census for census in self.censuses.values() if census.final is not None), None)
+        if oldest is None:
+            return False
+        del self.censuses[oldest.instance]
+        if self.by_exec.get(oldest.graph_exec) is oldest:
+            del self.by_exec[oldest.graph_exec]
+        self.graphs_forgotten += 1
+        return True
 
     def update(self, launches: np.ndarray) -> None:
         kinds = launches["kind"]
         rows = launches[(kinds >= GRAPH_NODE) & (kinds <= EXEC_DESTROYED)]
         if not len(rows):
             return
-        self._count(rows)
-        with self.budget.spending():
-            if self.budget.allows():
-                self._join_launches(rows)
-            else:
-                self._count_unjoined(rows)
+        # a creation record may start a new census for a reused handle: what comes before it
+        # belongs to the old one, so each creation starts a run of its own
+        created = np.flatnonzero(rows["kind"] == EXEC_CREATED).tolist()
+        bounds = sorted({0, *created, len(rows)})
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            run = rows[start:end]
+            self._count(run)  # exact, whatever the budget
+            with self.budget.spending():
+                if self.budget.allows():
+                    self._join_launches(run)
+                else:
+                    self._count_unjoined(run)
+
+    def _created(self, graph_exec: int) -> None:
+        """A graph exec instantiated: a census of its own, unless its handle's census has seen
+        nothing yet (a handle reused after a destroy, or whose destroy record was lost, starts
+        a new one; the old one is destroyed)."""
+        census = self.by_exec.get(graph_exec)
+        if census is not None and census.alive and not census.replays and not census.nodes:
+            return
+        if census is not None:
+            self._destroyed(census)
+        self._new_census(graph_exec)
+
+    def _destroyed(self, census: GraphCensus) -> None:
+        if census.alive:
+            census.alive = False
+            census.destroyed_at = self.clock()
+            self.destroyed.append(census)
 
     def _count(self, rows: np.ndarray) -> None:
-        """The exact census, one numpy pass: lifetimes, replays, node executions per node."""
+        """The exact census, one numpy pass: lifetimes, replays, node executions per node (of a
+        run in which only the first record may be a creation)."""
         kinds = rows["kind"]
         for kind, graph_exec in rows[(kinds == EXEC_CREATED) | (kinds == EXEC_DESTROYED)][["kind", "graph_exec"]].tolist():
-            census = self._graph(int(graph_exec))
-            if census is not None:
-                census.alive = kind == EXEC_CREATED
+            if kind == EXEC_CREATED:
+                self._created(int(graph_exec))
+            else:
+                census = self._graph(int(graph_exec))
+                if census is not None:
+                    self._destroyed(census)
         graph_launches = rows[kinds == GRAPH_LAUNCH]
         implied = (graph_launches["flags"] & GRAPH_NODES_RECORDED) == 0
         execs, counts = np.unique(graph_launches["graph_exec"], return_counts=True)
@@ -272,7 +333,9 @@ class GraphCensuses:
                 if len(entry.grid_ids) < 4 and grid_id not in entry.grid_ids:
                     entry.grid_ids.add(grid_id)
                     census.nodes_version += 1
-                self.grid_owner.setdefault(grid_id, census.graph_exec)
+                if grid_id not in self.grid_owner and census.final is None:
+                    self.grid_owner[grid_id] = census
+                    self._owners_version += 1
         # (replays kept before their exec's nodes were learned ran those nodes too: an implied
         # replay's executions are the learned ones whenever it is judged)
 
@@ -282,13 +345,13 @@ class GraphCensuses:
         pairs, counts = np.unique(np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1), axis=0,
                                   return_counts=True)
         for (graph_exec, node), count in zip(pairs.tolist(), counts.tolist()):
-            census = self.graphs.get(graph_exec)
+            census = self.by_exec.get(graph_exec)
             if census is not None and node in census.nodes:
                 census.nodes[node].unjoined += count
         launches = rows[(rows["kind"] == GRAPH_LAUNCH) & ((rows["flags"] & GRAPH_NODES_RECORDED) == 0)]
         execs, counts = np.unique(launches["graph_exec"], return_counts=True)
         for graph_exec, count in zip(execs.tolist(), counts.tolist()):
-            census = self.graphs.get(graph_exec)
+            census = self.by_exec.get(graph_exec)
             for node in census.nodes.values() if census is not None else ():
                 node.unjoined += count
 
@@ -301,7 +364,7 @@ class GraphCensuses:
             kind = int(row["kind"])
             if kind not in (GRAPH_LAUNCH, GRAPH_NODE):
                 continue
-            census = self.graphs.get(int(row["graph_exec"]))
+            census = self.by_exec.get(int(row["graph_exec"]))
             if census is None:
                 continue
             if kind == GRAPH_LAUNCH:
@@ -327,7 +390,7 @@ class GraphCensuses:
         key = record.replay if record.replay else -record.number  # unknown replays stay apart
         if key in census.recent:
             return census.recent[key]
-        if record.replay and self.skipped_ahead.pop((census.graph_exec, record.replay & REPLAY_MASK), 0) is None:
+        if record.replay and self.skipped_ahead.pop((census.instance, record.replay & REPLAY_MASK), 0) is None:
             record.tainted = True  # some of its events came, and were skipped, before it did
         census.recent[key] = record
         while len(census.recent) > self.KEEP_REPLAYS:
@@ -338,9 +401,34 @@ class GraphCensuses:
         return record
 
     def settle(self) -> None:
-        """The daemon has read every event ring to its end: replays out of the window are final."""
+        """The daemon has read every event ring to its end: replays out of the window are final,
+        and so are the execs destroyed at least FINAL_AFTER_S ago."""
         while self.unsettled:
             self._fold(*self.unsettled.popleft())
+        now = self.clock()
+        while self.destroyed and now - self.destroyed[0].destroyed_at >= self.FINAL_AFTER_S:
+            self._finalize(self.destroyed.popleft())
+
+    def _finalize(self, census: GraphCensus) -> None:
+        """A destroyed exec's results are fixed: its replays in detail become report rows, their
+        judgements go into the totals, its events held go (those no replay claims counted as
+        unmatched), and its grid ids are no longer looked up for events."""
+        rows: dict[int, dict] = {}
+        previous_end = 0
+        for record in census.recent.values():
+            row = self._replay_row(census, record, list(self.judged(census, record)), previous_end)
+            rows[record.replay or -record.number] = row
+            previous_end = row["device_end_ns"] or previous_end
+            self._fold(census, record)
+        census.recent.clear()
+        census.events_unmatched = self.unmatched_events(census)
+        for key in [key for key in self.spans if self.grid_owner.get(key >> 32) is census]:
+            self._drop_span(key)
+        for grid_id in [grid_id for node in census.nodes.values() for grid_id in node.grid_ids]:
+            if self.grid_owner.get(grid_id) is census:
+                del self.grid_owner[grid_id]
+                self._owners_version += 1
+        census.final = rows
 
     def _fold(self, census: GraphCensus, record: ReplayRecord) -> None:
         """A replay leaves the detailed window: its results go into the totals, its spans away."""
@@ -355,17 +443,23 @@ class GraphCensuses:
             if has_spans:
                 self._drop_span(execution.key(record.replay))
 
-    def replay_shape(self, graph_exec: int) -> tuple[int, int]:
-        """(kernel nodes, blocks) one replay of this exec runs, as learned so far; (0, 0) unknown."""
-        census = self.graphs.get(graph_exec)
+    def replay_shape(self, graph_exec: int) -> tuple[int, int, int]:
+        """(instance, kernel nodes, blocks) of a replay of this exec now, as learned so far; (0,
+        0, 0) for an exec not counted."""
+        census = self.by_exec.get(graph_exec)
         if census is None:
-            return 0, 0
-        return len(census.nodes), sum(node.blocks_per_execution for node in census.nodes.values())
+            return 0, 0, 0
+        return census.instance, len(census.nodes), sum(node.blocks_per_execution for node in census.nodes.values())
+
+    def graph_exec_of(self, grid_id: int) -> int:
+        """The graph exec a grid id is a node of (0: an eager launch, or an exec now final)."""
+        census = self.grid_owner.get(grid_id)
+        return census.graph_exec if census is not None else 0
 
     def executions_per_slot(self) -> dict[int, int]:
         """Per kernel slot, its launches that were graph node executions (every graph exec)."""
         out: dict[int, int] = collections.defaultdict(int)
-        for census in list(self.graphs.values()):
+        for census in list(self.censuses.values()):
             for node in list(census.nodes.values()):
                 out[node.slot] += census.executions_of(node)
         return out
@@ -376,12 +470,14 @@ class GraphCensuses:
         return self._grid_owners()[0]
 
     def _grid_owners(self) -> tuple[np.ndarray, np.ndarray]:
-        """Node grid ids, sorted, and the graph exec of each (for vectorized lookups)."""
-        if len(self._owner_arrays[0]) != len(self.grid_owner):
+        """Node grid ids, sorted, and the instance of each one's exec (for vectorized lookups)."""
+        if self._owner_arrays_version != self._owners_version:
             grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
-            owners = np.fromiter(self.grid_owner.values(), dtype=np.uint64, count=len(self.grid_owner))
+            owners = np.fromiter((census.instance for census in self.grid_owner.values()), dtype=np.uint64,
+                                 count=len(self.grid_owner))
             order = np.argsort(grid_ids)
             self._owner_arrays = (grid_ids[order], owners[order])
+            self._owner_arrays_version = self._owners_version
         return self._owner_arrays
 
     def add_events(self, events: np.ndarray) -> None:
@@ -407,21 +503,21 @@ class GraphCensuses:
         grid_ids, owners = self._grid_owners()
         owner_of = owners[np.searchsorted(grid_ids, skipped["grid_id"].astype(np.uint64))]
         pairs = np.unique(np.stack([owner_of, skipped["replay"].astype(np.uint64)], axis=1), axis=0)
-        by_exec: dict[int, set[int]] = collections.defaultdict(set)  # graph exec -> low 32 bits of replays
+        by_instance: dict[int, set[int]] = collections.defaultdict(set)  # instance -> low 32 bits of replays
         for owner, replay in pairs.tolist():
             if replay:
-                by_exec[owner].add(replay)
+                by_instance[owner].add(replay)
         found: set[tuple[int, int]] = set()
-        censuses = [self.graphs[graph_exec] for graph_exec in by_exec if graph_exec in self.graphs]
+        censuses = [self.censuses[instance] for instance in by_instance if instance in self.censuses]
         for owner, record in self._held(censuses):
-            if record.replay and record.replay & REPLAY_MASK in by_exec[owner.graph_exec]:
+            if record.replay and record.replay & REPLAY_MASK in by_instance[owner.instance]:
                 record.tainted = True
-                found.add((owner.graph_exec, record.replay & REPLAY_MASK))
+                found.add((owner.instance, record.replay & REPLAY_MASK))
         # replays whose launch record has not been read yet: tainted when it is (_keep)
-        for graph_exec, replays in by_exec.items():
+        for instance, replays in by_instance.items():
             for replay in replays:
-                if (graph_exec, replay) not in found:
-                    self.skipped_ahead[(graph_exec, replay)] = None
+                if (instance, replay) not in found:
+                    self.skipped_ahead[(instance, replay)] = None
         while len(self.skipped_ahead) > self.MAX_UNSETTLED:
             self.skipped_ahead.popitem(last=False)
 
@@ -470,13 +566,13 @@ class GraphCensuses:
         return bool(record.replay) and (record.replay & REPLAY_MASK) in self.span_replays
 
     def _claims(self, census: GraphCensus | None) -> dict[int, dict[int, ReplayRecord]]:
-        """Per graph exec, its replays still held (in a window or waiting to settle), by the low
-        32 bits of their replay number (what the device stamps)."""
-        censuses = list(self.graphs.values()) if census is None else [census]
-        claims: dict[int, dict[int, ReplayRecord]] = {c.graph_exec: {} for c in censuses}
+        """Per census (instance), its replays still held (in a window or waiting to settle), by
+        the low 32 bits of their replay number (what the device stamps)."""
+        censuses = list(self.censuses.values()) if census is None else [census]
+        claims: dict[int, dict[int, ReplayRecord]] = {c.instance: {} for c in censuses}
         for owner, record in self._held(censuses):
             if record.replay:
-                claims[owner.graph_exec][record.replay & REPLAY_MASK] = record
+                claims[owner.instance][record.replay & REPLAY_MASK] = record
         return claims
 
     def _held(self, censuses: list[GraphCensus]) -> Iterator[tuple[GraphCensus, ReplayRecord]]:
@@ -492,7 +588,7 @@ class GraphCensuses:
     def _claimed(self, key: int, claims: dict[int, dict[int, ReplayRecord]]) -> bool:
         """A span is claimed when a held replay of its grid id's exec ran a node of that grid id."""
         owner = self.grid_owner.get(key >> 32)
-        record = claims.get(owner, {}).get(key & REPLAY_MASK) if owner is not None else None
+        record = claims.get(owner.instance, {}).get(key & REPLAY_MASK) if owner is not None else None
         if record is None:
             return False
         # an implied replay ran every learned node, and this grid id is one of its exec's
@@ -503,7 +599,7 @@ class GraphCensuses:
         claims = self._claims(None)
         for key in [k for k in self.spans if not self._claimed(k, claims)]:
             span = self.spans[key]
-            owner = self.graphs.get(self.grid_owner.get(key >> 32, -1))
+            owner = self.grid_owner.get(key >> 32)
             if owner is not None:
                 owner.events_unmatched += span.events
             self._drop_span(key)
@@ -532,7 +628,7 @@ class GraphCensuses:
         """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
         claims = self._claims(census)
         held = sum(span.events for key, span in self.spans.items()
-                   if self.grid_owner.get(key >> 32) == census.graph_exec and not self._claimed(key, claims))
+                   if self.grid_owner.get(key >> 32) is census and not self._claimed(key, claims))
         return census.events_unmatched + held
 
     def _check_orders(self, census: GraphCensus, record: ReplayRecord, orders: GraphCensus | None = None) -> None:
@@ -560,16 +656,49 @@ class GraphCensuses:
         elif len(device_order) == len(orders.device_order) and device_order != orders.device_order:
             orders.device_order_stable = False
 
-    def replay_summary(self, graph_exec: int, replay: int) -> dict | None:
-        """One replay still kept in detail: its node executions, how many matched, blocks seen."""
-        census = self.graphs.get(graph_exec)
-        record = census.recent.get(replay) if census and replay else None
+    def replay_summary(self, instance: int, replay: int) -> dict | None:
+        """One replay still kept in detail (of the census `instance`): its node executions, how
+        many matched, blocks seen."""
+        census = self.censuses.get(instance)
+        if census is None or not replay:
+            return None
+        if census.final is not None:
+            row = census.final.get(replay)
+            return None if row is None else {
+                "node_executions": row["node_executions"], "nodes_matched": row["nodes_matched"],
+                "blocks_observed": sum(row["node_blocks"]), "joined": row["joined"], "mode": row["mode"]}
+        record = census.recent.get(replay)
         if record is None:
             return None
         judged = [(status, observed) for _, status, observed in self.judged(census, record)]
         return {"node_executions": len(judged), "nodes_matched": sum(status == MATCHED for status, _ in judged),
                 "blocks_observed": sum(observed for _, observed in judged),
                 "joined": not record.tainted, "mode": record.mode}
+
+    def _replay_row(self, census: GraphCensus, record: ReplayRecord,
+                    judged: list[tuple[NodeExecution, str, int]], previous_end: int) -> dict:
+        """One replay in detail, from its judged node executions (none for a replay without
+        events: its nodes then show no blocks); previous_end: the last event of the replay
+        before it, for the gap."""
+        blocks, matched, start, end = [], 0, 0, 0
+        executions = census.executions(record)
+        for execution, status, observed in judged:
+            matched += status == MATCHED
+            blocks.append(observed)
+            span = self.spans.get(execution.key(record.replay)) if record.replay else None
+            if span and span.enters:
+                start = span.first_ns if not start else min(start, span.first_ns)
+                end = max(end, span.last_ns)
+        if len(blocks) < len(executions):
+            blocks = [0] * len(executions)
+        return {
+            "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
+            "mode": record.mode, "node_executions": len(executions), "nodes_matched": matched,
+            "joined": not record.tainted,
+            "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
+            "span_ns": end - start if start else 0,
+            "gap_ns": start - previous_end if start and previous_end else 0,
+        }
 
     def report(self, census: GraphCensus, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""
@@ -579,7 +708,7 @@ class GraphCensuses:
         order_check = GraphCensus(census.graph_exec, order=list(census.order), order_stable=census.order_stable,
                                   device_order=list(census.device_order),
                                   device_order_stable=census.device_order_stable)
-        details = []
+        details = list(census.final.values()) if census.final is not None else []
         # implied replays without any event: every learned node gets the same status, added once
         eventless = {UNRECORDED: 0, UNJOINED: 0}
 
@@ -597,29 +726,12 @@ class GraphCensuses:
         previous_end = 0
         for record in census.recent.values():
             self._check_orders(census, record, order_check)
-            blocks, matched, start, end = [], 0, 0, 0
-            executions = census.executions(record)
-            for execution, status, observed in count(record):
+            judged = list(count(record))
+            for execution, status, observed in judged:
                 per_node[execution.node][status] += 1
                 per_node[execution.node]["blocks_observed"] += observed
-                matched += status == MATCHED
-                blocks.append(observed)
-                span = self.spans.get(execution.key(record.replay)) if record.replay else None
-                if span and span.enters:
-                    start = span.first_ns if not start else min(start, span.first_ns)
-                    end = max(end, span.last_ns)
-            if len(blocks) < len(executions):
-                blocks = [0] * len(executions)
-            details.append({
-                "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
-                "mode": record.mode, "node_executions": len(executions), "nodes_matched": matched,
-                "joined": not record.tainted,
-                "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
-                "span_ns": end - start if start else 0,
-                "gap_ns": start - previous_end if start and previous_end else 0,
-            })
-            if end:
-                previous_end = end
+            details.append(self._replay_row(census, record, judged, previous_end))
+            previous_end = details[-1]["device_end_ns"] or previous_end
         eventless[UNJOINED] += census.folded_unlearned
         for execution in census.learned():
             for status, replays_of_status in eventless.items():

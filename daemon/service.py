@@ -318,8 +318,9 @@ class ObserverService:
 
     def graphs(self, pids: list[int], replays: int = 16, page_size: int = 0,
                page_token: str = "") -> tuple[list[dict[str, Any]], str]:
-        """Graph execs a page at a time in (pid, graph exec) order; (rows, next_page_token). Each
-        graph is read under its process's lock alone, then the drain gets its turn."""
+        """Graph execs a page at a time in (pid, first seen) order, which new execs only extend
+        (whatever their handle); (rows, next_page_token). Each graph is read under its process's
+        lock alone, then the drain gets its turn."""
         if not 0 <= replays <= 1024:
             raise InvalidArgument("replays must be within 0..1024")
         if not 0 <= page_size <= MAX_GRAPH_PAGE:
@@ -333,13 +334,13 @@ class ObserverService:
         def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
             first = at[0] if at else 0
             with process.lock:
-                execs = sorted(e for e in list(process.graphs.graphs) if e >= first)
-            for graph_exec in execs:
+                instances = [i for i in list(process.graphs.censuses) if i >= first]  # first seen first
+            for instance in instances:
                 if full(rows):
-                    return (graph_exec,)
+                    return (instance,)
                 began = time.perf_counter()
                 with process.lock:
-                    census = process.graphs.graphs.get(graph_exec)
+                    census = process.graphs.censuses.get(instance)
                     if census is not None:
                         rows.append(self._graph_row(process, census, replays))
                         reply_bytes[0] += 64 * len(rows[-1]["nodes"]) + sum(
@@ -348,7 +349,7 @@ class ObserverService:
             return None
 
         return walk_pages(GRAPH_TOKEN, self._targets(pids, live_only=False), page_token, take, full,
-                          lambda process: bool(process.graphs.graphs))
+                          lambda process: bool(process.graphs.censuses))
 
     def _graph_row(self, process: ObservedProcess, census: Any, replays: int) -> dict[str, Any]:
         censuses = process.graphs
@@ -370,7 +371,7 @@ class ObserverService:
             })
         recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
         return {
-            "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
+            "pid": process.pid, "graph_exec": census.graph_exec, "instance": census.instance, "alive": census.alive,
             "replays": census.replays, "first_launch_id": census.first_launch_id,
             "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
             "replays_nodes_unknown": census.replays_nodes_unknown,
@@ -478,8 +479,8 @@ class ObserverService:
     @staticmethod
     def _step_row(process: ObservedProcess, step: Any, label: str) -> dict[str, Any]:
         replays = []
-        for graph_exec, number in step.replays:
-            summary = process.graphs.replay_summary(graph_exec, number) or {}
+        for graph_exec, number, instance in step.replays:
+            summary = process.graphs.replay_summary(instance, number) or {}
             if "mode" in summary:
                 summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
             replays.append({"graph_exec": graph_exec, "replay": number, **summary})
@@ -519,10 +520,9 @@ class ObserverService:
     def _hung_rows(self, process: ObservedProcess, launches: list[dict]) -> list[dict[str, Any]]:
         names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({l["slot"] for l in launches}))}
         dropped = process.events_dropped_per_slot()
-        owner = process.graphs.grid_owner
         rows = []
         for launch in launches:
-            graph_exec = owner.get(launch["grid_id"], 0)
+            graph_exec = process.graphs.graph_exec_of(launch["grid_id"])
             rows.append({
                 "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
                 "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,

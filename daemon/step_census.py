@@ -29,8 +29,9 @@ STEP_TEXT = LAUNCH_KINDS["step_text"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 EAGER = LAUNCH_KINDS["eager"]
 KERNEL_LAUNCHES = (EAGER, LAUNCH_KINDS["graph_node"])
-# (kernel nodes, blocks) one replay of a graph exec runs, as far as the graph census knows
-ReplayShape = Callable[[int], tuple[int, int]]
+# (census instance, kernel nodes, blocks) of a replay of a graph exec, as far as the graph census
+# knows (the instance tells apart execs whose handle the driver reused)
+ReplayShape = Callable[[int], tuple[int, int, int]]
 
 
 @dataclasses.dataclass
@@ -47,7 +48,7 @@ class Step:
     request_ids: list[str] = dataclasses.field(default_factory=list)
     kernel_launches: int = 0
     blocks_expected: int = 0
-    replays: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay)
+    replays: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay, instance)
 
     @property
     def ids_complete(self) -> bool:
@@ -68,7 +69,7 @@ class StepCensus:
         self._next_key = 0
         self._last_ids: list[str] = []
 
-    def update(self, rows: np.ndarray, replay_shape: ReplayShape = lambda graph_exec: (0, 0)) -> None:
+    def update(self, rows: np.ndarray, replay_shape: ReplayShape = lambda graph_exec: (0, 0, 0)) -> None:
         """One launch ring batch, in ring order (after the graph census has seen it)."""
         if not len(rows):
             return
@@ -101,8 +102,8 @@ class StepCensus:
         self.steps_seen += 1
         while len(self.steps) > self.KEEP_STEPS:
             _, old = self.steps.popitem(last=False)
-            for replay in old.replays:
-                self.replay_step.pop(replay, None)
+            for graph_exec, replay, _ in old.replays:
+                self.replay_step.pop((graph_exec, replay), None)
         if step.text_bytes == 0 and not same:
             self._last_ids = []
 
@@ -133,7 +134,7 @@ class StepCensus:
         launches = np.ones(len(relevant), dtype=np.uint64)
         blocks = relevant["grid_x"].astype(np.uint64) * relevant["grid_y"] * relevant["grid_z"]
         for index in np.flatnonzero(~is_kernel).tolist():
-            launches[index], blocks[index] = shapes[int(relevant["graph_exec"][index])]
+            _, launches[index], blocks[index] = shapes[int(relevant["graph_exec"][index])]
         if not len(self._times):
             self.launches_before_steps += int(launches.sum())
             return
@@ -149,10 +150,11 @@ class StepCensus:
         for index in np.flatnonzero(kept & ~is_kernel).tolist():
             step_key = self._keys[int(positions[index])]
             step = self.steps[step_key]
-            replay = (int(relevant["graph_exec"][index]), int(relevant["replay"][index]))
-            if len(step.replays) < self.MAX_REPLAYS_PER_STEP:
-                step.replays.append(replay)
-            self.replay_step[replay] = step_key
+            graph_exec = int(relevant["graph_exec"][index])
+            replay = (graph_exec, int(relevant["replay"][index]))
+            if len(step.replays) < self.MAX_REPLAYS_PER_STEP:  # the rest: counted in the step, not named
+                step.replays.append((*replay, shapes[graph_exec][0]))
+                self.replay_step[replay] = step_key
 
     def step_of_replay(self, replay: int) -> Step | None:
         """The step that launched this replay number (any graph exec of the process)."""

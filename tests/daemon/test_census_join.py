@@ -53,7 +53,7 @@ def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:
     events = [block_events(grid, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
               for replay in range(1, 6) for slot, (grid, blocks) in enumerate(NODES.values())]
     census.add_events(np.concatenate(events))
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (5, 10, 0)
     assert [graph.executions_of(node) for node in graph.nodes.values()] == [5, 5]
     report = census.report(graph, replays=5)
@@ -68,7 +68,7 @@ def test_replays_kept_before_the_nodes_were_learned_run_them_once_learned() -> N
     census = GraphCensuses()
     census.update(graph_launches(range(1, 2), recorded=range(0)))
     census.update(graph_launches(range(2, 4), recorded=range(2, 3)))
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (3, 6, 0)
     report = census.report(graph, replays=3)
     assert [r["node_executions"] for r in report["replays"]] == [2, 2, 2]
@@ -77,7 +77,7 @@ def test_replays_kept_before_the_nodes_were_learned_run_them_once_learned() -> N
 def test_replays_of_an_exec_never_learned_are_counted_not_guessed() -> None:
     census = GraphCensuses()
     census.update(graph_launches(range(1, 4), recorded=range(0)))
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (3, 0, 3)
 
 
@@ -93,7 +93,7 @@ def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
         # unrecorded, not judged); its events carry a replay number nobody launched: unmatched
         block_events(grid_a, 3, blocks_a, slot=0, t0=2100), block_events(grid_b, 9, blocks_b, slot=1, t0=2200),
     ]))
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     report = census.report(graph, replays=3)
     assert report["totals"] == {"matched": 4, "mismatched": 1, "unrecorded": 1, "unjoined": 0}
     assert report["events_unmatched"] == blocks_b
@@ -106,7 +106,7 @@ def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
 def test_counter_mode_replays_are_unrecorded_not_mismatched() -> None:
     census = GraphCensuses()
     census.update(graph_launches(range(1, 3), mode="counter"))
-    report = census.report(census.graphs[EXEC], replays=2)
+    report = census.report(census.by_exec[EXEC], replays=2)
     assert report["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 4, "unjoined": 0}
 
 
@@ -119,7 +119,7 @@ def test_the_devices_evidence_judges_a_replay_that_ran_in_another_mode_than_laun
                                   graph_launches(range(2, 3), mode="blocks")]))
     census.add_events(np.concatenate([block_events(grid, 1, blocks, slot=slot, t0=100 * slot)
                                       for slot, (grid, blocks) in enumerate(NODES.values())]))
-    report = census.report(census.graphs[EXEC], replays=2)
+    report = census.report(census.by_exec[EXEC], replays=2)
     assert report["totals"] == {"matched": 2, "mismatched": 0, "unrecorded": 2, "unjoined": 0}
 
 
@@ -131,7 +131,7 @@ def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
         for slot, (grid_id, blocks) in enumerate(NODES.values()):
             census.add_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
         census.settle()  # the daemon read every ring to its end
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     assert len(graph.recent) == 4 and len(census.spans) == 4 * len(NODES)
     report = census.report(graph, replays=16)
     assert report["totals"]["matched"] == 10 * len(NODES) and len(report["replays"]) == 4
@@ -166,7 +166,7 @@ def test_replays_leaving_the_window_wait_for_their_events() -> None:
         for slot, (grid_id, blocks) in enumerate(NODES.values()):
             census.add_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
     census.settle()
-    report = census.report(census.graphs[EXEC], replays=16)
+    report = census.report(census.by_exec[EXEC], replays=16)
     assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": 0}
     assert report["events_unmatched"] == 0 and not census.spans.keys() - {
         (grid_id << 32) | replay for replay in range(7, 11) for grid_id, _ in NODES.values()}
@@ -177,7 +177,7 @@ def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudge
     census.update(graph_launches(range(1, 4)))
     grid_id, blocks = NODES[0xA0]
     census.add_events(block_events(grid_id, 1, blocks, slot=0, t0=0))
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     assert (graph.replays, graph.node_executions) == (3, 3 * len(NODES))  # the census stays exact
     assert census.report(graph, replays=3)["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 0,
                                                          "unjoined": 3 * len(NODES)}
@@ -196,7 +196,7 @@ def test_a_skipped_event_batch_leaves_exactly_the_replays_it_held_unjoined() -> 
     census.update(graph_launches(range(3, 4)))
     census.add_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2, 3)
                                       for s, (g, b) in enumerate(NODES.values()) if (r, s) != (1, 0)]))
-    report = census.report(census.graphs[EXEC], replays=3)
+    report = census.report(census.by_exec[EXEC], replays=3)
     assert report["totals"] == {"matched": 2 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": len(NODES)}
     assert [r["joined"] for r in report["replays"]] == [False, True, True]
 
@@ -214,7 +214,7 @@ def test_past_two_to_the_32_replays_a_skipped_batch_still_finds_its_replays() ->
     budget.refill()
     census.add_events(np.concatenate([block_events(g, (first + 1) & 0xFFFFFFFF, b, slot=s, t0=10_000)
                                       for s, (g, b) in enumerate(NODES.values())]))
-    report = census.report(census.graphs[EXEC], replays=2)
+    report = census.report(census.by_exec[EXEC], replays=2)
     assert [(r["replay"], r["joined"], r["nodes_matched"]) for r in report["replays"]] == [
         (first, False, 0), (first + 1, True, len(NODES))]
 
@@ -225,7 +225,7 @@ def test_implied_replays_share_the_learned_nodes_and_are_judged_like_recorded_on
     execution), yet is judged node by node where it has events, and learns nodes found later."""
     census = GraphCensuses()
     census.update(graph_launches(range(1, 2001), recorded=range(1, 2)))
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     held = list(graph.recent.values()) + [record for _, record in census.unsettled]
     assert len(held) == 2000 and all(record.executions == [] for record in held if record.implied)
     assert {id(graph.executions(record)) for record in held if record.implied} == {id(graph.learned())}
@@ -249,7 +249,7 @@ def test_events_skipped_before_their_replay_is_known_leave_it_unjoined() -> None
     census.update(graph_launches(range(2, 3), recorded=range(0)))  # then its launch record
     census.add_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2)
                                       for s, (g, b) in enumerate(NODES.values()) if (r, s) != (2, 0)]))
-    report = census.report(census.graphs[EXEC], replays=2)
+    report = census.report(census.by_exec[EXEC], replays=2)
     assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": len(NODES)}
 
 
@@ -261,6 +261,86 @@ def test_replays_folded_before_their_nodes_were_learned_still_add_up() -> None:
     census.update(graph_launches(range(1, 5), recorded=range(0)))  # no node learned yet
     census.settle()  # replays 1 and 2 are folded, with no node known
     census.update(graph_launches(range(5, 6)))  # replay 5 is recorded: the nodes are learned
-    graph = census.graphs[EXEC]
+    graph = census.by_exec[EXEC]
     totals = census.report(graph, replays=2)["totals"]
     assert sum(totals.values()) == graph.node_executions == 5 * len(NODES), totals
+
+
+def lifetime(kind: str, graph_exec: int = EXEC) -> np.ndarray:
+    record = np.zeros(1, dtype=LAUNCH_DTYPE)
+    record["kind"] = LAUNCH_KINDS[f"graph_exec_{kind}"]
+    record["graph_exec"] = graph_exec
+    return record
+
+
+def other_grid_ids(launches: np.ndarray, offset: int) -> np.ndarray:
+    """The same records with the nodes' grid ids moved (another instantiation of the graph)."""
+    moved = launches.copy()
+    nodes = moved["kind"] == LAUNCH_KINDS["graph_node"]
+    moved["grid_id"][nodes] += offset
+    return moved
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_reused_exec_handle_gets_a_census_of_its_own() -> None:
+    """The driver gave a destroyed exec's handle to a new one (in one launch batch): two
+    censuses, each with its own replays, nodes and events; the old one becomes final a while
+    after its destroy, keeps its replays as rows, and its grid ids are no longer looked up."""
+    clock = Clock()
+    census = GraphCensuses(clock=clock)
+    second = other_grid_ids(graph_launches(range(3, 5)), 100)
+    census.update(np.concatenate([lifetime("created"), graph_launches(range(1, 3)), lifetime("destroyed"),
+                                  lifetime("created"), second]))
+    events = [block_events(grid + offset, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
+              for replays, offset in ((range(1, 3), 0), (range(3, 5), 100)) for replay in replays
+              for slot, (grid, blocks) in enumerate(NODES.values())]
+    census.add_events(np.concatenate(events))
+    old, new = census.censuses.values()
+    assert (old.instance, new.instance, old.graph_exec, new.graph_exec) == (1, 2, EXEC, EXEC)
+    assert census.by_exec[EXEC] is new and not old.alive and new.alive
+    assert (old.replays, new.replays) == (2, 2)
+    assert [sorted(n.grid_ids) for n in old.nodes.values()] == [[11], [12]]
+    assert [sorted(n.grid_ids) for n in new.nodes.values()] == [[111], [112]]
+    for graph in (old, new):
+        report = census.report(graph, replays=4)
+        assert report["totals"] == {"matched": 4, "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+        assert report["events_unmatched"] == 0
+    census.settle()
+    assert old.final is None  # its last events may still be in a ring
+    clock.now += GraphCensuses.FINAL_AFTER_S
+    census.settle()
+    assert old.final is not None and new.final is None
+    assert census.node_grid_ids().tolist() == [111, 112] and census.graph_exec_of(11) == 0
+    assert census.graph_exec_of(111) == EXEC
+    report = census.report(old, replays=4)
+    assert report["totals"] == {"matched": 4, "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+    assert [(r["replay"], r["nodes_matched"], r["node_blocks"]) for r in report["replays"]] == [(1, 2, [4, 3]),
+                                                                                                (2, 2, [4, 3])]
+    assert census.replay_summary(1, 2)["nodes_matched"] == 2 and census.replay_summary(2, 3)["nodes_matched"] == 2
+    assert census.replay_summary(2, 1) is None
+    assert not any(key >> 32 in (11, 12) for key in census.spans)
+
+
+def test_censuses_of_destroyed_execs_make_room_for_new_ones() -> None:
+    """A process that instantiates and destroys graph execs without end: at most MAX_GRAPHS
+    censuses, the oldest final ones let go (counted), and the grid id lookup holds only the
+    execs not final."""
+    clock = Clock()
+    census = GraphCensuses(clock=clock)
+    census.MAX_GRAPHS = 4
+    for index in range(10):
+        launches = other_grid_ids(graph_launches(range(2 * index + 1, 2 * index + 3)), 100 * index)
+        census.update(np.concatenate([lifetime("created"), launches, lifetime("destroyed")]))
+        clock.now += GraphCensuses.FINAL_AFTER_S
+        census.settle()
+        assert len(census.censuses) <= 4 and len(census.grid_owner) == 0
+    assert (census.graphs_forgotten, census.graphs_dropped) == (6, 0)
+    assert [graph.instance for graph in census.censuses.values()] == [7, 8, 9, 10]
+    assert sum(graph.executions_of(node) for graph in census.censuses.values() for node in graph.nodes.values()) == 16

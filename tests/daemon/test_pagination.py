@@ -124,6 +124,36 @@ def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
         service.close()
 
 
+def test_a_graph_exec_first_seen_after_a_page_is_on_a_later_one() -> None:
+    """Graphs page in the order first seen, not by handle: a new exec whose handle sorts below
+    the page token's (a handle the driver reused, or just a lower address) is not missed."""
+    from gpuobs.daemon.graph_census import GraphCensuses
+    from gpuobs.daemon.registry import ObservedProcess
+    from gpuobs.daemon.service import ObserverService
+    from test_census_join import graph_launches
+
+    censuses = GraphCensuses()
+    process = ObservedProcess(Path("/segments/100"), _Segment(100), graphs=censuses)
+
+    def add(graph_exec: int) -> None:
+        launches = graph_launches(range(1, 2))
+        launches["graph_exec"] = graph_exec
+        censuses.update(launches)
+
+    add(0x7000)
+    add(0x7010)
+    service = ObserverService(_Registry([process]), "/segments")
+    try:
+        rows, token = service.graphs([], 1, page_size=1)
+        add(0x10)
+        while token:
+            page, token = service.graphs([], 1, page_size=1, page_token=token)
+            rows.extend(page)
+    finally:
+        service.close()
+    assert [(row["graph_exec"], row["instance"]) for row in rows] == [(0x7000, 1), (0x7010, 2), (0x10, 3)]
+
+
 def test_step_pages_hold_every_step_asked_for_once(start_synth, start_daemon) -> None:
     """An engine's last 1,000 steps come in pages of 256, each once, in order, though the engine
     keeps stepping while they are read."""
