@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from daemon_support import DaemonProcess, free_port  # noqa: E402
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb  # noqa: E402
+from gpuobs.api.v1 import observer_pb2 as pb  # noqa: E402
 from synth_support import synth_binary  # noqa: E402
 
 import subprocess  # noqa: E402

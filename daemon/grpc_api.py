@@ -9,8 +9,8 @@ import grpc
 
 from gpuobs.segment import EVENT_DTYPE
 
-from .proto.gpuobs.v1 import observer_pb2 as pb
-from .proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 from .registry import Busy, NotFound, queue_subscriber
 from .service import InvalidArgument, ObserverService, RecordFailed
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from daemon_support import DaemonProcess, free_port, rss_mib
 from synth_support import synth_binary
 

@@ -14,7 +14,7 @@ import collections
 import re
 
 from gpuobs import _native
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.symbolize import CubinSymbols, SymbolizeError, format_location
 
 from ..arguments import pid, uint32

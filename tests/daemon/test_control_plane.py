@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from daemon_support import device_stage, gpuobsctl
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 NODES, REPLAYS = 7, 40
 

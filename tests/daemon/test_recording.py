@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.recording import Recording, RecordingError
 from gpuobs.trace_export import to_trace
 from daemon_support import gpuobsctl

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from daemon_support import gpuobsctl
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 NODES, REPLAYS = 5, 30
 

@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE
 from daemon_support import device_stage, gpuobsctl, rss_mib
 
