@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon_support import free_port
+from gpuobs_testing.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).parent / "stand_in"

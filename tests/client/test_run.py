@@ -4,8 +4,8 @@ same GPUOBS_* variables as the injector)."""
 from __future__ import annotations
 
 
-from daemon_support import gpuobsctl as run_gpuobsctl
-from synth_support import synth_binary
+from gpuobs_testing.daemon import gpuobsctl as run_gpuobsctl
+from gpuobs_testing.synth import synth_binary
 
 NO_DAEMON = "unix:///nonexistent/gpuobsd.sock"
 

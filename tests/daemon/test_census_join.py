@@ -8,41 +8,8 @@ import numpy as np
 from gpuobs.daemon.graph_census import GraphCensuses
 from gpuobs.daemon.kernel_census import KernelCensus
 from gpuobs.daemon.time_budget import TimeBudget
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
-
-EXEC = 0x7000
-NODES = {0xA0: (11, 4), 0xA1: (12, 3)}  # node -> (grid id, blocks)
-
-
-def graph_launches(replays: range, mode: str = "blocks", recorded: range | None = None) -> np.ndarray:
-    """Graph launch records of `replays`; those in `recorded` (all, by default) followed by their
-    node records, as the injector writes a replay it records node by node."""
-    rows = []
-    for replay in replays:
-        nodes = recorded is None or replay in recorded
-        rows.append(dict(kind=LAUNCH_KINDS["graph_launch"], graph_exec=EXEC, replay=replay, kernel_slot=0xFFFFFFFF,
-                         mode=MODES[mode], host_time_ns=replay * 1000, flags=GRAPH_NODES_RECORDED if nodes else 0))
-        for slot, (node, (grid_id, blocks)) in enumerate(NODES.items() if nodes else ()):
-            rows.append(dict(kind=LAUNCH_KINDS["graph_node"], graph_exec=EXEC, graph_node=node, graph_launch_id=replay,
-                             replay=replay, grid_id=grid_id, kernel_slot=slot, grid_x=blocks, grid_y=1, grid_z=1,
-                             block_x=128, block_y=1, block_z=1, mode=MODES[mode], flags=1,
-                             host_time_ns=replay * 1000 + slot))
-    array = np.zeros(len(rows), dtype=LAUNCH_DTYPE)
-    for index, row in enumerate(rows):
-        for name, value in row.items():
-            array[index][name] = value
-    return array
-
-
-def block_events(grid_id: int, replay: int, blocks: int, *, slot: int, t0: int, kind: str = "block_enter") -> np.ndarray:
-    events = np.zeros(blocks, dtype=EVENT_DTYPE)
-    events["grid_id"] = grid_id
-    events["replay"] = replay
-    events["block_x"] = np.arange(blocks)
-    events["kind"] = EVENT_KINDS[kind]
-    events["kernel_slot"] = slot
-    events["globaltimer_ns"] = t0 + np.arange(blocks) * 10
-    return events
+from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS
+from gpuobs_testing.records import EXEC, NODES, block_events, graph_launches
 
 
 def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:

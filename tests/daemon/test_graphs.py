@@ -97,7 +97,7 @@ def test_replays_argument_is_checked(start_daemon) -> None:
 def test_the_daemon_answers_while_a_graph_replays_at_full_speed(start_synth, start_daemon) -> None:
     """Joining costs Python time per node execution: beyond the analysis budget executions are
     counted unjoined, and set-mode and status keep answering within their deadlines."""
-    from daemon_support import device_stage
+    from gpuobs_testing.daemon import device_stage
 
     daemon = start_daemon()
     synth = start_synth("--mode", "blocks", "--graph-nodes", "40", "--rate", "0", "--kernels", "8",

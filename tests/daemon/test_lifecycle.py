@@ -9,7 +9,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port, pb
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs_testing.daemon import DaemonProcess, free_port
 
 
 def metrics(daemon: DaemonProcess) -> str:

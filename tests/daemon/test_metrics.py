@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prometheus_support import PrometheusServer, require
+from gpuobs_testing.prometheus import PrometheusServer, require
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpuobs.daemon.service import InvalidArgument
 
-from daemon_support import pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 
 def walk(stub, pids: list[int], page_size: int) -> tuple[list[tuple[int, int]], int]:
@@ -92,7 +92,7 @@ def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
     from gpuobs.daemon.graph_census import GraphCensuses
     from gpuobs.daemon.registry import ObservedProcess
     from gpuobs.daemon.service import InvalidArgument, ObserverService
-    from test_census_join import graph_launches
+    from gpuobs_testing.records import graph_launches
 
     processes = []
     for pid, count in ((300, 0), (100, 5), (200, 3)):
@@ -130,7 +130,7 @@ def test_a_graph_exec_first_seen_after_a_page_is_on_a_later_one() -> None:
     from gpuobs.daemon.graph_census import GraphCensuses
     from gpuobs.daemon.registry import ObservedProcess
     from gpuobs.daemon.service import ObserverService
-    from test_census_join import graph_launches
+    from gpuobs_testing.records import graph_launches
 
     censuses = GraphCensuses()
     process = ObservedProcess(Path("/segments/100"), _Segment(100), graphs=censuses)
@@ -157,7 +157,7 @@ def test_a_graph_exec_first_seen_after_a_page_is_on_a_later_one() -> None:
 def test_step_pages_hold_every_step_asked_for_once(start_synth, start_daemon) -> None:
     """An engine's last 1,000 steps come in pages of 256, each once, in order, though the engine
     keeps stepping while they are read."""
-    from daemon_support import gpuobsctl
+    from gpuobs_testing.daemon import gpuobsctl
 
     synth = start_synth("--mode", "counter", "--graph-nodes", "3", "--steps", "--rate", "20000")
     daemon = start_daemon()
@@ -204,7 +204,8 @@ def test_hang_pages_visit_every_hung_launch_once(written) -> None:
     """In-process, on a written segment: 70 launches with blocks in flight, in pages of 32: each
     once, in grid id order; a launch whose blocks exit between two pages is on neither later
     page, and nothing else goes missing."""
-    from writer_support import device_now_ns, events
+    from gpuobs_testing.records import events
+    from gpuobs_testing.written import device_now_ns
 
     t0 = device_now_ns(seconds_ago=5)
     done = events("block_enter", 2, grid_id=1, block_x=[0, 1], globaltimer_ns=t0)
@@ -236,7 +237,7 @@ def test_hang_pages_visit_every_hung_launch_once(written) -> None:
 def test_hot_pc_pages_visit_every_pc_once_and_new_ones_after(written) -> None:
     """In-process: 300 PCs in pages of 128, each once in the order first seen; PCs seen between
     two pages come at the end of the walk; top stays one reply, most events first."""
-    from writer_support import events
+    from gpuobs_testing.records import events
 
     pcs = np.arange(300, dtype=np.uint64) * 16 + 0x1000
     written.put_events(events("memory_access", 300, pc=pcs, kernel_slot=1, access_bytes=4))

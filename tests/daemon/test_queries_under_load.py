@@ -10,7 +10,9 @@ import time
 
 import grpc
 
-from daemon_support import device_stage, pb, pb_grpc
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
+from gpuobs_testing.daemon import device_stage
 
 
 def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_daemon) -> None:

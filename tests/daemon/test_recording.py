@@ -14,7 +14,7 @@ import pytest
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.recording import Recording, RecordingError
 from gpuobs.trace_export import to_trace
-from daemon_support import gpuobsctl
+from gpuobs_testing.daemon import gpuobsctl
 
 
 def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daemon, tmp_path: Path) -> None:

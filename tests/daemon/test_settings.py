@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon_support import DaemonProcess, free_port
+from gpuobs_testing.daemon import DaemonProcess, free_port
 from gpuobs.daemon import settings
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soak_support import Soak
+from gpuobs_testing.soak import Soak
 
 
 def test_a_soak_of_comings_and_goings_junk_and_fuzz(segment_dir: Path, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import json
 import grpc
 import pytest
 
-from daemon_support import gpuobsctl
+from gpuobs_testing.daemon import gpuobsctl
 from gpuobs.api.v1 import observer_pb2 as pb
 
 NODES, REPLAYS = 5, 30

@@ -11,7 +11,7 @@ import pytest
 
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE
-from daemon_support import device_stage, gpuobsctl, rss_mib
+from gpuobs_testing.daemon import device_stage, gpuobsctl, rss_mib
 
 
 def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_daemon) -> None:

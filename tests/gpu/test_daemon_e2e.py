@@ -7,7 +7,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port, gpuobsctl
+from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
 from harness import WORKLOADS, InjectedRun
 from gpuobs.api.v1 import observer_pb2 as pb
 

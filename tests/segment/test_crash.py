@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from synth_support import drain_until_exit
+from gpuobs_testing.synth import drain_until_exit
 from gpuobs.segment import Segment
 
 

@@ -7,32 +7,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from gpuobs import _native
 from gpuobs.daemon.registry import ObservedProcess, Registry
 from gpuobs.daemon.service import ObserverService
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE
-
-
-def events(kind: str, count: int, **fields: Any) -> np.ndarray:
-    """`count` event records of one kind; each field a scalar or an array of `count`."""
-    rows = np.zeros(count, dtype=EVENT_DTYPE)
-    rows["kind"] = EVENT_KINDS[kind]
-    for name, value in fields.items():
-        rows[name] = value
-    return rows
-
-
-def launch_records(rows: list[dict[str, int]]) -> np.ndarray:
-    """Launch records from dicts of their fields."""
-    array = np.zeros(len(rows), dtype=LAUNCH_DTYPE)
-    for index, row in enumerate(rows):
-        for name, value in row.items():
-            array[index][name] = value
-    return array
 
 
 class WrittenProcess:
