@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import structlog
@@ -27,10 +27,12 @@ import structlog
 from gpuobs._native import EVENT_KIND_COUNT
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
-from .graph_census import GraphCensuses
+from .analysis import Analysis
+from .analysis_budget import AnalysisBudget
+from .block_pairing import BlockPairing
+from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
-from .kernel_census import ANALYSIS_BURST_S, KernelCensus
-from .step_census import StepCensus
+from .step_attribution import StepAttribution
 from .time_budget import TimeBudget
 
 log = structlog.get_logger("gpuobsd.registry")
@@ -130,6 +132,28 @@ def queue_subscriber(pids: frozenset[int], max_batches: int, *,
 
 
 @dataclasses.dataclass
+class ProcessAnalyses:
+    """The analyses of one process, in the order the drain feeds them: the graph join first,
+    whose node grid ids and replay shapes the others read."""
+
+    graph_join: GraphJoin
+    block_pairing: BlockPairing
+    steps: StepAttribution
+    hot_pcs: HotPcs
+
+    @classmethod
+    def create(cls, budget: TimeBudget | None = None, *, exits_hooked: bool = False) -> "ProcessAnalyses":
+        """Every analysis of a new process, sharing `budget` (all processes share one)."""
+        budget = budget or AnalysisBudget()
+        graph_join = GraphJoin(budget)
+        return cls(graph_join, BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
+                   StepAttribution(graph_join.replay_shape), HotPcs(budget))
+
+    def __iter__(self) -> Iterator[Analysis]:
+        return (getattr(self, field.name) for field in dataclasses.fields(self))
+
+
+@dataclasses.dataclass
 class ObservedProcess:
     path: Path
     segment: Segment
@@ -139,13 +163,10 @@ class ObservedProcess:
     last_errors: tuple[str, ...] = ()
     last_check: float = 0.0
     last_accounting: Accounting | None = None
-    graphs: GraphCensuses = dataclasses.field(default_factory=GraphCensuses)
-    kernels: KernelCensus = dataclasses.field(default_factory=KernelCensus)  # the registry passes its budget
+    analyses: ProcessAnalyses = dataclasses.field(default_factory=ProcessAnalyses.create)  # the registry passes its budget
     hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
     seen_dead: bool = False  # the producer was found dead on an idle pass
     gone_at: float = 0.0  # registry clock at the final drain
-    hot_pcs: HotPcs = dataclasses.field(default_factory=HotPcs)  # the registry passes its budget
-    steps: StepCensus = dataclasses.field(default_factory=StepCensus)
     # the drain (one pass of this process) and each query (one view of it) hold it; reentrant
     # because a view may call a helper that takes it again
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
@@ -180,7 +201,7 @@ class Registry:
         self._tried_up_to: Path | None = None  # where the last pass's tries stopped
         self.subscribers: list[Subscriber] = []
         self.last_pass_at = clock()
-        self.analysis_budget = TimeBudget(analysis_share, ANALYSIS_BURST_S if analysis_share > 0 else 0.0)
+        self.analysis_budget = AnalysisBudget(analysis_share)
         self.hang_threshold_s = hang_threshold_s
         self.last_hang_check = 0.0
         self.query_budget = TimeBudget(QUERY_SHARE, QUERY_BURST_S)
@@ -198,9 +219,9 @@ class Registry:
                 self._reject(path, str(error).split(": ", 1)[-1])
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
-            kernels = KernelCensus(self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked")))
-            process = ObservedProcess(path, segment, kernels=kernels, graphs=GraphCensuses(self.analysis_budget),
-                                      hot_pcs=HotPcs(self.analysis_budget))
+            analyses = ProcessAnalyses.create(self.analysis_budget,
+                                              exits_hooked=bool(segment.header.get("block_exits_hooked")))
+            process = ObservedProcess(path, segment, analyses=analyses)
             self._check(process, self.clock())  # a status seeing the process sees its accounting too
             self.processes[path] = process
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
@@ -295,7 +316,7 @@ class Registry:
                 self._report_hangs_of(process, now_ns)
 
     def _report_hangs_of(self, process: ObservedProcess, now_ns: int) -> None:
-        suspects = process.kernels.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
+        suspects = process.analyses.block_pairing.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
         if not suspects:
             return
         names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
@@ -332,8 +353,8 @@ class Registry:
                 break
             read += len(launches)
             with process.lock:  # per batch: a query waits for one batch's analysis at most
-                process.graphs.update(launches)
-                process.steps.update(launches, process.graphs.replay_shape)
+                for analysis in process.analyses:
+                    analysis.on_launches(launches)
             self._publish("launches", process.pid, launches)
         caught_up = True
         for ring in range(segment.event_rings):
@@ -344,15 +365,15 @@ class Registry:
                 read += len(batch)
                 kind_counts = np.bincount(batch["kind"], minlength=EVENT_KIND_COUNT)  # one pass, shared
                 with process.lock:
-                    process.graphs.add_events(batch)
-                    process.kernels.add_events(batch, process.graphs.node_grid_ids(), kind_counts)
-                    process.hot_pcs.add_events(batch, kind_counts)
+                    for analysis in process.analyses:
+                        analysis.on_events(batch, kind_counts)
                 self._publish("events", process.pid, batch)
             else:
                 caught_up = False  # max_batches read and maybe more waiting
         if caught_up:
             with process.lock:
-                process.graphs.settle()
+                for analysis in process.analyses:
+                    analysis.settle()
         if read == 0 and not exited and not segment.reader.producer_alive():
             # died without marking the segment: its last claims are settled by the torn timeout,
             # so look again on the next pass before declaring it drained

@@ -4,6 +4,7 @@ raise typed errors. The transport layer maps them to messages and status codes."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import itertools
 import os
@@ -19,8 +20,9 @@ from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH
 
 from gpuobs.recording import RecordingWriter
 
+from .graph_join import GraphExec
 from .registry import Busy, NotFound, ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
-from .step_census import StepCensus
+from .step_attribution import StepAttribution
 
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
@@ -199,7 +201,7 @@ class ObserverService:
             "ring_fill_ratio": fill,
             "accounting_errors": process.accounting_errors,
             "injector": injector_stats(counters),
-            "engine_steps": process.steps.steps_seen,
+            "engine_steps": process.analyses.steps.report().steps,
         }
 
     def status(self) -> dict[str, Any]:
@@ -285,7 +287,7 @@ class ObserverService:
         the drain takes the same lock per batch, and wants the GIL this thread holds."""
         rows: list[dict[str, Any]] = []
         with process.lock:
-            graph_launches = dict(process.graphs.executions_per_slot())
+            graph_launches = process.analyses.graph_join.report().executions_per_slot
         for first in range(0, len(slots), ROWS_PER_CHUNK):
             began = time.perf_counter()
             chunk = slots[first:first + ROWS_PER_CHUNK]
@@ -300,7 +302,7 @@ class ObserverService:
             block_events = [int(aggregates[e["slot"] - low, BLOCK_ENTER] + aggregates[e["slot"] - low, BLOCK_EXIT])
                             for e in entries]
             with process.lock:
-                reports = process.kernels.reports([e["slot"] for e in entries], block_events)
+                reports = process.analyses.block_pairing.block_durations([e["slot"] for e in entries], block_events)
             for entry, report in zip(entries, reports):
                 slot = entry["slot"]
                 row = counters[slot - low]
@@ -334,35 +336,34 @@ class ObserverService:
         def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
             first = at[0] if at else 0
             with process.lock:
-                instances = [i for i in list(process.graphs.censuses) if i >= first]  # first seen first
+                instances = [i for i in list(process.analyses.graph_join.execs) if i >= first]  # first seen first
             for instance in instances:
                 if full(rows):
                     return (instance,)
                 began = time.perf_counter()
                 with process.lock:
-                    census = process.graphs.censuses.get(instance)
-                    if census is not None:
-                        rows.append(self._graph_row(process, census, replays))
+                    graph = process.analyses.graph_join.execs.get(instance)
+                    if graph is not None:
+                        rows.append(self._graph_row(process, graph, replays))
                         reply_bytes[0] += 64 * len(rows[-1]["nodes"]) + sum(
                             48 + 6 * len(r["node_blocks"]) for r in rows[-1]["recent_replays"])
                 self.registry.yield_to_drain(time.perf_counter() - began)
             return None
 
         return walk_pages(GRAPH_TOKEN, self._targets(pids, live_only=False), page_token, take, full,
-                          lambda process: bool(process.graphs.censuses))
+                          lambda process: bool(process.analyses.graph_join.execs))
 
-    def _graph_row(self, process: ObservedProcess, census: Any, replays: int) -> dict[str, Any]:
-        censuses = process.graphs
-        report = censuses.report(census, replays)
-        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({n.slot for n in census.nodes.values()}))}
+    def _graph_row(self, process: ObservedProcess, graph: GraphExec, replays: int) -> dict[str, Any]:
+        report = process.analyses.graph_join.exec_report(graph, replays)
+        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({n.slot for n in graph.nodes.values()}))}
         order = report["order"]
         position = {node: index for index, node in enumerate(order)}
         nodes = []
-        for n in sorted(census.nodes.values(), key=lambda n: position.get(n.node, len(order))):
+        for n in sorted(graph.nodes.values(), key=lambda n: position.get(n.node, len(order))):
             counts = report["per_node"][n.node]
             nodes.append({
                 "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
-                "grid": list(n.grid), "block": list(n.block), "executions": census.executions_of(n),
+                "grid": list(n.grid), "block": list(n.block), "executions": graph.executions_of(n),
                 "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
                 "position": position.get(n.node, len(order)),
                 "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
@@ -371,10 +372,10 @@ class ObserverService:
             })
         recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
         return {
-            "pid": process.pid, "graph_exec": census.graph_exec, "instance": census.instance, "alive": census.alive,
-            "replays": census.replays, "first_launch_id": census.first_launch_id,
-            "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
-            "replays_nodes_unknown": census.replays_nodes_unknown,
+            "pid": process.pid, "graph_exec": graph.graph_exec, "instance": graph.instance, "alive": graph.alive,
+            "replays": graph.replays, "first_launch_id": graph.first_launch_id,
+            "last_launch_id": graph.last_launch_id, "node_executions": graph.node_executions,
+            "replays_nodes_unknown": graph.replays_nodes_unknown,
             "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
             "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
             "executions_matched": report["totals"]["matched"],
@@ -406,13 +407,13 @@ class ObserverService:
         counted = skipped = 0
         for process in targets:
             with process.lock:
-                counted += process.hot_pcs.counted
-                skipped += process.hot_pcs.skipped
+                counted += process.analyses.hot_pcs.counted
+                skipped += process.analyses.hot_pcs.skipped
         if top:
             rows = []
             for process in targets:
                 with process.lock:
-                    rows.extend(self._hot_pc_rows(process, process.hot_pcs.top(top)))
+                    rows.extend(self._hot_pc_rows(process, process.analyses.hot_pcs.top(top)))
             rows.sort(key=lambda r: -r["events"])
             return rows[:top], counted, skipped, ""
         size = page_size or DEFAULT_HOT_PC_PAGE
@@ -420,12 +421,12 @@ class ObserverService:
         def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
             first = at[0] if at else 0
             with process.lock:
-                found = process.hot_pcs.seen(first, size - len(rows))
+                found = process.analyses.hot_pcs.seen(first, size - len(rows))
                 rows.extend(self._hot_pc_rows(process, found))
-                return (first + len(found),) if first + len(found) < process.hot_pcs.distinct else None
+                return (first + len(found),) if first + len(found) < process.analyses.hot_pcs.distinct else None
 
         rows, token = walk_pages(HOT_PC_TOKEN, targets, page_token, take, lambda rows: len(rows) >= size,
-                                 lambda process: process.hot_pcs.distinct > 0)
+                                 lambda process: process.analyses.hot_pcs.distinct > 0)
         return rows, counted, skipped, token
 
     def _hot_pc_rows(self, process: ObservedProcess, found: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
@@ -442,25 +443,24 @@ class ObserverService:
     def steps(self, pids: list[int], last: int = 20, replay: int | None = None,
               page_token: str = "") -> dict[str, Any]:
         """The last engine steps of each process (or the one that launched `replay`), with the
-        replays they launched and what the graph census joined to those; STEPS_PAGE at most per
+        replays they launched and what the graph join joined to those; STEPS_PAGE at most per
         reply, the rest behind next_page_token (which fixes each process's newest step at the
         page where its steps begin, so a busy engine does not make the walk endless)."""
-        if not 0 < last <= StepCensus.KEEP_STEPS:
-            raise InvalidArgument(f"last must be within 1..{StepCensus.KEEP_STEPS}")
+        if not 0 < last <= StepAttribution.KEEP_STEPS:
+            raise InvalidArgument(f"last must be within 1..{StepAttribution.KEEP_STEPS}")
         resume = parse_page_token(page_token, STEP_TOKEN)
         rows, totals, token = [], [], ""
         for process in sorted(self._targets(pids, live_only=False), key=process_order):
             with process.lock:
-                census = process.steps
-                totals.append({"pid": process.pid, "steps": census.steps_seen,
-                               "launches_before_steps": census.launches_before_steps})
+                steps = process.analyses.steps
+                totals.append({"pid": process.pid, **dataclasses.asdict(steps.report())})
                 at = position_in(process, resume)
                 if token or at is None:
                     continue
-                keys = list(census.steps)
+                keys = list(steps.steps)
                 if replay is not None:
-                    found = census.step_of_replay(replay)
-                    keys = [k for k, s in census.steps.items() if s is found] if found else []
+                    found = steps.step_of_replay(replay)
+                    keys = [k for k, s in steps.steps.items() if s is found] if found else []
                 elif at:
                     keys = [k for k in keys if at[0] <= k <= at[1]]
                 else:
@@ -471,7 +471,7 @@ class ObserverService:
                     keys = keys[:room]
                 label = process.segment.reader.header()["label"]
                 for key in keys:
-                    rows.append(self._step_row(process, census.steps[key], label))
+                    rows.append(self._step_row(process, steps.steps[key], label))
         if replay is not None and not rows:
             raise NotFound(f"no step of the targeted processes launched replay {replay} (or it is no longer kept)")
         return {"steps": rows, "totals": totals, "next_page_token": token}
@@ -480,7 +480,7 @@ class ObserverService:
     def _step_row(process: ObservedProcess, step: Any, label: str) -> dict[str, Any]:
         replays = []
         for graph_exec, number, instance in step.replays:
-            summary = process.graphs.replay_summary(instance, number) or {}
+            summary = process.analyses.graph_join.replay_summary(instance, number) or {}
             if "mode" in summary:
                 summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
             replays.append({"graph_exec": graph_exec, "replay": number, **summary})
@@ -508,21 +508,21 @@ class ObserverService:
             after = tuple(at) if at else (0, 0)
             with process.lock:
                 room = size - len(rows)
-                launches = process.kernels.in_flight(now_ns, min_age_ms * 1_000_000, after=after, limit=room + 1)
+                launches = process.analyses.block_pairing.in_flight(now_ns, min_age_ms * 1_000_000, after=after, limit=room + 1)
                 if not launches:
                     return None
                 rows.extend(self._hung_rows(process, launches[:room]))
             return (launches[room]["grid_id"], launches[room]["replay"]) if len(launches) > room else None
 
         return walk_pages(HANG_TOKEN, self._targets(pids, live_only=False), page_token, take,
-                          lambda rows: len(rows) >= size, lambda process: process.kernels.in_flight_summary(now_ns)[0] > 0)
+                          lambda rows: len(rows) >= size, lambda process: process.analyses.block_pairing.report().blocks > 0)
 
     def _hung_rows(self, process: ObservedProcess, launches: list[dict]) -> list[dict[str, Any]]:
         names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({l["slot"] for l in launches}))}
         dropped = process.events_dropped_per_slot()
         rows = []
         for launch in launches:
-            graph_exec = process.graphs.graph_exec_of(launch["grid_id"])
+            graph_exec = process.analyses.graph_join.graph_exec_of(launch["grid_id"])
             rows.append({
                 "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
                 "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
@@ -541,8 +541,9 @@ class ObserverService:
         out = []
         for process in self._targets(pids, live_only=False):
             with process.lock:
-                count, age = process.kernels.in_flight_summary(now_ns)
-                out.append({"pid": process.pid, "exits_hooked": process.kernels.exits_seen, "blocks_in_flight": count,
+                in_flight = process.analyses.block_pairing.report()
+                count, age = in_flight.blocks, max(0, now_ns - in_flight.oldest_enter_ns) if in_flight.blocks else 0
+                out.append({"pid": process.pid, "exits_hooked": in_flight.exits_hooked, "blocks_in_flight": count,
                             "oldest_age_ns": age, "alive": process.alive})
         return out
 

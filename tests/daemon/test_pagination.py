@@ -89,19 +89,16 @@ def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
     """In-process: three processes with 0, 5 and 3 graph execs, in pages of 2: every graph exec
     once, in (pid, graph exec) order, wherever a page ends (inside a process or at its end);
     a token of another kind is refused."""
-    from gpuobs.daemon.graph_census import GraphCensuses
-    from gpuobs.daemon.registry import ObservedProcess
+    from gpuobs.daemon.registry import ObservedProcess, ProcessAnalyses
     from gpuobs.daemon.service import InvalidArgument, ObserverService
     from gpuobs_testing.records import graph_launches
 
     processes = []
     for pid, count in ((300, 0), (100, 5), (200, 3)):
-        censuses = GraphCensuses()
+        analyses = ProcessAnalyses.create()
         for index in range(count):
-            launches = graph_launches(range(1, 3))
-            launches["graph_exec"] = 0x7000 + 16 * index
-            censuses.update(launches)
-        process = ObservedProcess(Path(f"/segments/{pid}"), _Segment(pid), graphs=censuses)
+            analyses.graph_join.on_launches(graph_launches(range(1, 3), graph_exec=0x7000 + 16 * index))
+        process = ObservedProcess(Path(f"/segments/{pid}"), _Segment(pid), analyses=analyses)
         processes.append(process)
     service = ObserverService(_Registry(processes), "/segments")
     try:
@@ -127,18 +124,15 @@ def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
 def test_a_graph_exec_first_seen_after_a_page_is_on_a_later_one() -> None:
     """Graphs page in the order first seen, not by handle: a new exec whose handle sorts below
     the page token's (a handle the driver reused, or just a lower address) is not missed."""
-    from gpuobs.daemon.graph_census import GraphCensuses
-    from gpuobs.daemon.registry import ObservedProcess
+    from gpuobs.daemon.registry import ObservedProcess, ProcessAnalyses
     from gpuobs.daemon.service import ObserverService
     from gpuobs_testing.records import graph_launches
 
-    censuses = GraphCensuses()
-    process = ObservedProcess(Path("/segments/100"), _Segment(100), graphs=censuses)
+    analyses = ProcessAnalyses.create()
+    process = ObservedProcess(Path("/segments/100"), _Segment(100), analyses=analyses)
 
     def add(graph_exec: int) -> None:
-        launches = graph_launches(range(1, 2))
-        launches["graph_exec"] = graph_exec
-        censuses.update(launches)
+        analyses.graph_join.on_launches(graph_launches(range(1, 2), graph_exec=graph_exec))
 
     add(0x7000)
     add(0x7010)

@@ -1,4 +1,4 @@
-"""Per process, what its CUDA graphs did: graph execs, replays and node executions from the
+"""The graph join: per process, what its CUDA graphs did: graph execs, replays and node executions from the
 launch records, each node execution joined to its device block events.
 
 The injector makes one host callback per replay (a graph launch record) and none per node,
@@ -22,10 +22,10 @@ a replay's events may still be in a ring when a fast program has already launche
 replays. A daemon that never catches up folds anyway past MAX_UNSETTLED replays.
 
 Graph execs are told apart by their first-seen order (`instance`), not by their handle: the
-driver may give a destroyed exec's handle to a new one, which gets a census of its own. A
-destroyed exec's census becomes final once the daemon has caught up with the event rings
+driver may give a destroyed exec's handle to a new one, which gets a GraphExec of its own. A
+destroyed exec's GraphExec becomes final once the daemon has caught up with the event rings
 FINAL_AFTER_S after the destroy record: its replays in detail are kept as rows, their events
-let go, its grid ids no longer looked up; at MAX_GRAPHS the oldest final census makes room.
+let go, its grid ids no longer looked up; at MAX_GRAPHS the oldest final one makes room.
 
 A node execution is judged by the device's own evidence, not by the mode the host saw when it
 launched the replay: a switch lands while replays are queued on the GPU, so a replay launched in
@@ -47,13 +47,14 @@ import collections
 import dataclasses
 import itertools
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS
 
-from .kernel_census import ANALYSIS_BURST_S, ANALYSIS_SHARE
+from .analysis import Analysis
+from .analysis_budget import AnalysisBudget
 from .time_budget import TimeBudget
 
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
@@ -103,7 +104,7 @@ class ReplayRecord:
     host_time_ns: int
     mode: int
     executions: list[NodeExecution] = dataclasses.field(default_factory=list)  # its node records
-    implied: bool = False  # no node records: it ran the exec's learned nodes (GraphCensus.learned)
+    implied: bool = False  # no node records: it ran the exec's learned nodes (GraphExec.learned)
     tainted: bool = False  # some of its events were in a batch the budget skipped: not judged
     number: int = dataclasses.field(default_factory=lambda: next(_record_numbers))  # creation order
 
@@ -129,7 +130,7 @@ class NodeCensus:
 
 
 @dataclasses.dataclass
-class GraphCensus:
+class GraphExec:
     graph_exec: int
     instance: int = 0  # first-seen order in the process, from 1 (a reused handle gets a new one)
     alive: bool = True
@@ -188,10 +189,21 @@ class GraphCensus:
         return node.executions + self.replays_implied
 
 
-class GraphCensuses:
+@dataclasses.dataclass(frozen=True)
+class GraphJoinReport:
+    """The graph execs of one process as a whole: per kernel slot its launches that were graph
+    node executions; execs kept, not counted (MAX_GRAPHS) and let go."""
+
+    executions_per_slot: dict[int, int]
+    execs: int
+    execs_dropped: int
+    execs_forgotten: int
+
+
+class GraphJoin(Analysis):
     """All graph execs of one process."""
 
-    MAX_GRAPHS = 4096     # censuses kept: the oldest final one makes room, else a new exec is not counted
+    MAX_GRAPHS = 4096     # execs kept: the oldest final one makes room, else a new exec is not counted
     FINAL_AFTER_S = 1.0   # a destroyed exec's last events are read by then (and the rings caught up)
     KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
     MAX_UNSETTLED = 8 * 1024  # replays out of the window waiting for the daemon to catch up
@@ -199,57 +211,57 @@ class GraphCensuses:
     SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
 
     def __init__(self, budget: TimeBudget | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
+        self.budget = budget or AnalysisBudget()
         self.clock = clock
         self.last_sweep = 0.0
-        self.censuses: dict[int, GraphCensus] = {}  # by instance: every census kept, first seen first
-        self.by_exec: dict[int, GraphCensus] = {}  # the census a graph exec handle's records go to now
+        self.execs: dict[int, GraphExec] = {}  # by instance: every exec kept, first seen first
+        self.by_handle: dict[int, GraphExec] = {}  # the exec a handle's records go to now
         self._instances = itertools.count(1)
-        self.graphs_dropped = 0  # launch records of execs not counted (MAX_GRAPHS censuses, none final)
-        self.graphs_forgotten = 0  # final censuses let go to make room
+        self.graphs_dropped = 0  # launch records of execs not counted (MAX_GRAPHS kept, none final)
+        self.graphs_forgotten = 0  # final execs let go to make room
         self.spans: dict[int, DeviceSpan] = {}
         self.span_replays: collections.Counter[int] = collections.Counter()  # low replay bits -> spans held
-        self.grid_owner: dict[int, GraphCensus] = {}  # node grid id -> its exec's census (not final ones)
+        self.grid_owner: dict[int, GraphExec] = {}  # node grid id -> its exec (not final ones)
         self._owners_version = 0  # bumped whenever grid_owner changes
-        self.unsettled: collections.deque[tuple[GraphCensus, ReplayRecord]] = collections.deque()
-        self.destroyed: collections.deque[GraphCensus] = collections.deque()  # destroyed, not final yet
+        self.unsettled: collections.deque[tuple[GraphExec, ReplayRecord]] = collections.deque()
+        self.destroyed: collections.deque[GraphExec] = collections.deque()  # destroyed, not final yet
         # (instance, low replay bits) of skipped events whose replay had no record yet
         self.skipped_ahead: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
         self._owner_arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
         self._owner_arrays_version = 0
 
     # -- launch records ------------------------------------------------------------------------
-    def _graph(self, graph_exec: int) -> GraphCensus | None:
-        """The census this handle's records go to; a new one for a handle not seen yet."""
-        census = self.by_exec.get(graph_exec)
-        return census if census is not None else self._new_census(graph_exec)
+    def _graph(self, graph_exec: int) -> GraphExec | None:
+        """The exec this handle's records go to; a new one for a handle not seen yet."""
+        graph = self.by_handle.get(graph_exec)
+        return graph if graph is not None else self._new_exec(graph_exec)
 
-    def _new_census(self, graph_exec: int) -> GraphCensus | None:
-        if len(self.censuses) >= self.MAX_GRAPHS and not self._forget_one():
+    def _new_exec(self, graph_exec: int) -> GraphExec | None:
+        if len(self.execs) >= self.MAX_GRAPHS and not self._forget_one():
             self.graphs_dropped += 1
             return None
-        census = GraphCensus(graph_exec, instance=next(self._instances))
-        self.censuses[census.instance] = census
-        self.by_exec[graph_exec] = census
-        return census
+        graph = GraphExec(graph_exec, instance=next(self._instances))
+        self.execs[graph.instance] = graph
+        self.by_handle[graph_exec] = graph
+        return graph
 
     def _forget_one(self) -> bool:
-        """Lets the oldest final census go; False when none is final."""
-        oldest = next((census for census in self.censuses.values() if census.final is not None), None)
+        """Lets the oldest final exec go; False when none is final."""
+        oldest = next((graph for graph in self.execs.values() if graph.final is not None), None)
         if oldest is None:
             return False
-        del self.censuses[oldest.instance]
-        if self.by_exec.get(oldest.graph_exec) is oldest:
-            del self.by_exec[oldest.graph_exec]
+        del self.execs[oldest.instance]
+        if self.by_handle.get(oldest.graph_exec) is oldest:
+            del self.by_handle[oldest.graph_exec]
         self.graphs_forgotten += 1
         return True
 
-    def update(self, launches: np.ndarray) -> None:
+    def on_launches(self, launches: np.ndarray) -> None:
         kinds = launches["kind"]
         rows = launches[(kinds >= GRAPH_NODE) & (kinds <= EXEC_DESTROYED)]
         if not len(rows):
             return
-        # a creation record may start a new census for a reused handle: what comes before it
+        # a creation record may start a new exec for a reused handle: what comes before it
         # belongs to the old one, so each creation starts a run of its own
         created = np.flatnonzero(rows["kind"] == EXEC_CREATED).tolist()
         bounds = sorted({0, *created, len(rows)})
@@ -263,21 +275,21 @@ class GraphCensuses:
                     self._count_unjoined(run)
 
     def _created(self, graph_exec: int) -> None:
-        """A graph exec instantiated: a census of its own, unless its handle's census has seen
+        """A graph exec instantiated: a GraphExec of its own, unless its handle's has seen
         nothing yet (a handle reused after a destroy, or whose destroy record was lost, starts
         a new one; the old one is destroyed)."""
-        census = self.by_exec.get(graph_exec)
-        if census is not None and census.alive and not census.replays and not census.nodes:
+        graph = self.by_handle.get(graph_exec)
+        if graph is not None and graph.alive and not graph.replays and not graph.nodes:
             return
-        if census is not None:
-            self._destroyed(census)
-        self._new_census(graph_exec)
+        if graph is not None:
+            self._destroyed(graph)
+        self._new_exec(graph_exec)
 
-    def _destroyed(self, census: GraphCensus) -> None:
-        if census.alive:
-            census.alive = False
-            census.destroyed_at = self.clock()
-            self.destroyed.append(census)
+    def _destroyed(self, graph: GraphExec) -> None:
+        if graph.alive:
+            graph.alive = False
+            graph.destroyed_at = self.clock()
+            self.destroyed.append(graph)
 
     def _count(self, rows: np.ndarray) -> None:
         """The exact census, one numpy pass: lifetimes, replays, node executions per node (of a
@@ -287,18 +299,18 @@ class GraphCensuses:
             if kind == EXEC_CREATED:
                 self._created(int(graph_exec))
             else:
-                census = self._graph(int(graph_exec))
-                if census is not None:
-                    self._destroyed(census)
+                graph = self._graph(int(graph_exec))
+                if graph is not None:
+                    self._destroyed(graph)
         graph_launches = rows[kinds == GRAPH_LAUNCH]
         implied = (graph_launches["flags"] & GRAPH_NODES_RECORDED) == 0
         execs, counts = np.unique(graph_launches["graph_exec"], return_counts=True)
         implied_counts = dict(zip(*np.unique(graph_launches["graph_exec"][implied], return_counts=True)))
         for graph_exec, count in zip(execs.tolist(), counts.tolist()):
-            census = self._graph(graph_exec)
-            if census is not None:
-                census.replays_seen += count
-                census.replays_implied += int(implied_counts.get(graph_exec, 0))
+            graph = self._graph(graph_exec)
+            if graph is not None:
+                graph.replays_seen += count
+                graph.replays_implied += int(implied_counts.get(graph_exec, 0))
         nodes = rows[kinds == GRAPH_NODE]
         if not len(nodes):
             return
@@ -314,27 +326,27 @@ class GraphCensuses:
         for start, end, first_id, last_id, single in zip(starts.tolist(), ends.tolist(), low.tolist(), high.tolist(),
                                                          one_grid_id.tolist()):
             row = nodes[start]
-            census = self._graph(int(row["graph_exec"]))
-            if census is None:
+            graph = self._graph(int(row["graph_exec"]))
+            if graph is None:
                 continue
             node = int(row["graph_node"])
-            entry = census.nodes.get(node)
+            entry = graph.nodes.get(node)
             if entry is None:
-                census.nodes_version += 1
-                entry = census.nodes[node] = NodeCensus(
+                graph.nodes_version += 1
+                entry = graph.nodes[node] = NodeCensus(
                     node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
                     (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
             entry.executions += end - start
-            census.recorded_executions += end - start
-            census.first_launch_id = min(census.first_launch_id or first_id, first_id)
-            census.last_launch_id = max(census.last_launch_id, last_id)
+            graph.recorded_executions += end - start
+            graph.first_launch_id = min(graph.first_launch_id or first_id, first_id)
+            graph.last_launch_id = max(graph.last_launch_id, last_id)
             # a node keeps its grid id across replays: normally one value per group
             for grid_id in [int(grid_ids[start])] if single else np.unique(grid_ids[start:end]).tolist():
                 if len(entry.grid_ids) < 4 and grid_id not in entry.grid_ids:
                     entry.grid_ids.add(grid_id)
-                    census.nodes_version += 1
-                if grid_id not in self.grid_owner and census.final is None:
-                    self.grid_owner[grid_id] = census
+                    graph.nodes_version += 1
+                if grid_id not in self.grid_owner and graph.final is None:
+                    self.grid_owner[grid_id] = graph
                     self._owners_version += 1
         # (replays kept before their exec's nodes were learned ran those nodes too: an implied
         # replay's executions are the learned ones whenever it is judged)
@@ -345,14 +357,14 @@ class GraphCensuses:
         pairs, counts = np.unique(np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1), axis=0,
                                   return_counts=True)
         for (graph_exec, node), count in zip(pairs.tolist(), counts.tolist()):
-            census = self.by_exec.get(graph_exec)
-            if census is not None and node in census.nodes:
-                census.nodes[node].unjoined += count
+            graph = self.by_handle.get(graph_exec)
+            if graph is not None and node in graph.nodes:
+                graph.nodes[node].unjoined += count
         launches = rows[(rows["kind"] == GRAPH_LAUNCH) & ((rows["flags"] & GRAPH_NODES_RECORDED) == 0)]
         execs, counts = np.unique(launches["graph_exec"], return_counts=True)
         for graph_exec, count in zip(execs.tolist(), counts.tolist()):
-            census = self.by_exec.get(graph_exec)
-            for node in census.nodes.values() if census is not None else ():
+            graph = self.by_handle.get(graph_exec)
+            for node in graph.nodes.values() if graph is not None else ():
                 node.unjoined += count
 
     def _join_launches(self, rows: np.ndarray) -> None:
@@ -364,38 +376,38 @@ class GraphCensuses:
             kind = int(row["kind"])
             if kind not in (GRAPH_LAUNCH, GRAPH_NODE):
                 continue
-            census = self.by_exec.get(int(row["graph_exec"]))
-            if census is None:
+            graph = self.by_handle.get(int(row["graph_exec"]))
+            if graph is None:
                 continue
             if kind == GRAPH_LAUNCH:
-                record = self._keep(census, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
+                record = self._keep(graph, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
                                                          int(row["mode"])))
                 record.implied = not int(row["flags"]) & GRAPH_NODES_RECORDED
             else:
-                self._node_execution(census, row)
+                self._node_execution(graph, row)
 
-    def _node_execution(self, census: GraphCensus, row: dict) -> None:
+    def _node_execution(self, graph: GraphExec, row: dict) -> None:
         node, grid_id, launch_id = int(row["graph_node"]), int(row["grid_id"]), int(row["graph_launch_id"])
         replay = int(row["replay"])
-        record = census.recent.get(replay) if replay else None
+        record = graph.recent.get(replay) if replay else None
         if record is None:
             # no graph launch record for this replay (dropped, or skipped by the budget)
-            record = self._keep(census, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
+            record = self._keep(graph, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
         record.launch_id = launch_id
         recordable = replay != 0 and int(row["kernel_slot"]) != 0xFFFFFFFF
         record.executions.append(NodeExecution(node, grid_id, int(row["kernel_slot"]),
-                                               census.nodes[node].blocks_per_execution, recordable))
+                                               graph.nodes[node].blocks_per_execution, recordable))
 
-    def _keep(self, census: GraphCensus, record: ReplayRecord) -> ReplayRecord:
+    def _keep(self, graph: GraphExec, record: ReplayRecord) -> ReplayRecord:
         key = record.replay if record.replay else -record.number  # unknown replays stay apart
-        if key in census.recent:
-            return census.recent[key]
-        if record.replay and self.skipped_ahead.pop((census.instance, record.replay & REPLAY_MASK), 0) is None:
+        if key in graph.recent:
+            return graph.recent[key]
+        if record.replay and self.skipped_ahead.pop((graph.instance, record.replay & REPLAY_MASK), 0) is None:
             record.tainted = True  # some of its events came, and were skipped, before it did
-        census.recent[key] = record
-        while len(census.recent) > self.KEEP_REPLAYS:
-            _, oldest = census.recent.popitem(last=False)
-            self.unsettled.append((census, oldest))
+        graph.recent[key] = record
+        while len(graph.recent) > self.KEEP_REPLAYS:
+            _, oldest = graph.recent.popitem(last=False)
+            self.unsettled.append((graph, oldest))
         while len(self.unsettled) > self.MAX_UNSETTLED:
             self._fold(*self.unsettled.popleft())
         return record
@@ -409,35 +421,35 @@ class GraphCensuses:
         while self.destroyed and now - self.destroyed[0].destroyed_at >= self.FINAL_AFTER_S:
             self._finalize(self.destroyed.popleft())
 
-    def _finalize(self, census: GraphCensus) -> None:
+    def _finalize(self, graph: GraphExec) -> None:
         """A destroyed exec's results are fixed: its replays in detail become report rows, their
         judgements go into the totals, its events held go (those no replay claims counted as
         unmatched), and its grid ids are no longer looked up for events."""
         rows: dict[int, dict] = {}
         previous_end = 0
-        for record in census.recent.values():
-            row = self._replay_row(census, record, list(self.judged(census, record)), previous_end)
+        for record in graph.recent.values():
+            row = self._replay_row(graph, record, list(self.judged(graph, record)), previous_end)
             rows[record.replay or -record.number] = row
             previous_end = row["device_end_ns"] or previous_end
-            self._fold(census, record)
-        census.recent.clear()
-        census.events_unmatched = self.unmatched_events(census)
-        for key in [key for key in self.spans if self.grid_owner.get(key >> 32) is census]:
+            self._fold(graph, record)
+        graph.recent.clear()
+        graph.events_unmatched = self.unmatched_events(graph)
+        for key in [key for key in self.spans if self.grid_owner.get(key >> 32) is graph]:
             self._drop_span(key)
-        for grid_id in [grid_id for node in census.nodes.values() for grid_id in node.grid_ids]:
-            if self.grid_owner.get(grid_id) is census:
+        for grid_id in [grid_id for node in graph.nodes.values() for grid_id in node.grid_ids]:
+            if self.grid_owner.get(grid_id) is graph:
                 del self.grid_owner[grid_id]
                 self._owners_version += 1
-        census.final = rows
+        graph.final = rows
 
-    def _fold(self, census: GraphCensus, record: ReplayRecord) -> None:
+    def _fold(self, graph: GraphExec, record: ReplayRecord) -> None:
         """A replay leaves the detailed window: its results go into the totals, its spans away."""
-        self._check_orders(census, record)
-        if record.implied and not census.nodes:
-            census.folded_unlearned += 1
+        self._check_orders(graph, record)
+        if record.implied and not graph.nodes:
+            graph.folded_unlearned += 1
         has_spans = self._has_spans(record)
-        for execution, status, observed in self.judged(census, record):
-            node = census.nodes[execution.node]
+        for execution, status, observed in self.judged(graph, record):
+            node = graph.nodes[execution.node]
             setattr(node, status, getattr(node, status) + 1)
             node.blocks_observed += observed
             if has_spans:
@@ -446,23 +458,22 @@ class GraphCensuses:
     def replay_shape(self, graph_exec: int) -> tuple[int, int, int]:
         """(instance, kernel nodes, blocks) of a replay of this exec now, as learned so far; (0,
         0, 0) for an exec not counted."""
-        census = self.by_exec.get(graph_exec)
-        if census is None:
+        graph = self.by_handle.get(graph_exec)
+        if graph is None:
             return 0, 0, 0
-        return census.instance, len(census.nodes), sum(node.blocks_per_execution for node in census.nodes.values())
+        return graph.instance, len(graph.nodes), sum(node.blocks_per_execution for node in graph.nodes.values())
 
     def graph_exec_of(self, grid_id: int) -> int:
         """The graph exec a grid id is a node of (0: an eager launch, or an exec now final)."""
-        census = self.grid_owner.get(grid_id)
-        return census.graph_exec if census is not None else 0
+        graph = self.grid_owner.get(grid_id)
+        return graph.graph_exec if graph is not None else 0
 
-    def executions_per_slot(self) -> dict[int, int]:
-        """Per kernel slot, its launches that were graph node executions (every graph exec)."""
-        out: dict[int, int] = collections.defaultdict(int)
-        for census in list(self.censuses.values()):
-            for node in list(census.nodes.values()):
-                out[node.slot] += census.executions_of(node)
-        return out
+    def report(self) -> GraphJoinReport:
+        executions: dict[int, int] = collections.defaultdict(int)
+        for graph in list(self.execs.values()):
+            for node in list(graph.nodes.values()):
+                executions[node.slot] += graph.executions_of(node)
+        return GraphJoinReport(dict(executions), len(self.execs), self.graphs_dropped, self.graphs_forgotten)
 
     # -- device events -------------------------------------------------------------------------
     def node_grid_ids(self) -> np.ndarray:
@@ -473,15 +484,17 @@ class GraphCensuses:
         """Node grid ids, sorted, and the instance of each one's exec (for vectorized lookups)."""
         if self._owner_arrays_version != self._owners_version:
             grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
-            owners = np.fromiter((census.instance for census in self.grid_owner.values()), dtype=np.uint64,
+            owners = np.fromiter((graph.instance for graph in self.grid_owner.values()), dtype=np.uint64,
                                  count=len(self.grid_owner))
             order = np.argsort(grid_ids)
             self._owner_arrays = (grid_ids[order], owners[order])
             self._owner_arrays_version = self._owners_version
         return self._owner_arrays
 
-    def add_events(self, events: np.ndarray) -> None:
+    def on_events(self, events: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
         if not self.grid_owner or not len(events):
+            return
+        if kind_counts is not None and not kind_counts[[BLOCK_ENTER, BLOCK_EXIT, LAUNCH_EVENT]].any():
             return
         with self.budget.spending():
             if self.budget.allows():
@@ -508,8 +521,8 @@ class GraphCensuses:
             if replay:
                 by_instance[owner].add(replay)
         found: set[tuple[int, int]] = set()
-        censuses = [self.censuses[instance] for instance in by_instance if instance in self.censuses]
-        for owner, record in self._held(censuses):
+        graphs = [self.execs[instance] for instance in by_instance if instance in self.execs]
+        for owner, record in self._held(graphs):
             if record.replay and record.replay & REPLAY_MASK in by_instance[owner.instance]:
                 record.tainted = True
                 found.add((owner.instance, record.replay & REPLAY_MASK))
@@ -565,22 +578,22 @@ class GraphCensuses:
         in a mode without events have none: judged without a look per node)."""
         return bool(record.replay) and (record.replay & REPLAY_MASK) in self.span_replays
 
-    def _claims(self, census: GraphCensus | None) -> dict[int, dict[int, ReplayRecord]]:
-        """Per census (instance), its replays still held (in a window or waiting to settle), by
+    def _claims(self, graph: GraphExec | None) -> dict[int, dict[int, ReplayRecord]]:
+        """Per exec (instance), its replays still held (in a window or waiting to settle), by
         the low 32 bits of their replay number (what the device stamps)."""
-        censuses = list(self.censuses.values()) if census is None else [census]
-        claims: dict[int, dict[int, ReplayRecord]] = {c.instance: {} for c in censuses}
-        for owner, record in self._held(censuses):
+        graphs = list(self.execs.values()) if graph is None else [graph]
+        claims: dict[int, dict[int, ReplayRecord]] = {c.instance: {} for c in graphs}
+        for owner, record in self._held(graphs):
             if record.replay:
                 claims[owner.instance][record.replay & REPLAY_MASK] = record
         return claims
 
-    def _held(self, censuses: list[GraphCensus]) -> Iterator[tuple[GraphCensus, ReplayRecord]]:
+    def _held(self, graphs: list[GraphExec]) -> Iterator[tuple[GraphExec, ReplayRecord]]:
         """The replays of these graph execs still held: in their windows, then waiting to settle."""
-        for census in censuses:
-            for record in census.recent.values():
-                yield census, record
-        wanted = {id(census) for census in censuses}
+        for graph in graphs:
+            for record in graph.recent.values():
+                yield graph, record
+        wanted = {id(graph) for graph in graphs}
         for owner, record in self.unsettled:
             if id(owner) in wanted:
                 yield owner, record
@@ -616,26 +629,26 @@ class GraphCensuses:
             return UNRECORDED, observed
         return (MATCHED if observed == execution.blocks else MISMATCHED), observed
 
-    def judged(self, census: GraphCensus, record: ReplayRecord) -> Iterator[tuple[NodeExecution, str, int]]:
+    def judged(self, graph: GraphExec, record: ReplayRecord) -> Iterator[tuple[NodeExecution, str, int]]:
         """Each node execution of a replay with its status and the blocks seen."""
-        executions = census.executions(record)
+        executions = graph.executions(record)
         if not self._has_spans(record):
             status = UNJOINED if record.tainted else UNRECORDED
             return ((execution, status, 0) for execution in executions)
         return ((execution, *self.execution_status(execution, record)) for execution in executions)
 
-    def unmatched_events(self, census: GraphCensus) -> int:
+    def unmatched_events(self, graph: GraphExec) -> int:
         """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
-        claims = self._claims(census)
+        claims = self._claims(graph)
         held = sum(span.events for key, span in self.spans.items()
-                   if self.grid_owner.get(key >> 32) is census and not self._claimed(key, claims))
-        return census.events_unmatched + held
+                   if self.grid_owner.get(key >> 32) is graph and not self._claimed(key, claims))
+        return graph.events_unmatched + held
 
-    def _check_orders(self, census: GraphCensus, record: ReplayRecord, orders: GraphCensus | None = None) -> None:
+    def _check_orders(self, graph: GraphExec, record: ReplayRecord, orders: GraphExec | None = None) -> None:
         """Host order: node callbacks in launch order; device order: first block enter per node.
         Both compared with the longest replay seen (a replay cut off by the start of observation
         is shorter)."""
-        orders = orders or census  # where the orders seen so far are kept
+        orders = orders or graph  # where the orders seen so far are kept
         if not record.implied:  # an implied replay has no host order of its own
             order = [execution.node for execution in record.executions]
             if len(order) > len(orders.order):
@@ -645,7 +658,7 @@ class GraphCensuses:
         if not self._has_spans(record):
             return
         firsts = []
-        for execution in census.executions(record):
+        for execution in graph.executions(record):
             span = self.spans.get(execution.key(record.replay))
             if not execution.recordable or span is None or span.enters != execution.blocks:
                 return  # only fully recorded replays say anything about device order
@@ -657,31 +670,31 @@ class GraphCensuses:
             orders.device_order_stable = False
 
     def replay_summary(self, instance: int, replay: int) -> dict | None:
-        """One replay still kept in detail (of the census `instance`): its node executions, how
+        """One replay still kept in detail (of the exec `instance`): its node executions, how
         many matched, blocks seen."""
-        census = self.censuses.get(instance)
-        if census is None or not replay:
+        graph = self.execs.get(instance)
+        if graph is None or not replay:
             return None
-        if census.final is not None:
-            row = census.final.get(replay)
+        if graph.final is not None:
+            row = graph.final.get(replay)
             return None if row is None else {
                 "node_executions": row["node_executions"], "nodes_matched": row["nodes_matched"],
                 "blocks_observed": sum(row["node_blocks"]), "joined": row["joined"], "mode": row["mode"]}
-        record = census.recent.get(replay)
+        record = graph.recent.get(replay)
         if record is None:
             return None
-        judged = [(status, observed) for _, status, observed in self.judged(census, record)]
+        judged = [(status, observed) for _, status, observed in self.judged(graph, record)]
         return {"node_executions": len(judged), "nodes_matched": sum(status == MATCHED for status, _ in judged),
                 "blocks_observed": sum(observed for _, observed in judged),
                 "joined": not record.tainted, "mode": record.mode}
 
-    def _replay_row(self, census: GraphCensus, record: ReplayRecord,
+    def _replay_row(self, graph: GraphExec, record: ReplayRecord,
                     judged: list[tuple[NodeExecution, str, int]], previous_end: int) -> dict:
         """One replay in detail, from its judged node executions (none for a replay without
         events: its nodes then show no blocks); previous_end: the last event of the replay
         before it, for the gap."""
         blocks, matched, start, end = [], 0, 0, 0
-        executions = census.executions(record)
+        executions = graph.executions(record)
         for execution, status, observed in judged:
             matched += status == MATCHED
             blocks.append(observed)
@@ -700,15 +713,15 @@ class GraphCensuses:
             "gap_ns": start - previous_end if start and previous_end else 0,
         }
 
-    def report(self, census: GraphCensus, replays: int) -> dict:
+    def exec_report(self, graph: GraphExec, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""
         totals = {status: 0 for status in STATUSES}
-        per_node = {node: {status: census.nodes[node].__dict__[status] for status in totals} |
-                    {"blocks_observed": census.nodes[node].blocks_observed} for node in census.nodes}
-        order_check = GraphCensus(census.graph_exec, order=list(census.order), order_stable=census.order_stable,
-                                  device_order=list(census.device_order),
-                                  device_order_stable=census.device_order_stable)
-        details = list(census.final.values()) if census.final is not None else []
+        per_node = {node: {status: graph.nodes[node].__dict__[status] for status in totals} |
+                    {"blocks_observed": graph.nodes[node].blocks_observed} for node in graph.nodes}
+        order_check = GraphExec(graph.graph_exec, order=list(graph.order), order_stable=graph.order_stable,
+                                  device_order=list(graph.device_order),
+                                  device_order_stable=graph.device_order_stable)
+        details = list(graph.final.values()) if graph.final is not None else []
         # implied replays without any event: every learned node gets the same status, added once
         eventless = {UNRECORDED: 0, UNJOINED: 0}
 
@@ -716,24 +729,24 @@ class GraphCensuses:
             if record.implied and not self._has_spans(record):
                 eventless[UNJOINED if record.tainted else UNRECORDED] += 1
                 return iter(())
-            return self.judged(census, record)
+            return self.judged(graph, record)
 
         for owner, record in self.unsettled:
-            if owner is census:
+            if owner is graph:
                 for execution, status, observed in count(record):
                     per_node[execution.node][status] += 1
                     per_node[execution.node]["blocks_observed"] += observed
         previous_end = 0
-        for record in census.recent.values():
-            self._check_orders(census, record, order_check)
+        for record in graph.recent.values():
+            self._check_orders(graph, record, order_check)
             judged = list(count(record))
             for execution, status, observed in judged:
                 per_node[execution.node][status] += 1
                 per_node[execution.node]["blocks_observed"] += observed
-            details.append(self._replay_row(census, record, judged, previous_end))
+            details.append(self._replay_row(graph, record, judged, previous_end))
             previous_end = details[-1]["device_end_ns"] or previous_end
-        eventless[UNJOINED] += census.folded_unlearned
-        for execution in census.learned():
+        eventless[UNJOINED] += graph.folded_unlearned
+        for execution in graph.learned():
             for status, replays_of_status in eventless.items():
                 per_node[execution.node][status] += replays_of_status
         for node in per_node.values():
@@ -743,5 +756,5 @@ class GraphCensuses:
             "totals": totals, "per_node": per_node, "replays": details[-replays:] if replays else [],
             "order": order_check.order, "order_stable": order_check.order_stable,
             "device_order_stable": order_check.device_order_stable,
-            "events_unmatched": self.unmatched_events(census),
+            "events_unmatched": self.unmatched_events(graph),
         }

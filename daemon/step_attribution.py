@@ -1,4 +1,4 @@
-"""Per process, the serving engine's steps (records the vLLM plugin writes through the injector)
+"""Step attribution: per process, the serving engine's steps (records the vLLM plugin writes through the injector)
 and the launches each step made: which step, and which requests, a graph replay belongs to.
 
 A step record is written by the engine thread before it launches the step's work, into the same
@@ -7,7 +7,7 @@ clock). Launches before the first step (start-up, warm-up, graph capture) belong
 counted apart. Request ids travel only when the set of requests changed from the step before.
 
 The injector makes a host record per graph replay but none per eager launch (unless its launch
-trace is on): a step's kernel launches are its replays' node executions (the graph census knows
+trace is on): a step's kernel launches are its replays' node executions (the graph join knows
 each exec's nodes) plus the eager launch records there are.
 
 Memory is bounded: the last KEEP_STEPS steps are kept in detail, with the replays they launched;
@@ -24,12 +24,14 @@ import numpy as np
 
 from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
+from .analysis import Analysis
+
 STEP = LAUNCH_KINDS["step"]
 STEP_TEXT = LAUNCH_KINDS["step_text"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 EAGER = LAUNCH_KINDS["eager"]
 KERNEL_LAUNCHES = (EAGER, LAUNCH_KINDS["graph_node"])
-# (census instance, kernel nodes, blocks) of a replay of a graph exec, as far as the graph census
+# (exec instance, kernel nodes, blocks) of a replay of a graph exec, as far as the graph join
 # knows (the instance tells apart execs whose handle the driver reused)
 ReplayShape = Callable[[int], tuple[int, int, int]]
 
@@ -55,11 +57,24 @@ class Step:
         return self.text_received == self.text_bytes
 
 
-class StepCensus:
+@dataclasses.dataclass(frozen=True)
+class StepTotals:
+    """Engine steps of one process: step records seen, and the recorded kernel launches before
+    the first of them."""
+
+    steps: int
+    launches_before_steps: int
+
+
+class StepAttribution(Analysis):
+    """`replay_shape`: what one replay of a graph exec runs (the graph join's, which sees each
+    launch batch first)."""
+
     KEEP_STEPS = 4096
     MAX_REPLAYS_PER_STEP = 64
 
-    def __init__(self) -> None:
+    def __init__(self, replay_shape: ReplayShape = lambda graph_exec: (0, 0, 0)) -> None:
+        self.replay_shape = replay_shape
         self.steps: collections.OrderedDict[int, Step] = collections.OrderedDict()  # by record order
         self.steps_seen = 0
         self.launches_before_steps = 0
@@ -69,8 +84,8 @@ class StepCensus:
         self._next_key = 0
         self._last_ids: list[str] = []
 
-    def update(self, rows: np.ndarray, replay_shape: ReplayShape = lambda graph_exec: (0, 0, 0)) -> None:
-        """One launch ring batch, in ring order (after the graph census has seen it)."""
+    def on_launches(self, rows: np.ndarray) -> None:
+        """One launch ring batch, in ring order (after the graph join has seen it)."""
         if not len(rows):
             return
         kinds = rows["kind"]
@@ -88,7 +103,7 @@ class StepCensus:
             self._keys = list(self.steps)
             self._times = np.fromiter((s.host_time_ns for s in self.steps.values()), dtype=np.uint64,
                                       count=len(self.steps))
-        self._attribute(rows[~annotated], replay_shape)
+        self._attribute(rows[~annotated], self.replay_shape)
 
     def _begin(self, record: np.void) -> None:
         same = bool(int(record["flags"]) & STEP_SAME_REQUESTS)
@@ -162,3 +177,6 @@ class StepCensus:
             if number == replay:
                 return self.steps.get(key)
         return None
+
+    def report(self) -> StepTotals:
+        return StepTotals(self.steps_seen, self.launches_before_steps)

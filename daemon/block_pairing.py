@@ -1,13 +1,14 @@
-"""Per kernel, what the counters in the segment do not hold: how long blocks ran (block enter
-paired with block exit) and which blocks are still in flight. Batched in numpy: no Python per
+"""Block pairing: per kernel, what the counters in the segment do not hold, how long blocks ran
+(block enter paired with block exit) and which blocks are still in flight. Batched in numpy: no Python per
 event. (Launch shapes come with the counters: the device's launch census counts them.)
 
 Block durations and in-flight blocks (hang evidence) need exit events, which the injector
 records only with GPUOBS_BLOCK_EXIT=1 (an exit hook is costly, see
 bench/results/injector-decisions-2026-11-29.md); the segment header says whether it does. Enter
 events are held for pairing only for such a process (or once one shows an exit event), so a
-process without exit hooks costs nothing here. The enters still held are the blocks in flight. Pairing sorts; all processes together may spend at most a fixed share of the
-daemon's time on it (a TimeBudget), so the drain never falls behind because of it: block events
+process without exit hooks costs nothing here. The enters still held are the blocks in flight.
+Pairing sorts; all processes together may spend at most a fixed share of the daemon's time on
+it (the AnalysisBudget), so the drain never falls behind because of it: block events
 beyond that budget are counted per kernel as not analysed (their partners then show as unpaired).
 """
 
@@ -15,19 +16,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import time
+from typing import Callable
+
 import numpy as np
 
 from gpuobs.segment import EVENT_KINDS
 
+from .analysis import Analysis
+from .analysis_budget import AnalysisBudget
 from .time_budget import TimeBudget
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 BUCKETS_PER_OCTAVE = 8
 BUCKETS = 64 * BUCKETS_PER_OCTAVE
-ANALYSIS_SHARE = 0.3
-ANALYSIS_BURST_S = 0.05
 PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
                           ("time", np.int64), ("slot", np.uint32), ("sm", np.uint32)])
 
@@ -60,18 +62,38 @@ class Durations:
         return int(min(max(middle, self.min_ns), self.max_ns))
 
 
-class KernelCensus:
-    """Block durations and blocks in flight of every kernel slot of one process."""
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """Blocks in flight of one process: whether it can tell (it records block exits), how many,
+    and the device time of the oldest one's enter (0 when none)."""
+
+    exits_hooked: bool
+    blocks: int
+    oldest_enter_ns: int
+
+
+NO_GRID_IDS = np.zeros(0, dtype=np.uint64)
+
+
+class BlockPairing(Analysis):
+    """Block durations and blocks in flight of every kernel of one process. `node_grid_ids`:
+    the grid ids of graph nodes now (the graph join's), whose events carry a replay number that
+    is part of their launch's key."""
 
     MAX_PENDING = 1 << 14   # enter events waiting for their exit: an H200 holds at most 132 x 32 blocks
 
-    def __init__(self, budget: TimeBudget | None = None, exits_hooked: bool = False) -> None:
-        self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
+    def __init__(self, budget: TimeBudget | None = None, exits_hooked: bool = False,
+                 node_grid_ids: Callable[[], np.ndarray] = lambda: NO_GRID_IDS) -> None:
+        self.budget = budget or AnalysisBudget()
+        self.node_grid_ids = node_grid_ids
         self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per slot
         self.durations: dict[int, Durations] = {}
         self.unpaired: dict[int, int] = collections.defaultdict(int)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
         self.exits_seen = exits_hooked
+
+    def on_events(self, events: np.ndarray, kind_counts: np.ndarray) -> None:
+        self.add_events(events, self.node_grid_ids(), kind_counts)
 
     def add_events(self, events: np.ndarray, node_grid_ids: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
         """kind_counts: the batch's events per kind, when the caller has them (saves a pass)."""
@@ -179,19 +201,15 @@ class KernelCensus:
                              "age_ns": max(0, now_ns - oldest)})
         return launches
 
-    def in_flight_summary(self, now_ns: int) -> tuple[int, int]:
-        """(blocks in flight, age of the oldest in ns)."""
+    def report(self) -> InFlight:
         if not self.exits_seen or not len(self.pending):
-            return 0, 0
-        return len(self.pending), max(0, now_ns - int(self.pending["time"].min()))
+            return InFlight(self.exits_seen, 0, 0)
+        return InFlight(True, len(self.pending), int(self.pending["time"].min()))
 
-    def report(self, slot: int, block_events_delivered: int = 0) -> dict:
-        """`block_events_delivered`: the slot's block enter and exit events the reader delivered
+    def block_durations(self, slots: list[int], block_events_delivered: list[int]) -> list[dict]:
+        """Block durations of these kernel slots, with one pass over the enters held.
+        `block_events_delivered`: each slot's block enter and exit events the reader delivered
         (the native reader's aggregates); those not analysed were skipped by the budget."""
-        return self.reports([slot], [block_events_delivered])[0]
-
-    def reports(self, slots: list[int], block_events_delivered: list[int]) -> list[dict]:
-        """report() of many slots, with one pass over the enters held (not one per slot)."""
         held = np.bincount(self.pending["slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
         return [self._report(slot, events, int(held[slot]) if slot < len(held) else 0)
                 for slot, events in zip(slots, block_events_delivered)]

@@ -1,11 +1,11 @@
-"""Engine steps in-process, on hand-made launch ring rows: what a step keeps of its replays is
+"""Step attribution on hand-made launch ring rows: what a step keeps of its replays is
 bounded, however many replays it launches."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpuobs.daemon.step_census import StepCensus
+from gpuobs.daemon.step_attribution import StepAttribution
 from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, STEP_DTYPE
 
 
@@ -25,14 +25,14 @@ def step_rows(step: int, replays: range, graph_exec: int = 0x7000) -> np.ndarray
 
 
 def test_replays_beyond_those_a_step_keeps_are_not_remembered() -> None:
-    census = StepCensus()
-    census.KEEP_STEPS = 8
-    per_step = census.MAX_REPLAYS_PER_STEP + 100
+    steps = StepAttribution(lambda graph_exec: (1, 3, 12))
+    steps.KEEP_STEPS = 8
+    per_step = steps.MAX_REPLAYS_PER_STEP + 100
     for step in range(1, 41):
-        census.update(step_rows(step, range(step * per_step, (step + 1) * per_step)), lambda g: (1, 3, 12))
-    assert len(census.steps) == 8 and census.steps_seen == 40
-    assert len(census.replay_step) == 8 * census.MAX_REPLAYS_PER_STEP
-    newest = census.steps[next(reversed(census.steps))]
+        steps.on_launches(step_rows(step, range(step * per_step, (step + 1) * per_step)))
+    assert len(steps.steps) == 8 and steps.steps_seen == 40
+    assert len(steps.replay_step) == 8 * steps.MAX_REPLAYS_PER_STEP
+    newest = steps.steps[next(reversed(steps.steps))]
     assert newest.kernel_launches == 3 * per_step and newest.blocks_expected == 12 * per_step
-    assert census.step_of_replay(40 * per_step) is newest
-    assert census.step_of_replay(40 * per_step + census.MAX_REPLAYS_PER_STEP) is None
+    assert steps.step_of_replay(40 * per_step) is newest
+    assert steps.step_of_replay(40 * per_step + steps.MAX_REPLAYS_PER_STEP) is None
