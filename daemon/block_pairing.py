@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from gpuobs.launch_key import key_replays
 from gpuobs.segment import EVENT_KINDS
 
 from .analysis import Analysis
@@ -122,8 +123,7 @@ class BlockPairing(Analysis):
     def _pair(self, block: np.ndarray, node_grid_ids: np.ndarray) -> None:
         fresh = np.zeros(len(block), dtype=PENDING_DTYPE)
         fresh["grid_id"] = block["grid_id"]
-        # an eager launch's events carry whatever replay number was in force: not part of its key
-        fresh["replay"] = np.where(np.isin(block["grid_id"], node_grid_ids), block["replay"], 0)
+        fresh["replay"] = key_replays(block["grid_id"], block["replay"], node_grid_ids)
         fresh["block"] = (block["block_x"].astype(np.uint64) | (block["block_y"].astype(np.uint64) << np.uint64(32)) |
                           (block["block_z"].astype(np.uint64) << np.uint64(48)))
         fresh["time"] = block["globaltimer_ns"].astype(np.int64)

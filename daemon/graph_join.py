@@ -9,11 +9,9 @@ not recorded node by node ran the exec's learned nodes: its node executions are 
 census and in the join alike. Replays of an exec whose nodes were never learned are counted as
 such (their node executions are unknown, never guessed).
 
-The join key is (grid id, replay number), never the order of arrival: a graph node keeps its
-grid id in every replay, and the injector pushes a replay number of its own into device memory
-at each graph launch, which the patches stamp into every event. Launch records are
-drained before events in each pass (a launch record is written before its kernel can run), so
-an event's node execution is normally known when the event arrives; events that match none are
+The join key is the launch key (gpuobs.launch_key: grid id and replay number), never the
+order of arrival. Launch records are drained before events in each pass (a launch record is
+written before its kernel can run), so an event's node execution is normally known when the event arrives; events that match none are
 held until their replay is finished with and then counted as unmatched.
 
 Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in detail; older ones
@@ -51,7 +49,8 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS
+from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay, launch_key
+from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
@@ -64,15 +63,10 @@ EXEC_DESTROYED = LAUNCH_KINDS["graph_exec_destroyed"]
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 LAUNCH_EVENT = EVENT_KINDS["launch"]
-REPLAY_MASK = 0xFFFFFFFF  # the device carries the low 32 bits of the replay number
 
 MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
 STATUSES = (MATCHED, MISMATCHED, UNRECORDED, UNJOINED)
 _record_numbers = itertools.count(1)
-
-
-def device_key(grid_id: int, replay: int) -> int:
-    return (grid_id << 32) | (replay & REPLAY_MASK)
 
 
 @dataclasses.dataclass
@@ -94,7 +88,7 @@ class NodeExecution:
     recordable: bool  # its replay number is known (its events can be told from other replays')
 
     def key(self, replay: int) -> int:
-        return device_key(self.grid_id, replay)
+        return launch_key(self.grid_id, replay)
 
 
 @dataclasses.dataclass
@@ -434,7 +428,7 @@ class GraphJoin(Analysis):
             self._fold(graph, record)
         graph.recent.clear()
         graph.events_unmatched = self.unmatched_events(graph)
-        for key in [key for key in self.spans if self.grid_owner.get(key >> 32) is graph]:
+        for key in [key for key in self.spans if self.grid_owner.get(key_grid_id(key)) is graph]:
             self._drop_span(key)
         for grid_id in [grid_id for node in graph.nodes.values() for grid_id in node.grid_ids]:
             if self.grid_owner.get(grid_id) is graph:
@@ -467,6 +461,23 @@ class GraphJoin(Analysis):
         """The graph exec a grid id is a node of (0: an eager launch, or an exec now final)."""
         graph = self.grid_owner.get(grid_id)
         return graph.graph_exec if graph is not None else 0
+
+    def node_records(self) -> np.ndarray:
+        """A graph node launch record (replay 0, host time 0) per grid id of every node learned,
+        of the execs not final: what a recording that begins now needs to tell those nodes'
+        events from eager launches' (their own node records were read before it began)."""
+        rows = [(graph.graph_exec, node, grid_id) for graph in list(self.execs.values()) if graph.final is None
+                for node in list(graph.nodes.values()) for grid_id in sorted(node.grid_ids)]
+        records = np.zeros(len(rows), dtype=LAUNCH_DTYPE)
+        records["kind"] = GRAPH_NODE
+        columns = {"graph_exec": [graph_exec for graph_exec, _, _ in rows], "graph_node": [n.node for _, n, _ in rows],
+                   "grid_id": [grid_id for _, _, grid_id in rows], "kernel_slot": [n.slot for _, n, _ in rows]}
+        for axis, name in enumerate("xyz"):
+            columns[f"grid_{name}"] = [n.grid[axis] for _, n, _ in rows]
+            columns[f"block_{name}"] = [n.block[axis] for _, n, _ in rows]
+        for name, values in columns.items():
+            records[name] = values
+        return records
 
     def report(self) -> GraphJoinReport:
         executions: dict[int, int] = collections.defaultdict(int)
@@ -538,22 +549,21 @@ class GraphJoin(Analysis):
         block = self._node_events(events)
         if not len(block):
             return
-        keys = (block["grid_id"].astype(np.uint64) << np.uint64(32)) | block["replay"].astype(np.uint64)
-        order = np.argsort(keys, kind="stable")
-        keys, block = keys[order], block[order]
-        uniques, starts, counts = np.unique(keys, return_index=True, return_counts=True)
+        order, starts, uniques = group_by_launch(block["grid_id"], block["replay"].astype(np.uint64))  # all nodes'
+        block = block[order]
+        counts = np.diff(np.append(starts, len(block)))
         is_enter = block["kind"] == BLOCK_ENTER
         times = block["globaltimer_ns"].astype(np.int64)
         enters = np.add.reduceat(is_enter.astype(np.int64), starts)
         enter_times = np.where(is_enter, times, np.iinfo(np.int64).max)
         firsts = np.minimum.reduceat(enter_times, starts)
         lasts = np.maximum.reduceat(times, starts)
-        for key, n_events, n_enters, first, last in zip(uniques.tolist(), counts.tolist(), enters.tolist(),
+        for key, n_events, n_enters, first, last in zip(uniques, counts.tolist(), enters.tolist(),
                                                         firsts.tolist(), lasts.tolist()):
             span = self.spans.get(key)
             if span is None:
                 span = self.spans[key] = DeviceSpan()
-                self.span_replays[key & REPLAY_MASK] += 1
+                self.span_replays[key_replay(key)] += 1
             if n_enters:
                 span.first_ns = first if not span.enters else min(span.first_ns, first)
             span.enters += n_enters
@@ -566,7 +576,7 @@ class GraphJoin(Analysis):
 
     def _drop_span(self, key: int) -> None:
         if self.spans.pop(key, None) is not None:
-            replay = key & REPLAY_MASK
+            replay = key_replay(key)
             left = self.span_replays[replay] - 1
             if left:
                 self.span_replays[replay] = left
@@ -600,19 +610,19 @@ class GraphJoin(Analysis):
 
     def _claimed(self, key: int, claims: dict[int, dict[int, ReplayRecord]]) -> bool:
         """A span is claimed when a held replay of its grid id's exec ran a node of that grid id."""
-        owner = self.grid_owner.get(key >> 32)
-        record = claims.get(owner.instance, {}).get(key & REPLAY_MASK) if owner is not None else None
+        owner = self.grid_owner.get(key_grid_id(key))
+        record = claims.get(owner.instance, {}).get(key_replay(key)) if owner is not None else None
         if record is None:
             return False
         # an implied replay ran every learned node, and this grid id is one of its exec's
-        return record.implied or any(execution.grid_id == key >> 32 for execution in record.executions)
+        return record.implied or any(execution.grid_id == key_grid_id(key) for execution in record.executions)
 
     def _sweep(self) -> None:
         """Spans no kept replay claims are unmatched events: counted, then forgotten."""
         claims = self._claims(None)
         for key in [k for k in self.spans if not self._claimed(k, claims)]:
             span = self.spans[key]
-            owner = self.grid_owner.get(key >> 32)
+            owner = self.grid_owner.get(key_grid_id(key))
             if owner is not None:
                 owner.events_unmatched += span.events
             self._drop_span(key)
@@ -641,7 +651,7 @@ class GraphJoin(Analysis):
         """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
         claims = self._claims(graph)
         held = sum(span.events for key, span in self.spans.items()
-                   if self.grid_owner.get(key >> 32) is graph and not self._claimed(key, claims))
+                   if self.grid_owner.get(key_grid_id(key)) is graph and not self._claimed(key, claims))
         return graph.events_unmatched + held
 
     def _check_orders(self, graph: GraphExec, record: ReplayRecord, orders: GraphExec | None = None) -> None:

@@ -636,6 +636,10 @@ class ObserverService:
             self._abort(writers)
             raise
         try:
+            for process in processes:  # after subscribing: no node record falls between the two
+                with process.lock:
+                    nodes = process.analyses.graph_join.node_records()
+                writers[process.pid].add_launches(nodes.tobytes(), len(nodes))
             await self._record_into(writers, queue, processes, duration_s, max_events)
         except asyncio.CancelledError:
             # the client went away (Ctrl-C): recording stops now (no batch comes in while the
