@@ -25,6 +25,7 @@ from gpuobs.segment import EVENT_KINDS
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
+from .results import BlockDurations
 from .time_budget import TimeBudget
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
@@ -206,20 +207,21 @@ class BlockPairing(Analysis):
             return InFlight(self.exits_seen, 0, 0)
         return InFlight(True, len(self.pending), int(self.pending["time"].min()))
 
-    def block_durations(self, slots: list[int], block_events_delivered: list[int]) -> list[dict]:
+    def block_durations(self, slots: list[int], block_events_delivered: list[int]) -> list[BlockDurations]:
         """Block durations of these kernel slots, with one pass over the enters held.
         `block_events_delivered`: each slot's block enter and exit events the reader delivered
         (the native reader's aggregates); those not analysed were skipped by the budget."""
         held = np.bincount(self.pending["slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
-        return [self._report(slot, events, int(held[slot]) if slot < len(held) else 0)
+        return [self._durations_of(slot, events, int(held[slot]) if slot < len(held) else 0)
                 for slot, events in zip(slots, block_events_delivered)]
 
-    def _report(self, slot: int, block_events_delivered: int, pending: int) -> dict:
+    def _durations_of(self, slot: int, block_events_delivered: int, pending: int) -> BlockDurations:
         durations = self.durations.get(slot)
-        stats = {"count": 0, "mean_ns": 0.0, "min_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0,
-                 "unpaired": self.unpaired.get(slot, 0) + pending,
-                 "unanalysed": max(0, block_events_delivered - self.analysed.get(slot, 0)) if self.exits_seen else 0}
+        stats = BlockDurations(
+            unpaired=self.unpaired.get(slot, 0) + pending,
+            unanalysed=max(0, block_events_delivered - self.analysed.get(slot, 0)) if self.exits_seen else 0)
         if durations is not None and durations.count:
-            stats.update(count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,
-                         p50_ns=durations.percentile(0.5), p99_ns=durations.percentile(0.99), max_ns=durations.max_ns)
-        return {"block_durations": stats}
+            stats = dataclasses.replace(
+                stats, count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,
+                p50_ns=durations.percentile(0.5), p99_ns=durations.percentile(0.99), max_ns=durations.max_ns)
+        return stats

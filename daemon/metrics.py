@@ -109,27 +109,27 @@ class GpuobsCollector(Collector):
                                         "Wall time the injector spent in its own callbacks", labels=["pid", "callback"])
         alive = 0
         for view in self.service.processes():
-            pid = str(view["pid"])
-            alive += int(view["alive"])
+            pid = str(view.pid)
+            alive += int(view.alive)
             for name in MODES:
-                mode.add_metric([pid, name], 1.0 if view["mode"] == name else 0.0)
-            shift.add_metric([pid], float(view["shift"]))
-            fill.add_metric([pid], view["ring_fill_ratio"])
-            errors.add_metric([pid], float(view["accounting_errors"]))
-            steps.add_metric([pid], float(view["engine_steps"]))
-            for callback in ("resource", "launch", "graph"):
-                callbacks.add_metric([pid, callback], view["injector"][f"{callback}_callback_seconds"])
-            for stage in view["stages"]:
-                dropped.add_metric([pid, stage["stage"]], float(stage["dropped"]))
-                if stage["stage"] == "device":
-                    events.add_metric([pid], float(stage["delivered"]))
-                    dropped.add_metric([pid, "reader"], float(stage["torn"] + stage["corrupt"]))
+                mode.add_metric([pid, name], 1.0 if view.mode == name else 0.0)
+            shift.add_metric([pid], float(view.shift))
+            fill.add_metric([pid], view.ring_fill_ratio)
+            errors.add_metric([pid], float(view.accounting_errors))
+            steps.add_metric([pid], float(view.engine_steps))
+            callbacks.add_metric([pid, "resource"], view.injector.resource_callback_seconds)
+            callbacks.add_metric([pid, "launch"], view.injector.launch_callback_seconds)
+            callbacks.add_metric([pid, "graph"], view.injector.graph_callback_seconds)
+            for stage in view.stages:
+                dropped.add_metric([pid, stage.stage], float(stage.dropped))
+                if stage.stage == "device":
+                    events.add_metric([pid], float(stage.delivered))
+                    dropped.add_metric([pid, "reader"], float(stage.torn + stage.corrupt))
         for evidence in self.service.hang_evidence([]):
-            if evidence["exits_hooked"] and evidence["alive"]:
-                in_flight.add_metric([str(evidence["pid"])], float(evidence["blocks_in_flight"]))
-                oldest.add_metric([str(evidence["pid"])], evidence["oldest_age_ns"] / 1e9)
-        subscribers_dropped = sum(s.dropped for s in self.service.registry.subscribers)
-        dropped.add_metric(["", "stream"], float(subscribers_dropped))
+            if evidence.exits_hooked and evidence.alive:
+                in_flight.add_metric([str(evidence.pid)], float(evidence.blocks_in_flight))
+                oldest.add_metric([str(evidence.pid)], evidence.oldest_age_ns / 1e9)
+        dropped.add_metric(["", "stream"], float(self.service.stream_events_dropped()))
         with self.lock:
             for family, series in zip((launches, blocks, accesses), self._kernel_series()):
                 for (pid, name), total in series.items():

@@ -30,6 +30,7 @@ from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segm
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
 from .block_pairing import BlockPairing
+from .errors import Busy
 from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
 from .step_attribution import StepAttribution
@@ -47,14 +48,6 @@ MAX_REJECTED = 4096
 MAX_TRIES_PER_PASS = 1024
 QUERY_SHARE = 0.4    # of the daemon's time, for every query thread together
 QUERY_BURST_S = 0.5  # of query work answered at full speed after an idle spell
-
-
-class NotFound(LookupError):
-    """No observed process has that pid."""
-
-
-class Busy(RuntimeError):
-    """As many streams and recordings run as the daemon takes at once."""
 
 
 MAX_SUBSCRIBERS = 16  # streams and recordings at once: each may hold a full queue

@@ -32,8 +32,8 @@ def test_rejected_files_are_remembered_up_to_a_cap_and_forgotten_once_gone(tmp_p
         status = service.status()
     finally:
         service.close()
-    assert (len(status["rejected_segments"]), status["rejected_segments_total"]) == (16, 50)
-    assert status["rejected_segments_forgotten"] == 47
+    assert (len(status.rejected_segments), status.rejected_segments_total) == (16, 50)
+    assert status.rejected_segments_forgotten == 47
     for path in junk[:40]:
         path.unlink()
     registry.discover()

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from gpuobs.daemon.service import InvalidArgument
+from gpuobs.daemon.errors import InvalidArgument
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
@@ -90,7 +90,7 @@ def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
     once, in (pid, graph exec) order, wherever a page ends (inside a process or at its end);
     a token of another kind is refused."""
     from gpuobs.daemon.registry import ObservedProcess, ProcessAnalyses
-    from gpuobs.daemon.service import InvalidArgument, ObserverService
+    from gpuobs.daemon.service import ObserverService
     from gpuobs_testing.records import graph_launches
 
     processes = []
@@ -104,15 +104,16 @@ def test_graph_pages_visit_every_graph_of_every_process_once() -> None:
     try:
         seen, token, pages = [], "", 0
         while True:
-            rows, token = service.graphs([], 4, page_size=2, page_token=token)
+            page = service.graphs([], 4, page_size=2, page_token=token)
+            rows, token = page.rows, page.next_page_token
             assert len(rows) <= 2
-            seen.extend((row["pid"], row["graph_exec"]) for row in rows)
+            seen.extend((row.pid, row.graph_exec) for row in rows)
             pages += 1
             if not token:
                 break
         expected = [(100, 0x7000 + 16 * i) for i in range(5)] + [(200, 0x7000 + 16 * i) for i in range(3)]
         assert seen == expected and pages == 4
-        assert all(len(row["nodes"]) == 2 for row in service.graphs([100], 4)[0])
+        assert all(len(row.nodes) == 2 for row in service.graphs([100], 4).rows)
         with pytest.raises(InvalidArgument):
             service.graphs([], 4, page_token="k1.100.7.0")
         with pytest.raises(InvalidArgument):
@@ -138,14 +139,15 @@ def test_a_graph_exec_first_seen_after_a_page_is_on_a_later_one() -> None:
     add(0x7010)
     service = ObserverService(_Registry([process]), "/segments")
     try:
-        rows, token = service.graphs([], 1, page_size=1)
+        page = service.graphs([], 1, page_size=1)
+        rows = list(page.rows)
         add(0x10)
-        while token:
-            page, token = service.graphs([], 1, page_size=1, page_token=token)
-            rows.extend(page)
+        while page.next_page_token:
+            page = service.graphs([], 1, page_size=1, page_token=page.next_page_token)
+            rows.extend(page.rows)
     finally:
         service.close()
-    assert [(row["graph_exec"], row["instance"]) for row in rows] == [(0x7000, 1), (0x7010, 2), (0x10, 3)]
+    assert [(row.graph_exec, row.instance) for row in rows] == [(0x7000, 1), (0x7010, 2), (0x10, 3)]
 
 
 def test_step_pages_hold_every_step_asked_for_once(start_synth, start_daemon) -> None:
@@ -182,9 +184,10 @@ def test_step_pages_hold_every_step_asked_for_once(start_synth, start_daemon) ->
     assert done.returncode == 0 and len(json.loads(done.stdout)["steps"]) == 600, done.stderr
 
 
-def walk_service(list_page, page_size: int) -> tuple[list, int]:
-    """Every row of a paged service list, and the pages it took."""
-    rows, token, pages = [], "", 0
+def walk_service(list_page, page_size: int, token: str = "") -> tuple[list, int]:
+    """Every row of a paged service list from `token` on, and the pages it took; list_page(size,
+    token) returns (rows, next_page_token)."""
+    rows, pages = [], 0
     while True:
         page, token = list_page(page_size, token)
         assert len(page) <= page_size
@@ -209,19 +212,19 @@ def test_hang_pages_visit_every_hung_launch_once(written) -> None:
         written.put_events(events("block_enter", 2, grid_id=grid_id, block_x=[0, 1], kernel_slot=grid_id % 4,
                                   globaltimer_ns=t0 + grid_id))
     written.drain()
-    hangs = lambda size, token: written.service.hangs([], 1000, size, token)  # noqa: E731
+    def hangs(size: int, token: str) -> tuple[list, str]:
+        page = written.service.hangs([], 1000, size, token)
+        return page.rows, page.next_page_token
+
     launches, pages = walk_service(hangs, 32)
-    assert [row["grid_id"] for row in launches] == list(range(100, 170)) and pages == 3
-    assert all(row["block_count"] == 2 for row in launches)
+    assert [row.grid_id for row in launches] == list(range(100, 170)) and pages == 3
+    assert all(row.block_count == 2 for row in launches)
 
     first, token = hangs(32, "")
     written.put_events(events("block_exit", 2, grid_id=140, block_x=[0, 1], globaltimer_ns=t0 + 500))
     written.drain()
-    rest = []
-    while token:
-        page, token = hangs(32, token)
-        rest.extend(page)
-    assert [row["grid_id"] for row in first + rest] == [g for g in range(100, 170) if g != 140]
+    rest, _ = walk_service(hangs, 32, token)
+    assert [row.grid_id for row in first + rest] == [g for g in range(100, 170) if g != 140]
     with pytest.raises(InvalidArgument):
         written.service.hangs([], 1000, page_token="k1.1.2.3")
     with pytest.raises(InvalidArgument):
@@ -237,21 +240,21 @@ def test_hot_pc_pages_visit_every_pc_once_and_new_ones_after(written) -> None:
     written.put_events(events("memory_access", 300, pc=pcs, kernel_slot=1, access_bytes=4))
     written.put_events(events("memory_access", 50, pc=pcs[7], kernel_slot=1, access_bytes=4))
     written.drain()
-    hot = lambda size, token: written.service.hot_pcs([], 0, size, token)[::3]  # noqa: E731
+    def hot(size: int, token: str) -> tuple[list, str]:
+        page = written.service.hot_pcs([], 0, size, token)
+        return page.pcs, page.next_page_token
+
     rows, pages = walk_service(hot, 128)
-    assert [row["pc"] for row in rows] == pcs.tolist() and pages == 3
-    assert rows[7]["events"] == 51 and rows[7]["kernel"] == "kernel_1()"
+    assert [row.pc for row in rows] == pcs.tolist() and pages == 3
+    assert rows[7].events == 51 and rows[7].kernel == "kernel_1()"
 
     first, token = hot(128, "")
     written.put_events(events("memory_access", 2, pc=[0x10, 0x20], kernel_slot=2, access_bytes=4))
     written.drain()
-    rest = []
-    while token:
-        page, token = hot(128, token)
-        rest.extend(page)
-    assert [row["pc"] for row in first + rest] == pcs.tolist() + [0x10, 0x20]
-    top, counted, skipped, token = written.service.hot_pcs([], 3)
-    assert [row["pc"] for row in top][:1] == [int(pcs[7])] and len(top) == 3 and not token
-    assert (counted, skipped) == (352, 0)
+    rest, _ = walk_service(hot, 128, token)
+    assert [row.pc for row in first + rest] == pcs.tolist() + [0x10, 0x20]
+    top = written.service.hot_pcs([], 3)
+    assert [row.pc for row in top.pcs][:1] == [int(pcs[7])] and len(top.pcs) == 3 and not top.next_page_token
+    assert (top.events_counted, top.events_skipped) == (352, 0)
     with pytest.raises(InvalidArgument):
         written.service.hot_pcs([], 5, page_token="p1.1.0.0")
