@@ -46,6 +46,7 @@ def test_a_huge_argument_is_not_echoed_back_whole() -> None:
     assert done.returncode == 1 and len(done.stderr) < 4000
 
 
+@pytest.mark.slow
 def test_a_reply_over_four_mebibytes_arrives(start_synth, start_daemon) -> None:
     """Issue 13, item 5 (in part): every kernel of a process with tens of thousands of them."""
     import json

@@ -94,6 +94,7 @@ def test_replays_argument_is_checked(start_daemon) -> None:
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.slow
 def test_the_daemon_answers_while_a_graph_replays_at_full_speed(start_synth, start_daemon) -> None:
     """Joining costs Python time per node execution: beyond the analysis budget executions are
     counted unjoined, and set-mode and status keep answering within their deadlines."""

@@ -150,6 +150,7 @@ def test_a_graph_exec_first_seen_after_a_page_is_on_a_later_one() -> None:
     assert [(row.graph_exec, row.instance) for row in rows] == [(0x7000, 1), (0x7010, 2), (0x10, 3)]
 
 
+@pytest.mark.slow
 def test_step_pages_hold_every_step_asked_for_once(start_synth, start_daemon) -> None:
     """An engine's last 1,000 steps come in pages of 256, each once, in order, though the engine
     keeps stepping while they are read."""

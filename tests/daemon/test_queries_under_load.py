@@ -9,12 +9,14 @@ import threading
 import time
 
 import grpc
+import pytest
 
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 from gpuobs_testing.daemon import device_stage
 
 
+@pytest.mark.slow
 def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_daemon) -> None:
     daemon = start_daemon()
     big = start_synth("--mode", "counter", "--kernels", "120000", "--launches", "300", timeout=60)

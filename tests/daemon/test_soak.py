@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuobs_testing.soak import Soak
 
 
+@pytest.mark.slow
 def test_a_soak_of_comings_and_goings_junk_and_fuzz(segment_dir: Path, tmp_path: Path) -> None:
     figures = Soak(segment_dir, tmp_path / "run", seconds=150, lifetimes=200).run()
     print(figures)

@@ -51,6 +51,7 @@ def test_tail_prints_events(start_synth, start_daemon) -> None:
     assert any('"kind": "block_' in line for line in lines)
 
 
+@pytest.mark.slow
 def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemon) -> None:
     daemon = start_daemon()  # first: 8 full-speed producers would starve its start-up on 2 cores
     synths = [start_synth("--mode", "blocks", "--rate", "0", "--kernels", "16", "--seed", str(seed),

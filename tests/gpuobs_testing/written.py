@@ -35,11 +35,15 @@ class WrittenProcess:
             assert self.writer.write_launch(records[index:index + 1]), "the launch ring is full"
 
     def drain(self) -> None:
-        """Discovery and drain passes until nothing more is read."""
+        """Discovery and drain passes until nothing more is read, the accounting checked at
+        each (the daemon checks it at most every ACCOUNTING_CHECK_S)."""
         self.writer.publish()
         self.registry.discover()
-        while self.registry.drain_pass():
-            pass
+        while True:
+            for process in self.registry.processes.values():
+                process.last_check = float("-inf")
+            if not self.registry.drain_pass():
+                return
 
     @property
     def process(self) -> ObservedProcess:
