@@ -33,7 +33,7 @@ BLOCK_EXIT = EVENT_KINDS["block_exit"]
 BUCKETS_PER_OCTAVE = 8
 BUCKETS = 64 * BUCKETS_PER_OCTAVE
 PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
-                          ("time", np.int64), ("slot", np.uint32), ("sm", np.uint32)])
+                          ("time", np.int64), ("kernel_slot", np.uint32), ("sm", np.uint32)])
 
 
 @dataclasses.dataclass
@@ -88,7 +88,7 @@ class BlockPairing(Analysis):
                  node_grid_ids: Callable[[], np.ndarray] = lambda: NO_GRID_IDS) -> None:
         self.budget = budget or AnalysisBudget()
         self.node_grid_ids = node_grid_ids
-        self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per slot
+        self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per kernel slot
         self.durations: dict[int, Durations] = {}
         self.unpaired: dict[int, int] = collections.defaultdict(int)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
@@ -128,7 +128,7 @@ class BlockPairing(Analysis):
         fresh["block"] = (block["block_x"].astype(np.uint64) | (block["block_y"].astype(np.uint64) << np.uint64(32)) |
                           (block["block_z"].astype(np.uint64) << np.uint64(48)))
         fresh["time"] = block["globaltimer_ns"].astype(np.int64)
-        fresh["slot"] = block["kernel_slot"]
+        fresh["kernel_slot"] = block["kernel_slot"]
         fresh["sm"] = block["sm_id"]
         is_exit = np.concatenate([np.zeros(len(self.pending), dtype=bool), block["kind"] == BLOCK_EXIT])
         rows = np.concatenate([self.pending, fresh])
@@ -142,18 +142,18 @@ class BlockPairing(Analysis):
         exit_index = enter_index + 1
         if len(enter_index):
             durations = rows["time"][exit_index] - rows["time"][enter_index]
-            slots = rows["slot"][enter_index]
+            slots = rows["kernel_slot"][enter_index]
             for slot in np.unique(slots).tolist():
                 self.durations.setdefault(slot, Durations()).add(np.maximum(durations[slots == slot], 0))
         paired = np.zeros(len(rows), dtype=bool)
         paired[enter_index] = True
         paired[exit_index] = True
         lonely_exits = ~paired & is_exit
-        self._count_unpaired(rows["slot"][lonely_exits])
+        self._count_unpaired(rows["kernel_slot"][lonely_exits])
         waiting = rows[~paired & ~is_exit]
         if len(waiting) > self.MAX_PENDING:
             waiting = waiting[np.argsort(waiting["time"], kind="stable")]
-            self._count_unpaired(waiting["slot"][:-self.MAX_PENDING])
+            self._count_unpaired(waiting["kernel_slot"][:-self.MAX_PENDING])
             waiting = waiting[-self.MAX_PENDING:]
         self.pending = waiting
 
@@ -162,7 +162,7 @@ class BlockPairing(Analysis):
             self.unpaired[int(slot)] += int(count)
 
     def _give_up_pending(self) -> None:
-        self._count_unpaired(self.pending["slot"])
+        self._count_unpaired(self.pending["kernel_slot"])
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
 
     MAX_HUNG_LAUNCHES = 256     # launches the hang warnings look at, at most, per check
@@ -197,7 +197,7 @@ class BlockPairing(Analysis):
                               ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
                               (block >> np.uint64(48)).tolist()))
             launches.append({"grid_id": int(mine["grid_id"][0]), "replay": int(mine["replay"][0]),
-                             "slot": int(mine["slot"][0]), "blocks": blocks, "block_count": len(mine),
+                             "slot": int(mine["kernel_slot"][0]), "blocks": blocks, "block_count": len(mine),
                              "sms": np.unique(mine["sm"]).tolist(), "oldest_enter_ns": oldest,
                              "age_ns": max(0, now_ns - oldest)})
         return launches
@@ -211,7 +211,7 @@ class BlockPairing(Analysis):
         """Block durations of these kernel slots, with one pass over the enters held.
         `block_events_delivered`: each slot's block enter and exit events the reader delivered
         (the native reader's aggregates); those not analysed were skipped by the budget."""
-        held = np.bincount(self.pending["slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
+        held = np.bincount(self.pending["kernel_slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
         return [self._durations_of(slot, events, int(held[slot]) if slot < len(held) else 0)
                 for slot, events in zip(slots, block_events_delivered)]
 

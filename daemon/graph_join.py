@@ -188,7 +188,7 @@ class GraphJoinReport:
     """The graph execs of one process as a whole: per kernel slot its launches that were graph
     node executions; execs kept, not counted (MAX_GRAPHS) and let go."""
 
-    executions_per_slot: dict[int, int]
+    executions_per_kernel: dict[int, int]
     execs: int
     execs_dropped: int
     execs_forgotten: int

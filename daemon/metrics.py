@@ -35,12 +35,12 @@ class StickyLabels:
         self.limit = limit
         self.names: list[str] = [OTHER]
         self.index: dict[str, int] = {}
-        self.slot_label = np.zeros(0, dtype=np.int64)
+        self.kernel_label = np.zeros(0, dtype=np.int64)  # label index per kernel slot
 
     def assign(self, launches: np.ndarray, names_of: Callable[[int, int], list[str]]) -> None:
         """Kernels first seen now (slots beyond those seen) get their label, or "other", for
         good: the most launched of them first, while there is room."""
-        seen = len(self.slot_label)
+        seen = len(self.kernel_label)
         if len(launches) <= seen:
             return
         names = [name[:200] for name in names_of(seen, len(launches) - seen)]  # unpublished: next time
@@ -53,15 +53,15 @@ class StickyLabels:
                 self.index[name] = len(self.names)
                 self.names.append(name)
             labels[offset] = self.index.get(name, 0)
-        self.slot_label = np.concatenate([self.slot_label, labels])
+        self.kernel_label = np.concatenate([self.kernel_label, labels])
 
     def sums(self, column: np.ndarray) -> list[tuple[str, int]]:
         """(label, total) of one counter column, exact (integers, not floats)."""
         totals = np.zeros(len(self.names), dtype=np.uint64)
-        count = min(len(column), len(self.slot_label))
-        np.add.at(totals, self.slot_label[:count], column[:count].astype(np.uint64))
+        count = min(len(column), len(self.kernel_label))
+        np.add.at(totals, self.kernel_label[:count], column[:count].astype(np.uint64))
         used = np.zeros(len(self.names), dtype=bool)
-        used[np.unique(self.slot_label[:count])] = True
+        used[np.unique(self.kernel_label[:count])] = True
         return [(self.names[i], int(totals[i])) for i in np.flatnonzero(used).tolist()]
 
 

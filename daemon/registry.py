@@ -168,7 +168,7 @@ class ObservedProcess:
     def pid(self) -> int:
         return self.segment.pid
 
-    def events_dropped_per_slot(self) -> np.ndarray | None:
+    def events_dropped_per_kernel(self) -> np.ndarray | None:
         """Device-stage drops per kernel slot from one counters snapshot; None when no
         consistent snapshot could be read this time."""
         snapshot = self.segment.counters()
@@ -313,7 +313,7 @@ class Registry:
         if not suspects:
             return
         names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-        dropped = process.events_dropped_per_slot()
+        dropped = process.events_dropped_per_kernel()
         for launch in suspects:
             key = (launch["grid_id"], launch["replay"])
             if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:

@@ -200,7 +200,7 @@ class ObserverService:
         the drain takes the same lock per batch, and wants the GIL this thread holds."""
         rows: list[results.Kernel] = []
         with process.lock:
-            graph_launches = process.analyses.graph_join.report().executions_per_slot
+            graph_launches = process.analyses.graph_join.report().executions_per_kernel
         for first in range(0, len(slots), ROWS_PER_CHUNK):
             began = time.perf_counter()
             chunk = slots[first:first + ROWS_PER_CHUNK]
@@ -429,7 +429,7 @@ class ObserverService:
     @staticmethod
     def _hung_rows(process: ObservedProcess, launches: list[dict]) -> list[results.HungLaunch]:
         names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({l["slot"] for l in launches}))}
-        dropped = process.events_dropped_per_slot()
+        dropped = process.events_dropped_per_kernel()
         rows = []
         for launch in launches:
             slot = launch["slot"]
@@ -580,7 +580,7 @@ class ObserverService:
             self._abort(writers)
             raise
         finally:
-            self.registry.remove_subscriber(subscriber)  # whatever happened: the slot is free again
+            self.registry.remove_subscriber(subscriber)  # whatever happened: the subscription is let go
         return self._finish(writers, processes, subscriber)
 
     @staticmethod

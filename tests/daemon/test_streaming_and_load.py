@@ -68,8 +68,8 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
     total_delivered = 0
     for process in processes:
         stage = device_stage(process)
-        # exact: every event delivered, dropped on a full ring, or skipped and counted. A slot is
-        # skipped as torn only if its writer stalled past the 1 s torn timeout between claim and
+        # exact: every event delivered, dropped on a full ring, or skipped and counted. A ring record
+        # is skipped as torn only if its writer stalled past the 1 s torn timeout between claim and
         # commit, which an overloaded 2-core machine has been seen to do once in a 60 s run.
         assert stage.produced == stage.delivered + stage.dropped + stage.torn + stage.corrupt, (process.pid, stage)
         assert stage.corrupt == 0 and stage.torn <= 1 and stage.in_flight == 0, (process.pid, stage)
