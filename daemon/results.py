@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Generic, TypeVar
 
+from gpuobs.segment import StageAccount as StageCounts  # one stage's accounting is the message as it is
+
 Row = TypeVar("Row")
 
 
@@ -15,18 +17,6 @@ Row = TypeVar("Row")
 class Page(Generic[Row]):
     rows: list[Row]
     next_page_token: str = ""  # empty after the last page
-
-
-@dataclasses.dataclass
-class StageCounts:
-    stage: str
-    produced: int
-    delivered: int
-    dropped: int
-    torn: int
-    corrupt: int
-    in_flight: int
-    unpublished: int
 
 
 @dataclasses.dataclass

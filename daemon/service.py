@@ -59,6 +59,16 @@ def launch_shapes(entry: tuple | None) -> tuple[list[results.LaunchShape], int]:
     return [results.LaunchShape(list(grid), list(block), count) for grid, block, count in ordered], other
 
 
+def check_top_or_page(top: int, page_size: int, page_token: str, max_page: int, row: str) -> None:
+    """A list that answers either its `top` rows in one reply or every row a page at a time."""
+    if not 0 <= top <= MAX_TOP:
+        raise InvalidArgument(f"top must be within 0..{MAX_TOP}")
+    if not 0 <= page_size <= max_page:
+        raise InvalidArgument(f"page_size must be within 0..{max_page}")
+    if top and page_token:
+        raise InvalidArgument(f"a page_token pages through every {row} (top 0); it does not go with top")
+
+
 def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
     """The injector's own work from its global counters: exact counts, and callback time in seconds."""
     counts = {name: counters.get(name, 0) for name in
@@ -110,8 +120,7 @@ class ObserverService:
             control_message=control["status_message"],
             launches=counters.get("launches", 0),
             kernels=segment.reader.kernel_count(),
-            stages=[results.StageCounts(s.stage, s.produced, s.delivered, s.dropped, s.torn, s.corrupt, s.in_flight,
-                                        s.unpublished) for s in (account.stages if account else ())],
+            stages=list(account.stages if account else ()),
             ring_fill_ratio=fill,
             accounting_errors=process.accounting_errors,
             injector=injector_stats(counters),
@@ -138,12 +147,7 @@ class ObserverService:
     def kernels(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> results.Page[results.Kernel]:
         """The `top` kernels by launches; or, with top 0, every kernel a page at a time in (pid,
         slot) order, which new kernels only extend: following next_page_token visits each once."""
-        if not 0 <= top <= MAX_TOP:
-            raise InvalidArgument(f"top must be within 0..{MAX_TOP}")
-        if not 0 <= page_size <= MAX_KERNEL_PAGE:
-            raise InvalidArgument(f"page_size must be within 0..{MAX_KERNEL_PAGE}")
-        if top and page_token:
-            raise InvalidArgument("a page_token pages through every kernel (top 0); it does not go with top")
+        check_top_or_page(top, page_size, page_token, MAX_KERNEL_PAGE, "kernel")
         targets = sorted(self._targets(pids, live_only=False), key=process_order)
         if top:
             return results.Page(self._top_kernels(targets, top))
@@ -304,12 +308,7 @@ class ObserverService:
     def hot_pcs(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> results.HotPcs:
         """The `top` PCs by memory events in one reply; or, with top 0, every PC counted a page
         at a time in (pid, first seen) order, which new PCs only extend."""
-        if not 0 <= top <= MAX_TOP:
-            raise InvalidArgument(f"top must be within 0..{MAX_TOP}")
-        if not 0 <= page_size <= MAX_HOT_PC_PAGE:
-            raise InvalidArgument(f"page_size must be within 0..{MAX_HOT_PC_PAGE}")
-        if top and page_token:
-            raise InvalidArgument("a page_token pages through every PC (top 0); it does not go with top")
+        check_top_or_page(top, page_size, page_token, MAX_HOT_PC_PAGE, "PC")
         targets = self._targets(pids, live_only=False)
         counted = skipped = 0
         for process in targets:
