@@ -119,7 +119,7 @@ def main() -> int:
             big = subprocess.run([synth_binary(), "--segment-dir", str(segments), "--mode", "counter", "--kernels",
                                   "120000", "--launches", "300"], capture_output=True, text=True, check=True)
             big_pid = json.loads(big.stdout.splitlines()[-1])["pid"]
-            time.sleep(args.idle)  # the issue saw the first call after an idle spell take 20 s
+            time.sleep(args.idle)  # a first call after an idle spell once took 20 s
             running = producers(segments, args.producers, 0, args.idle + 3 * args.seconds + 30)
             daemon.wait_processes(args.producers, timeout=60)
             status, checks = sample(stub, health, args.seconds)

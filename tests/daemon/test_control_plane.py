@@ -164,7 +164,7 @@ def test_rejected_segments_are_reported_not_fatal(start_daemon, segment_dir) -> 
 
 def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(start_synth, start_daemon,
                                                                             segment_dir) -> None:
-    """Any local user can fill the segment directory (issue 13, item 13: 62,000 junk files pushed
+    """Any local user can fill the segment directory (62,000 junk files pushed
     GetStatus past the client's limit for everyone): the reply names a few and counts them all."""
     junk = 5000
     for index in range(junk):
@@ -184,7 +184,7 @@ def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(star
 
 
 def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, start_daemon, tmp_path) -> None:
-    """Issue 13, item 15: through the unauthenticated --listen port an unprivileged local user
+    """Through the unauthenticated --listen port an unprivileged local user
     switched modes and made the daemon write a file where only it may. That port is read-only."""
     from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
     from gpuobs_testing.daemon import free_port

@@ -1,4 +1,4 @@
-"""Issue 13, item 5: every kernel of a process with tens of thousands of them comes in pages, so
+"""Every kernel of a process with tens of thousands of them comes in pages, so
 no reply outgrows a client's limit and no single query holds the daemon for long."""
 
 from __future__ import annotations

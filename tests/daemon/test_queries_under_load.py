@@ -1,4 +1,4 @@
-"""Issue 13, item 12: queries used to run on the loop that also drained every producer, so a long
+"""Queries used to run on the loop that also drained every producer, so a long
 query stopped the drain (a producer lost events to it) and a status call waited for it, and each
 RPC waited for whole drain passes between its turns of the loop. Now the drain has a thread, long
 queries have theirs, and status reads nothing that a batch's analysis holds."""

@@ -131,7 +131,7 @@ def test_damaged_event_files_are_rejected(tmp_path: Path) -> None:
 
 
 def test_huge_inputs_are_refused_without_being_echoed(start_synth, start_daemon, tmp_path: Path) -> None:
-    """Issue 13, item 17: an error message must not send a megabyte of input back."""
+    """An error message must not send a megabyte of input back."""
     start_synth("--mode", "counter", "--rate", "1000")
     daemon = start_daemon()
     daemon.wait_processes(1)

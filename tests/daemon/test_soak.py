@@ -1,4 +1,4 @@
-"""The whole daemon under a bounded soak (issue 13): at least 200 producers come and go (some
+"""The whole daemon under a bounded soak: at least 200 producers come and go (some
 crash), hostile files land in the segment directory, fuzzed requests hit every method, while
 scrapes and streams run. The daemon must not crash nor grow, and every producer's counts must
 balance. bench/soak.py runs the same for 30 minutes."""

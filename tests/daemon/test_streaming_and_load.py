@@ -83,7 +83,7 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
 
 
 def test_stalled_streams_cost_a_bounded_queue_and_too_many_are_refused(start_synth, start_daemon) -> None:
-    """Issue 13, item 11: one stalled StreamEvents client grew the daemon to 10.5 GB. Now each
+    """One stalled StreamEvents client grew the daemon to 10.5 GB. Now each
     stream's queue is bounded in batches and bytes, a stream asks at most 256 batches, and at
     most 16 streams and recordings run at once."""
     start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(1 << 16))
