@@ -125,6 +125,9 @@ class NodeCensus:
 
 @dataclasses.dataclass
 class GraphExec:
+    """One graph exec as the daemon saw it: the exact census of its nodes, replays and node
+    executions, and its last replays in detail (or, once final, their report rows)."""
+
     graph_exec: int
     instance: int = 0  # first-seen order in the process, from 1 (a reused handle gets a new one)
     alive: bool = True
