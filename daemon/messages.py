@@ -4,7 +4,8 @@ one conversion (fields_of) serves them all; nested results become nested message
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
@@ -12,13 +13,44 @@ from . import results
 
 
 def fields_of(result: Any) -> Any:
-    """A result as the keyword arguments of its message: nested results as dicts, lists of them
-    as lists of dicts (the message constructors take both)."""
-    if hasattr(result, "__dataclass_fields__"):
-        return {name: fields_of(value) for name, value in vars(result).items()}
-    if isinstance(result, list) and result and hasattr(result[0], "__dataclass_fields__"):
-        return [fields_of(item) for item in result]
-    return result
+    """A result (or a list of them) as the keyword arguments of its message: nested results as
+    dicts, lists of them as lists of dicts (the message constructors take both)."""
+    if isinstance(result, list):
+        return [converter(type(item))(item) for item in result] if result else []
+    return converter(type(result))(result)
+
+
+Converter = Callable[[Any], dict]
+_CONVERTERS: dict[type, Converter] = {}
+
+
+def converter(cls: type) -> Converter:
+    """The conversion of one result class, made once: a class without nested results is its
+    instance's own dict (the constructors only read it); otherwise a copy with those fields
+    converted. A page of 20,000 kernels is then one pass with no lookups per field."""
+    if cls in _CONVERTERS:
+        return _CONVERTERS[cls]
+    nested: list[tuple[str, bool, type]] = []
+    for field in dataclasses.fields(cls):
+        annotation = str(field.type)
+        inner = annotation.removeprefix("list[").removesuffix("]")
+        inner_cls = getattr(results, inner, None)
+        if dataclasses.is_dataclass(inner_cls):
+            nested.append((field.name, annotation.startswith("list["), inner_cls))
+    if not nested:
+        _CONVERTERS[cls] = vars
+        return vars
+    parts = [(name, many, converter(inner_cls)) for name, many, inner_cls in nested]
+
+    def convert(result: Any) -> dict:
+        fields = dict(vars(result))
+        for name, many, inner in parts:
+            value = fields[name]
+            fields[name] = [inner(item) for item in value] if many else inner(value)
+        return fields
+
+    _CONVERTERS[cls] = convert
+    return convert
 
 
 def status_response(status: results.Status) -> pb.GetStatusResponse:
