@@ -11,8 +11,9 @@ such (their node executions are unknown, never guessed).
 
 The join key is the launch key (gpuobs.launch_key: grid id and replay number), never the
 order of arrival. Launch records are drained before events in each pass (a launch record is
-written before its kernel can run), so an event's node execution is normally known when the event arrives; events that match none are
-held until their replay is finished with and then counted as unmatched.
+written before its kernel can run), so an event's node execution is normally known when the
+event arrives; events that match none are held until their replay is finished with and then
+counted as unmatched.
 
 Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in detail; older ones
 are folded into totals, but only once the daemon has caught up with the event rings (settle()):

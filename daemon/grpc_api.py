@@ -17,6 +17,7 @@ from . import messages
 from .errors import Busy, InvalidArgument, NotFound, RecordFailed
 from .service import ObserverService
 
+Context = grpc.aio.ServicerContext
 MAX_MESSAGE_BYTES = 4 << 20
 MAX_QUEUE_BATCHES = 256  # a stream's queue, at most (and SubscriberQueue.MAX_QUEUED_BYTES)
 EVENT_BYTES = EVENT_DTYPE.itemsize
@@ -57,10 +58,10 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED if error.out_of_space else grpc.StatusCode.INTERNAL,
                                 str(error))
 
-    async def GetStatus(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.GetStatusResponse:
         return await self._guard(context, lambda: messages.status_response(self.service.status()), inline=True)
 
-    async def SetMode(self, request: pb.SetModeRequest, context) -> pb.SetModeResponse:
+    async def SetMode(self, request: pb.SetModeRequest, context: Context) -> pb.SetModeResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
         async def call():
@@ -74,14 +75,14 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
         return messages.set_mode_response(await self._guard(context, call))
 
-    async def ListProcesses(self, request: pb.ListProcessesRequest, context) -> pb.ListProcessesResponse:
+    async def ListProcesses(self, request: pb.ListProcessesRequest, context: Context) -> pb.ListProcessesResponse:
         return await self._guard(context, lambda: messages.processes_response(self.service.processes()), inline=True)
 
-    async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
+    async def ListKernels(self, request: pb.ListKernelsRequest, context: Context) -> pb.ListKernelsResponse:
         return await self._guard(context, lambda: messages.kernels_response(
             self.service.kernels(list(request.pids), request.top, request.page_size, request.page_token)))
 
-    async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
+    async def StreamEvents(self, request: pb.StreamEventsRequest, context: Context) -> AsyncIterator[pb.EventBatch]:
         if request.queue_batches > MAX_QUEUE_BATCHES:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"queue_batches: at most {MAX_QUEUE_BATCHES}")
         subscriber, queue = await self._guard(context, lambda: self.service.open_stream(
@@ -102,16 +103,16 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         finally:
             self.service.close_stream(subscriber)
 
-    async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
+    async def ListGraphs(self, request: pb.ListGraphsRequest, context: Context) -> pb.ListGraphsResponse:
         return await self._guard(context, lambda: messages.graphs_response(
             self.service.graphs(list(request.pids), request.replays or 16, request.page_size, request.page_token)))
 
-    async def ListSteps(self, request: pb.ListStepsRequest, context) -> pb.ListStepsResponse:
+    async def ListSteps(self, request: pb.ListStepsRequest, context: Context) -> pb.ListStepsResponse:
         replay = request.replay if request.HasField("replay") else None
         return await self._guard(context, lambda: messages.steps_response(
             self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)))
 
-    async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
+    async def ListHangs(self, request: pb.ListHangsRequest, context: Context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
         pids = list(request.pids)
 
@@ -121,11 +122,11 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
         return await self._guard(context, call)
 
-    async def ListHotPcs(self, request: pb.ListHotPcsRequest, context) -> pb.ListHotPcsResponse:
+    async def ListHotPcs(self, request: pb.ListHotPcsRequest, context: Context) -> pb.ListHotPcsResponse:
         return await self._guard(context, lambda: messages.hot_pcs_response(
             self.service.hot_pcs(list(request.pids), request.top, request.page_size, request.page_token)))
 
-    async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
+    async def Record(self, request: pb.RecordRequest, context: Context) -> pb.RecordResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
         async def call():
