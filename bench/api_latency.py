@@ -23,10 +23,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from daemon_support import DaemonProcess, device_stage, free_port, pb, pb_grpc  # noqa: E402
-from synth_support import synth_binary  # noqa: E402
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
+from gpuobs_testing.daemon import DaemonProcess, device_stage, free_port
+from gpuobs_testing.synth import synth_binary
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -119,7 +119,7 @@ def main() -> int:
             big = subprocess.run([synth_binary(), "--segment-dir", str(segments), "--mode", "counter", "--kernels",
                                   "120000", "--launches", "300"], capture_output=True, text=True, check=True)
             big_pid = json.loads(big.stdout.splitlines()[-1])["pid"]
-            time.sleep(args.idle)  # the issue saw the first call after an idle spell take 20 s
+            time.sleep(args.idle)  # a first call after an idle spell once took 20 s
             running = producers(segments, args.producers, 0, args.idle + 3 * args.seconds + 30)
             daemon.wait_processes(args.producers, timeout=60)
             status, checks = sample(stub, health, args.seconds)

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from daemon_support import DaemonProcess, free_port  # noqa: E402
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb  # noqa: E402
-from synth_support import synth_binary  # noqa: E402
-
-import subprocess  # noqa: E402
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs_testing.daemon import DaemonProcess, free_port
+from gpuobs_testing.synth import synth_binary
 
 
 def main() -> int:

@@ -15,12 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from daemon_support import DaemonProcess, free_port  # noqa: E402
-from drain import measure_drain  # noqa: E402
-from synth_support import synth_binary  # noqa: E402
+from gpuobs_testing.daemon import DaemonProcess, free_port
+from drain import measure_drain
+from gpuobs_testing.synth import synth_binary
 
 
 def totals(daemon: DaemonProcess) -> tuple[int, int]:

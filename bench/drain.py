@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,11 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuobs.segment import EVENT_DTYPE, Segment, segment_paths
-
-
-def synth_binary() -> str:
-    beside = Path(sys.executable).parent / "gpuobs-synth"
-    return str(beside) if beside.exists() else (shutil.which("gpuobs-synth") or "gpuobs-synth")
+from gpuobs_testing.synth import synth_binary
 
 
 def measure_memcpy(total_bytes: int, buffer_bytes: int) -> float:

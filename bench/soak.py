@@ -18,8 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from soak_support import Soak  # noqa: E402
+from gpuobs_testing.soak import Soak
 
 
 def main() -> int:

@@ -49,11 +49,8 @@ from pathlib import Path
 
 import gpuobs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from daemon_support import DaemonProcess, gpuobsctl  # noqa: E402  (the tests' real gpuobsd)
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_overhead import drop_in_environment, payload_environment  # noqa: E402
+from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd)
+from vllm_overhead import drop_in_environment, payload_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB = Path(gpuobs.__file__).parent / "lib"

@@ -47,8 +47,7 @@ from pathlib import Path
 
 import gpuobs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from daemon_support import DaemonProcess, gpuobsctl  # noqa: E402  (the tests' real gpuobsd, as daemon_drain.py)
+from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd, as daemon_drain.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP_IN = ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"

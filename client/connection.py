@@ -7,7 +7,7 @@ import os
 
 import grpc
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2_grpc
+from gpuobs.api.v1 import observer_pb2_grpc
 
 DEFAULT_ADDRESS = "unix:///run/gpuobs/gpuobsd.sock"
 # A reply may exceed gRPC's default 4 MiB (every kernel of a process with tens of thousands).
@@ -56,7 +56,7 @@ def every_page(address: str, method: str, request, field: str, timeout: float = 
 
 def every_kernel(address: str, pids: list[int], timeout: float = 30.0) -> list:
     """Every kernel of those processes (all, when empty), page by page, in (pid, slot) order."""
-    from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+    from gpuobs.api.v1 import observer_pb2 as pb
 
     return every_page(address, "ListKernels", pb.ListKernelsRequest(pids=pids), "kernels", timeout)
 

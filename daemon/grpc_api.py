@@ -1,29 +1,27 @@
-"""The gRPC face of ObserverService: messages in and out, typed errors to status codes."""
+"""The gRPC face of ObserverService: requests in, the service's results out as messages
+(daemon/messages.py), typed errors to status codes. Transport only: everything it answers comes
+from a method of the service."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import grpc
 
 from gpuobs.segment import EVENT_DTYPE
 
-from .proto.gpuobs.v1 import observer_pb2 as pb
-from .proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
-from .registry import Busy, NotFound, queue_subscriber
-from .service import InvalidArgument, ObserverService, RecordFailed
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
+from . import messages
+from .errors import Busy, InvalidArgument, NotFound, RecordFailed
+from .service import ObserverService
 
+Context = grpc.aio.ServicerContext
 MAX_MESSAGE_BYTES = 4 << 20
 MAX_QUEUE_BATCHES = 256  # a stream's queue, at most (and SubscriberQueue.MAX_QUEUED_BYTES)
 EVENT_BYTES = EVENT_DTYPE.itemsize
 STREAM_RECORDS = (MAX_MESSAGE_BYTES // 2) // EVENT_BYTES  # per EventBatch: well within a client's limit
-
-
-def process_message(view: dict[str, Any]) -> pb.Process:
-    stages = [pb.StageCounts(**stage) for stage in view["stages"]]
-    fields = {k: v for k, v in view.items() if k not in ("stages", "injector")}
-    return pb.Process(stages=stages, injector=pb.InjectorStats(**view["injector"]), **fields)
 
 
 READ_ONLY = ("this address is read-only (anyone who can reach a TCP port can call it): switch modes and record "
@@ -60,15 +58,10 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED if error.out_of_space else grpc.StatusCode.INTERNAL,
                                 str(error))
 
-    async def GetStatus(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
-        def call() -> pb.GetStatusResponse:
-            status = self.service.status()
-            processes = [process_message(p) for p in status.pop("processes")]
-            return pb.GetStatusResponse(processes=processes, **status)
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.GetStatusResponse:
+        return await self._guard(context, lambda: messages.status_response(self.service.status()), inline=True)
 
-        return await self._guard(context, call, inline=True)
-
-    async def SetMode(self, request: pb.SetModeRequest, context) -> pb.SetModeResponse:
+    async def SetMode(self, request: pb.SetModeRequest, context: Context) -> pb.SetModeResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
         async def call():
@@ -80,32 +73,20 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 (request.timeout_ms or 2000) / 1000.0,
             )
 
-        results = await self._guard(context, call)
-        return pb.SetModeResponse(results=[pb.ModeResult(**r) for r in results])
+        return messages.set_mode_response(await self._guard(context, call))
 
-    async def ListProcesses(self, request: pb.ListProcessesRequest, context) -> pb.ListProcessesResponse:
-        return await self._guard(context, lambda: pb.ListProcessesResponse(
-            processes=[process_message(p) for p in self.service.processes()]), inline=True)
+    async def ListProcesses(self, request: pb.ListProcessesRequest, context: Context) -> pb.ListProcessesResponse:
+        return await self._guard(context, lambda: messages.processes_response(self.service.processes()), inline=True)
 
-    async def ListKernels(self, request: pb.ListKernelsRequest, context) -> pb.ListKernelsResponse:
-        def call() -> pb.ListKernelsResponse:
-            rows, token = self.service.kernels(list(request.pids), request.top, request.page_size, request.page_token)
-            return pb.ListKernelsResponse(kernels=[pb.Kernel(**row) for row in rows], next_page_token=token)
+    async def ListKernels(self, request: pb.ListKernelsRequest, context: Context) -> pb.ListKernelsResponse:
+        return await self._guard(context, lambda: messages.kernels_response(
+            self.service.kernels(list(request.pids), request.top, request.page_size, request.page_token)))
 
-        return await self._guard(context, call)
-
-    async def StreamEvents(self, request: pb.StreamEventsRequest, context) -> AsyncIterator[pb.EventBatch]:
-        pids = list(request.pids)
-        await self._guard(context, lambda: self.service._targets(pids, live_only=False))
+    async def StreamEvents(self, request: pb.StreamEventsRequest, context: Context) -> AsyncIterator[pb.EventBatch]:
         if request.queue_batches > MAX_QUEUE_BATCHES:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"queue_batches: at most {MAX_QUEUE_BATCHES}")
-        registry = self.service.registry
-        subscriber, queue = queue_subscriber(frozenset(pids), request.queue_batches or 64)
-        subscriber.read_only = self.read_only
-        try:
-            registry.add_subscriber(subscriber)
-        except Busy as error:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        subscriber, queue = await self._guard(context, lambda: self.service.open_stream(
+            list(request.pids), request.queue_batches or 64, read_only=self.read_only), inline=True)
         sent = 0
         try:
             while not request.max_events or sent < request.max_events:
@@ -120,43 +101,39 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                     yield pb.EventBatch(pid=pid, records=payload[first * EVENT_BYTES:(first + part) * EVENT_BYTES],
                                         count=part, dropped_for_client=subscriber.dropped)
         finally:
-            registry.remove_subscriber(subscriber)
+            self.service.close_stream(subscriber)
 
-    async def ListGraphs(self, request: pb.ListGraphsRequest, context) -> pb.ListGraphsResponse:
-        def call() -> pb.ListGraphsResponse:
-            rows, token = self.service.graphs(list(request.pids), request.replays or 16, request.page_size,
-                                              request.page_token)
-            return pb.ListGraphsResponse(graphs=[pb.Graph(**row) for row in rows], next_page_token=token)
+    async def ListGraphs(self, request: pb.ListGraphsRequest, context: Context) -> pb.ListGraphsResponse:
+        return await self._guard(context, lambda: messages.graphs_response(
+            self.service.graphs(list(request.pids), request.replays or 16, request.page_size, request.page_token)))
+
+    async def ListSteps(self, request: pb.ListStepsRequest, context: Context) -> pb.ListStepsResponse:
+        replay = request.replay if request.HasField("replay") else None
+        return await self._guard(context, lambda: messages.steps_response(
+            self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)))
+
+    async def ListHangs(self, request: pb.ListHangsRequest, context: Context) -> pb.ListHangsResponse:
+        min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
+        pids = list(request.pids)
+
+        def call() -> pb.ListHangsResponse:
+            page = self.service.hangs(pids, min_age_ms, request.page_size, request.page_token)
+            return messages.hangs_response(page, [] if request.page_token else self.service.hang_evidence(pids))
 
         return await self._guard(context, call)
 
-    async def ListSteps(self, request: pb.ListStepsRequest, context) -> pb.ListStepsResponse:
-        replay = request.replay if request.HasField("replay") else None
-        return await self._guard(context, lambda: pb.ListStepsResponse(
-            **self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)))
+    async def ListHotPcs(self, request: pb.ListHotPcsRequest, context: Context) -> pb.ListHotPcsResponse:
+        return await self._guard(context, lambda: messages.hot_pcs_response(
+            self.service.hot_pcs(list(request.pids), request.top, request.page_size, request.page_token)))
 
-    async def ListHangs(self, request: pb.ListHangsRequest, context) -> pb.ListHangsResponse:
-        min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
-        pids = list(request.pids)
-        return await self._guard(context, lambda: pb.ListHangsResponse(
-            launches=[pb.HungLaunch(**row) for row in self.service.hangs(pids, min_age_ms)],
-            processes=[pb.HangEvidence(**row) for row in self.service.hang_evidence(pids)]))
-
-    async def ListHotPcs(self, request: pb.ListHotPcsRequest, context) -> pb.ListHotPcsResponse:
-        rows, counted, skipped = await self._guard(context, lambda: self.service.hot_pcs(list(request.pids),
-                                                                                         request.top))
-        return pb.ListHotPcsResponse(pcs=[pb.HotPc(**row) for row in rows], events_counted=counted,
-                                     events_skipped=skipped)
-
-    async def Record(self, request: pb.RecordRequest, context) -> pb.RecordResponse:
+    async def Record(self, request: pb.RecordRequest, context: Context) -> pb.RecordResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
         async def call():
             return await self.service.record(request.path, request.duration_ms / 1000.0, request.max_events,
                                              list(request.pids))
 
-        files = await self._guard(context, call)
-        return pb.RecordResponse(files=[pb.RecordedFile(**f) for f in files])
+        return messages.record_response(await self._guard(context, call))
 
 
 class _Malformed:

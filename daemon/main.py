@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from . import logging_setup, settings, systemd
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
-from .proto.gpuobs.v1 import observer_pb2
+from gpuobs.api.v1 import observer_pb2
 from .drain_thread import DrainThread
 from .registry import Registry
 from .runtime_dir import AlreadyRunning, RuntimeDir

@@ -35,12 +35,12 @@ class StickyLabels:
         self.limit = limit
         self.names: list[str] = [OTHER]
         self.index: dict[str, int] = {}
-        self.slot_label = np.zeros(0, dtype=np.int64)
+        self.kernel_label = np.zeros(0, dtype=np.int64)  # label index per kernel slot
 
     def assign(self, launches: np.ndarray, names_of: Callable[[int, int], list[str]]) -> None:
         """Kernels first seen now (slots beyond those seen) get their label, or "other", for
         good: the most launched of them first, while there is room."""
-        seen = len(self.slot_label)
+        seen = len(self.kernel_label)
         if len(launches) <= seen:
             return
         names = [name[:200] for name in names_of(seen, len(launches) - seen)]  # unpublished: next time
@@ -53,15 +53,15 @@ class StickyLabels:
                 self.index[name] = len(self.names)
                 self.names.append(name)
             labels[offset] = self.index.get(name, 0)
-        self.slot_label = np.concatenate([self.slot_label, labels])
+        self.kernel_label = np.concatenate([self.kernel_label, labels])
 
     def sums(self, column: np.ndarray) -> list[tuple[str, int]]:
         """(label, total) of one counter column, exact (integers, not floats)."""
         totals = np.zeros(len(self.names), dtype=np.uint64)
-        count = min(len(column), len(self.slot_label))
-        np.add.at(totals, self.slot_label[:count], column[:count].astype(np.uint64))
+        count = min(len(column), len(self.kernel_label))
+        np.add.at(totals, self.kernel_label[:count], column[:count].astype(np.uint64))
         used = np.zeros(len(self.names), dtype=bool)
-        used[np.unique(self.slot_label[:count])] = True
+        used[np.unique(self.kernel_label[:count])] = True
         return [(self.names[i], int(totals[i])) for i in np.flatnonzero(used).tolist()]
 
 
@@ -109,27 +109,27 @@ class GpuobsCollector(Collector):
                                         "Wall time the injector spent in its own callbacks", labels=["pid", "callback"])
         alive = 0
         for view in self.service.processes():
-            pid = str(view["pid"])
-            alive += int(view["alive"])
+            pid = str(view.pid)
+            alive += int(view.alive)
             for name in MODES:
-                mode.add_metric([pid, name], 1.0 if view["mode"] == name else 0.0)
-            shift.add_metric([pid], float(view["shift"]))
-            fill.add_metric([pid], view["ring_fill_ratio"])
-            errors.add_metric([pid], float(view["accounting_errors"]))
-            steps.add_metric([pid], float(view["engine_steps"]))
-            for callback in ("resource", "launch", "graph"):
-                callbacks.add_metric([pid, callback], view["injector"][f"{callback}_callback_seconds"])
-            for stage in view["stages"]:
-                dropped.add_metric([pid, stage["stage"]], float(stage["dropped"]))
-                if stage["stage"] == "device":
-                    events.add_metric([pid], float(stage["delivered"]))
-                    dropped.add_metric([pid, "reader"], float(stage["torn"] + stage["corrupt"]))
+                mode.add_metric([pid, name], 1.0 if view.mode == name else 0.0)
+            shift.add_metric([pid], float(view.shift))
+            fill.add_metric([pid], view.ring_fill_ratio)
+            errors.add_metric([pid], float(view.accounting_errors))
+            steps.add_metric([pid], float(view.engine_steps))
+            callbacks.add_metric([pid, "resource"], view.injector.resource_callback_seconds)
+            callbacks.add_metric([pid, "launch"], view.injector.launch_callback_seconds)
+            callbacks.add_metric([pid, "graph"], view.injector.graph_callback_seconds)
+            for stage in view.stages:
+                dropped.add_metric([pid, stage.stage], float(stage.dropped))
+                if stage.stage == "device":
+                    events.add_metric([pid], float(stage.delivered))
+                    dropped.add_metric([pid, "reader"], float(stage.torn + stage.corrupt))
         for evidence in self.service.hang_evidence([]):
-            if evidence["exits_hooked"] and evidence["alive"]:
-                in_flight.add_metric([str(evidence["pid"])], float(evidence["blocks_in_flight"]))
-                oldest.add_metric([str(evidence["pid"])], evidence["oldest_age_ns"] / 1e9)
-        subscribers_dropped = sum(s.dropped for s in self.service.registry.subscribers)
-        dropped.add_metric(["", "stream"], float(subscribers_dropped))
+            if evidence.exits_hooked and evidence.alive:
+                in_flight.add_metric([str(evidence.pid)], float(evidence.blocks_in_flight))
+                oldest.add_metric([str(evidence.pid)], evidence.oldest_age_ns / 1e9)
+        dropped.add_metric(["", "stream"], float(self.service.stream_events_dropped()))
         with self.lock:
             for family, series in zip((launches, blocks, accesses), self._kernel_series()):
                 for (pid, name), total in series.items():

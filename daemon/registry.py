@@ -13,12 +13,13 @@ daemon continues from the tails stored in the segments and counts nothing twice.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import structlog
@@ -26,10 +27,13 @@ import structlog
 from gpuobs._native import EVENT_KIND_COUNT
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
-from .graph_census import GraphCensuses
+from .analysis import Analysis
+from .analysis_budget import AnalysisBudget
+from .block_pairing import BlockPairing
+from .errors import Busy
+from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
-from .kernel_census import ANALYSIS_BURST_S, KernelCensus
-from .step_census import StepCensus
+from .step_attribution import StepAttribution
 from .time_budget import TimeBudget
 
 log = structlog.get_logger("gpuobsd.registry")
@@ -37,16 +41,13 @@ log = structlog.get_logger("gpuobsd.registry")
 ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
 HANG_CHECK_S = 0.5  # blocks in flight are compared with the hang threshold at most this often
 MAX_WARNED = 4096   # launches remembered as already reported, per process
+# Any local user can fill the segment directory with files named like segments: the daemon
+# remembers this many rejected ones (path and reason) and opens at most MAX_TRIES_PER_PASS
+# files it does not know per discovery pass, in turn, so junk costs bounded memory and time.
+MAX_REJECTED = 4096
+MAX_TRIES_PER_PASS = 1024
 QUERY_SHARE = 0.4    # of the daemon's time, for every query thread together
 QUERY_BURST_S = 0.5  # of query work answered at full speed after an idle spell
-
-
-class NotFound(LookupError):
-    """No observed process has that pid."""
-
-
-class Busy(RuntimeError):
-    """As many streams and recordings run as the daemon takes at once."""
 
 
 MAX_SUBSCRIBERS = 16  # streams and recordings at once: each may hold a full queue
@@ -124,6 +125,28 @@ def queue_subscriber(pids: frozenset[int], max_batches: int, *,
 
 
 @dataclasses.dataclass
+class ProcessAnalyses:
+    """The analyses of one process, in the order the drain feeds them: the graph join first,
+    whose node grid ids and replay shapes the others read."""
+
+    graph_join: GraphJoin
+    block_pairing: BlockPairing
+    steps: StepAttribution
+    hot_pcs: HotPcs
+
+    @classmethod
+    def create(cls, budget: TimeBudget | None = None, *, exits_hooked: bool = False) -> "ProcessAnalyses":
+        """Every analysis of a new process, sharing `budget` (all processes share one)."""
+        budget = budget or AnalysisBudget()
+        graph_join = GraphJoin(budget)
+        return cls(graph_join, BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
+                   StepAttribution(graph_join.replay_shape), HotPcs(budget))
+
+    def __iter__(self) -> Iterator[Analysis]:
+        return (getattr(self, field.name) for field in dataclasses.fields(self))
+
+
+@dataclasses.dataclass
 class ObservedProcess:
     path: Path
     segment: Segment
@@ -133,13 +156,10 @@ class ObservedProcess:
     last_errors: tuple[str, ...] = ()
     last_check: float = 0.0
     last_accounting: Accounting | None = None
-    graphs: GraphCensuses = dataclasses.field(default_factory=GraphCensuses)
-    kernels: KernelCensus = dataclasses.field(default_factory=KernelCensus)  # the registry passes its budget
+    analyses: ProcessAnalyses = dataclasses.field(default_factory=ProcessAnalyses.create)  # the registry passes its budget
     hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
     seen_dead: bool = False  # the producer was found dead on an idle pass
     gone_at: float = 0.0  # registry clock at the final drain
-    hot_pcs: HotPcs = dataclasses.field(default_factory=HotPcs)  # the registry passes its budget
-    steps: StepCensus = dataclasses.field(default_factory=StepCensus)
     # the drain (one pass of this process) and each query (one view of it) hold it; reentrant
     # because a view may call a helper that takes it again
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
@@ -148,7 +168,7 @@ class ObservedProcess:
     def pid(self) -> int:
         return self.segment.pid
 
-    def events_dropped_per_slot(self) -> np.ndarray | None:
+    def events_dropped_per_kernel(self) -> np.ndarray | None:
         """Device-stage drops per kernel slot from one counters snapshot; None when no
         consistent snapshot could be read this time."""
         snapshot = self.segment.counters()
@@ -168,10 +188,13 @@ class Registry:
         self.exited_max = exited_max  # and at most this many at once, however fast they come and go
         self.clock = clock
         self.processes: dict[Path, ObservedProcess] = {}
-        self.rejected: dict[Path, str] = {}
+        self.rejected: dict[Path, str] = {}  # at most MAX_REJECTED, while the file is there
+        self.rejected_forgotten = 0  # rejections not remembered (MAX_REJECTED were): tried again in turn
+        self.unattached = 0  # files of the directory not attached, at the last discovery
+        self._tried_up_to: Path | None = None  # where the last pass's tries stopped
         self.subscribers: list[Subscriber] = []
         self.last_pass_at = clock()
-        self.analysis_budget = TimeBudget(analysis_share, ANALYSIS_BURST_S if analysis_share > 0 else 0.0)
+        self.analysis_budget = AnalysisBudget(analysis_share)
         self.hang_threshold_s = hang_threshold_s
         self.last_hang_check = 0.0
         self.query_budget = TimeBudget(QUERY_SHARE, QUERY_BURST_S)
@@ -179,25 +202,24 @@ class Registry:
     # -- discovery ---------------------------------------------------------------------------
     def discover(self) -> None:
         present = set(segment_paths(self.segment_dir))
-        for path in sorted(present - self.processes.keys() - self.rejected.keys()):
+        for path in list(self.rejected):
+            if path not in present:
+                del self.rejected[path]  # gone, or replaced: look again next time
+        for path in self._in_turn(sorted(present - self.processes.keys() - self.rejected.keys())):
             try:
                 segment = Segment(path, owners=self.owners)
             except SegmentError as error:
-                reason = str(error).split(": ", 1)[-1]
-                self.rejected[path] = reason
-                log.warning("segment_rejected", path=str(path), reason=reason)
+                self._reject(path, str(error).split(": ", 1)[-1])
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
-            kernels = KernelCensus(self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked")))
-            process = ObservedProcess(path, segment, kernels=kernels, graphs=GraphCensuses(self.analysis_budget),
-                                      hot_pcs=HotPcs(self.analysis_budget))
+            analyses = ProcessAnalyses.create(self.analysis_budget,
+                                              exits_hooked=bool(segment.header.get("block_exits_hooked")))
+            process = ObservedProcess(path, segment, analyses=analyses)
             self._check(process, self.clock())  # a status seeing the process sees its accounting too
             self.processes[path] = process
             log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
                      label=segment.header["label"], path=str(path))
-        for path in list(self.rejected):
-            if path not in present:
-                del self.rejected[path]  # gone, or replaced: look again next time
+        self.unattached = len(present - self.processes.keys())
         now = self.clock()
         for path in list(self.processes):
             process = self.processes[path]
@@ -208,6 +230,31 @@ class Registry:
             elif now - process.gone_at >= self.exited_retention_s:
                 self._forget(process)
         self._trim_exited()
+
+    def _in_turn(self, unknown: list[Path]) -> list[Path]:
+        """At most MAX_TRIES_PER_PASS of these (sorted) files, starting after the last one tried,
+        so that every file gets its turn however many there are."""
+        if len(unknown) > MAX_TRIES_PER_PASS:
+            start = bisect.bisect_right(unknown, self._tried_up_to) if self._tried_up_to is not None else 0
+            unknown = (unknown[start:] + unknown[:start])[:MAX_TRIES_PER_PASS]
+        if unknown:
+            self._tried_up_to = unknown[-1]
+        return unknown
+
+    def _reject(self, path: Path, reason: str, *, keep: bool = False) -> None:
+        """Remembered (named in status, not opened again while it is there), or, once
+        MAX_REJECTED are, counted and tried again in its turn. `keep`: remembered whatever, the
+        longest remembered file making room (a segment the daemon must not open again)."""
+        if keep and len(self.rejected) >= MAX_REJECTED:
+            del self.rejected[next(iter(self.rejected))]
+            self.rejected_forgotten += 1
+        if len(self.rejected) < MAX_REJECTED:
+            self.rejected[path] = reason
+            log.warning("segment_rejected", path=str(path), reason=reason)
+            return
+        if not self.rejected_forgotten:
+            log.warning("rejected_segments_not_remembered", remembered=MAX_REJECTED, path=str(path), reason=reason)
+        self.rejected_forgotten += 1
 
     def _trim_exited(self) -> None:
         """At most exited_max exited processes, the oldest forgotten first."""
@@ -224,7 +271,7 @@ class Registry:
             pass
         except OSError as error:  # not ours to delete: forget it anyway, and say so
             log.warning("segment_not_deleted", pid=process.pid, path=str(process.path), error=str(error))
-            self.rejected[process.path] = "exited, retention over, not deletable"
+            self._reject(process.path, "exited, retention over, not deletable", keep=True)
         del self.processes[process.path]
         log.info("process_forgotten", pid=process.pid, path=str(process.path))
 
@@ -262,11 +309,11 @@ class Registry:
                 self._report_hangs_of(process, now_ns)
 
     def _report_hangs_of(self, process: ObservedProcess, now_ns: int) -> None:
-        suspects = process.kernels.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
+        suspects = process.analyses.block_pairing.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
         if not suspects:
             return
         names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-        dropped = process.events_dropped_per_slot()
+        dropped = process.events_dropped_per_kernel()
         for launch in suspects:
             key = (launch["grid_id"], launch["replay"])
             if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:
@@ -299,8 +346,8 @@ class Registry:
                 break
             read += len(launches)
             with process.lock:  # per batch: a query waits for one batch's analysis at most
-                process.graphs.update(launches)
-                process.steps.update(launches, process.graphs.replay_shape)
+                for analysis in process.analyses:
+                    analysis.on_launches(launches)
             self._publish("launches", process.pid, launches)
         caught_up = True
         for ring in range(segment.event_rings):
@@ -311,15 +358,15 @@ class Registry:
                 read += len(batch)
                 kind_counts = np.bincount(batch["kind"], minlength=EVENT_KIND_COUNT)  # one pass, shared
                 with process.lock:
-                    process.graphs.add_events(batch)
-                    process.kernels.add_events(batch, process.graphs.node_grid_ids(), kind_counts)
-                    process.hot_pcs.add_events(batch, kind_counts)
+                    for analysis in process.analyses:
+                        analysis.on_events(batch, kind_counts)
                 self._publish("events", process.pid, batch)
             else:
                 caught_up = False  # max_batches read and maybe more waiting
         if caught_up:
             with process.lock:
-                process.graphs.settle()
+                for analysis in process.analyses:
+                    analysis.settle()
         if read == 0 and not exited and not segment.reader.producer_alive():
             # died without marking the segment: its last claims are settled by the torn timeout,
             # so look again on the next pass before declaring it drained

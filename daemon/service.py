@@ -1,16 +1,16 @@
 """What gpuobsd answers, apart from how (gRPC, metrics): plain methods over the registry that
-raise typed errors. The transport layer maps them to messages and status codes."""
+return typed results (daemon/results.py) and raise typed errors (daemon/errors.py). The
+transport maps results to messages in one place (daemon/messages.py) and errors to status
+codes, and reaches the registry only through these methods."""
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -19,8 +19,13 @@ from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH
 
 from gpuobs.recording import RecordingWriter
 
-from .registry import Busy, NotFound, ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
-from .step_census import StepCensus
+from . import results
+from .errors import Busy, InvalidArgument, NotFound, RecordFailed, quoted
+from .graph_join import GraphExec
+from .paging import (GRAPH_TOKEN, HANG_TOKEN, HOT_PC_TOKEN, KERNEL_TOKEN, STEP_TOKEN, page_token_of, parse_page_token,
+                     position_in, process_order, walk_pages)
+from .registry import ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
+from .step_attribution import Step, StepAttribution
 
 STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
@@ -32,87 +37,45 @@ QUERY_THREADS = 4
 MAX_TOP = 100_000
 DEFAULT_KERNEL_PAGE = 5_000  # ~1.3 MB of reply
 MAX_KERNEL_PAGE = 20_000  # building a reply is one call that holds the GIL: ~30 ms at this size
+DEFAULT_HANG_PAGE = 64  # a launch lists up to 4,096 blocks: ~40 kB of reply at most
+MAX_HANG_PAGE = 1024
+DEFAULT_HOT_PC_PAGE = 5_000
+MAX_HOT_PC_PAGE = 20_000
 DEFAULT_GRAPH_PAGE = 32  # a 313-node graph with 16 replays in detail is ~30 kB of reply
 MAX_GRAPH_PAGE = 512
 GRAPH_PAGE_BYTES = 16 << 20  # and about this much of reply at most
 STEPS_PAGE = 256  # steps per ListSteps reply (a step of 256 requests carries their ids)
 ROWS_PER_CHUNK = 256  # ~5 ms of work between pauses (Registry.yield_to_drain)
-
-
-def process_order(process: ObservedProcess) -> tuple[int, int]:
-    """Processes in pid order; a pid reused while its predecessor is retained, by start time."""
-    return process.pid, int(process.segment.header.get("pid_start_ticks", 0))
-
-
-# What a page token pages through (and its format's version), and how many positions it holds
-KERNEL_TOKEN, GRAPH_TOKEN, STEP_TOKEN = ("k1", 1), ("g1", 1), ("s1", 2)
-
-
-def page_token_of(kind: tuple[str, int], process: ObservedProcess, *positions: int) -> str:
-    """Where the next page starts: a process (pid, start time) and a position in it (a kernel
-    slot, a graph exec handle, or the first and last step keys of the walk)."""
-    assert len(positions) == kind[1]
-    return ".".join([kind[0], *map(str, process_order(process)), *map(str, positions)])
-
-
-def parse_page_token(token: str, kind: tuple[str, int]) -> tuple[int, ...] | None:
-    """(pid, start time, *positions) of a token page_token_of made; None for the first page."""
-    if not token:
-        return None
-    parts = token.split(".")
-    if len(token) > 60 + 20 * kind[1] or len(parts) != 3 + kind[1] or parts[0] != kind[0] or \
-            not all(p.isascii() and p.isdigit() for p in parts[1:]):
-        raise InvalidArgument("page_token is not one this daemon gave out")
-    return tuple(int(p) for p in parts[1:])
-
-
-def position_in(process: ObservedProcess, resume: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """Where a walk goes on in this process: None when the token points past it (skip it), its
-    positions when the token points into it, () when the walk takes it from its start."""
-    if resume is None or process_order(process) > resume[:2]:
-        return ()
-    return resume[2:] if process_order(process) == resume[:2] else None
-
-
-def shape_report(entry: tuple | None) -> dict[str, Any]:
-    """One kernel's launch shapes as the device census counted them, most launched first."""
-    if entry is None:
-        return {"shapes": [], "other_shape_launches": 0}
-    shapes, other = entry
-    ordered = sorted(shapes, key=lambda shape: -shape[2])
-    return {"shapes": [{"grid": list(grid), "block": list(block), "launches": count} for grid, block, count in ordered],
-            "other_shape_launches": other}
-
-
-def injector_stats(counters: dict[str, int]) -> dict[str, Any]:
-    """The injector's own work from its global counters: exact counts, and callback time in seconds."""
-    stats: dict[str, Any] = {name: counters.get(name, 0) for name in
-                             ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped")}
-    for name in ("resource_callback", "launch_callback", "graph_callback", "patch", "cubin"):
-        stats[f"{name}_seconds"] = counters.get(f"{name}_ns", 0) / 1e9
-    return stats
-
-
 MAX_PATH_BYTES = 4096  # PATH_MAX
 
 
-def quoted(text: object, limit: int = 120) -> str:
-    """A client's input inside an error message: cut, so that a megabyte sent is not echoed back."""
-    text = str(text)
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+def launch_shapes(entry: tuple | None) -> tuple[list[results.LaunchShape], int]:
+    """One kernel's launch shapes as the device's launch census counted them, most launched
+    first, and the launches no shape could be told for."""
+    if entry is None:
+        return [], 0
+    shapes, other = entry
+    ordered = sorted(shapes, key=lambda shape: -shape[2])
+    return [results.LaunchShape(list(grid), list(block), count) for grid, block, count in ordered], other
 
 
-class InvalidArgument(ValueError):
-    """The request is malformed; nothing was changed."""
+def check_top_or_page(top: int, page_size: int, page_token: str, max_page: int, row: str) -> None:
+    """A list that answers either its `top` rows in one reply or every row a page at a time."""
+    if not 0 <= top <= MAX_TOP:
+        raise InvalidArgument(f"top must be within 0..{MAX_TOP}")
+    if not 0 <= page_size <= max_page:
+        raise InvalidArgument(f"page_size must be within 0..{max_page}")
+    if top and page_token:
+        raise InvalidArgument(f"a page_token pages through every {row} (top 0); it does not go with top")
 
 
-class RecordFailed(OSError):
-    """Writing a recording failed (the disk, its quota, the file system); what was written of
-    it has been removed. `out_of_space` tells a full disk or quota from other failures."""
-
-    def __init__(self, path: Path, error: OSError) -> None:
-        super().__init__(f"recording to {path} failed: {error.strerror or error}")
-        self.out_of_space = error.errno in (errno.ENOSPC, errno.EDQUOT)
+def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
+    """The injector's own work from its global counters: exact counts, and callback time in seconds."""
+    counts = {name: counters.get(name, 0) for name in
+              ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped")}
+    seconds = {f"{name}_seconds": counters.get(f"{name}_ns", 0) / 1e9 for name in
+               ("resource_callback", "launch_callback", "graph_callback", "patch", "cubin")}
+    return results.InjectorStats(**counts, **seconds)
 
 
 class ObserverService:
@@ -129,7 +92,7 @@ class ObserverService:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     # -- reads -------------------------------------------------------------------------------
-    def process_view(self, process: ObservedProcess) -> dict[str, Any]:
+    def process_view(self, process: ObservedProcess) -> results.Process:
         """Without the process's lock: the native reader is safe from any thread, and what comes
         from the analysis is whole values the drain replaces (the last accounting, counters), so
         status never waits for a batch's analysis."""
@@ -142,79 +105,63 @@ class ObserverService:
             stats = segment.reader.event_ring_stats(ring)
             backlog = max(0, stats["head"] - stats["tail"])
             fill = max(fill, min(1.0, backlog / stats["capacity"]))
-        return {
-            "pid": process.pid,
-            "producer": segment.header["producer"],
-            "label": segment.reader.header()["label"],  # live: a plugin may name the process later
-            "segment": str(process.path),
-            "alive": process.alive,
-            "mode": MODE_NAMES.get(control["applied_mode"], "unknown"),
-            "shift": control["applied_shift"],
-            "patch_set": PATCH_SET_NAMES.get(control["applied_patch_set"], "unknown"),
-            "kernel_filter": control["applied_filter"],
-            "generation": control["applied_generation"],
-            "control_status": STATUS_NAMES.get(control["status"], "unknown"),
-            "control_message": control["status_message"],
-            "launches": counters.get("launches", 0),
-            "kernels": segment.reader.kernel_count(),
-            "stages": [
-                {"stage": s.stage, "produced": s.produced, "delivered": s.delivered, "dropped": s.dropped,
-                 "torn": s.torn, "corrupt": s.corrupt, "in_flight": s.in_flight,
-                 "unpublished": s.unpublished}
-                for s in (account.stages if account else ())
-            ],
-            "ring_fill_ratio": fill,
-            "accounting_errors": process.accounting_errors,
-            "injector": injector_stats(counters),
-            "engine_steps": process.steps.steps_seen,
-        }
+        return results.Process(
+            pid=process.pid,
+            producer=segment.header["producer"],
+            label=segment.reader.header()["label"],  # live: a plugin may name the process later
+            segment=str(process.path),
+            alive=process.alive,
+            mode=MODE_NAMES.get(control["applied_mode"], "unknown"),
+            shift=control["applied_shift"],
+            patch_set=PATCH_SET_NAMES.get(control["applied_patch_set"], "unknown"),
+            kernel_filter=control["applied_filter"],
+            generation=control["applied_generation"],
+            control_status=STATUS_NAMES.get(control["status"], "unknown"),
+            control_message=control["status_message"],
+            launches=counters.get("launches", 0),
+            kernels=segment.reader.kernel_count(),
+            stages=list(account.stages if account else ()),
+            ring_fill_ratio=fill,
+            accounting_errors=process.accounting_errors,
+            injector=injector_stats(counters),
+            engine_steps=process.analyses.steps.report().steps,
+        )
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "version": __version__,
-            "segment_dir": self.segment_dir,
-            "uptime_ms": int((time.monotonic() - self.started) * 1000),
-            "processes": self.processes(),
+    def status(self) -> results.Status:
+        return results.Status(
+            version=__version__,
+            segment_dir=self.segment_dir,
+            uptime_ms=int((time.monotonic() - self.started) * 1000),
+            processes=self.processes(),
             # a local user can fill the directory with junk: the reply names a few, counts all
-            "rejected_segments": [f"{str(path)[:256]}: {reason[:256]}" for path, reason in
-                                  itertools.islice(dict(self.registry.rejected).items(), MAX_REJECTED_SHOWN)],
-            "rejected_segments_total": len(self.registry.rejected),
-        }
+            rejected_segments=[f"{str(path)[:256]}: {reason[:256]}" for path, reason in
+                               itertools.islice(dict(self.registry.rejected).items(), MAX_REJECTED_SHOWN)],
+            rejected_segments_total=self.registry.unattached,
+            rejected_segments_forgotten=self.registry.rejected_forgotten,
+        )
 
-    def processes(self) -> list[dict[str, Any]]:
+    def processes(self) -> list[results.Process]:
         # a copy: the metrics thread reads while the drain loop may add or drop processes
         return [self.process_view(p) for p in list(self.registry.processes.values())]
 
-    def kernels(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> tuple[list[dict[str, Any]], str]:
+    def kernels(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> results.Page[results.Kernel]:
         """The `top` kernels by launches; or, with top 0, every kernel a page at a time in (pid,
-        slot) order, which new kernels only extend: following next_page_token visits each once.
-        Returns (rows, next_page_token); the token is empty after the last page."""
-        if not 0 <= top <= MAX_TOP:
-            raise InvalidArgument(f"top must be within 0..{MAX_TOP}")
-        if not 0 <= page_size <= MAX_KERNEL_PAGE:
-            raise InvalidArgument(f"page_size must be within 0..{MAX_KERNEL_PAGE}")
-        if top and page_token:
-            raise InvalidArgument("a page_token pages through every kernel (top 0); it does not go with top")
+        slot) order, which new kernels only extend: following next_page_token visits each once."""
+        check_top_or_page(top, page_size, page_token, MAX_KERNEL_PAGE, "kernel")
         targets = sorted(self._targets(pids, live_only=False), key=process_order)
         if top:
-            return self._top_kernels(targets, top), ""
+            return results.Page(self._top_kernels(targets, top))
         size = page_size or DEFAULT_KERNEL_PAGE
-        resume = parse_page_token(page_token, KERNEL_TOKEN)
-        rows: list[dict[str, Any]] = []
-        for process in targets:
-            at = position_in(process, resume)
-            if at is None:
-                continue
+
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
             first = at[0] if at else 0
             count = process.segment.kernel_count()
-            take = min(count - first, size - len(rows)) if count > first else 0
-            rows.extend(self._kernel_rows(process, list(range(first, first + take))))
-            if len(rows) >= size:
-                if first + take < count:
-                    return rows, page_token_of(KERNEL_TOKEN, process, first + take)
-                later = [p for p in targets if process_order(p) > process_order(process)]
-                return rows, page_token_of(KERNEL_TOKEN, later[0], 0) if later else ""
-        return rows, ""
+            stop = min(count, first + size - len(rows))
+            rows.extend(self._kernel_rows(process, list(range(first, stop))))
+            return (stop,) if stop < count else None
+
+        return results.Page(*walk_pages(KERNEL_TOKEN, targets, page_token, take, lambda rows: len(rows) >= size,
+                                        lambda process: process.segment.kernel_count() > 0))
 
     def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray | None]]:
         """Per process, its per-kernel counters as one array (row = slot): what the metrics
@@ -234,7 +181,7 @@ class ObserverService:
         """Demangled names of slots first_slot.. (fewer when not all are published yet)."""
         return [entry["demangled"] for entry in process.segment.kernels(first_slot, count)]
 
-    def _top_kernels(self, targets: list[ObservedProcess], top: int) -> list[dict[str, Any]]:
+    def _top_kernels(self, targets: list[ObservedProcess], top: int) -> list[results.Kernel]:
         candidates: list[tuple[int, int, int, ObservedProcess]] = []
         for process in targets:
             snapshot = process.segment.counters()
@@ -248,16 +195,16 @@ class ObserverService:
         for _, _, slot, process in candidates[:top]:
             by_process.setdefault(id(process), (process, []))[1].append(slot)
         rows = [row for process, slots in by_process.values() for row in self._kernel_rows(process, sorted(slots))]
-        rows.sort(key=lambda r: (-r["launches"], r["pid"], r["slot"]))
+        rows.sort(key=lambda r: (-r.launches, r.pid, r.slot))
         return rows
 
-    def _kernel_rows(self, process: ObservedProcess, slots: list[int]) -> list[dict[str, Any]]:
+    def _kernel_rows(self, process: ObservedProcess, slots: list[int]) -> list[results.Kernel]:
         """Rows of those slots (ascending). Each chunk reads only its own range of the segment's
         tables, and the analysis under the process's lock, then pauses (Registry.yield_to_drain):
         the drain takes the same lock per batch, and wants the GIL this thread holds."""
-        rows: list[dict[str, Any]] = []
+        rows: list[results.Kernel] = []
         with process.lock:
-            graph_launches = dict(process.graphs.executions_per_slot())
+            graph_launches = process.analyses.graph_join.report().executions_per_kernel
         for first in range(0, len(slots), ROWS_PER_CHUNK):
             began = time.perf_counter()
             chunk = slots[first:first + ROWS_PER_CHUNK]
@@ -272,90 +219,84 @@ class ObserverService:
             block_events = [int(aggregates[e["slot"] - low, BLOCK_ENTER] + aggregates[e["slot"] - low, BLOCK_EXIT])
                             for e in entries]
             with process.lock:
-                reports = process.kernels.reports([e["slot"] for e in entries], block_events)
-            for entry, report in zip(entries, reports):
+                durations = process.analyses.block_pairing.block_durations([e["slot"] for e in entries], block_events)
+            for entry, block_durations in zip(entries, durations):
                 slot = entry["slot"]
                 row = counters[slot - low]
-                rows.append({
-                    "pid": process.pid, "slot": slot, "name": entry["demangled"], "mangled": entry["mangled"],
-                    "launches": int(row["launches"]), "blocks_expected": int(row["blocks_expected"]),
-                    "blocks_observed": int(row["blocks_observed"]), "blocks_unpatched": int(row["blocks_unpatched"]),
-                    "blocks_unobserved": int(row["blocks_unobserved"]), "memory_accesses": int(row["memory_accesses"]),
-                    "events_delivered": int(aggregates[slot - low].sum()), "events_dropped": int(row["events_dropped"]),
-                    **shape_report(shapes.get(slot)), "graph_launches": graph_launches.get(slot, 0),
-                    "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry), **report,
-                })
+                kernel_shapes, other_shapes = launch_shapes(shapes.get(slot))
+                rows.append(results.Kernel(
+                    pid=process.pid, slot=slot, name=entry["demangled"], mangled=entry["mangled"],
+                    launches=int(row["launches"]), blocks_expected=int(row["blocks_expected"]),
+                    blocks_observed=int(row["blocks_observed"]), blocks_unpatched=int(row["blocks_unpatched"]),
+                    blocks_unobserved=int(row["blocks_unobserved"]), memory_accesses=int(row["memory_accesses"]),
+                    events_delivered=int(aggregates[slot - low].sum()), events_dropped=int(row["events_dropped"]),
+                    shapes=kernel_shapes, other_shape_launches=other_shapes, block_durations=block_durations,
+                    graph_launches=graph_launches.get(slot, 0), function_pc=int(entry.get("function_pc", 0)),
+                    cubin=self.cubin_path(entry)))
             self.registry.yield_to_drain(time.perf_counter() - began)
         return rows
 
     def graphs(self, pids: list[int], replays: int = 16, page_size: int = 0,
-               page_token: str = "") -> tuple[list[dict[str, Any]], str]:
-        """Graph execs a page at a time in (pid, graph exec) order; (rows, next_page_token). Each
-        graph is read under its process's lock alone, then the drain gets its turn."""
+               page_token: str = "") -> results.Page[results.Graph]:
+        """Graph execs a page at a time in (pid, first seen) order, which new execs only extend
+        (whatever their handle). Each graph is read under its process's lock alone, then the
+        drain gets its turn."""
         if not 0 <= replays <= 1024:
             raise InvalidArgument("replays must be within 0..1024")
         if not 0 <= page_size <= MAX_GRAPH_PAGE:
             raise InvalidArgument(f"page_size must be within 0..{MAX_GRAPH_PAGE}")
         size = page_size or DEFAULT_GRAPH_PAGE
-        resume = parse_page_token(page_token, GRAPH_TOKEN)
-        targets = sorted(self._targets(pids, live_only=False), key=process_order)
-        rows: list[dict[str, Any]] = []
-        reply_bytes = 0  # roughly: a page of big graphs with many replays stops short of `size`
-        for index, process in enumerate(targets):
-            at = position_in(process, resume)
-            if at is None:
-                continue
+        reply_bytes = [0]  # roughly: a page of big graphs with many replays stops short of `size`
+
+        def full(rows: list) -> bool:
+            return len(rows) >= size or reply_bytes[0] >= GRAPH_PAGE_BYTES
+
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
             first = at[0] if at else 0
             with process.lock:
-                execs = sorted(e for e in list(process.graphs.graphs) if e >= first)
-            for graph_exec in execs:
-                if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
-                    return rows, page_token_of(GRAPH_TOKEN, process, graph_exec)
+                instances = [i for i in list(process.analyses.graph_join.execs) if i >= first]  # first seen first
+            for instance in instances:
+                if full(rows):
+                    return (instance,)
                 began = time.perf_counter()
                 with process.lock:
-                    census = process.graphs.graphs.get(graph_exec)
-                    if census is not None:
-                        rows.append(self._graph_row(process, census, replays))
-                        reply_bytes += 64 * len(rows[-1]["nodes"]) + sum(
-                            48 + 6 * len(r["node_blocks"]) for r in rows[-1]["recent_replays"])
+                    graph = process.analyses.graph_join.execs.get(instance)
+                    if graph is not None:
+                        rows.append(self._graph_row(process, graph, replays))
+                        reply_bytes[0] += 64 * len(rows[-1].nodes) + sum(
+                            48 + 6 * len(r.node_blocks) for r in rows[-1].recent_replays)
                 self.registry.yield_to_drain(time.perf_counter() - began)
-            if len(rows) == size or reply_bytes >= GRAPH_PAGE_BYTES:
-                later = [p for p in targets[index + 1:] if p.graphs.graphs]
-                return rows, page_token_of(GRAPH_TOKEN, later[0], 0) if later else ""
-        return rows, ""
+            return None
 
-    def _graph_row(self, process: ObservedProcess, census: Any, replays: int) -> dict[str, Any]:
-        censuses = process.graphs
-        report = censuses.report(census, replays)
-        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({n.slot for n in census.nodes.values()}))}
+        return results.Page(*walk_pages(GRAPH_TOKEN, self._targets(pids, live_only=False), page_token, take, full,
+                                        lambda process: bool(process.analyses.graph_join.execs)))
+
+    def _graph_row(self, process: ObservedProcess, graph: GraphExec, replays: int) -> results.Graph:
+        report = process.analyses.graph_join.exec_report(graph, replays)
+        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({n.slot for n in graph.nodes.values()}))}
         order = report["order"]
         position = {node: index for index, node in enumerate(order)}
         nodes = []
-        for n in sorted(census.nodes.values(), key=lambda n: position.get(n.node, len(order))):
+        for n in sorted(graph.nodes.values(), key=lambda n: position.get(n.node, len(order))):
             counts = report["per_node"][n.node]
-            nodes.append({
-                "node": n.node, "slot": n.slot, "name": names.get(n.slot, f"slot {n.slot}"),
-                "grid": list(n.grid), "block": list(n.block), "executions": census.executions_of(n),
-                "blocks_per_execution": n.blocks_per_execution, "grid_ids": sorted(n.grid_ids),
-                "position": position.get(n.node, len(order)),
-                "executions_matched": counts["matched"], "executions_mismatched": counts["mismatched"],
-                "executions_unrecorded": counts["unrecorded"], "blocks_observed": counts["blocks_observed"],
-                "executions_unjoined": counts["unjoined"],
-            })
-        recent = [dict(r, mode=MODE_NAMES.get(r["mode"], "unknown")) for r in report["replays"]]
-        return {
-            "pid": process.pid, "graph_exec": census.graph_exec, "alive": census.alive,
-            "replays": census.replays, "first_launch_id": census.first_launch_id,
-            "last_launch_id": census.last_launch_id, "node_executions": census.node_executions,
-            "replays_nodes_unknown": census.replays_nodes_unknown,
-            "order_stable": report["order_stable"], "device_order_stable": report["device_order_stable"],
-            "blocks_per_replay": sum(n["blocks_per_execution"] for n in nodes), "nodes": nodes,
-            "executions_matched": report["totals"]["matched"],
-            "executions_mismatched": report["totals"]["mismatched"],
-            "executions_unrecorded": report["totals"]["unrecorded"],
-            "executions_unjoined": report["totals"]["unjoined"],
-            "events_unmatched": report["events_unmatched"], "recent_replays": recent,
-        }
+            nodes.append(results.GraphNode(
+                node=n.node, slot=n.slot, name=names.get(n.slot, f"slot {n.slot}"), grid=list(n.grid),
+                block=list(n.block), executions=graph.executions_of(n), blocks_per_execution=n.blocks_per_execution,
+                grid_ids=sorted(n.grid_ids), position=position.get(n.node, len(order)),
+                executions_matched=counts["matched"], executions_mismatched=counts["mismatched"],
+                executions_unrecorded=counts["unrecorded"], blocks_observed=counts["blocks_observed"],
+                executions_unjoined=counts["unjoined"]))
+        recent = [results.Replay(**{**r, "mode": MODE_NAMES.get(r["mode"], "unknown")}) for r in report["replays"]]
+        totals = report["totals"]
+        return results.Graph(
+            pid=process.pid, graph_exec=graph.graph_exec, instance=graph.instance, alive=graph.alive,
+            replays=graph.replays, first_launch_id=graph.first_launch_id, last_launch_id=graph.last_launch_id,
+            node_executions=graph.node_executions, replays_nodes_unknown=graph.replays_nodes_unknown,
+            order_stable=report["order_stable"], device_order_stable=report["device_order_stable"],
+            blocks_per_replay=sum(n.blocks_per_execution for n in nodes), nodes=nodes,
+            executions_matched=totals["matched"], executions_mismatched=totals["mismatched"],
+            executions_unrecorded=totals["unrecorded"], executions_unjoined=totals["unjoined"],
+            events_unmatched=report["events_unmatched"], recent_replays=recent)
 
     def cubin_path(self, entry: dict) -> str:
         """The kept cubin of a kernel's module, when the file is there."""
@@ -364,45 +305,70 @@ class ObserverService:
         path = Path(self.cubin_dir) / f"{int(entry['cubin_hash']):016x}.cubin"
         return str(path) if path.is_file() else ""
 
-    def hot_pcs(self, pids: list[int], top: int) -> tuple[list[dict[str, Any]], int, int]:
-        if not 0 <= top <= 100_000:
-            raise InvalidArgument("top must be within 0..100000")
-        rows, counted, skipped = [], 0, 0
-        for process in self._targets(pids, live_only=False):
+    def hot_pcs(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> results.HotPcs:
+        """The `top` PCs by memory events in one reply; or, with top 0, every PC counted a page
+        at a time in (pid, first seen) order, which new PCs only extend."""
+        check_top_or_page(top, page_size, page_token, MAX_HOT_PC_PAGE, "PC")
+        targets = self._targets(pids, live_only=False)
+        counted = skipped = 0
+        for process in targets:
             with process.lock:
-                entries = {k["slot"]: k for k in process.segment.kernels()}
-                counted += process.hot_pcs.counted
-                skipped += process.hot_pcs.skipped
-                for slot, pc, events in process.hot_pcs.top(top or 50):
-                    entry = entries.get(slot, {})
-                    rows.append({"pid": process.pid, "slot": slot, "kernel": entry.get("demangled", f"slot {slot}"),
-                                 "mangled": entry.get("mangled", ""), "pc": pc, "events": events,
-                                 "function_pc": int(entry.get("function_pc", 0)), "cubin": self.cubin_path(entry)})
-        rows.sort(key=lambda r: -r["events"])
-        return rows[: top or 50], counted, skipped
+                totals = process.analyses.hot_pcs.report()
+            counted, skipped = counted + totals.counted, skipped + totals.skipped
+        if top:
+            rows = []
+            for process in targets:
+                with process.lock:
+                    rows.extend(self._hot_pc_rows(process, process.analyses.hot_pcs.top(top)))
+            rows.sort(key=lambda r: -r.events)
+            return results.HotPcs(rows[:top], counted, skipped)
+        size = page_size or DEFAULT_HOT_PC_PAGE
 
-    def steps(self, pids: list[int], last: int = 20, replay: int | None = None,
-              page_token: str = "") -> dict[str, Any]:
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
+            first = at[0] if at else 0
+            with process.lock:
+                found = process.analyses.hot_pcs.seen(first, size - len(rows))
+                rows.extend(self._hot_pc_rows(process, found))
+                return (first + len(found),) if first + len(found) < process.analyses.hot_pcs.distinct else None
+
+        rows, token = walk_pages(HOT_PC_TOKEN, targets, page_token, take, lambda rows: len(rows) >= size,
+                                 lambda process: process.analyses.hot_pcs.distinct > 0)
+        return results.HotPcs(rows, counted, skipped, token)
+
+    def _hot_pc_rows(self, process: ObservedProcess, found: list[tuple[int, int, int]]) -> list[results.HotPc]:
+        """Rows of (slot, pc, events), with the kernel each pc is in (only those kernels are read)."""
+        entries = {k["slot"]: k for k in process.segment.kernels_at(sorted({slot for slot, _, _ in found}))}
+        rows = []
+        for slot, pc, events in found:
+            entry = entries.get(slot, {})
+            rows.append(results.HotPc(pid=process.pid, slot=slot, kernel=entry.get("demangled", f"slot {slot}"),
+                                      mangled=entry.get("mangled", ""), pc=pc, events=events,
+                                      function_pc=int(entry.get("function_pc", 0)), cubin=self.cubin_path(entry)))
+        return rows
+
+    def steps(self, pids: list[int], last: int = 20, replay: int | None = None, page_token: str = "") -> results.Steps:
         """The last engine steps of each process (or the one that launched `replay`), with the
-        replays they launched and what the graph census joined to those; STEPS_PAGE at most per
+        replays they launched and what the graph join joined to those; STEPS_PAGE at most per
         reply, the rest behind next_page_token (which fixes each process's newest step at the
         page where its steps begin, so a busy engine does not make the walk endless)."""
-        if not 0 < last <= StepCensus.KEEP_STEPS:
-            raise InvalidArgument(f"last must be within 1..{StepCensus.KEEP_STEPS}")
+        if not 0 < last <= StepAttribution.KEEP_STEPS:
+            raise InvalidArgument(f"last must be within 1..{StepAttribution.KEEP_STEPS}")
         resume = parse_page_token(page_token, STEP_TOKEN)
-        rows, totals, token = [], [], ""
+        rows: list[results.Step] = []
+        totals: list[results.StepTotals] = []
+        token = ""
         for process in sorted(self._targets(pids, live_only=False), key=process_order):
             with process.lock:
-                census = process.steps
-                totals.append({"pid": process.pid, "steps": census.steps_seen,
-                               "launches_before_steps": census.launches_before_steps})
+                steps = process.analyses.steps
+                seen = steps.report()
+                totals.append(results.StepTotals(process.pid, seen.steps, seen.launches_before_steps))
                 at = position_in(process, resume)
                 if token or at is None:
                     continue
-                keys = list(census.steps)
+                keys = list(steps.steps)
                 if replay is not None:
-                    found = census.step_of_replay(replay)
-                    keys = [k for k, s in census.steps.items() if s is found] if found else []
+                    found = steps.step_of_replay(replay)
+                    keys = [k for k, s in steps.steps.items() if s is found] if found else []
                 elif at:
                     keys = [k for k in keys if at[0] <= k <= at[1]]
                 else:
@@ -413,68 +379,101 @@ class ObserverService:
                     keys = keys[:room]
                 label = process.segment.reader.header()["label"]
                 for key in keys:
-                    rows.append(self._step_row(process, census.steps[key], label))
+                    rows.append(self._step_row(process, steps.steps[key], label))
         if replay is not None and not rows:
             raise NotFound(f"no step of the targeted processes launched replay {replay} (or it is no longer kept)")
-        return {"steps": rows, "totals": totals, "next_page_token": token}
+        return results.Steps(rows, totals, token)
 
     @staticmethod
-    def _step_row(process: ObservedProcess, step: Any, label: str) -> dict[str, Any]:
+    def _step_row(process: ObservedProcess, step: Step, label: str) -> results.Step:
         replays = []
-        for graph_exec, number in step.replays:
-            summary = process.graphs.replay_summary(graph_exec, number) or {}
+        for graph_exec, number, instance in step.replays:
+            summary = process.analyses.graph_join.replay_summary(instance, number) or {}
             if "mode" in summary:
                 summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
-            replays.append({"graph_exec": graph_exec, "replay": number, **summary})
-        return {
-            "pid": process.pid, "label": label, "step": step.step, "host_time_ns": step.host_time_ns,
-            "thread": step.thread, "requests": step.requests, "tokens": step.tokens,
-            "request_ids": step.request_ids, "request_ids_complete": step.ids_complete,
-            "kernel_launches": step.kernel_launches, "blocks_expected": step.blocks_expected,
-            "replays": replays,
-        }
+            replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **summary))
+        return results.Step(
+            pid=process.pid, label=label, step=step.step, host_time_ns=step.host_time_ns, thread=step.thread,
+            requests=step.requests, tokens=step.tokens, request_ids=step.request_ids,
+            request_ids_complete=step.ids_complete, kernel_launches=step.kernel_launches,
+            blocks_expected=step.blocks_expected, replays=replays)
 
-    def hangs(self, pids: list[int], min_age_ms: int) -> list[dict[str, Any]]:
-        """Launches with blocks in flight at least min_age_ms, oldest first; and, per process,
-        whether it can say (only a process that records block exits can)."""
+    def hangs(self, pids: list[int], min_age_ms: int, page_size: int = 0,
+              page_token: str = "") -> results.Page[results.HungLaunch]:
+        """Launches with blocks in flight at least min_age_ms, a page at a time in (pid, grid id,
+        replay) order. A launch whose blocks exit between two pages is simply not on the later
+        one; grid ids grow, so a new launch comes after the token."""
         if not 0 <= min_age_ms <= 86_400_000:
             raise InvalidArgument("min_age_ms must be within 0..86400000")
+        if not 0 <= page_size <= MAX_HANG_PAGE:
+            raise InvalidArgument(f"page_size must be within 0..{MAX_HANG_PAGE}")
+        size = page_size or DEFAULT_HANG_PAGE
         now_ns = time.time_ns()
-        rows = []
-        for process in self._targets(pids, live_only=False):
+
+        def take(process: ObservedProcess, at: tuple[int, ...], rows: list) -> tuple[int, ...] | None:
+            after = (at[0], at[1]) if at else (0, 0)
             with process.lock:
-                names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-                dropped = process.events_dropped_per_slot()
-                owner = process.graphs.grid_owner
-                for launch in process.kernels.in_flight(now_ns, min_age_ms * 1_000_000):
-                    graph_exec = owner.get(launch["grid_id"], 0)
-                    rows.append({
-                        "pid": process.pid, "kernel": names.get(launch["slot"], f"slot {launch['slot']}"),
-                        "slot": launch["slot"], "grid_id": launch["grid_id"], "graph_exec": graph_exec,
-                        "replay": launch["replay"] if graph_exec else 0,
-                        "blocks": [{"x": x, "y": y, "z": z} for x, y, z in launch["blocks"]], "sms": launch["sms"],
-                        "block_count": launch["block_count"],
-                        "oldest_enter_ns": launch["oldest_enter_ns"], "age_ns": launch["age_ns"],
-                        "kernel_events_dropped": int(dropped[launch["slot"]]) if dropped is not None and
-                        launch["slot"] < len(dropped) else 0,
-                    })
-        rows.sort(key=lambda r: -r["age_ns"])
+                room = size - len(rows)
+                launches = process.analyses.block_pairing.in_flight(now_ns, min_age_ms * 1_000_000, after=after,
+                                                                    limit=room + 1)
+                if not launches:
+                    return None
+                rows.extend(self._hung_rows(process, launches[:room]))
+            return (launches[room]["grid_id"], launches[room]["replay"]) if len(launches) > room else None
+
+        return results.Page(*walk_pages(HANG_TOKEN, self._targets(pids, live_only=False), page_token, take,
+                                        lambda rows: len(rows) >= size,
+                                        lambda process: process.analyses.block_pairing.report().blocks > 0))
+
+    @staticmethod
+    def _hung_rows(process: ObservedProcess, launches: list[dict]) -> list[results.HungLaunch]:
+        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({l["slot"] for l in launches}))}
+        dropped = process.events_dropped_per_kernel()
+        rows = []
+        for launch in launches:
+            slot = launch["slot"]
+            graph_exec = process.analyses.graph_join.graph_exec_of(launch["grid_id"])
+            rows.append(results.HungLaunch(
+                pid=process.pid, kernel=names.get(slot, f"slot {slot}"), slot=slot, grid_id=launch["grid_id"],
+                graph_exec=graph_exec, replay=launch["replay"] if graph_exec else 0,
+                blocks=[results.BlockIndex(x, y, z) for x, y, z in launch["blocks"]], sms=launch["sms"],
+                oldest_enter_ns=launch["oldest_enter_ns"], age_ns=launch["age_ns"],
+                kernel_events_dropped=int(dropped[slot]) if dropped is not None and slot < len(dropped) else 0,
+                block_count=launch["block_count"]))
         return rows
 
-    def hang_evidence(self, pids: list[int]) -> list[dict[str, Any]]:
+    def hang_evidence(self, pids: list[int]) -> list[results.HangEvidence]:
         """Per process: can it show blocks in flight, how many, the oldest's age."""
         now_ns = time.time_ns()
         out = []
         for process in self._targets(pids, live_only=False):
             with process.lock:
-                count, age = process.kernels.in_flight_summary(now_ns)
-                out.append({"pid": process.pid, "exits_hooked": process.kernels.exits_seen, "blocks_in_flight": count,
-                            "oldest_age_ns": age, "alive": process.alive})
+                in_flight = process.analyses.block_pairing.report()
+            age = max(0, now_ns - in_flight.oldest_enter_ns) if in_flight.blocks else 0
+            out.append(results.HangEvidence(process.pid, in_flight.exits_hooked, in_flight.blocks, age, process.alive))
         return out
+
+    # -- streams -----------------------------------------------------------------------------
+    def open_stream(self, pids: list[int], queue_batches: int, *, read_only: bool) -> tuple[Subscriber, SubscriberQueue]:
+        """A live feed of those processes' event batches (all, when empty), through a queue of
+        at most queue_batches batches; Busy when as many streams run as the daemon takes.
+        Called on the event loop, whose coroutines take the batches."""
+        self._targets(pids, live_only=False)  # NotFound for an unknown pid
+        subscriber, queue = queue_subscriber(frozenset(pids), queue_batches)
+        subscriber.read_only = read_only
+        self.registry.add_subscriber(subscriber)
+        return subscriber, queue
+
+    def close_stream(self, subscriber: Subscriber) -> None:
+        self.registry.remove_subscriber(subscriber)
+
+    def stream_events_dropped(self) -> int:
+        """Events that streams and recordings running now could not keep up with."""
+        return sum(s.dropped for s in tuple(self.registry.subscribers))
 
     # -- control -----------------------------------------------------------------------------
     async def set_mode(self, mode: str, shift: int | None, pids: list[int], kernel_regex: str | None,
-                       timeout_s: float) -> list[dict[str, Any]]:
+                       timeout_s: float) -> list[results.ModeResult]:
         if mode not in MODES:
             raise InvalidArgument(f"unknown mode {quoted(mode)}; modes are {', '.join(MODES)}")
         if shift is not None and not 0 <= shift <= _native.MAX_SHIFT:
@@ -502,20 +501,18 @@ class ObserverService:
                     del pending[pid]
             if pending:
                 await asyncio.sleep(0.0005)
-        results = []
+        answers = []
         for pid, (process, generation) in generations.items():
             control = process.segment.control_state()
             acknowledged = control["applied_generation"] >= generation
-            results.append({
-                "pid": pid,
-                "acknowledged": acknowledged,
-                "status": STATUS_NAMES.get(control["status"], "unknown") if acknowledged else "timeout",
-                "message": control["status_message"] if acknowledged else "no acknowledgement before the timeout",
-                "generation": generation,
-            })
-        return results
+            answers.append(results.ModeResult(
+                pid=pid, acknowledged=acknowledged,
+                status=STATUS_NAMES.get(control["status"], "unknown") if acknowledged else "timeout",
+                message=control["status_message"] if acknowledged else "no acknowledgement before the timeout",
+                generation=generation))
+        return answers
 
-    async def record(self, path: str, duration_s: float, max_events: int, pids: list[int]) -> list[dict[str, Any]]:
+    async def record(self, path: str, duration_s: float, max_events: int, pids: list[int]) -> list[results.RecordedFile]:
         if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
             raise InvalidArgument(f"the record path is longer than {MAX_PATH_BYTES} bytes")
         if "\0" in path:
@@ -561,6 +558,10 @@ class ObserverService:
             self._abort(writers)
             raise
         try:
+            for process in processes:  # after subscribing: no node record falls between the two
+                with process.lock:
+                    nodes = process.analyses.graph_join.node_records()
+                writers[process.pid].add_launches(nodes.tobytes(), len(nodes))
             await self._record_into(writers, queue, processes, duration_s, max_events)
         except asyncio.CancelledError:
             # the client went away (Ctrl-C): recording stops now (no batch comes in while the
@@ -578,7 +579,7 @@ class ObserverService:
             self._abort(writers)
             raise
         finally:
-            self.registry.remove_subscriber(subscriber)  # whatever happened: the slot is free again
+            self.registry.remove_subscriber(subscriber)  # whatever happened: the subscription is let go
         return self._finish(writers, processes, subscriber)
 
     @staticmethod
@@ -587,18 +588,18 @@ class ObserverService:
             writer.abort()
 
     def _finish(self, writers: dict[int, RecordingWriter], processes: list[ObservedProcess],
-                subscriber: Subscriber) -> list[dict[str, Any]]:
+                subscriber: Subscriber) -> list[results.RecordedFile]:
         by_pid = {p.pid: p for p in processes}
-        results = []
+        files = []
         try:
             for pid, writer in writers.items():
                 written = writer.finish(by_pid[pid].segment.kernels(), dropped=subscriber.dropped)
-                results.append({"pid": pid, "path": str(written), "events": writer.event_count,
-                                "launches": writer.launch_count, "dropped": subscriber.dropped})
+                files.append(results.RecordedFile(pid, str(written), writer.event_count, writer.launch_count,
+                                                  subscriber.dropped))
         except OSError as error:
             self._abort(writers)
             raise RecordFailed(writer.path, error) from None
-        return results
+        return files
 
     @staticmethod
     async def _record_into(writers: dict[int, RecordingWriter], queue: SubscriberQueue,

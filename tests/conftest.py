@@ -11,8 +11,8 @@ from typing import Callable, Iterator
 import pytest
 
 from gpuobs.segment import segment_paths
-from daemon_support import DaemonProcess, free_port
-from synth_support import SynthProcess, synth_binary
+from gpuobs_testing.daemon import DaemonProcess, free_port
+from gpuobs_testing.synth import SynthProcess, synth_binary
 
 
 @pytest.fixture
@@ -72,3 +72,15 @@ def start_daemon(runtime_dir: Path, segment_dir: Path) -> Iterator[Callable[...,
     yield start
     for daemon in started:
         daemon.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> Iterator["WrittenProcess"]:
+    """A segment this process writes, drained and queried in-process (gpuobs_testing.written)."""
+    from gpuobs_testing.written import WrittenProcess
+
+    directory = tmp_path / "written"
+    directory.mkdir(mode=0o700)
+    process = WrittenProcess(directory)
+    yield process
+    process.close()

@@ -6,7 +6,7 @@ import argparse
 
 from google.protobuf.json_format import MessageToDict
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import every_page
@@ -56,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
                     "span": micros(r.span_ns) if r.device_start_ns else "-",
                     "gap": micros(r.gap_ns) if r.gap_ns else "-"} for r in graph.recent_replays])
         print()
-    if not response.graphs:
+    if not graphs:
         print("no CUDA graph launches seen")
     return 0

@@ -11,10 +11,10 @@ import argparse
 
 from google.protobuf.json_format import MessageToDict
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
-from ..connection import call
+from ..connection import all_pages
 from ..output import emit, table
 
 NAME = "hangs"
@@ -46,23 +46,25 @@ def block_ranges(blocks) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    response = call(args.address, "ListHangs", pb.ListHangsRequest(pids=args.pid, min_age_ms=max(0, args.min_age_ms)))
+    response = all_pages(args.address, "ListHangs",
+                         pb.ListHangsRequest(pids=args.pid, min_age_ms=max(0, args.min_age_ms)), "launches")
+    launches = sorted(response.launches, key=lambda h: -h.age_ns)  # the oldest first
     if args.output == "json":
         emit("json", {"launches": [MessageToDict(h, preserving_proto_field_name=True,
-                                                 always_print_fields_with_no_presence=True) for h in response.launches],
+                                                 always_print_fields_with_no_presence=True) for h in launches],
                       "processes": [MessageToDict(p, preserving_proto_field_name=True,
                                                   always_print_fields_with_no_presence=True)
                                     for p in response.processes]})
         return 0
     blind = [p.pid for p in response.processes if p.alive and not p.exits_hooked]
-    if response.launches:
+    if launches:
         table([("pid", "PID"), ("age", "AGE s"), ("blocks", "IN FLIGHT"), ("which", "BLOCKS"), ("sms", "SMS"),
                ("where", "LAUNCH"), ("kernel", "KERNEL")],
               [{"pid": h.pid, "age": f"{h.age_ns / 1e9:.2f}", "blocks": h.block_count, "which": block_ranges(h.blocks),
                 "sms": ",".join(map(str, h.sms[:16])) + ("..." if len(h.sms) > 16 else ""),
                 "where": (f"graph 0x{h.graph_exec:x} replay {h.replay}" if h.graph_exec else f"grid id {h.grid_id}")
                 + (f" ({h.kernel_events_dropped} events of this kernel dropped)" if h.kernel_events_dropped else ""),
-                "kernel": h.kernel if len(h.kernel) <= 60 else h.kernel[:57] + "..."} for h in response.launches])
+                "kernel": h.kernel if len(h.kernel) <= 60 else h.kernel[:57] + "..."} for h in launches])
     else:
         print(f"no blocks in flight for {args.min_age_ms} ms or more")
     if blind:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint64
 from ..connection import call

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 
 import gpuobs
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import MEMORY_SET_MODES, PATCH_SETS
 
 from ..arguments import uint32

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import CommandError, call

@@ -14,11 +14,11 @@ import collections
 import re
 
 from gpuobs import _native
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.symbolize import CubinSymbols, SymbolizeError, format_location
 
 from ..arguments import pid, uint32
-from ..connection import CommandError, call, every_kernel
+from ..connection import CommandError, all_pages, every_kernel
 from ..output import emit, table
 
 NAME = "source"
@@ -109,7 +109,7 @@ def hot_lines(args: argparse.Namespace) -> int:
         pattern = re.compile(args.kernel) if args.kernel else None
     except re.error as error:
         raise CommandError(f"bad --kernel regex: {error}") from None
-    response = call(args.address, "ListHotPcs", pb.ListHotPcsRequest(pids=[args.pid], top=4096))
+    response = all_pages(args.address, "ListHotPcs", pb.ListHotPcsRequest(pids=[args.pid]), "pcs")
     symbolizer = Symbolizer()
     lines: collections.Counter = collections.Counter()
     chains: dict[tuple[str, str], str] = {}

@@ -6,7 +6,7 @@ import argparse
 
 from google.protobuf.json_format import MessageToDict
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import SAMPLED_MODES
 
 from ..connection import call

@@ -8,7 +8,7 @@ import json
 import grpc
 import numpy as np
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
 
 from ..arguments import pid, uint32

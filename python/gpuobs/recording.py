@@ -7,6 +7,11 @@ Layout (little endian), one file per process:
     then         launch_count x 128-byte launch records (gpuobs.segment.LAUNCH_DTYPE)
     then         kernel table, UTF-8 JSON: [{"slot", "name", "mangled"}, ...]
 
+The launch records begin with one graph node record (replay 0, host time 0) per node grid id
+the daemon had learned when the recording began: a replay not recorded node by node has no node
+records of its own, and its nodes' events are told from eager launches' by their grid ids
+(gpuobs.launch_key).
+
 Reading: `Recording.open(path)` gives numpy arrays (`events`, `launches`) and the kernel names.
 Device times (`globaltimer_ns`) and host times (`host_time_ns`, CLOCK_MONOTONIC) are separate
 clocks and are never mixed here.

@@ -1,7 +1,11 @@
 """Recording -> Chrome/Perfetto trace JSON (the Perfetto UI opens it): one track per SM with a
 slice per block (enter to exit; an instant when exits were not hooked), and one track per
 stream with a slice per kernel launch spanning its blocks. All times are the device clock
-(%globaltimer), microseconds relative to the first event."""
+(%globaltimer), microseconds relative to the first event.
+
+Events go to their launch by the launch key (gpuobs.launch_key): a graph node keeps its grid
+id in every replay, so each of its executions is a slice of its own, and a block's exit ends
+the slice of that execution's enter, not of another replay's."""
 
 from __future__ import annotations
 
@@ -10,8 +14,20 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay, key_replays
 from gpuobs.recording import Recording
-from gpuobs.segment import EVENT_KINDS
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS
+
+BLOCK_ENTER = EVENT_KINDS["block_enter"]
+BLOCK_EXIT = EVENT_KINDS["block_exit"]
+
+
+def streams_of(launches: np.ndarray) -> tuple[dict[int, int], dict[int, int]]:
+    """(stream per eager grid id, stream per replay's low 32 bits) from the launch records."""
+    eager = launches[launches["kind"] == LAUNCH_KINDS["eager"]]
+    replays = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
+    return (dict(zip(eager["grid_id"].tolist(), eager["stream"].tolist())),
+            dict(zip((replays["replay"] & np.uint64(REPLAY_MASK)).tolist(), replays["stream"].tolist())))
 
 
 def to_trace(recording: Recording) -> dict:
@@ -25,29 +41,39 @@ def to_trace(recording: Recording) -> dict:
         return {"traceEvents": trace, "displayTimeUnit": "ns"}
     origin = int(events["globaltimer_ns"].min())
     names = {slot: entry["name"] for slot, entry in recording.kernels.items()}
-    stream_of = dict(zip(recording.launches["grid_id"].tolist(), recording.launches["stream"].tolist()))
-    enters = events[events["kind"] == EVENT_KINDS["block_enter"]]
-    exits = events[events["kind"] == EVENT_KINDS["block_exit"]]
-    key = lambda e: np.stack([e["grid_id"], e["block_x"], e["block_y"], e["block_z"]]).T  # noqa: E731
-    exit_time = {tuple(k): int(t) for k, t in zip(key(exits).tolist(), exits["globaltimer_ns"].tolist())}
-    for row in enters:
+    launches = recording.launches
+    node_grid_ids = np.unique(launches["grid_id"][launches["kind"] == LAUNCH_KINDS["graph_node"]])
+    replays = key_replays(events["grid_id"], events["replay"], node_grid_ids)
+    eager_stream, replay_stream = streams_of(launches)
+
+    def block_key(rows: np.ndarray, numbers: np.ndarray) -> list[tuple[int, ...]]:
+        return list(zip(rows["grid_id"].tolist(), numbers.tolist(), rows["block_x"].tolist(), rows["block_y"].tolist(),
+                        rows["block_z"].tolist()))
+
+    is_exit = events["kind"] == BLOCK_EXIT
+    exit_time = dict(zip(block_key(events[is_exit], replays[is_exit]), events["globaltimer_ns"][is_exit].tolist()))
+    is_enter = events["kind"] == BLOCK_ENTER
+    for row, key in zip(events[is_enter], block_key(events[is_enter], replays[is_enter])):
         start = int(row["globaltimer_ns"])
-        end = exit_time.get((int(row["grid_id"]), int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
+        end = exit_time.get(key)
         name = names.get(int(row["kernel_slot"]), f"slot {int(row['kernel_slot'])}")
-        block = f"({int(row['block_x'])},{int(row['block_y'])},{int(row['block_z'])})"
-        common = {"pid": 1, "tid": int(row["sm_id"]), "ts": (start - origin) / 1000.0, "name": name,
-                  "args": {"block": block, "grid_id": int(row["grid_id"])}}
+        args = {"block": f"({key[2]},{key[3]},{key[4]})", "grid_id": key[0], **({"replay": key[1]} if key[1] else {})}
+        common = {"pid": 1, "tid": int(row["sm_id"]), "ts": (start - origin) / 1000.0, "name": name, "args": args}
         if end is None:
             trace.append({"ph": "i", "s": "t", **common})
         else:
             trace.append({"ph": "X", "dur": max(0.001, (end - start) / 1000.0), **common})
-    for grid_id in np.unique(events["grid_id"]).tolist():
-        mine = events[events["grid_id"] == grid_id]
-        start, end = int(mine["globaltimer_ns"].min()), int(mine["globaltimer_ns"].max())
-        trace.append({"ph": "X", "pid": 2, "tid": int(stream_of.get(grid_id, 0)) & 0x7FFFFFFF,
-                      "ts": (start - origin) / 1000.0, "dur": max(0.001, (end - start) / 1000.0),
-                      "name": names.get(int(mine["kernel_slot"][0]), "kernel"), "args": {"grid_id": grid_id,
-                                                                                         "events": len(mine)}})
+    order, starts, keys = group_by_launch(events["grid_id"], replays)
+    times = events["globaltimer_ns"][order].astype(np.int64)
+    firsts, lasts = np.minimum.reduceat(times, starts), np.maximum.reduceat(times, starts)
+    counts = np.diff(np.append(starts, len(order)))
+    slots = events["kernel_slot"][order][starts]
+    for key, first, last, count, slot in zip(keys, firsts.tolist(), lasts.tolist(), counts.tolist(), slots.tolist()):
+        grid_id, replay = key_grid_id(key), key_replay(key)
+        stream = replay_stream.get(replay, 0) if replay else eager_stream.get(grid_id, 0)
+        trace.append({"ph": "X", "pid": 2, "tid": int(stream) & 0x7FFFFFFF, "ts": (first - origin) / 1000.0,
+                      "dur": max(0.001, (last - first) / 1000.0), "name": names.get(int(slot), "kernel"),
+                      "args": {"grid_id": grid_id, **({"replay": replay} if replay else {}), "events": count}})
     return {"traceEvents": trace, "displayTimeUnit": "ns"}
 
 

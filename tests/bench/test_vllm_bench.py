@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon_support import free_port
+import pytest
+
+from gpuobs_testing.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).parent / "stand_in"
 
 
+@pytest.mark.slow
 def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run(

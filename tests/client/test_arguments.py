@@ -1,4 +1,4 @@
-"""Issue 13, item 17: a bad number or command is a one-line reason and exit 1 (as the README says
+"""A bad number or command is a one-line reason and exit 1 (as the README says
 of every failure), never a traceback from building the request; an argument of 100 kB is not
 echoed back whole."""
 
@@ -46,8 +46,9 @@ def test_a_huge_argument_is_not_echoed_back_whole() -> None:
     assert done.returncode == 1 and len(done.stderr) < 4000
 
 
+@pytest.mark.slow
 def test_a_reply_over_four_mebibytes_arrives(start_synth, start_daemon) -> None:
-    """Issue 13, item 5 (in part): every kernel of a process with tens of thousands of them."""
+    """Every kernel of a process with tens of thousands of them."""
     import json
 
     synth = start_synth("--mode", "counter", "--kernels", "40000", "--launches", "100", timeout=60)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from daemon_support import gpuobsctl
+from gpuobs_testing.daemon import gpuobsctl
 
 DRIVER_SIDE = r"""
 import os, socket, sys, time

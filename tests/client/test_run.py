@@ -3,9 +3,10 @@ same GPUOBS_* variables as the injector)."""
 
 from __future__ import annotations
 
+import pytest
 
-from daemon_support import gpuobsctl as run_gpuobsctl
-from synth_support import synth_binary
+from gpuobs_testing.daemon import gpuobsctl as run_gpuobsctl
+from gpuobs_testing.synth import synth_binary
 
 NO_DAEMON = "unix:///nonexistent/gpuobsd.sock"
 
@@ -27,6 +28,7 @@ def test_run_starts_a_private_daemon_and_summarises(tmp_path) -> None:
     assert sum(int(row[1]) for row in rows) == 300
 
 
+@pytest.mark.slow
 def test_run_passes_the_exit_status_through() -> None:
     done = gpuobsctl("run", "--", "sh", "-c", "exit 3")
     assert done.returncode == 3

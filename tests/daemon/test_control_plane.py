@@ -12,8 +12,8 @@ import time
 import grpc
 import pytest
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
-from daemon_support import device_stage, gpuobsctl
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs_testing.daemon import device_stage, gpuobsctl
 
 
 def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_synth, start_daemon) -> None:
@@ -164,7 +164,7 @@ def test_rejected_segments_are_reported_not_fatal(start_daemon, segment_dir) -> 
 
 def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(start_synth, start_daemon,
                                                                             segment_dir) -> None:
-    """Any local user can fill the segment directory (issue 13, item 13: 62,000 junk files pushed
+    """Any local user can fill the segment directory (62,000 junk files pushed
     GetStatus past the client's limit for everyone): the reply names a few and counts them all."""
     junk = 5000
     for index in range(junk):
@@ -184,9 +184,10 @@ def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(star
 
 
 def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, start_daemon, tmp_path) -> None:
-    """Issue 13, item 15: through the unauthenticated --listen port an unprivileged local user
+    """Through the unauthenticated --listen port an unprivileged local user
     switched modes and made the daemon write a file where only it may. That port is read-only."""
-    from daemon_support import free_port, pb_grpc
+    from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
+    from gpuobs_testing.daemon import free_port
 
     port = free_port()
     synth = start_synth("--mode", "blocks", "--rate", "20000", "--kernels", "2")

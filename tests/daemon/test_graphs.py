@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 NODES, REPLAYS = 7, 40
 
@@ -41,6 +41,9 @@ def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon, trace
                            "json", "graphs"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["replays"] == str(REPLAYS)  # uint64 is a string in proto JSON
+    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "graphs"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and f"{NODES} kernel nodes, {REPLAYS} replays" in done.stdout, done.stderr
 
 
 def test_every_node_execution_is_joined_to_its_own_replays_events(start_synth, start_daemon) -> None:
@@ -91,10 +94,11 @@ def test_replays_argument_is_checked(start_daemon) -> None:
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.slow
 def test_the_daemon_answers_while_a_graph_replays_at_full_speed(start_synth, start_daemon) -> None:
     """Joining costs Python time per node execution: beyond the analysis budget executions are
     counted unjoined, and set-mode and status keep answering within their deadlines."""
-    from daemon_support import device_stage
+    from gpuobs_testing.daemon import device_stage
 
     daemon = start_daemon()
     synth = start_synth("--mode", "blocks", "--graph-nodes", "40", "--rate", "0", "--kernels", "8",

@@ -8,7 +8,7 @@ import re
 import time
 import urllib.request
 
-from daemon_support import gpuobsctl
+from gpuobs_testing.daemon import gpuobsctl
 
 
 def hangs(daemon, min_age_ms: int) -> dict:

@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from daemon_support import free_port
+from gpuobs_testing.daemon import free_port
 
 
 def test_health_and_reflection_answer(start_daemon) -> None:

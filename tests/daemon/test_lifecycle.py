@@ -1,4 +1,4 @@
-"""Issue 13, item 3: a process that exits keeps its final counts for a bounded time, then its
+"""A process that exits keeps its final counts for a bounded time, then its
 segment is deleted and it is forgotten (series, mapping, descriptor), so a daemon beside a
 service that restarts for months does not grow."""
 
@@ -9,7 +9,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port, pb
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs_testing.daemon import DaemonProcess, free_port
 
 
 def metrics(daemon: DaemonProcess) -> str:
@@ -56,7 +57,7 @@ def test_by_default_an_exited_process_stays_for_minutes(start_synth, start_daemo
 
 
 def test_a_segment_shrunk_under_the_daemon_costs_only_that_process(start_synth, start_daemon) -> None:
-    """Issue 13, item 10: a producer's uid (or a cleanup job) truncates mapped segments; the daemon
+    """A producer's uid (or a cleanup job) truncates mapped segments; the daemon
     used to die of SIGBUS on the next status or scrape, taking every process's observation with it."""
     daemon = start_daemon()
     victims = [start_synth("--mode", "blocks", "--rate", "200000", "--duration", "30") for _ in range(2)]

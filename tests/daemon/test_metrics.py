@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prometheus_support import PrometheusServer, require
+from gpuobs_testing.prometheus import PrometheusServer, require
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
 
@@ -64,7 +64,7 @@ def test_a_real_prometheus_scrapes_the_daemon(start_synth, start_daemon, tmp_pat
 
 
 def test_kernel_series_are_sticky_and_sum_exactly() -> None:
-    """Issue 13, item 4: which kernels get a series of their own must not follow the ranking of
+    """Which kernels get a series of their own must not follow the ranking of
     the moment (series flapped, and a kernel entering the top N lost its history). Scrapes of
     one process whose hottest kernels change: the labelled set never changes once full, new
     kernels go to "other", "other" never falls, and labels plus "other" sum to the totals, in

@@ -1,4 +1,4 @@
-"""Issue 13, item 12: queries used to run on the loop that also drained every producer, so a long
+"""Queries used to run on the loop that also drained every producer, so a long
 query stopped the drain (a producer lost events to it) and a status call waited for it, and each
 RPC waited for whole drain passes between its turns of the loop. Now the drain has a thread, long
 queries have theirs, and status reads nothing that a batch's analysis holds."""
@@ -9,10 +9,14 @@ import threading
 import time
 
 import grpc
+import pytest
 
-from daemon_support import device_stage, pb, pb_grpc
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
+from gpuobs_testing.daemon import device_stage
 
 
+@pytest.mark.slow
 def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_daemon) -> None:
     daemon = start_daemon()
     big = start_synth("--mode", "counter", "--kernels", "120000", "--launches", "300", timeout=60)

@@ -1,4 +1,4 @@
-"""gpuobsd's settings (issue 13, item 8): a value from the settings file goes through the parser a
+"""gpuobsd's settings: a value from the settings file goes through the parser a
 flag goes through, so it meets the same checks; a bad value is refused naming the setting; the
 daemon refuses a segment directory that does not exist, survives a stale NOTIFY_SOCKET and names
 the address it could not serve metrics on."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon_support import DaemonProcess, free_port
+from gpuobs_testing.daemon import DaemonProcess, free_port
 from gpuobs.daemon import settings
 
 

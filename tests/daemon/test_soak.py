@@ -1,4 +1,4 @@
-"""The whole daemon under a bounded soak (issue 13): at least 200 producers come and go (some
+"""The whole daemon under a bounded soak: at least 200 producers come and go (some
 crash), hostile files land in the segment directory, fuzzed requests hit every method, while
 scrapes and streams run. The daemon must not crash nor grow, and every producer's counts must
 balance. bench/soak.py runs the same for 30 minutes."""
@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soak_support import Soak
+import pytest
+
+from gpuobs_testing.soak import Soak
 
 
+@pytest.mark.slow
 def test_a_soak_of_comings_and_goings_junk_and_fuzz(segment_dir: Path, tmp_path: Path) -> None:
     figures = Soak(segment_dir, tmp_path / "run", seconds=150, lifetimes=200).run()
     print(figures)

@@ -8,8 +8,8 @@ import json
 import grpc
 import pytest
 
-from daemon_support import gpuobsctl
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs_testing.daemon import gpuobsctl
+from gpuobs.api.v1 import observer_pb2 as pb
 
 NODES, REPLAYS = 5, 30
 

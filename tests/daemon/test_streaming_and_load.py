@@ -9,9 +9,9 @@ import grpc
 import numpy as np
 import pytest
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE
-from daemon_support import device_stage, gpuobsctl, rss_mib
+from gpuobs_testing.daemon import device_stage, gpuobsctl, rss_mib
 
 
 def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_daemon) -> None:
@@ -51,6 +51,7 @@ def test_tail_prints_events(start_synth, start_daemon) -> None:
     assert any('"kind": "block_' in line for line in lines)
 
 
+@pytest.mark.slow
 def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemon) -> None:
     daemon = start_daemon()  # first: 8 full-speed producers would starve its start-up on 2 cores
     synths = [start_synth("--mode", "blocks", "--rate", "0", "--kernels", "16", "--seed", str(seed),
@@ -67,8 +68,8 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
     total_delivered = 0
     for process in processes:
         stage = device_stage(process)
-        # exact: every event delivered, dropped on a full ring, or skipped and counted. A slot is
-        # skipped as torn only if its writer stalled past the 1 s torn timeout between claim and
+        # exact: every event delivered, dropped on a full ring, or skipped and counted. A ring record
+        # is skipped as torn only if its writer stalled past the 1 s torn timeout between claim and
         # commit, which an overloaded 2-core machine has been seen to do once in a 60 s run.
         assert stage.produced == stage.delivered + stage.dropped + stage.torn + stage.corrupt, (process.pid, stage)
         assert stage.corrupt == 0 and stage.torn <= 1 and stage.in_flight == 0, (process.pid, stage)
@@ -82,7 +83,7 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
 
 
 def test_stalled_streams_cost_a_bounded_queue_and_too_many_are_refused(start_synth, start_daemon) -> None:
-    """Issue 13, item 11: one stalled StreamEvents client grew the daemon to 10.5 GB. Now each
+    """One stalled StreamEvents client grew the daemon to 10.5 GB. Now each
     stream's queue is bounded in batches and bytes, a stream asks at most 256 batches, and at
     most 16 streams and recordings run at once."""
     start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(1 << 16))

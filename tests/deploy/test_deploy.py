@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prometheus_support import PrometheusServer
+from gpuobs_testing.prometheus import PrometheusServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

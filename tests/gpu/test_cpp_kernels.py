@@ -12,8 +12,8 @@ import pytest
 
 from gpuobs.segment import EVENT_KINDS, MODES
 from harness import InjectedRun, find_kernel
-from oracles import linear_block, numpy_sample_keep
-from synth_support import wait_applied
+from gpuobs_testing.oracles import linear_block, numpy_sample_keep
+from gpuobs_testing.synth import wait_applied
 
 SM_COUNT_LIMIT = 1024  # %smid must be a small SM index
 

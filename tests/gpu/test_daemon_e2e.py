@@ -7,9 +7,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port, gpuobsctl
+from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
 from harness import WORKLOADS, InjectedRun
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2 as pb
 
 TORCH_OPS = [sys.executable, str(WORKLOADS / "torch_ops.py"), "--iters", "3"]
 TORCH_LOOP = [sys.executable, str(WORKLOADS / "torch_loop.py"), "--seconds", "10"]

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from daemon_support import DaemonProcess, device_stage, free_port, gpuobsctl
+from gpuobs_testing.daemon import DaemonProcess, device_stage, free_port, gpuobsctl
 from harness import WORKLOADS, InjectedRun
 
 DECODE = [sys.executable, str(WORKLOADS / "decode_graph40.py")]

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port, gpuobsctl
+from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
 from harness import WORKLOADS, InjectedRun
 
 GRID = 6

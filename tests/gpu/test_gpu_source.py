@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from daemon_support import DaemonProcess, free_port, gpuobsctl
+from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
 from harness import InjectedRun
 
 PROGRAM = Path(__file__).parent / "programs" / "inline_chain_main.cu"

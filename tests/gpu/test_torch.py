@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_KINDS, MODES
+from gpuobs.segment import CONTROL_STATUS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, MODES
 from harness import WORKLOADS, InjectedRun
 
 TORCH_OPS = [sys.executable, str(WORKLOADS / "torch_ops.py")]
@@ -103,4 +103,6 @@ def test_torch_outputs_unchanged(shm_dir, mode: str, patch_set: str) -> None:
         run = InjectedRun(TORCH_OPS + (graph or ["--iters", "2"]), shm_dir, mode=mode, patch_set=patch_set,
                           shift=10, env={"GPUOBS_BLOCK_EXIT": "1" if mode == "blocks" else "0"})
         assert run.finish()["checksum"] == reference, (mode, graph)
-    assert MODES[mode] >= 0
+        # and the outputs were compared in that mode, not in one the injector fell back to
+        applied = run.segment.control_state()
+        assert (applied["applied_mode"], applied["status"]) == (MODES[mode], CONTROL_STATUS["ok"]), (mode, graph)

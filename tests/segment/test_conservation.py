@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from synth_support import drain_until_exit
+from gpuobs_testing.synth import drain_until_exit
 from gpuobs.segment import STATE_EXITED, Segment
 
 EVENTS = 12_000_000

@@ -11,7 +11,7 @@ import pytest
 
 from gpuobs import _native
 from gpuobs.segment import CONTROL_STATUS, MODES, PATCH_SETS, Segment
-from synth_support import wait_applied
+from gpuobs_testing.synth import wait_applied
 
 
 def test_mode_switch_is_acknowledged_and_takes_effect(start_synth) -> None:

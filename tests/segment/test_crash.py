@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from synth_support import drain_until_exit
+from gpuobs_testing.synth import drain_until_exit
 from gpuobs.segment import Segment
 
 
@@ -54,7 +54,8 @@ def test_sigkill_at_full_speed_leaves_a_readable_segment(start_synth) -> None:
     # the last snapshot lags the kill: it can only undercount what the reader saw
     assert counters["device_events_produced"] >= counters["device_events_dropped"]
     assert len(segment.kernels()) == 8
-    assert np.all(kernels["launches"] >= 0)
+    # one snapshot: the per-kernel launches add up to the total published with them
+    assert int(kernels["launches"].sum()) == counters["launches"] > 0
 
 
 def test_sigkill_of_a_four_context_producer_is_accounted_exactly(start_synth) -> None:

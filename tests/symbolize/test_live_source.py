@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon_support import gpuobsctl
 from gpuobs.symbolize import CubinSymbols
+from gpuobs_testing.cubins import INLINE_CHAIN_KERNEL as KERNEL, build_cubin
+from gpuobs_testing.daemon import gpuobsctl
 
-from test_symbolize import KERNEL, build
+SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "inline_chain.cu"
 
 
 def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, start_synth, start_daemon,
                                                                segment_dir: Path) -> None:
-    cubin = build(tmp_path, "-lineinfo")
+    cubin = build_cubin(SOURCE, tmp_path, "-lineinfo")
     instructions = CubinSymbols(cubin).functions[KERNEL]
     load = next(offset for offset, text, _ in instructions if text.startswith("LDG"))
     store = next(offset for offset, text, _ in instructions if text.startswith("STG"))
@@ -69,7 +70,7 @@ def test_cubins_are_stored_once_and_within_the_budget(tmp_path: Path, start_synt
 
     from gpuobs.segment import Segment
 
-    cubin = build(tmp_path, "-lineinfo")
+    cubin = build_cubin(SOURCE, tmp_path, "-lineinfo")
     store = segment_dir / "gpuobs-cubins"
     load = next(offset for offset, text, _ in CubinSymbols(cubin).functions[KERNEL] if text.startswith("LDG"))
     args = ("--mode", "counter", "--kernels", "2", "--launches", "4", "--cubin", str(cubin), "--cubin-function",

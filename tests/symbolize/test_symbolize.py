@@ -3,7 +3,6 @@ PyPI's nvdisasm: no GPU and no CUDA toolkit beyond nvcc."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,18 +10,14 @@ from pathlib import Path
 import pytest
 
 from gpuobs.symbolize import CubinSymbols, Frame, SymbolizeError, find_nvdisasm
+from gpuobs_testing.cubins import INLINE_CHAIN_KERNEL, build_cubin
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "inline_chain.cu"
-KERNEL = "_Z10hot_kernelPKfPfi"
+KERNEL = INLINE_CHAIN_KERNEL
 
 
 def build(tmp_path: Path, *flags: str) -> Path:
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not Path(nvcc).exists():
-        pytest.fail("nvcc is needed to build the test cubin")
-    cubin = tmp_path / "inline_chain.cubin"
-    subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-O3", *flags, "-o", str(cubin), str(SOURCE)], check=True)
-    return cubin
+    return build_cubin(SOURCE, tmp_path, *flags)
 
 
 @pytest.fixture(scope="module")

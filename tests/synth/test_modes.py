@@ -12,7 +12,7 @@ import pytest
 
 from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, STATE_EXITED, Segment
-from oracles import linear_block, numpy_fmix64, numpy_sample_keep
+from gpuobs_testing.oracles import linear_block, numpy_fmix64, numpy_sample_keep
 
 LAUNCHES = "300"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import grpc
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
-from daemon_support import DaemonProcess, free_port, rss_mib
-from synth_support import synth_binary
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs_testing.daemon import DaemonProcess, free_port, rss_mib
+from gpuobs_testing.synth import synth_binary
 
 # what a request that does not make sense may be answered; UNKNOWN or INTERNAL mean the daemon
 # failed on it (an exception it did not expect), and the soak counts them as failures

@@ -1,4 +1,4 @@
-"""Per process, the serving engine's steps (records the vLLM plugin writes through the injector)
+"""Step attribution: per process, the serving engine's steps (records the vLLM plugin writes through the injector)
 and the launches each step made: which step, and which requests, a graph replay belongs to.
 
 A step record is written by the engine thread before it launches the step's work, into the same
@@ -7,7 +7,7 @@ clock). Launches before the first step (start-up, warm-up, graph capture) belong
 counted apart. Request ids travel only when the set of requests changed from the step before.
 
 The injector makes a host record per graph replay but none per eager launch (unless its launch
-trace is on): a step's kernel launches are its replays' node executions (the graph census knows
+trace is on): a step's kernel launches are its replays' node executions (the graph join knows
 each exec's nodes) plus the eager launch records there are.
 
 Memory is bounded: the last KEEP_STEPS steps are kept in detail, with the replays they launched;
@@ -24,13 +24,16 @@ import numpy as np
 
 from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
+from .analysis import Analysis
+
 STEP = LAUNCH_KINDS["step"]
 STEP_TEXT = LAUNCH_KINDS["step_text"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 EAGER = LAUNCH_KINDS["eager"]
 KERNEL_LAUNCHES = (EAGER, LAUNCH_KINDS["graph_node"])
-# (kernel nodes, blocks) one replay of a graph exec runs, as far as the graph census knows
-ReplayShape = Callable[[int], tuple[int, int]]
+# (exec instance, kernel nodes, blocks) of a replay of a graph exec, as far as the graph join
+# knows (the instance tells apart execs whose handle the driver reused)
+ReplayShape = Callable[[int], tuple[int, int, int]]
 
 
 @dataclasses.dataclass
@@ -47,18 +50,31 @@ class Step:
     request_ids: list[str] = dataclasses.field(default_factory=list)
     kernel_launches: int = 0
     blocks_expected: int = 0
-    replays: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay)
+    replays: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay, instance)
 
     @property
     def ids_complete(self) -> bool:
         return self.text_received == self.text_bytes
 
 
-class StepCensus:
+@dataclasses.dataclass(frozen=True)
+class StepTotals:
+    """Engine steps of one process: step records seen, and the recorded kernel launches before
+    the first of them."""
+
+    steps: int
+    launches_before_steps: int
+
+
+class StepAttribution(Analysis):
+    """`replay_shape`: what one replay of a graph exec runs (the graph join's, which sees each
+    launch batch first)."""
+
     KEEP_STEPS = 4096
     MAX_REPLAYS_PER_STEP = 64
 
-    def __init__(self) -> None:
+    def __init__(self, replay_shape: ReplayShape = lambda graph_exec: (0, 0, 0)) -> None:
+        self.replay_shape = replay_shape
         self.steps: collections.OrderedDict[int, Step] = collections.OrderedDict()  # by record order
         self.steps_seen = 0
         self.launches_before_steps = 0
@@ -68,8 +84,8 @@ class StepCensus:
         self._next_key = 0
         self._last_ids: list[str] = []
 
-    def update(self, rows: np.ndarray, replay_shape: ReplayShape = lambda graph_exec: (0, 0)) -> None:
-        """One launch ring batch, in ring order (after the graph census has seen it)."""
+    def on_launches(self, rows: np.ndarray) -> None:
+        """One launch ring batch, in ring order (after the graph join has seen it)."""
         if not len(rows):
             return
         kinds = rows["kind"]
@@ -87,7 +103,7 @@ class StepCensus:
             self._keys = list(self.steps)
             self._times = np.fromiter((s.host_time_ns for s in self.steps.values()), dtype=np.uint64,
                                       count=len(self.steps))
-        self._attribute(rows[~annotated], replay_shape)
+        self._attribute(rows[~annotated], self.replay_shape)
 
     def _begin(self, record: np.void) -> None:
         same = bool(int(record["flags"]) & STEP_SAME_REQUESTS)
@@ -101,8 +117,8 @@ class StepCensus:
         self.steps_seen += 1
         while len(self.steps) > self.KEEP_STEPS:
             _, old = self.steps.popitem(last=False)
-            for replay in old.replays:
-                self.replay_step.pop(replay, None)
+            for graph_exec, replay, _ in old.replays:
+                self.replay_step.pop((graph_exec, replay), None)
         if step.text_bytes == 0 and not same:
             self._last_ids = []
 
@@ -133,7 +149,7 @@ class StepCensus:
         launches = np.ones(len(relevant), dtype=np.uint64)
         blocks = relevant["grid_x"].astype(np.uint64) * relevant["grid_y"] * relevant["grid_z"]
         for index in np.flatnonzero(~is_kernel).tolist():
-            launches[index], blocks[index] = shapes[int(relevant["graph_exec"][index])]
+            _, launches[index], blocks[index] = shapes[int(relevant["graph_exec"][index])]
         if not len(self._times):
             self.launches_before_steps += int(launches.sum())
             return
@@ -149,10 +165,11 @@ class StepCensus:
         for index in np.flatnonzero(kept & ~is_kernel).tolist():
             step_key = self._keys[int(positions[index])]
             step = self.steps[step_key]
-            replay = (int(relevant["graph_exec"][index]), int(relevant["replay"][index]))
-            if len(step.replays) < self.MAX_REPLAYS_PER_STEP:
-                step.replays.append(replay)
-            self.replay_step[replay] = step_key
+            graph_exec = int(relevant["graph_exec"][index])
+            replay = (graph_exec, int(relevant["replay"][index]))
+            if len(step.replays) < self.MAX_REPLAYS_PER_STEP:  # the rest: counted in the step, not named
+                step.replays.append((*replay, shapes[graph_exec][0]))
+                self.replay_step[replay] = step_key
 
     def step_of_replay(self, replay: int) -> Step | None:
         """The step that launched this replay number (any graph exec of the process)."""
@@ -160,3 +177,6 @@ class StepCensus:
             if number == replay:
                 return self.steps.get(key)
         return None
+
+    def report(self) -> StepTotals:
+        return StepTotals(self.steps_seen, self.launches_before_steps)

@@ -11,12 +11,13 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import pytest
-
-from daemon_support import free_port
+from gpuobs_testing.daemon import free_port
 
 
 def require(tool: str) -> str:
+    """The tool's path; a test without it is skipped, or fails in CI (which installs it)."""
+    import pytest
+
     path = shutil.which(tool)
     if path is None:
         if os.environ.get("CI"):

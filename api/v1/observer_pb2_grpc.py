@@ -2,7 +2,7 @@
 """Client and server classes corresponding to protobuf-defined services."""
 import grpc
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as gpuobs_dot_v1_dot_observer__pb2
+from gpuobs.api.v1 import observer_pb2 as gpuobs_dot_v1_dot_observer__pb2
 
 
 class ObserverStub(object):

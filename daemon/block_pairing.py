@@ -1,13 +1,14 @@
-"""Per kernel, what the counters in the segment do not hold: how long blocks ran (block enter
-paired with block exit) and which blocks are still in flight. Batched in numpy: no Python per
+"""Block pairing: per kernel, what the counters in the segment do not hold, how long blocks ran
+(block enter paired with block exit) and which blocks are still in flight. Batched in numpy: no Python per
 event. (Launch shapes come with the counters: the device's launch census counts them.)
 
 Block durations and in-flight blocks (hang evidence) need exit events, which the injector
 records only with GPUOBS_BLOCK_EXIT=1 (an exit hook is costly, see
 bench/results/injector-decisions-2026-11-29.md); the segment header says whether it does. Enter
 events are held for pairing only for such a process (or once one shows an exit event), so a
-process without exit hooks costs nothing here. The enters still held are the blocks in flight. Pairing sorts; all processes together may spend at most a fixed share of the
-daemon's time on it (a TimeBudget), so the drain never falls behind because of it: block events
+process without exit hooks costs nothing here. The enters still held are the blocks in flight.
+Pairing sorts; all processes together may spend at most a fixed share of the daemon's time on
+it (the AnalysisBudget), so the drain never falls behind because of it: block events
 beyond that budget are counted per kernel as not analysed (their partners then show as unpaired).
 """
 
@@ -15,21 +16,24 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import time
+from typing import Callable
+
 import numpy as np
 
+from gpuobs.launch_key import key_replays
 from gpuobs.segment import EVENT_KINDS
 
+from .analysis import Analysis
+from .analysis_budget import AnalysisBudget
+from .results import BlockDurations
 from .time_budget import TimeBudget
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 BUCKETS_PER_OCTAVE = 8
 BUCKETS = 64 * BUCKETS_PER_OCTAVE
-ANALYSIS_SHARE = 0.3
-ANALYSIS_BURST_S = 0.05
 PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
-                          ("time", np.int64), ("slot", np.uint32), ("sm", np.uint32)])
+                          ("time", np.int64), ("kernel_slot", np.uint32), ("sm", np.uint32)])
 
 
 @dataclasses.dataclass
@@ -60,18 +64,38 @@ class Durations:
         return int(min(max(middle, self.min_ns), self.max_ns))
 
 
-class KernelCensus:
-    """Block durations and blocks in flight of every kernel slot of one process."""
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """Blocks in flight of one process: whether it can tell (it records block exits), how many,
+    and the device time of the oldest one's enter (0 when none)."""
+
+    exits_hooked: bool
+    blocks: int
+    oldest_enter_ns: int
+
+
+NO_GRID_IDS = np.zeros(0, dtype=np.uint64)
+
+
+class BlockPairing(Analysis):
+    """Block durations and blocks in flight of every kernel of one process. `node_grid_ids`:
+    the grid ids of graph nodes now (the graph join's), whose events carry a replay number that
+    is part of their launch's key."""
 
     MAX_PENDING = 1 << 14   # enter events waiting for their exit: an H200 holds at most 132 x 32 blocks
 
-    def __init__(self, budget: TimeBudget | None = None, exits_hooked: bool = False) -> None:
-        self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
-        self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per slot
+    def __init__(self, budget: TimeBudget | None = None, exits_hooked: bool = False,
+                 node_grid_ids: Callable[[], np.ndarray] = lambda: NO_GRID_IDS) -> None:
+        self.budget = budget or AnalysisBudget()
+        self.node_grid_ids = node_grid_ids
+        self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per kernel slot
         self.durations: dict[int, Durations] = {}
         self.unpaired: dict[int, int] = collections.defaultdict(int)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
         self.exits_seen = exits_hooked
+
+    def on_events(self, events: np.ndarray, kind_counts: np.ndarray) -> None:
+        self.add_events(events, self.node_grid_ids(), kind_counts)
 
     def add_events(self, events: np.ndarray, node_grid_ids: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
         """kind_counts: the batch's events per kind, when the caller has them (saves a pass)."""
@@ -100,12 +124,11 @@ class KernelCensus:
     def _pair(self, block: np.ndarray, node_grid_ids: np.ndarray) -> None:
         fresh = np.zeros(len(block), dtype=PENDING_DTYPE)
         fresh["grid_id"] = block["grid_id"]
-        # an eager launch's events carry whatever replay number was in force: not part of its key
-        fresh["replay"] = np.where(np.isin(block["grid_id"], node_grid_ids), block["replay"], 0)
+        fresh["replay"] = key_replays(block["grid_id"], block["replay"], node_grid_ids)
         fresh["block"] = (block["block_x"].astype(np.uint64) | (block["block_y"].astype(np.uint64) << np.uint64(32)) |
                           (block["block_z"].astype(np.uint64) << np.uint64(48)))
         fresh["time"] = block["globaltimer_ns"].astype(np.int64)
-        fresh["slot"] = block["kernel_slot"]
+        fresh["kernel_slot"] = block["kernel_slot"]
         fresh["sm"] = block["sm_id"]
         is_exit = np.concatenate([np.zeros(len(self.pending), dtype=bool), block["kind"] == BLOCK_EXIT])
         rows = np.concatenate([self.pending, fresh])
@@ -119,18 +142,18 @@ class KernelCensus:
         exit_index = enter_index + 1
         if len(enter_index):
             durations = rows["time"][exit_index] - rows["time"][enter_index]
-            slots = rows["slot"][enter_index]
+            slots = rows["kernel_slot"][enter_index]
             for slot in np.unique(slots).tolist():
                 self.durations.setdefault(slot, Durations()).add(np.maximum(durations[slots == slot], 0))
         paired = np.zeros(len(rows), dtype=bool)
         paired[enter_index] = True
         paired[exit_index] = True
         lonely_exits = ~paired & is_exit
-        self._count_unpaired(rows["slot"][lonely_exits])
+        self._count_unpaired(rows["kernel_slot"][lonely_exits])
         waiting = rows[~paired & ~is_exit]
         if len(waiting) > self.MAX_PENDING:
             waiting = waiting[np.argsort(waiting["time"], kind="stable")]
-            self._count_unpaired(waiting["slot"][:-self.MAX_PENDING])
+            self._count_unpaired(waiting["kernel_slot"][:-self.MAX_PENDING])
             waiting = waiting[-self.MAX_PENDING:]
         self.pending = waiting
 
@@ -139,62 +162,66 @@ class KernelCensus:
             self.unpaired[int(slot)] += int(count)
 
     def _give_up_pending(self) -> None:
-        self._count_unpaired(self.pending["slot"])
+        self._count_unpaired(self.pending["kernel_slot"])
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
 
-    MAX_HUNG_LAUNCHES = 256     # launches listed by in_flight, oldest first
+    MAX_HUNG_LAUNCHES = 256     # launches the hang warnings look at, at most, per check
     MAX_LISTED_BLOCKS = 4096    # blocks listed per launch (the count is always exact)
 
-    def in_flight(self, now_ns: int, min_age_ns: int) -> list[dict]:
+    def in_flight(self, now_ns: int, min_age_ns: int, after: tuple[int, int] = (0, 0),
+                  limit: int = MAX_HUNG_LAUNCHES) -> list[dict]:
         """Blocks that entered and have not exited, at least min_age_ns old, per launch (grid id
-        and, for graph nodes, replay number), oldest launch first. Ages compare the device clock
-        (%globaltimer, ns since the epoch) with the host's realtime clock."""
-        if not self.exits_seen or not len(self.pending):
+        and, for graph nodes, replay number), in (grid id, replay) order from `after` on (that
+        key included), at most `limit` launches: the order a paged walk resumes in, whatever
+        exits meanwhile. Ages compare the device clock (%globaltimer, ns since the epoch) with
+        the host's realtime clock."""
+        if not self.exits_seen or not len(self.pending) or limit <= 0:
             return []
-        old = self.pending[self.pending["time"] <= now_ns - min_age_ns]
+        pending = self.pending
+        grid_after, replay_after = np.uint64(after[0]), np.uint64(after[1])
+        old = pending[(pending["time"] <= now_ns - min_age_ns) &
+                      ((pending["grid_id"] > grid_after) |
+                       ((pending["grid_id"] == grid_after) & (pending["replay"] >= replay_after)))]
         if not len(old):
             return []
         old = old[np.lexsort((old["block"], old["replay"], old["grid_id"]))]
         change = (old["grid_id"][1:] != old["grid_id"][:-1]) | (old["replay"][1:] != old["replay"][:-1])
-        starts = np.flatnonzero(np.concatenate([[True], change]))
-        ends = np.append(starts[1:], len(old))
-        oldest = np.minimum.reduceat(old["time"], starts)
+        starts = np.flatnonzero(np.concatenate([[True], change]))[:limit + 1]
+        ends = np.append(starts[1:], len(old))[:limit]
         launches = []
-        for index in np.argsort(oldest, kind="stable")[: self.MAX_HUNG_LAUNCHES].tolist():
-            mine = old[starts[index]:ends[index]]
+        for start, end in zip(starts[:limit].tolist(), ends.tolist()):
+            mine = old[start:end]
+            oldest = int(mine["time"].min())
             block = mine["block"][: self.MAX_LISTED_BLOCKS]
             blocks = list(zip((block & np.uint64(0xFFFFFFFF)).tolist(),
                               ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
                               (block >> np.uint64(48)).tolist()))
             launches.append({"grid_id": int(mine["grid_id"][0]), "replay": int(mine["replay"][0]),
-                             "slot": int(mine["slot"][0]), "blocks": blocks, "block_count": len(mine),
-                             "sms": np.unique(mine["sm"]).tolist(), "oldest_enter_ns": int(oldest[index]),
-                             "age_ns": max(0, now_ns - int(oldest[index]))})
+                             "slot": int(mine["kernel_slot"][0]), "blocks": blocks, "block_count": len(mine),
+                             "sms": np.unique(mine["sm"]).tolist(), "oldest_enter_ns": oldest,
+                             "age_ns": max(0, now_ns - oldest)})
         return launches
 
-    def in_flight_summary(self, now_ns: int) -> tuple[int, int]:
-        """(blocks in flight, age of the oldest in ns)."""
+    def report(self) -> InFlight:
         if not self.exits_seen or not len(self.pending):
-            return 0, 0
-        return len(self.pending), max(0, now_ns - int(self.pending["time"].min()))
+            return InFlight(self.exits_seen, 0, 0)
+        return InFlight(True, len(self.pending), int(self.pending["time"].min()))
 
-    def report(self, slot: int, block_events_delivered: int = 0) -> dict:
-        """`block_events_delivered`: the slot's block enter and exit events the reader delivered
+    def block_durations(self, slots: list[int], block_events_delivered: list[int]) -> list[BlockDurations]:
+        """Block durations of these kernel slots, with one pass over the enters held.
+        `block_events_delivered`: each slot's block enter and exit events the reader delivered
         (the native reader's aggregates); those not analysed were skipped by the budget."""
-        return self.reports([slot], [block_events_delivered])[0]
-
-    def reports(self, slots: list[int], block_events_delivered: list[int]) -> list[dict]:
-        """report() of many slots, with one pass over the enters held (not one per slot)."""
-        held = np.bincount(self.pending["slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
-        return [self._report(slot, events, int(held[slot]) if slot < len(held) else 0)
+        held = np.bincount(self.pending["kernel_slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
+        return [self._durations_of(slot, events, int(held[slot]) if slot < len(held) else 0)
                 for slot, events in zip(slots, block_events_delivered)]
 
-    def _report(self, slot: int, block_events_delivered: int, pending: int) -> dict:
+    def _durations_of(self, slot: int, block_events_delivered: int, pending: int) -> BlockDurations:
         durations = self.durations.get(slot)
-        stats = {"count": 0, "mean_ns": 0.0, "min_ns": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0,
-                 "unpaired": self.unpaired.get(slot, 0) + pending,
-                 "unanalysed": max(0, block_events_delivered - self.analysed.get(slot, 0)) if self.exits_seen else 0}
+        stats = BlockDurations(
+            unpaired=self.unpaired.get(slot, 0) + pending,
+            unanalysed=max(0, block_events_delivered - self.analysed.get(slot, 0)) if self.exits_seen else 0)
         if durations is not None and durations.count:
-            stats.update(count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,
-                         p50_ns=durations.percentile(0.5), p99_ns=durations.percentile(0.99), max_ns=durations.max_ns)
-        return {"block_durations": stats}
+            stats = dataclasses.replace(
+                stats, count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,
+                p50_ns=durations.percentile(0.5), p99_ns=durations.percentile(0.99), max_ns=durations.max_ns)
+        return stats

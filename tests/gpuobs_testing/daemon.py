@@ -11,8 +11,8 @@ from pathlib import Path
 
 import grpc
 
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2 as pb
-from gpuobs.daemon.proto.gpuobs.v1 import observer_pb2_grpc as pb_grpc
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 
 
 def free_port() -> int:

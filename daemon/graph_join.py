@@ -1,4 +1,4 @@
-"""Per process, what its CUDA graphs did: graph execs, replays and node executions from the
+"""The graph join: per process, what its CUDA graphs did: graph execs, replays and node executions from the
 launch records, each node execution joined to its device block events.
 
 The injector makes one host callback per replay (a graph launch record) and none per node,
@@ -9,17 +9,22 @@ not recorded node by node ran the exec's learned nodes: its node executions are 
 census and in the join alike. Replays of an exec whose nodes were never learned are counted as
 such (their node executions are unknown, never guessed).
 
-The join key is (grid id, replay number), never the order of arrival: a graph node keeps its
-grid id in every replay, and the injector pushes a replay number of its own into device memory
-at each graph launch, which the patches stamp into every event. Launch records are
-drained before events in each pass (a launch record is written before its kernel can run), so
-an event's node execution is normally known when the event arrives; events that match none are
-held until their replay is finished with and then counted as unmatched.
+The join key is the launch key (gpuobs.launch_key: grid id and replay number), never the
+order of arrival. Launch records are drained before events in each pass (a launch record is
+written before its kernel can run), so an event's node execution is normally known when the
+event arrives; events that match none are held until their replay is finished with and then
+counted as unmatched.
 
 Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in detail; older ones
 are folded into totals, but only once the daemon has caught up with the event rings (settle()):
 a replay's events may still be in a ring when a fast program has already launched a thousand more
 replays. A daemon that never catches up folds anyway past MAX_UNSETTLED replays.
+
+Graph execs are told apart by their first-seen order (`instance`), not by their handle: the
+driver may give a destroyed exec's handle to a new one, which gets a GraphExec of its own. A
+destroyed exec's GraphExec becomes final once the daemon has caught up with the event rings
+FINAL_AFTER_S after the destroy record: its replays in detail are kept as rows, their events
+let go, its grid ids no longer looked up; at MAX_GRAPHS the oldest final one makes room.
 
 A node execution is judged by the device's own evidence, not by the mode the host saw when it
 launched the replay: a switch lands while replays are queued on the GPU, so a replay launched in
@@ -41,13 +46,15 @@ import collections
 import dataclasses
 import itertools
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS
+from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay, launch_key
+from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS
 
-from .kernel_census import ANALYSIS_BURST_S, ANALYSIS_SHARE
+from .analysis import Analysis
+from .analysis_budget import AnalysisBudget
 from .time_budget import TimeBudget
 
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
@@ -57,15 +64,10 @@ EXEC_DESTROYED = LAUNCH_KINDS["graph_exec_destroyed"]
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 LAUNCH_EVENT = EVENT_KINDS["launch"]
-REPLAY_MASK = 0xFFFFFFFF  # the device carries the low 32 bits of the replay number
 
 MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
 STATUSES = (MATCHED, MISMATCHED, UNRECORDED, UNJOINED)
 _record_numbers = itertools.count(1)
-
-
-def device_key(grid_id: int, replay: int) -> int:
-    return (grid_id << 32) | (replay & REPLAY_MASK)
 
 
 @dataclasses.dataclass
@@ -87,7 +89,7 @@ class NodeExecution:
     recordable: bool  # its replay number is known (its events can be told from other replays')
 
     def key(self, replay: int) -> int:
-        return device_key(self.grid_id, replay)
+        return launch_key(self.grid_id, replay)
 
 
 @dataclasses.dataclass
@@ -97,7 +99,7 @@ class ReplayRecord:
     host_time_ns: int
     mode: int
     executions: list[NodeExecution] = dataclasses.field(default_factory=list)  # its node records
-    implied: bool = False  # no node records: it ran the exec's learned nodes (GraphCensus.learned)
+    implied: bool = False  # no node records: it ran the exec's learned nodes (GraphExec.learned)
     tainted: bool = False  # some of its events were in a batch the budget skipped: not judged
     number: int = dataclasses.field(default_factory=lambda: next(_record_numbers))  # creation order
 
@@ -123,9 +125,16 @@ class NodeCensus:
 
 
 @dataclasses.dataclass
-class GraphCensus:
+class GraphExec:
+    """One graph exec as the daemon saw it: the exact census of its nodes, replays and node
+    executions, and its last replays in detail (or, once final, their report rows)."""
+
     graph_exec: int
+    instance: int = 0  # first-seen order in the process, from 1 (a reused handle gets a new one)
     alive: bool = True
+    destroyed_at: float = 0.0  # clock when its destroy record was read (or its handle was reused)
+    # destroyed and final: its replays in detail as report rows, by replay number (or -position)
+    final: dict[int, dict] | None = None
     nodes: dict[int, NodeCensus] = dataclasses.field(default_factory=dict)
     first_launch_id: int = 0
     last_launch_id: int = 0
@@ -178,66 +187,128 @@ class GraphCensus:
         return node.executions + self.replays_implied
 
 
-class GraphCensuses:
+@dataclasses.dataclass(frozen=True)
+class GraphJoinReport:
+    """The graph execs of one process as a whole: per kernel slot its launches that were graph
+    node executions; execs kept, not counted (MAX_GRAPHS) and let go."""
+
+    executions_per_kernel: dict[int, int]
+    execs: int
+    execs_dropped: int
+    execs_forgotten: int
+
+
+class GraphJoin(Analysis):
     """All graph execs of one process."""
 
-    MAX_GRAPHS = 4096     # a process that makes more graph execs than this is summarised partly
+    MAX_GRAPHS = 4096     # execs kept: the oldest final one makes room, else a new exec is not counted
+    FINAL_AFTER_S = 1.0   # a destroyed exec's last events are read by then (and the rings caught up)
     KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
     MAX_UNSETTLED = 8 * 1024  # replays out of the window waiting for the daemon to catch up
     SWEEP_SPANS = 1 << 16     # spans held before unclaimed ones are looked for ...
     SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
 
-    def __init__(self, budget: TimeBudget | None = None) -> None:
-        self.budget = budget or TimeBudget(ANALYSIS_SHARE, ANALYSIS_BURST_S)
+    def __init__(self, budget: TimeBudget | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget = budget or AnalysisBudget()
+        self.clock = clock
         self.last_sweep = 0.0
-        self.graphs: dict[int, GraphCensus] = {}
-        self.graphs_dropped = 0
+        self.execs: dict[int, GraphExec] = {}  # by instance: every exec kept, first seen first
+        self.by_handle: dict[int, GraphExec] = {}  # the exec a handle's records go to now
+        self._instances = itertools.count(1)
+        self.graphs_dropped = 0  # launch records of execs not counted (MAX_GRAPHS kept, none final)
+        self.graphs_forgotten = 0  # final execs let go to make room
         self.spans: dict[int, DeviceSpan] = {}
         self.span_replays: collections.Counter[int] = collections.Counter()  # low replay bits -> spans held
-        self.grid_owner: dict[int, int] = {}  # node grid id -> graph exec
-        self.unsettled: collections.deque[tuple[GraphCensus, ReplayRecord]] = collections.deque()
-        # (graph exec, low replay bits) of skipped events whose replay had no record yet
+        self.grid_owner: dict[int, GraphExec] = {}  # node grid id -> its exec (not final ones)
+        self._owners_version = 0  # bumped whenever grid_owner changes
+        self.unsettled: collections.deque[tuple[GraphExec, ReplayRecord]] = collections.deque()
+        self.destroyed: collections.deque[GraphExec] = collections.deque()  # destroyed, not final yet
+        # (instance, low replay bits) of skipped events whose replay had no record yet
         self.skipped_ahead: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
         self._owner_arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
+        self._owner_arrays_version = 0
 
     # -- launch records ------------------------------------------------------------------------
-    def _graph(self, graph_exec: int) -> GraphCensus | None:
-        census = self.graphs.get(graph_exec)
-        if census is None:
-            if len(self.graphs) >= self.MAX_GRAPHS:
-                self.graphs_dropped += 1
-                return None
-            census = self.graphs[graph_exec] = GraphCensus(graph_exec)
-        return census
+    def _graph(self, graph_exec: int) -> GraphExec | None:
+        """The exec this handle's records go to; a new one for a handle not seen yet."""
+        graph = self.by_handle.get(graph_exec)
+        return graph if graph is not None else self._new_exec(graph_exec)
 
-    def update(self, launches: np.ndarray) -> None:
+    def _new_exec(self, graph_exec: int) -> GraphExec | None:
+        if len(self.execs) >= self.MAX_GRAPHS and not self._forget_one():
+            self.graphs_dropped += 1
+            return None
+        graph = GraphExec(graph_exec, instance=next(self._instances))
+        self.execs[graph.instance] = graph
+        self.by_handle[graph_exec] = graph
+        return graph
+
+    def _forget_one(self) -> bool:
+        """Lets the oldest final exec go; False when none is final."""
+        oldest = next((graph for graph in self.execs.values() if graph.final is not None), None)
+        if oldest is None:
+            return False
+        del self.execs[oldest.instance]
+        if self.by_handle.get(oldest.graph_exec) is oldest:
+            del self.by_handle[oldest.graph_exec]
+        self.graphs_forgotten += 1
+        return True
+
+    def on_launches(self, launches: np.ndarray) -> None:
         kinds = launches["kind"]
         rows = launches[(kinds >= GRAPH_NODE) & (kinds <= EXEC_DESTROYED)]
         if not len(rows):
             return
-        self._count(rows)
-        with self.budget.spending():
-            if self.budget.allows():
-                self._join_launches(rows)
-            else:
-                self._count_unjoined(rows)
+        # a creation record may start a new exec for a reused handle: what comes before it
+        # belongs to the old one, so each creation starts a run of its own
+        created = np.flatnonzero(rows["kind"] == EXEC_CREATED).tolist()
+        bounds = sorted({0, *created, len(rows)})
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            run = rows[start:end]
+            self._count(run)  # exact, whatever the budget
+            with self.budget.spending():
+                if self.budget.allows():
+                    self._join_launches(run)
+                else:
+                    self._count_unjoined(run)
+
+    def _created(self, graph_exec: int) -> None:
+        """A graph exec instantiated: a GraphExec of its own, unless its handle's has seen
+        nothing yet (a handle reused after a destroy, or whose destroy record was lost, starts
+        a new one; the old one is destroyed)."""
+        graph = self.by_handle.get(graph_exec)
+        if graph is not None and graph.alive and not graph.replays and not graph.nodes:
+            return
+        if graph is not None:
+            self._destroyed(graph)
+        self._new_exec(graph_exec)
+
+    def _destroyed(self, graph: GraphExec) -> None:
+        if graph.alive:
+            graph.alive = False
+            graph.destroyed_at = self.clock()
+            self.destroyed.append(graph)
 
     def _count(self, rows: np.ndarray) -> None:
-        """The exact census, one numpy pass: lifetimes, replays, node executions per node."""
+        """The exact census, one numpy pass: lifetimes, replays, node executions per node (of a
+        run in which only the first record may be a creation)."""
         kinds = rows["kind"]
         for kind, graph_exec in rows[(kinds == EXEC_CREATED) | (kinds == EXEC_DESTROYED)][["kind", "graph_exec"]].tolist():
-            census = self._graph(int(graph_exec))
-            if census is not None:
-                census.alive = kind == EXEC_CREATED
+            if kind == EXEC_CREATED:
+                self._created(int(graph_exec))
+            else:
+                graph = self._graph(int(graph_exec))
+                if graph is not None:
+                    self._destroyed(graph)
         graph_launches = rows[kinds == GRAPH_LAUNCH]
         implied = (graph_launches["flags"] & GRAPH_NODES_RECORDED) == 0
         execs, counts = np.unique(graph_launches["graph_exec"], return_counts=True)
         implied_counts = dict(zip(*np.unique(graph_launches["graph_exec"][implied], return_counts=True)))
         for graph_exec, count in zip(execs.tolist(), counts.tolist()):
-            census = self._graph(graph_exec)
-            if census is not None:
-                census.replays_seen += count
-                census.replays_implied += int(implied_counts.get(graph_exec, 0))
+            graph = self._graph(graph_exec)
+            if graph is not None:
+                graph.replays_seen += count
+                graph.replays_implied += int(implied_counts.get(graph_exec, 0))
         nodes = rows[kinds == GRAPH_NODE]
         if not len(nodes):
             return
@@ -253,26 +324,28 @@ class GraphCensuses:
         for start, end, first_id, last_id, single in zip(starts.tolist(), ends.tolist(), low.tolist(), high.tolist(),
                                                          one_grid_id.tolist()):
             row = nodes[start]
-            census = self._graph(int(row["graph_exec"]))
-            if census is None:
+            graph = self._graph(int(row["graph_exec"]))
+            if graph is None:
                 continue
             node = int(row["graph_node"])
-            entry = census.nodes.get(node)
+            entry = graph.nodes.get(node)
             if entry is None:
-                census.nodes_version += 1
-                entry = census.nodes[node] = NodeCensus(
+                graph.nodes_version += 1
+                entry = graph.nodes[node] = NodeCensus(
                     node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
                     (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
             entry.executions += end - start
-            census.recorded_executions += end - start
-            census.first_launch_id = min(census.first_launch_id or first_id, first_id)
-            census.last_launch_id = max(census.last_launch_id, last_id)
+            graph.recorded_executions += end - start
+            graph.first_launch_id = min(graph.first_launch_id or first_id, first_id)
+            graph.last_launch_id = max(graph.last_launch_id, last_id)
             # a node keeps its grid id across replays: normally one value per group
             for grid_id in [int(grid_ids[start])] if single else np.unique(grid_ids[start:end]).tolist():
                 if len(entry.grid_ids) < 4 and grid_id not in entry.grid_ids:
                     entry.grid_ids.add(grid_id)
-                    census.nodes_version += 1
-                self.grid_owner.setdefault(grid_id, census.graph_exec)
+                    graph.nodes_version += 1
+                if grid_id not in self.grid_owner and graph.final is None:
+                    self.grid_owner[grid_id] = graph
+                    self._owners_version += 1
         # (replays kept before their exec's nodes were learned ran those nodes too: an implied
         # replay's executions are the learned ones whenever it is judged)
 
@@ -282,14 +355,14 @@ class GraphCensuses:
         pairs, counts = np.unique(np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1), axis=0,
                                   return_counts=True)
         for (graph_exec, node), count in zip(pairs.tolist(), counts.tolist()):
-            census = self.graphs.get(graph_exec)
-            if census is not None and node in census.nodes:
-                census.nodes[node].unjoined += count
+            graph = self.by_handle.get(graph_exec)
+            if graph is not None and node in graph.nodes:
+                graph.nodes[node].unjoined += count
         launches = rows[(rows["kind"] == GRAPH_LAUNCH) & ((rows["flags"] & GRAPH_NODES_RECORDED) == 0)]
         execs, counts = np.unique(launches["graph_exec"], return_counts=True)
         for graph_exec, count in zip(execs.tolist(), counts.tolist()):
-            census = self.graphs.get(graph_exec)
-            for node in census.nodes.values() if census is not None else ():
+            graph = self.by_handle.get(graph_exec)
+            for node in graph.nodes.values() if graph is not None else ():
                 node.unjoined += count
 
     def _join_launches(self, rows: np.ndarray) -> None:
@@ -301,74 +374,121 @@ class GraphCensuses:
             kind = int(row["kind"])
             if kind not in (GRAPH_LAUNCH, GRAPH_NODE):
                 continue
-            census = self.graphs.get(int(row["graph_exec"]))
-            if census is None:
+            graph = self.by_handle.get(int(row["graph_exec"]))
+            if graph is None:
                 continue
             if kind == GRAPH_LAUNCH:
-                record = self._keep(census, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
+                record = self._keep(graph, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
                                                          int(row["mode"])))
                 record.implied = not int(row["flags"]) & GRAPH_NODES_RECORDED
             else:
-                self._node_execution(census, row)
+                self._node_execution(graph, row)
 
-    def _node_execution(self, census: GraphCensus, row: dict) -> None:
+    def _node_execution(self, graph: GraphExec, row: dict) -> None:
         node, grid_id, launch_id = int(row["graph_node"]), int(row["grid_id"]), int(row["graph_launch_id"])
         replay = int(row["replay"])
-        record = census.recent.get(replay) if replay else None
+        record = graph.recent.get(replay) if replay else None
         if record is None:
             # no graph launch record for this replay (dropped, or skipped by the budget)
-            record = self._keep(census, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
+            record = self._keep(graph, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
         record.launch_id = launch_id
         recordable = replay != 0 and int(row["kernel_slot"]) != 0xFFFFFFFF
         record.executions.append(NodeExecution(node, grid_id, int(row["kernel_slot"]),
-                                               census.nodes[node].blocks_per_execution, recordable))
+                                               graph.nodes[node].blocks_per_execution, recordable))
 
-    def _keep(self, census: GraphCensus, record: ReplayRecord) -> ReplayRecord:
+    def _keep(self, graph: GraphExec, record: ReplayRecord) -> ReplayRecord:
         key = record.replay if record.replay else -record.number  # unknown replays stay apart
-        if key in census.recent:
-            return census.recent[key]
-        if record.replay and self.skipped_ahead.pop((census.graph_exec, record.replay & REPLAY_MASK), 0) is None:
+        if key in graph.recent:
+            return graph.recent[key]
+        if record.replay and self.skipped_ahead.pop((graph.instance, record.replay & REPLAY_MASK), 0) is None:
             record.tainted = True  # some of its events came, and were skipped, before it did
-        census.recent[key] = record
-        while len(census.recent) > self.KEEP_REPLAYS:
-            _, oldest = census.recent.popitem(last=False)
-            self.unsettled.append((census, oldest))
+        graph.recent[key] = record
+        while len(graph.recent) > self.KEEP_REPLAYS:
+            _, oldest = graph.recent.popitem(last=False)
+            self.unsettled.append((graph, oldest))
         while len(self.unsettled) > self.MAX_UNSETTLED:
             self._fold(*self.unsettled.popleft())
         return record
 
     def settle(self) -> None:
-        """The daemon has read every event ring to its end: replays out of the window are final."""
+        """The daemon has read every event ring to its end: replays out of the window are final,
+        and so are the execs destroyed at least FINAL_AFTER_S ago."""
         while self.unsettled:
             self._fold(*self.unsettled.popleft())
+        now = self.clock()
+        while self.destroyed and now - self.destroyed[0].destroyed_at >= self.FINAL_AFTER_S:
+            self._finalize(self.destroyed.popleft())
 
-    def _fold(self, census: GraphCensus, record: ReplayRecord) -> None:
+    def _finalize(self, graph: GraphExec) -> None:
+        """A destroyed exec's results are fixed: its replays in detail become report rows, their
+        judgements go into the totals, its events held go (those no replay claims counted as
+        unmatched), and its grid ids are no longer looked up for events."""
+        rows: dict[int, dict] = {}
+        previous_end = 0
+        for record in graph.recent.values():
+            row = self._replay_row(graph, record, list(self.judged(graph, record)), previous_end)
+            rows[record.replay or -record.number] = row
+            previous_end = row["device_end_ns"] or previous_end
+            self._fold(graph, record)
+        graph.recent.clear()
+        graph.events_unmatched = self.unmatched_events(graph)
+        for key in [key for key in self.spans if self.grid_owner.get(key_grid_id(key)) is graph]:
+            self._drop_span(key)
+        for grid_id in [grid_id for node in graph.nodes.values() for grid_id in node.grid_ids]:
+            if self.grid_owner.get(grid_id) is graph:
+                del self.grid_owner[grid_id]
+                self._owners_version += 1
+        graph.final = rows
+
+    def _fold(self, graph: GraphExec, record: ReplayRecord) -> None:
         """A replay leaves the detailed window: its results go into the totals, its spans away."""
-        self._check_orders(census, record)
-        if record.implied and not census.nodes:
-            census.folded_unlearned += 1
+        self._check_orders(graph, record)
+        if record.implied and not graph.nodes:
+            graph.folded_unlearned += 1
         has_spans = self._has_spans(record)
-        for execution, status, observed in self.judged(census, record):
-            node = census.nodes[execution.node]
+        for execution, status, observed in self.judged(graph, record):
+            node = graph.nodes[execution.node]
             setattr(node, status, getattr(node, status) + 1)
             node.blocks_observed += observed
             if has_spans:
                 self._drop_span(execution.key(record.replay))
 
-    def replay_shape(self, graph_exec: int) -> tuple[int, int]:
-        """(kernel nodes, blocks) one replay of this exec runs, as learned so far; (0, 0) unknown."""
-        census = self.graphs.get(graph_exec)
-        if census is None:
-            return 0, 0
-        return len(census.nodes), sum(node.blocks_per_execution for node in census.nodes.values())
+    def replay_shape(self, graph_exec: int) -> tuple[int, int, int]:
+        """(instance, kernel nodes, blocks) of a replay of this exec now, as learned so far; (0,
+        0, 0) for an exec not counted."""
+        graph = self.by_handle.get(graph_exec)
+        if graph is None:
+            return 0, 0, 0
+        return graph.instance, len(graph.nodes), sum(node.blocks_per_execution for node in graph.nodes.values())
 
-    def executions_per_slot(self) -> dict[int, int]:
-        """Per kernel slot, its launches that were graph node executions (every graph exec)."""
-        out: dict[int, int] = collections.defaultdict(int)
-        for census in list(self.graphs.values()):
-            for node in list(census.nodes.values()):
-                out[node.slot] += census.executions_of(node)
-        return out
+    def graph_exec_of(self, grid_id: int) -> int:
+        """The graph exec a grid id is a node of (0: an eager launch, or an exec now final)."""
+        graph = self.grid_owner.get(grid_id)
+        return graph.graph_exec if graph is not None else 0
+
+    def node_records(self) -> np.ndarray:
+        """A graph node launch record (replay 0, host time 0) per grid id of every node learned,
+        of the execs not final: what a recording that begins now needs to tell those nodes'
+        events from eager launches' (their own node records were read before it began)."""
+        rows = [(graph.graph_exec, node, grid_id) for graph in list(self.execs.values()) if graph.final is None
+                for node in list(graph.nodes.values()) for grid_id in sorted(node.grid_ids)]
+        records = np.zeros(len(rows), dtype=LAUNCH_DTYPE)
+        records["kind"] = GRAPH_NODE
+        columns = {"graph_exec": [graph_exec for graph_exec, _, _ in rows], "graph_node": [n.node for _, n, _ in rows],
+                   "grid_id": [grid_id for _, _, grid_id in rows], "kernel_slot": [n.slot for _, n, _ in rows]}
+        for axis, name in enumerate("xyz"):
+            columns[f"grid_{name}"] = [n.grid[axis] for _, n, _ in rows]
+            columns[f"block_{name}"] = [n.block[axis] for _, n, _ in rows]
+        for name, values in columns.items():
+            records[name] = values
+        return records
+
+    def report(self) -> GraphJoinReport:
+        executions: dict[int, int] = collections.defaultdict(int)
+        for graph in list(self.execs.values()):
+            for node in list(graph.nodes.values()):
+                executions[node.slot] += graph.executions_of(node)
+        return GraphJoinReport(dict(executions), len(self.execs), self.graphs_dropped, self.graphs_forgotten)
 
     # -- device events -------------------------------------------------------------------------
     def node_grid_ids(self) -> np.ndarray:
@@ -376,16 +496,20 @@ class GraphCensuses:
         return self._grid_owners()[0]
 
     def _grid_owners(self) -> tuple[np.ndarray, np.ndarray]:
-        """Node grid ids, sorted, and the graph exec of each (for vectorized lookups)."""
-        if len(self._owner_arrays[0]) != len(self.grid_owner):
+        """Node grid ids, sorted, and the instance of each one's exec (for vectorized lookups)."""
+        if self._owner_arrays_version != self._owners_version:
             grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
-            owners = np.fromiter(self.grid_owner.values(), dtype=np.uint64, count=len(self.grid_owner))
+            owners = np.fromiter((graph.instance for graph in self.grid_owner.values()), dtype=np.uint64,
+                                 count=len(self.grid_owner))
             order = np.argsort(grid_ids)
             self._owner_arrays = (grid_ids[order], owners[order])
+            self._owner_arrays_version = self._owners_version
         return self._owner_arrays
 
-    def add_events(self, events: np.ndarray) -> None:
+    def on_events(self, events: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
         if not self.grid_owner or not len(events):
+            return
+        if kind_counts is not None and not kind_counts[[BLOCK_ENTER, BLOCK_EXIT, LAUNCH_EVENT]].any():
             return
         with self.budget.spending():
             if self.budget.allows():
@@ -407,21 +531,21 @@ class GraphCensuses:
         grid_ids, owners = self._grid_owners()
         owner_of = owners[np.searchsorted(grid_ids, skipped["grid_id"].astype(np.uint64))]
         pairs = np.unique(np.stack([owner_of, skipped["replay"].astype(np.uint64)], axis=1), axis=0)
-        by_exec: dict[int, set[int]] = collections.defaultdict(set)  # graph exec -> low 32 bits of replays
+        by_instance: dict[int, set[int]] = collections.defaultdict(set)  # instance -> low 32 bits of replays
         for owner, replay in pairs.tolist():
             if replay:
-                by_exec[owner].add(replay)
+                by_instance[owner].add(replay)
         found: set[tuple[int, int]] = set()
-        censuses = [self.graphs[graph_exec] for graph_exec in by_exec if graph_exec in self.graphs]
-        for owner, record in self._held(censuses):
-            if record.replay and record.replay & REPLAY_MASK in by_exec[owner.graph_exec]:
+        graphs = [self.execs[instance] for instance in by_instance if instance in self.execs]
+        for owner, record in self._held(graphs):
+            if record.replay and record.replay & REPLAY_MASK in by_instance[owner.instance]:
                 record.tainted = True
-                found.add((owner.graph_exec, record.replay & REPLAY_MASK))
+                found.add((owner.instance, record.replay & REPLAY_MASK))
         # replays whose launch record has not been read yet: tainted when it is (_keep)
-        for graph_exec, replays in by_exec.items():
+        for instance, replays in by_instance.items():
             for replay in replays:
-                if (graph_exec, replay) not in found:
-                    self.skipped_ahead[(graph_exec, replay)] = None
+                if (instance, replay) not in found:
+                    self.skipped_ahead[(instance, replay)] = None
         while len(self.skipped_ahead) > self.MAX_UNSETTLED:
             self.skipped_ahead.popitem(last=False)
 
@@ -429,22 +553,21 @@ class GraphCensuses:
         block = self._node_events(events)
         if not len(block):
             return
-        keys = (block["grid_id"].astype(np.uint64) << np.uint64(32)) | block["replay"].astype(np.uint64)
-        order = np.argsort(keys, kind="stable")
-        keys, block = keys[order], block[order]
-        uniques, starts, counts = np.unique(keys, return_index=True, return_counts=True)
+        order, starts, uniques = group_by_launch(block["grid_id"], block["replay"].astype(np.uint64))  # all nodes'
+        block = block[order]
+        counts = np.diff(np.append(starts, len(block)))
         is_enter = block["kind"] == BLOCK_ENTER
         times = block["globaltimer_ns"].astype(np.int64)
         enters = np.add.reduceat(is_enter.astype(np.int64), starts)
         enter_times = np.where(is_enter, times, np.iinfo(np.int64).max)
         firsts = np.minimum.reduceat(enter_times, starts)
         lasts = np.maximum.reduceat(times, starts)
-        for key, n_events, n_enters, first, last in zip(uniques.tolist(), counts.tolist(), enters.tolist(),
+        for key, n_events, n_enters, first, last in zip(uniques, counts.tolist(), enters.tolist(),
                                                         firsts.tolist(), lasts.tolist()):
             span = self.spans.get(key)
             if span is None:
                 span = self.spans[key] = DeviceSpan()
-                self.span_replays[key & REPLAY_MASK] += 1
+                self.span_replays[key_replay(key)] += 1
             if n_enters:
                 span.first_ns = first if not span.enters else min(span.first_ns, first)
             span.enters += n_enters
@@ -457,7 +580,7 @@ class GraphCensuses:
 
     def _drop_span(self, key: int) -> None:
         if self.spans.pop(key, None) is not None:
-            replay = key & REPLAY_MASK
+            replay = key_replay(key)
             left = self.span_replays[replay] - 1
             if left:
                 self.span_replays[replay] = left
@@ -469,41 +592,41 @@ class GraphCensuses:
         in a mode without events have none: judged without a look per node)."""
         return bool(record.replay) and (record.replay & REPLAY_MASK) in self.span_replays
 
-    def _claims(self, census: GraphCensus | None) -> dict[int, dict[int, ReplayRecord]]:
-        """Per graph exec, its replays still held (in a window or waiting to settle), by the low
-        32 bits of their replay number (what the device stamps)."""
-        censuses = list(self.graphs.values()) if census is None else [census]
-        claims: dict[int, dict[int, ReplayRecord]] = {c.graph_exec: {} for c in censuses}
-        for owner, record in self._held(censuses):
+    def _claims(self, graph: GraphExec | None) -> dict[int, dict[int, ReplayRecord]]:
+        """Per exec (instance), its replays still held (in a window or waiting to settle), by
+        the low 32 bits of their replay number (what the device stamps)."""
+        graphs = list(self.execs.values()) if graph is None else [graph]
+        claims: dict[int, dict[int, ReplayRecord]] = {c.instance: {} for c in graphs}
+        for owner, record in self._held(graphs):
             if record.replay:
-                claims[owner.graph_exec][record.replay & REPLAY_MASK] = record
+                claims[owner.instance][record.replay & REPLAY_MASK] = record
         return claims
 
-    def _held(self, censuses: list[GraphCensus]) -> Iterator[tuple[GraphCensus, ReplayRecord]]:
+    def _held(self, graphs: list[GraphExec]) -> Iterator[tuple[GraphExec, ReplayRecord]]:
         """The replays of these graph execs still held: in their windows, then waiting to settle."""
-        for census in censuses:
-            for record in census.recent.values():
-                yield census, record
-        wanted = {id(census) for census in censuses}
+        for graph in graphs:
+            for record in graph.recent.values():
+                yield graph, record
+        wanted = {id(graph) for graph in graphs}
         for owner, record in self.unsettled:
             if id(owner) in wanted:
                 yield owner, record
 
     def _claimed(self, key: int, claims: dict[int, dict[int, ReplayRecord]]) -> bool:
         """A span is claimed when a held replay of its grid id's exec ran a node of that grid id."""
-        owner = self.grid_owner.get(key >> 32)
-        record = claims.get(owner, {}).get(key & REPLAY_MASK) if owner is not None else None
+        owner = self.grid_owner.get(key_grid_id(key))
+        record = claims.get(owner.instance, {}).get(key_replay(key)) if owner is not None else None
         if record is None:
             return False
         # an implied replay ran every learned node, and this grid id is one of its exec's
-        return record.implied or any(execution.grid_id == key >> 32 for execution in record.executions)
+        return record.implied or any(execution.grid_id == key_grid_id(key) for execution in record.executions)
 
     def _sweep(self) -> None:
         """Spans no kept replay claims are unmatched events: counted, then forgotten."""
         claims = self._claims(None)
         for key in [k for k in self.spans if not self._claimed(k, claims)]:
             span = self.spans[key]
-            owner = self.graphs.get(self.grid_owner.get(key >> 32, -1))
+            owner = self.grid_owner.get(key_grid_id(key))
             if owner is not None:
                 owner.events_unmatched += span.events
             self._drop_span(key)
@@ -520,26 +643,26 @@ class GraphCensuses:
             return UNRECORDED, observed
         return (MATCHED if observed == execution.blocks else MISMATCHED), observed
 
-    def judged(self, census: GraphCensus, record: ReplayRecord) -> Iterator[tuple[NodeExecution, str, int]]:
+    def judged(self, graph: GraphExec, record: ReplayRecord) -> Iterator[tuple[NodeExecution, str, int]]:
         """Each node execution of a replay with its status and the blocks seen."""
-        executions = census.executions(record)
+        executions = graph.executions(record)
         if not self._has_spans(record):
             status = UNJOINED if record.tainted else UNRECORDED
             return ((execution, status, 0) for execution in executions)
         return ((execution, *self.execution_status(execution, record)) for execution in executions)
 
-    def unmatched_events(self, census: GraphCensus) -> int:
+    def unmatched_events(self, graph: GraphExec) -> int:
         """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
-        claims = self._claims(census)
+        claims = self._claims(graph)
         held = sum(span.events for key, span in self.spans.items()
-                   if self.grid_owner.get(key >> 32) == census.graph_exec and not self._claimed(key, claims))
-        return census.events_unmatched + held
+                   if self.grid_owner.get(key_grid_id(key)) is graph and not self._claimed(key, claims))
+        return graph.events_unmatched + held
 
-    def _check_orders(self, census: GraphCensus, record: ReplayRecord, orders: GraphCensus | None = None) -> None:
+    def _check_orders(self, graph: GraphExec, record: ReplayRecord, orders: GraphExec | None = None) -> None:
         """Host order: node callbacks in launch order; device order: first block enter per node.
         Both compared with the longest replay seen (a replay cut off by the start of observation
         is shorter)."""
-        orders = orders or census  # where the orders seen so far are kept
+        orders = orders or graph  # where the orders seen so far are kept
         if not record.implied:  # an implied replay has no host order of its own
             order = [execution.node for execution in record.executions]
             if len(order) > len(orders.order):
@@ -549,7 +672,7 @@ class GraphCensuses:
         if not self._has_spans(record):
             return
         firsts = []
-        for execution in census.executions(record):
+        for execution in graph.executions(record):
             span = self.spans.get(execution.key(record.replay))
             if not execution.recordable or span is None or span.enters != execution.blocks:
                 return  # only fully recorded replays say anything about device order
@@ -560,26 +683,59 @@ class GraphCensuses:
         elif len(device_order) == len(orders.device_order) and device_order != orders.device_order:
             orders.device_order_stable = False
 
-    def replay_summary(self, graph_exec: int, replay: int) -> dict | None:
-        """One replay still kept in detail: its node executions, how many matched, blocks seen."""
-        census = self.graphs.get(graph_exec)
-        record = census.recent.get(replay) if census and replay else None
+    def replay_summary(self, instance: int, replay: int) -> dict | None:
+        """One replay still kept in detail (of the exec `instance`): its node executions, how
+        many matched, blocks seen."""
+        graph = self.execs.get(instance)
+        if graph is None or not replay:
+            return None
+        if graph.final is not None:
+            row = graph.final.get(replay)
+            return None if row is None else {
+                "node_executions": row["node_executions"], "nodes_matched": row["nodes_matched"],
+                "blocks_observed": sum(row["node_blocks"]), "joined": row["joined"], "mode": row["mode"]}
+        record = graph.recent.get(replay)
         if record is None:
             return None
-        judged = [(status, observed) for _, status, observed in self.judged(census, record)]
+        judged = [(status, observed) for _, status, observed in self.judged(graph, record)]
         return {"node_executions": len(judged), "nodes_matched": sum(status == MATCHED for status, _ in judged),
                 "blocks_observed": sum(observed for _, observed in judged),
                 "joined": not record.tainted, "mode": record.mode}
 
-    def report(self, census: GraphCensus, replays: int) -> dict:
+    def _replay_row(self, graph: GraphExec, record: ReplayRecord,
+                    judged: list[tuple[NodeExecution, str, int]], previous_end: int) -> dict:
+        """One replay in detail, from its judged node executions (none for a replay without
+        events: its nodes then show no blocks); previous_end: the last event of the replay
+        before it, for the gap."""
+        blocks, matched, start, end = [], 0, 0, 0
+        executions = graph.executions(record)
+        for execution, status, observed in judged:
+            matched += status == MATCHED
+            blocks.append(observed)
+            span = self.spans.get(execution.key(record.replay)) if record.replay else None
+            if span and span.enters:
+                start = span.first_ns if not start else min(start, span.first_ns)
+                end = max(end, span.last_ns)
+        if len(blocks) < len(executions):
+            blocks = [0] * len(executions)
+        return {
+            "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
+            "mode": record.mode, "node_executions": len(executions), "nodes_matched": matched,
+            "joined": not record.tainted,
+            "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
+            "span_ns": end - start if start else 0,
+            "gap_ns": start - previous_end if start and previous_end else 0,
+        }
+
+    def exec_report(self, graph: GraphExec, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""
         totals = {status: 0 for status in STATUSES}
-        per_node = {node: {status: census.nodes[node].__dict__[status] for status in totals} |
-                    {"blocks_observed": census.nodes[node].blocks_observed} for node in census.nodes}
-        order_check = GraphCensus(census.graph_exec, order=list(census.order), order_stable=census.order_stable,
-                                  device_order=list(census.device_order),
-                                  device_order_stable=census.device_order_stable)
-        details = []
+        per_node = {node: {status: graph.nodes[node].__dict__[status] for status in totals} |
+                    {"blocks_observed": graph.nodes[node].blocks_observed} for node in graph.nodes}
+        order_check = GraphExec(graph.graph_exec, order=list(graph.order), order_stable=graph.order_stable,
+                                  device_order=list(graph.device_order),
+                                  device_order_stable=graph.device_order_stable)
+        details = list(graph.final.values()) if graph.final is not None else []
         # implied replays without any event: every learned node gets the same status, added once
         eventless = {UNRECORDED: 0, UNJOINED: 0}
 
@@ -587,41 +743,24 @@ class GraphCensuses:
             if record.implied and not self._has_spans(record):
                 eventless[UNJOINED if record.tainted else UNRECORDED] += 1
                 return iter(())
-            return self.judged(census, record)
+            return self.judged(graph, record)
 
         for owner, record in self.unsettled:
-            if owner is census:
+            if owner is graph:
                 for execution, status, observed in count(record):
                     per_node[execution.node][status] += 1
                     per_node[execution.node]["blocks_observed"] += observed
         previous_end = 0
-        for record in census.recent.values():
-            self._check_orders(census, record, order_check)
-            blocks, matched, start, end = [], 0, 0, 0
-            executions = census.executions(record)
-            for execution, status, observed in count(record):
+        for record in graph.recent.values():
+            self._check_orders(graph, record, order_check)
+            judged = list(count(record))
+            for execution, status, observed in judged:
                 per_node[execution.node][status] += 1
                 per_node[execution.node]["blocks_observed"] += observed
-                matched += status == MATCHED
-                blocks.append(observed)
-                span = self.spans.get(execution.key(record.replay)) if record.replay else None
-                if span and span.enters:
-                    start = span.first_ns if not start else min(start, span.first_ns)
-                    end = max(end, span.last_ns)
-            if len(blocks) < len(executions):
-                blocks = [0] * len(executions)
-            details.append({
-                "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
-                "mode": record.mode, "node_executions": len(executions), "nodes_matched": matched,
-                "joined": not record.tainted,
-                "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
-                "span_ns": end - start if start else 0,
-                "gap_ns": start - previous_end if start and previous_end else 0,
-            })
-            if end:
-                previous_end = end
-        eventless[UNJOINED] += census.folded_unlearned
-        for execution in census.learned():
+            details.append(self._replay_row(graph, record, judged, previous_end))
+            previous_end = details[-1]["device_end_ns"] or previous_end
+        eventless[UNJOINED] += graph.folded_unlearned
+        for execution in graph.learned():
             for status, replays_of_status in eventless.items():
                 per_node[execution.node][status] += replays_of_status
         for node in per_node.values():
@@ -631,5 +770,5 @@ class GraphCensuses:
             "totals": totals, "per_node": per_node, "replays": details[-replays:] if replays else [],
             "order": order_check.order, "order_stable": order_check.order_stable,
             "device_order_stable": order_check.device_order_stable,
-            "events_unmatched": self.unmatched_events(census),
+            "events_unmatched": self.unmatched_events(graph),
         }

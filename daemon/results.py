@@ -1,0 +1,276 @@
+"""What the service answers, as typed values: one dataclass per message of gpuobs.v1 that a
+reply carries, with the message's field names, so that daemon/messages.py maps every one of
+them the same way and the metrics read attributes, not dictionary keys. Pages are a list of
+rows and the token of the next page."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Generic, TypeVar
+
+from gpuobs.segment import StageAccount as StageCounts  # one stage's accounting is the message as it is
+
+Row = TypeVar("Row")
+
+
+@dataclasses.dataclass
+class Page(Generic[Row]):
+    rows: list[Row]
+    next_page_token: str = ""  # empty after the last page
+
+
+@dataclasses.dataclass
+class InjectorStats:
+    modules_loaded: int
+    modules_patched: int
+    patch_failures: int
+    cubins_kept: int
+    cubins_skipped: int
+    resource_callback_seconds: float
+    launch_callback_seconds: float
+    graph_callback_seconds: float
+    patch_seconds: float
+    cubin_seconds: float
+
+
+@dataclasses.dataclass
+class Process:
+    pid: int
+    producer: str
+    label: str
+    segment: str
+    alive: bool
+    mode: str
+    shift: int
+    patch_set: str
+    kernel_filter: str
+    generation: int
+    control_status: str
+    control_message: str
+    launches: int
+    kernels: int
+    stages: list[StageCounts]
+    ring_fill_ratio: float
+    accounting_errors: int
+    injector: InjectorStats
+    engine_steps: int
+
+
+@dataclasses.dataclass
+class Status:
+    version: str
+    segment_dir: str
+    uptime_ms: int
+    processes: list[Process]
+    rejected_segments: list[str]
+    rejected_segments_total: int
+    rejected_segments_forgotten: int
+
+
+@dataclasses.dataclass
+class LaunchShape:
+    grid: list[int]
+    block: list[int]
+    launches: int
+
+
+@dataclasses.dataclass
+class BlockDurations:
+    count: int = 0
+    mean_ns: float = 0.0
+    min_ns: int = 0
+    p50_ns: int = 0
+    p99_ns: int = 0
+    max_ns: int = 0
+    unpaired: int = 0
+    unanalysed: int = 0
+
+
+@dataclasses.dataclass
+class Kernel:
+    pid: int
+    slot: int
+    name: str
+    mangled: str
+    launches: int
+    blocks_expected: int
+    blocks_observed: int
+    blocks_unpatched: int
+    blocks_unobserved: int
+    memory_accesses: int
+    events_delivered: int
+    events_dropped: int
+    shapes: list[LaunchShape]
+    other_shape_launches: int
+    block_durations: BlockDurations
+    graph_launches: int
+    function_pc: int
+    cubin: str
+
+
+@dataclasses.dataclass
+class GraphNode:
+    node: int
+    slot: int
+    name: str
+    grid: list[int]
+    block: list[int]
+    executions: int
+    blocks_per_execution: int
+    grid_ids: list[int]
+    position: int
+    executions_matched: int
+    executions_mismatched: int
+    executions_unrecorded: int
+    blocks_observed: int
+    executions_unjoined: int
+
+
+@dataclasses.dataclass
+class Replay:
+    replay: int
+    launch_id: int
+    host_time_ns: int
+    mode: str
+    node_executions: int
+    nodes_matched: int
+    node_blocks: list[int]
+    device_start_ns: int
+    device_end_ns: int
+    span_ns: int
+    gap_ns: int
+    joined: bool
+
+
+@dataclasses.dataclass
+class Graph:
+    pid: int
+    graph_exec: int
+    instance: int
+    alive: bool
+    replays: int
+    first_launch_id: int
+    last_launch_id: int
+    node_executions: int
+    replays_nodes_unknown: int
+    order_stable: bool
+    device_order_stable: bool
+    blocks_per_replay: int
+    nodes: list[GraphNode]
+    executions_matched: int
+    executions_mismatched: int
+    executions_unrecorded: int
+    executions_unjoined: int
+    events_unmatched: int
+    recent_replays: list[Replay]
+
+
+@dataclasses.dataclass
+class StepReplay:
+    graph_exec: int
+    replay: int
+    node_executions: int = 0  # the rest stay 0 once the replay is no longer kept in detail
+    nodes_matched: int = 0
+    blocks_observed: int = 0
+    joined: bool = False
+    mode: str = ""
+
+
+@dataclasses.dataclass
+class Step:
+    pid: int
+    label: str
+    step: int
+    host_time_ns: int
+    thread: int
+    requests: int
+    tokens: int
+    request_ids: list[str]
+    request_ids_complete: bool
+    kernel_launches: int
+    blocks_expected: int
+    replays: list[StepReplay]
+
+
+@dataclasses.dataclass
+class StepTotals:
+    pid: int
+    steps: int
+    launches_before_steps: int
+
+
+@dataclasses.dataclass
+class Steps:
+    steps: list[Step]
+    totals: list[StepTotals]
+    next_page_token: str = ""
+
+
+@dataclasses.dataclass
+class BlockIndex:
+    x: int
+    y: int
+    z: int
+
+
+@dataclasses.dataclass
+class HungLaunch:
+    pid: int
+    kernel: str
+    slot: int
+    grid_id: int
+    graph_exec: int
+    replay: int
+    blocks: list[BlockIndex]
+    sms: list[int]
+    oldest_enter_ns: int
+    age_ns: int
+    kernel_events_dropped: int
+    block_count: int
+
+
+@dataclasses.dataclass
+class HangEvidence:
+    pid: int
+    exits_hooked: bool
+    blocks_in_flight: int
+    oldest_age_ns: int
+    alive: bool
+
+
+@dataclasses.dataclass
+class HotPc:
+    pid: int
+    slot: int
+    kernel: str
+    mangled: str
+    pc: int
+    events: int
+    function_pc: int
+    cubin: str
+
+
+@dataclasses.dataclass
+class HotPcs:
+    pcs: list[HotPc]
+    events_counted: int
+    events_skipped: int
+    next_page_token: str = ""
+
+
+@dataclasses.dataclass
+class ModeResult:
+    pid: int
+    acknowledged: bool
+    status: str
+    message: str
+    generation: int
+
+
+@dataclasses.dataclass
+class RecordedFile:
+    pid: int
+    path: str
+    events: int
+    launches: int
+    dropped: int

@@ -1,0 +1,26 @@
+"""Block pairing on hand-made events: enter and exit events pair into block durations by
+their launch's key, across batches."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuobs.daemon.block_pairing import BlockPairing
+from gpuobs_testing.records import block_events
+
+
+def test_block_durations_pair_enter_and_exit_across_batches() -> None:
+    pairing = BlockPairing()
+    enters = block_events(5, 7, 6, slot=2, t0=1000)
+    exits = block_events(5, 8, 6, slot=2, t0=1500, kind="block_exit")  # eager: replay word moved on
+    pairing.add_events(enters, node_grid_ids=np.zeros(0, dtype=np.uint64))  # no exit seen yet: nothing held
+    pairing.add_events(np.concatenate([enters, exits[:4]]), node_grid_ids=np.zeros(0, dtype=np.uint64))
+    pairing.add_events(exits[4:], node_grid_ids=np.zeros(0, dtype=np.uint64))
+    stats = pairing.block_durations([2], [0])[0]
+    assert (stats.count, stats.unpaired, stats.min_ns, stats.max_ns) == (6, 0, 500, 500)
+    assert abs(stats.p50_ns - 500) <= 500 * 0.09
+    # for a graph node the replay number is part of the key: an exit of another replay does not pair
+    pairing.add_events(np.concatenate([block_events(5, 1, 2, slot=3, t0=0),
+                                       block_events(5, 2, 2, slot=3, t0=50, kind="block_exit")]),
+                       node_grid_ids=np.array([5], dtype=np.uint64))
+    assert (pairing.block_durations([3], [0])[0].count, pairing.block_durations([3], [0])[0].unpaired) == (0, 4)

@@ -1,0 +1,5 @@
+"""gpuobs_testing: what the tests and the benchmarks share, installed beside gpuobs (so bench/
+imports it as any package): a real gpuobsd subprocess (`daemon`), gpuobs-synth processes
+(`synth`), a segment written and drained in this very process (`written`), hand-made launch and
+event records (`records`), numpy oracles (`oracles`), a Prometheus server (`prometheus`), the
+soak (`soak`). The tests' fixtures are in tests/conftest.py."""
