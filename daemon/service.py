@@ -21,7 +21,7 @@ from gpuobs.recording import RecordingWriter
 
 from . import results
 from .errors import Busy, InvalidArgument, NotFound, RecordFailed, quoted
-from .graph_join import GraphExec
+from .graph_exec import GraphExec
 from .paging import (GRAPH_TOKEN, HANG_TOKEN, HOT_PC_TOKEN, KERNEL_TOKEN, STEP_TOKEN, page_token_of, parse_page_token,
                      position_in, process_order, walk_pages)
 from .registry import ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber

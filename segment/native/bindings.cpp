@@ -318,11 +318,8 @@ py::dict header_dict(const SegmentReader& reader) {
   return out;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_native, m) {
-  m.doc() = "gpuobs segment layout, reader and writer (native)";
-  py::register_exception<SegmentError>(m, "SegmentError", PyExc_RuntimeError);
+// The wire facts Python builds on, all from layout.h: constants, every struct's field table and size, the names of modes, kinds, states and flags.
+void bind_schema(py::module_& m) {
   m.attr("MAGIC") = kMagic;
   m.attr("LAYOUT_VERSION") = kLayoutVersion;
   m.attr("MAX_SHIFT") = kMaxShift;
@@ -358,7 +355,10 @@ PYBIND11_MODULE(_native, m) {
   m.attr("SEGMENT_STATES") = names_dict(kSegmentStateNames);
   m.attr("PRODUCER_KINDS") = names_dict(kProducerKindNames);
   m.attr("PRODUCER_FLAGS") = names_dict(kProducerFlagNames);
+}
 
+// The checks and computations Python shares with the producers (one implementation: the segment library's).
+void bind_functions(py::module_& m) {
   m.def(
       "geometry",
       [](uint32_t event_rings, uint32_t event_ring_records, uint32_t launch_ring_records, uint32_t kernel_slots,
@@ -411,7 +411,10 @@ PYBIND11_MODULE(_native, m) {
         return reason;
       },
       py::arg("path"), py::arg("owners") = std::vector<uint32_t>{}, py::arg("allow_group") = true);
+}
 
+// The reader the daemon drains with.
+void bind_reader(py::module_& m) {
   py::class_<SegmentReader>(m, "Reader")
       .def(py::init(&open_reader), py::arg("path"), py::arg("owners") = std::vector<uint32_t>{},
            py::arg("allow_group") = true, py::arg("exclusive") = true)
@@ -526,7 +529,10 @@ PYBIND11_MODULE(_native, m) {
         return py::bytes(reinterpret_cast<const char*>(counts.data() + first * kEventKindCount),
                          count * kEventKindCount * sizeof(uint64_t));
       }, py::arg("first_slot") = 0, py::arg("max_count") = py::none());
+}
 
+// The test writer: a producer in-process for the CPU tests, on the segment library's writer code.
+void bind_writer(py::module_& m) {
   py::class_<Writer>(m, "Writer")
       .def(py::init([](const std::string& directory, uint32_t event_rings, uint32_t event_ring_records,
                        uint32_t launch_ring_records, uint32_t kernel_slots, uint32_t name_arena_bytes,
@@ -553,4 +559,15 @@ PYBIND11_MODULE(_native, m) {
       .def("acknowledge", &Writer::acknowledge, py::arg("generation"), py::arg("mode"), py::arg("shift"),
            py::arg("patch_set"), py::arg("filter"), py::arg("status"), py::arg("message"))
       .def("mark_exited", &Writer::mark_exited);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "gpuobs segment layout, reader and writer (native)";
+  py::register_exception<SegmentError>(m, "SegmentError", PyExc_RuntimeError);
+  bind_schema(m);
+  bind_functions(m);
+  bind_reader(m);
+  bind_writer(m);
 }

@@ -1,0 +1,134 @@
+"""What the graph join holds per graph exec: its census (nodes, replays, node executions, each
+node's grid ids), its last replays in detail with their node executions, and the device's view of
+one node execution (its block events). GraphJoin (graph_join.py) fills and judges them; the
+service reads them for ListGraphs."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+from typing import Sequence
+
+from gpuobs.launch_key import launch_key
+
+MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
+STATUSES = (MATCHED, MISMATCHED, UNRECORDED, UNJOINED)
+_record_numbers = itertools.count(1)
+
+
+@dataclasses.dataclass
+class DeviceSpan:
+    """The block events of one (grid id, replay): one node execution as the device saw it."""
+
+    enters: int = 0
+    events: int = 0
+    first_ns: int = 0  # first block enter
+    last_ns: int = 0   # last block event of any kind
+
+
+@dataclasses.dataclass
+class NodeExecution:
+    node: int
+    grid_id: int
+    slot: int
+    blocks: int  # grid size
+    recordable: bool  # its replay number is known (its events can be told from other replays')
+
+    def key(self, replay: int) -> int:
+        return launch_key(self.grid_id, replay)
+
+
+@dataclasses.dataclass
+class ReplayRecord:
+    replay: int
+    launch_id: int
+    host_time_ns: int
+    mode: int
+    executions: list[NodeExecution] = dataclasses.field(default_factory=list)  # its node records
+    implied: bool = False  # no node records: it ran the exec's learned nodes (GraphExec.learned)
+    tainted: bool = False  # some of its events were in a batch the budget skipped: not judged
+    number: int = dataclasses.field(default_factory=lambda: next(_record_numbers))  # creation order
+
+
+@dataclasses.dataclass
+class NodeCensus:
+    node: int
+    slot: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    executions: int = 0
+    grid_ids: set[int] = dataclasses.field(default_factory=set)
+    # folded in from replays no longer kept in detail
+    matched: int = 0
+    mismatched: int = 0
+    unrecorded: int = 0
+    unjoined: int = 0
+    blocks_observed: int = 0
+
+    @property
+    def blocks_per_execution(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+@dataclasses.dataclass
+class GraphExec:
+    """One graph exec as the daemon saw it: the exact census of its nodes, replays and node
+    executions, and its last replays in detail (or, once final, their report rows)."""
+
+    graph_exec: int
+    instance: int = 0  # first-seen order in the process, from 1 (a reused handle gets a new one)
+    alive: bool = True
+    destroyed_at: float = 0.0  # clock when its destroy record was read (or its handle was reused)
+    # destroyed and final: its replays in detail as report rows, by replay number (or -position)
+    final: dict[int, dict] | None = None
+    nodes: dict[int, NodeCensus] = dataclasses.field(default_factory=dict)
+    first_launch_id: int = 0
+    last_launch_id: int = 0
+    replays_seen: int = 0  # GRAPHS_LAUNCH_BEGIN records
+    replays_implied: int = 0  # of which not recorded node by node: they ran the learned nodes
+    recorded_executions: int = 0  # node executions with a node record of their own
+    order: list[int] = dataclasses.field(default_factory=list)  # node order of the longest replay seen
+    order_stable: bool = True
+    device_order: list[int] = dataclasses.field(default_factory=list)
+    device_order_stable: bool = True
+    events_unmatched: int = 0
+    # implied replays folded before any node was learned: their executions, once nodes are
+    # known, are counted unjoined (never judged)
+    folded_unlearned: int = 0
+    recent: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)  # replay -> ReplayRecord
+    nodes_version: int = 0  # bumped when a node or a node's grid id is learned
+    _learned: tuple = ()
+    _learned_version: int = -1
+
+    def learned(self) -> tuple[NodeExecution, ...]:
+        """The node executions of a replay not recorded node by node: one shared tuple per exec
+        (an implied replay holds none of its own, so a replay costs the same whatever the
+        graph's size)."""
+        if self._learned_version != self.nodes_version:
+            self._learned = tuple(
+                NodeExecution(node.node, min(node.grid_ids) if node.grid_ids else 0, node.slot,
+                              node.blocks_per_execution, len(node.grid_ids) == 1) for node in self.nodes.values())
+            self._learned_version = self.nodes_version
+        return self._learned
+
+    def executions(self, record: ReplayRecord) -> Sequence[NodeExecution]:
+        return self.learned() if record.implied else record.executions
+
+    @property
+    def replays(self) -> int:
+        if self.replays_seen:
+            return self.replays_seen
+        return self.last_launch_id - self.first_launch_id + 1 if self.last_launch_id else 0
+
+    @property
+    def node_executions(self) -> int:
+        return self.recorded_executions + self.replays_implied * len(self.nodes)
+
+    @property
+    def replays_nodes_unknown(self) -> int:
+        """Replays whose node executions cannot be said: not recorded, and no node ever learned."""
+        return 0 if self.nodes else self.replays_implied
+
+    def executions_of(self, node: NodeCensus) -> int:
+        return node.executions + self.replays_implied
