@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import gpuobs
 from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE, Segment, segment_paths
@@ -148,6 +149,24 @@ def saved_run(name: str) -> Path | None:
     brought back from the GPU machine (the $GPUOBS_REPORT_DIR of that run, holding `name`/)."""
     root = os.environ.get("GPUOBS_VLLM_RESULTS")
     return Path(root) / name if root and (Path(root) / name / "vllm-overhead.json").is_file() else None
+
+
+VLLM_SKIP_REASON = "GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) or GPUOBS_VLLM_RESULTS not set"
+
+
+def vllm_bench(name: str, script: str, args: list[str], timeout_s: int,
+               tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a vLLM benchmark's run for a test module to judge: the saved run `name` when
+    there is one, else a run made now with the payload GPUOBS_VLLM_PAYLOAD names, into
+    $GPUOBS_REPORT_DIR/`name` when that is set."""
+    saved = saved_run(name)
+    if saved is not None:
+        return saved
+    payload = os.environ.get("GPUOBS_VLLM_PAYLOAD")
+    assert payload, VLLM_SKIP_REASON
+    report_dir = os.environ.get("GPUOBS_REPORT_DIR")
+    out = Path(report_dir) / name if report_dir else tmp_path_factory.mktemp(name)
+    return run_bench(script, ["--payload", payload, *args], out, timeout_s)
 
 
 def run_bench(script: str, args: list[str], out: Path, timeout_s: int) -> Path:

@@ -7,7 +7,6 @@ import collections
 import math
 import sys
 
-import numpy as np
 import pytest
 
 from gpuobs.segment import CONTROL_STATUS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, MODES

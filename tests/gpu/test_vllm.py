@@ -16,28 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_bench, saved_run
+from harness import VLLM_SKIP_REASON, saved_run, vllm_bench
 
 PAYLOAD = os.environ.get("GPUOBS_VLLM_PAYLOAD")
 INJECTED = ("gpuobs-block", "gpuobs-memory")
 MODES = ("none-cold", "off", "counter", "blocks", "sampled", "none")
 REFERENCE_TOKENS = 32  # bench/vllm_overhead.py's reference requests: one at a time, 32 tokens
 
-SAVED = saved_run("vllm")
-JUDGES_SAVED_RUN = SAVED is not None  # judged without a GPU (conftest)
+JUDGES_SAVED_RUN = saved_run("vllm") is not None  # judged without a GPU (conftest)
 
-pytestmark = pytest.mark.skipif(not PAYLOAD and SAVED is None,
-                                reason="GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) or GPUOBS_VLLM_RESULTS not set")
+pytestmark = pytest.mark.skipif(not PAYLOAD and not JUDGES_SAVED_RUN, reason=VLLM_SKIP_REASON)
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if SAVED is not None:
-        return SAVED
-    out = Path(os.environ["GPUOBS_REPORT_DIR"]) / "vllm" if os.environ.get("GPUOBS_REPORT_DIR") else \
-        tmp_path_factory.mktemp("vllm")
-    assert PAYLOAD is not None
-    return run_bench("vllm_overhead.py", ["--payload", PAYLOAD], out, timeout_s=570)
+    return vllm_bench("vllm", "vllm_overhead.py", [], 570, tmp_path_factory)
 
 
 def result(bench: Path) -> dict:

@@ -16,25 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_bench, saved_run
+from harness import VLLM_SKIP_REASON, saved_run, vllm_bench
 
 PAYLOAD = os.environ.get("GPUOBS_VLLM_PAYLOAD")
 
-SAVED = saved_run("vllm-decode")
-JUDGES_SAVED_RUN = SAVED is not None  # judged without a GPU (conftest)
+JUDGES_SAVED_RUN = saved_run("vllm-decode") is not None  # judged without a GPU (conftest)
 
-pytestmark = pytest.mark.skipif(not PAYLOAD and SAVED is None,
-                                reason="GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) or GPUOBS_VLLM_RESULTS not set")
+pytestmark = pytest.mark.skipif(not PAYLOAD and not JUDGES_SAVED_RUN, reason=VLLM_SKIP_REASON)
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if SAVED is not None:
-        return SAVED
-    out = Path(os.environ["GPUOBS_REPORT_DIR"]) / "vllm-decode" if os.environ.get("GPUOBS_REPORT_DIR") else \
-        tmp_path_factory.mktemp("vllm-decode")
-    assert PAYLOAD is not None
-    return run_bench("vllm_decode.py", ["--payload", PAYLOAD, "--configs", "none,floor-steady,gpuobs", "--budget-s", "480"], out, timeout_s=590)
+    return vllm_bench("vllm-decode", "vllm_decode.py", ["--configs", "none,floor-steady,gpuobs", "--budget-s", "480"],
+                      590, tmp_path_factory)
 
 
 def view(bench: Path, name: str):
