@@ -22,9 +22,9 @@ def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_d
     big = start_synth("--mode", "counter", "--kernels", "120000", "--launches", "300", timeout=60)
     assert big.wait(timeout=60) == 0
     daemon.wait_all_gone(timeout=60)
-    # ~2 s of work per query on a loaded 2-core machine; the ring holds ~1.3 s of this producer
-    busy = start_synth("--mode", "blocks", "--rate", "200000", "--kernels", "16", "--ring-records", str(1 << 18),
-                       "--duration", "10")
+    # a walk is seconds of work on a loaded 2-core machine (2 s to 18 s seen, with the machine's
+    # speed); the ring holds ~1.3 s of this producer, which runs until the first walk is done
+    busy = start_synth("--mode", "blocks", "--rate", "200000", "--kernels", "16", "--ring-records", str(1 << 18))
     daemon.wait_processes(1, timeout=30)
     channel = grpc.insecure_channel(daemon.address, options=[("grpc.max_receive_message_length", 1 << 30)])
     stub = pb_grpc.ObserverStub(channel)
@@ -48,7 +48,8 @@ def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_d
     worker = threading.Thread(target=query)
     worker.start()
     try:
-        while busy.process.poll() is None:
+        deadline = time.monotonic() + 120
+        while queries["done"] < 1 and time.monotonic() < deadline:
             before = queries["done"]
             began = time.monotonic()
             stub.GetStatus(pb.GetStatusRequest(), timeout=30)
@@ -59,9 +60,9 @@ def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_d
     finally:
         stop.set()
         worker.join(timeout=180)
-    assert busy.wait() == 0
+    assert busy.stop() == 0
     daemon.wait_all_gone(timeout=60)
-    assert queries["done"] >= 2 and queries["status_during"] >= 10, queries
+    assert queries["done"] >= 1 and queries["status_during"] >= 10, queries
     view = next(p for p in daemon.status().processes if p.pid == busy.pid)
     device = device_stage(view)
     assert device.delivered > 0 and device.produced == device.delivered + device.dropped

@@ -16,8 +16,10 @@ from gpuobs_testing.daemon import device_stage, gpuobsctl, rss_mib
 
 def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_daemon) -> None:
     # 1 M events/s leaves the daemon headroom on a 2-core machine (at 2 M it dropped now and
-    # then with no client at all)
-    synth = start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(1 << 16))
+    # then with no client at all); a ring of 0.5 s absorbs the drain thread's pauses for other
+    # threads' work (with 65 ms a slower machine dropped with no client at all), while a drain
+    # that waited for the client would drop most of the 2 s the client does not read
+    synth = start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(1 << 19))
     daemon = start_daemon()
     daemon.wait_processes(1)
     time.sleep(0.3)  # drops from before the daemon attached are behind us
