@@ -89,7 +89,7 @@ DECODE: list[Config] = [
 # exits unpatched): where the block set's cost over the empty patch goes on the decode graph.
 DECOMPOSE: list[Config] = DECODE[:5] + [
     (f"block-entry patch cut after: {step} (GPUOBS_DEBUG_PATCHES={step})", "counter", "block", 0,
-     {"GPUOBS_DEBUG_PATCHES": step}) for step in ("leader", "load", "count", "census")] + [
+     {"GPUOBS_DEBUG_PATCHES": step}) for step in ("load", "count", "census")] + [
     ("counter", "counter", "block", 0, {}),
     ("counter, config bound in the userdata (GPUOBS_CONFIG_WORD=bound)", "counter", "block", 0,
      {"GPUOBS_CONFIG_WORD": "bound"}),

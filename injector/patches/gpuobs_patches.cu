@@ -353,18 +353,14 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_empty_access(void
   return SANITIZER_PATCH_SUCCESS;
 }
 
-// Diagnostics only (GPUOBS_DEBUG_PATCHES=leader|load|count|census): the block-entry patch cut
-// after one step of the leader's work, so that one benchmark run prices each step on a graph of
-// small kernels, where the block set costs most over the empty patch:
-//   leader: the leader test and nothing else;
-//   load:   + the config word's load (kept by a branch that never records);
+// Diagnostics only (GPUOBS_DEBUG_PATCHES=load|count|census): the block-entry patch cut after
+// one step of the leader's work, so that one benchmark run prices each step on a graph of small
+// kernels, where the block set costs most over the empty patch:
+//   load:   the leader test and the config word's load (kept by a branch that never records);
 //   count:  + the block's count (a reduction), no launch census;
 //   census: only block (0,0,0)'s launch census (its config load included), no per-block work.
+// (A leader test alone has no effect the compiler must keep: it would measure the empty patch.)
 // The counts these leave are wrong by design: for the overhead benchmark, never for a service.
-extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_leader(void* userdata, uint64_t pc) {
-  if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
-  return SANITIZER_PATCH_SUCCESS;
-}
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_load(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;

@@ -16,8 +16,7 @@ struct Hook {
 const struct {
   const char* step;
   const char* function;
-} kDebugEntries[] = {{"leader", "gpuobs_debug_leader"},
-                     {"load", "gpuobs_debug_load"},
+} kDebugEntries[] = {{"load", "gpuobs_debug_load"},
                      {"count", "gpuobs_debug_count"},
                      {"census", "gpuobs_debug_census"}};
 
