@@ -85,11 +85,14 @@ DECODE: list[Config] = [
     ("blocks", "blocks", "block", 0, {}),
     ("sampled", "sampled", "memory", 10, {}),
 ]
-# The block-entry patch cut after each step of a leader's work (GPUOBS_DEBUG_PATCHES=<step>,
-# exits unpatched): where the block set's cost over the empty patch goes on the decode graph.
+# Block-entry patches that each do one part of a leader's work (GPUOBS_DEBUG_PATCHES=<step>,
+# exits unpatched; gpuobs_patches.cu says what each does): where the block set's cost over the
+# empty patch goes on the decode graph.
+DEBUG_STEPS = ("leader", "load", "load_context", "red", "count", "count_inline", "census")
 DECOMPOSE: list[Config] = DECODE[:5] + [
-    (f"block-entry patch cut after: {step} (GPUOBS_DEBUG_PATCHES={step})", "counter", "block", 0,
-     {"GPUOBS_DEBUG_PATCHES": step}) for step in ("load", "count", "census")] + [
+    (f"block-entry diagnostic patch: {step} (GPUOBS_DEBUG_PATCHES={step})", "counter", "block", 0,
+     {"GPUOBS_DEBUG_PATCHES": step}) for step in DEBUG_STEPS] + [
+    ("off", "off", "block", 0, {}),
     ("counter", "counter", "block", 0, {}),
     ("counter, config bound in the userdata (GPUOBS_CONFIG_WORD=bound)", "counter", "block", 0,
      {"GPUOBS_CONFIG_WORD": "bound"}),
@@ -120,13 +123,14 @@ class Drainer(threading.Thread):
     def finish(self) -> dict:
         self.stop_event.set()
         self.join()
-        totals = {"produced": 0, "dropped": 0}
+        totals = {"produced": 0, "dropped": 0, "launches": 0}
         for segment in self.segments.values():
             segment.drain_counts()
             snapshot = segment.counters()
             if snapshot:
                 totals["produced"] += snapshot[0]["device_events_produced"]
                 totals["dropped"] += snapshot[0]["device_events_dropped"]
+                totals["launches"] += int(snapshot[1]["launches"].sum())  # kernel launches the device counted
         return totals
 
 
@@ -142,7 +146,7 @@ def run_config(argv: list[str], config: Config) -> dict:
             drainer = Drainer(Path(directory))
             drainer.start()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-        events = drainer.finish() if drainer else {"produced": 0, "dropped": 0}
+        events = drainer.finish() if drainer else {"produced": 0, "dropped": 0, "launches": 0}
     if done.returncode != 0:
         raise RuntimeError(f"{label}: exit {done.returncode}: {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -179,6 +183,7 @@ def measure(workload: str, argv: list[str], configs: list[Config], rounds: int,
             if deterministic else None,
             "events_produced": results[-1]["events"]["produced"],
             "events_dropped": results[-1]["events"]["dropped"],
+            "kernel_launches": results[-1]["events"].get("launches", 0),
         }
         if "tokens_per_s" in results[0]:
             row["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in results)

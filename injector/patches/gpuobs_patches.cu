@@ -353,22 +353,62 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_empty_access(void
   return SANITIZER_PATCH_SUCCESS;
 }
 
-// Diagnostics only (GPUOBS_DEBUG_PATCHES=load|count|census): the block-entry patch cut after
-// one step of the leader's work, so that one benchmark run prices each step on a graph of small
-// kernels, where the block set costs most over the empty patch:
-//   load:   the leader test and the config word's load (kept by a branch that never records);
-//   count:  + the block's count (a reduction), no launch census;
-//   census: only block (0,0,0)'s launch census (its config load included), no per-block work.
-// (A leader test alone has no effect the compiler must keep: it would measure the empty patch.)
+// Diagnostics only (GPUOBS_DEBUG_PATCHES=<step>): block-entry patches that do one part of a
+// leader's work each, so that one benchmark run prices each part on a graph of small kernels,
+// where the block set costs most over the empty patch. All but `count_inline` contain a call
+// that never happens, so that every thread pays the 16-byte frame the production patch pays:
+//   leader:       the leader test alone (and the frame);
+//   load:         + the kernel slot's config word (one load, kept by a branch that never calls);
+//   load_context: + the context's config word instead, its address computed from the userdata
+//                 (the slot index rides in the userdata's bits 48-62: no chain of loads);
+//   red:          the leader test and the block's count (a reduction), no load;
+//   count:        load + count, what every block but the first does in `counter`;
+//   count_inline: load + count with no call anywhere, so no frame for any thread;
+//   census:       only block (0,0,0)'s launch census (its config load included).
 // The counts these leave are wrong by design: for the overhead benchmark, never for a service.
+namespace {
+__device__ __noinline__ void never_called(DeviceKernelSlot* kernel) { ring::add(&kernel->reserved[1], 1ULL); }
+}  // namespace
+
+extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_leader(void* userdata, uint64_t pc) {
+  if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
+  if (pc == 0) never_called(kernel_of(userdata));
+  return SANITIZER_PATCH_SUCCESS;
+}
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_load(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
-  if (flags_of(userdata) == ~0u) ring::add(&kernel_of(userdata)->reserved[1], 1ULL);
+  if (flags_of(userdata) == ~0u) never_called(kernel_of(userdata));
+  return SANITIZER_PATCH_SUCCESS;
+}
+
+extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_load_context(void* userdata, uint64_t pc) {
+  if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
+  const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
+  const uint64_t state = (bits & kSlotAddressMask) - device_slots_offset() -
+                         ((bits >> 48) & 0x7fff) * sizeof(DeviceKernelSlot);
+  const auto* context = reinterpret_cast<const DeviceContextState*>(state);
+  if (uint32_t(__ldg(reinterpret_cast<const unsigned long long*>(&context->config.config))) == ~0u)
+    never_called(kernel_of(userdata));
+  return SANITIZER_PATCH_SUCCESS;
+}
+
+extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_red(void* userdata, uint64_t pc) {
+  if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
+  count_block(kernel_of(userdata), true, sm_id());
+  if (pc == 0) never_called(kernel_of(userdata));
   return SANITIZER_PATCH_SUCCESS;
 }
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_count(void* userdata, uint64_t pc) {
+  if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
+  const uint32_t flags = flags_of(userdata);
+  count_block(kernel_of(userdata), flags_mode(flags) >= uint32_t(Mode::Counter), sm_id());
+  if (flags == ~0u) never_called(kernel_of(userdata));
+  return SANITIZER_PATCH_SUCCESS;
+}
+
+extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_count_inline(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
   count_block(kernel_of(userdata), flags_mode(flags_of(userdata)) >= uint32_t(Mode::Counter), sm_id());
   return SANITIZER_PATCH_SUCCESS;

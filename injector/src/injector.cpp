@@ -389,7 +389,10 @@ int64_t Injector::slot_of(CUcontext context, CUmodule module, CUfunction functio
 
 uint64_t Injector::userdata_of(const Binding& binding, uint32_t flags) const {
   const uint64_t address = reinterpret_cast<uint64_t>(binding.context->slot_address(binding.slot));
-  return config_.bound_config ? bound_userdata(address, flags) : address;  // slot: the patch reads the word
+  if (config_.bound_config) return bound_userdata(address, flags);
+  // GPUOBS_DEBUG_PATCHES=load_context (measurement only) finds its context from the slot index
+  if (config_.slot_index_in_userdata) return address | (uint64_t(binding.slot & 0x7fff) << 48);
+  return address;  // the slot: the patch reads the word
 }
 
 int64_t Injector::register_function(CUcontext context, CUmodule module, CUfunction function, const char* name) {

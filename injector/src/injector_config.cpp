@@ -77,6 +77,8 @@ InjectorConfig load_injector_config() {
     if (std::strcmp(text, "bound") == 0) config.bound_config = true;
     else if (std::strcmp(text, "slot") != 0) log_line("GPUOBS_CONFIG_WORD=%s is not slot or bound; using slot", text);
   }
+  if (const char* debug = env("GPUOBS_DEBUG_PATCHES"))
+    config.slot_index_in_userdata = std::strcmp(debug, "load_context") == 0;
   if (const char* group = env("GPUOBS_GROUP")) {
     if (const struct group* entry = getgrnam(group)) config.group = entry->gr_gid;
     else log_line("GPUOBS_GROUP=%s: no such group; segments stay 0600", group);

@@ -19,7 +19,8 @@ struct InjectorConfig {
   gid_t group = gid_t(-1);               // GPUOBS_GROUP: group that may read the segment (0660)
   uint32_t ring_records = 1u << 17;      // GPUOBS_RING_RECORDS: event ring records per context
   uint32_t contexts = 4;                 // GPUOBS_CONTEXTS: event rings, one per CUDA context
-  uint32_t publish_ms = 5;               // GPUOBS_PUBLISH_MS: device counters published this often
+  uint32_t publish_ms = 50;              // GPUOBS_PUBLISH_MS: device counters published this often (each
+                                         // publish copies every kernel's counters to the host)
   uint32_t control_poll_us = 1000;       // GPUOBS_CONTROL_POLL_US: control block poll period
   bool block_exit = false;               // GPUOBS_BLOCK_EXIT: hook block exits too (exit events)
   bool naive_counting = false;           // GPUOBS_NAIVE_COUNTING: benchmark-only naive access count
@@ -30,6 +31,7 @@ struct InjectorConfig {
                                          // from device memory) | bound (it rides in each function's
                                          // userdata: no load, but a switch does not reach graph
                                          // execs launched before it)
+  bool slot_index_in_userdata = false;   // GPUOBS_DEBUG_PATCHES=load_context (measurement only)
   std::string patch_file;                // GPUOBS_PATCH_FILE: patch fatbin (default: beside the library)
   std::string label;                     // GPUOBS_LABEL: free text shown by the daemon
   std::string cubin_dir;                 // GPUOBS_CUBIN_DIR: module cubins kept (default: <segment dir>/gpuobs-cubins)

@@ -16,8 +16,12 @@ struct Hook {
 const struct {
   const char* step;
   const char* function;
-} kDebugEntries[] = {{"load", "gpuobs_debug_load"},
+} kDebugEntries[] = {{"leader", "gpuobs_debug_leader"},
+                     {"load", "gpuobs_debug_load"},
+                     {"load_context", "gpuobs_debug_load_context"},
+                     {"red", "gpuobs_debug_red"},
                      {"count", "gpuobs_debug_count"},
+                     {"count_inline", "gpuobs_debug_count_inline"},
                      {"census", "gpuobs_debug_census"}};
 
 const char* debug_entry_function(const char* step) {

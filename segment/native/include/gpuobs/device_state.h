@@ -112,7 +112,7 @@ static_assert(sizeof(DeviceContextState) == 256, "DeviceContextState header is 2
 static_assert(offsetof(DeviceContextState, config) % 32 == 0, "config block aligned");
 
 // Layout of one context's device allocation: state, then the slots.
-constexpr uint64_t device_slots_offset() { return sizeof(DeviceContextState); }
+GPUOBS_HD constexpr uint64_t device_slots_offset() { return sizeof(DeviceContextState); }
 constexpr uint64_t device_state_bytes(uint32_t kernel_slots) {
   return device_slots_offset() + uint64_t(kernel_slots) * sizeof(DeviceKernelSlot);
 }
