@@ -60,11 +60,14 @@ foreach(_arch ${GPUOBS_PATCH_ARCHS})
 endforeach()
 set(_gpuobs_fatbin ${CMAKE_CURRENT_BINARY_DIR}/gpuobs_patches.fatbin)
 # The patches include the segment library's headers only (its layout and device-side code).
+# ptxas at -O1: at its default level it hoists loads far enough ahead that the block-entry patch
+# needs more registers than a patch may use without saving some, and a save is a stack frame
+# for every thread of every block (tests/injector/test_build.py checks that there is none).
 set(_gpuobs_segment_include ${CMAKE_CURRENT_SOURCE_DIR}/segment/native/include)
 file(GLOB _gpuobs_patch_headers ${_gpuobs_segment_include}/gpuobs/*.h)
 add_custom_command(
   OUTPUT ${_gpuobs_fatbin}
-  COMMAND ${GPUOBS_NVCC} ${_gpuobs_gencode} --fatbin --compile-as-tools-patch -O3 -std=c++17
+  COMMAND ${GPUOBS_NVCC} ${_gpuobs_gencode} --fatbin --compile-as-tools-patch -O3 -Xptxas -O1 -std=c++17
           -I${_gpuobs_segment_include} -I${GPUOBS_SANITIZER_INCLUDE}
           -o ${_gpuobs_fatbin} ${CMAKE_CURRENT_SOURCE_DIR}/injector/patches/gpuobs_patches.cu
   DEPENDS injector/patches/gpuobs_patches.cu ${_gpuobs_patch_headers}

@@ -97,11 +97,27 @@ static_assert(offsetof(EventRecord, replay) == 48 && offsetof(EventRecord, kind)
                   offsetof(EventRecord, access_bytes) == 53 && offsetof(EventRecord, flags) == 54,
               "word 6: replay, kind, access_bytes, flags");
 
+// Half of a word: 0 the low 32 bits, 1 the high.
+__device__ __forceinline__ void put_half(EventRecord* record, int word, int half, uint32_t value) {
+  reinterpret_cast<volatile uint32_t*>(record)[2 * word + half] = value;
+}
+
+// %ctaid.x, .y, .z (0, 1, 2), read afresh (volatile: not kept live from an earlier read).
+template <int kAxis>
+__device__ __forceinline__ uint32_t block_index() {
+  uint32_t value;
+  if (kAxis == 0) asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(value));
+  if (kAxis == 1) asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(value));
+  if (kAxis == 2) asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(value));
+  return value;
+}
+
 // EventRecord's word 4: block_x, block_y, block_z (this block's index; a launch event puts its
 // block shape there).
 __device__ __forceinline__ uint64_t block_word(uint32_t x, uint32_t y, uint32_t z) {
   return uint64_t(x) | (uint64_t(y & 0xffff) << 32) | (uint64_t(z & 0xffff) << 48);
 }
+
 
 __device__ __forceinline__ void write_record(DeviceContextState* context, uint64_t ticket, uint64_t pc,
                                              uint64_t address, uint32_t thread, uint32_t sm, uint32_t slot,
@@ -144,58 +160,116 @@ __device__ __forceinline__ void record_block_event(DeviceKernelSlot* kernel, Dev
 }
 
 
-// Entry points are split in two: the patch itself does only what every thread must do (a few
-// register-only tests, no load) and returns; the work for leaders, counted accesses and
-// recorded events is in __noinline__ functions. Compiled as one function, the patch needed
-// a 40-byte stack frame saved and restored by every thread of every block: `off` measured 4.5x
-// on SiLU-and-mul before the split.
+// A block leader's record (a launch, or a block's enter), written with as few registers live as
+// can be: what it needs from memory is loaded up front, in order (strong loads: ptxas does not
+// hoist them above the code before, which at its default level took more registers than a patch
+// may use without saving some, a stack frame for every thread), then each word is stored as soon
+// as it is made.
+__device__ __forceinline__ uint64_t load_ordered(const uint64_t* word) {
+  uint64_t value;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(value) : "l"(word) : "memory");
+  return value;
+}
 
-// The leader of block (0,0,0) in the event modes: the launch as an event (kernel slot, grid
-// id, grid and block shape, time, SM), one ring claim per launch.
-__device__ __noinline__ void record_launch(DeviceKernelSlot* kernel, uint64_t pc, uint64_t grid, uint64_t block_shape) {
+__device__ __forceinline__ uint32_t load_ordered_low_u32(const uint32_t* word) {
+  uint32_t value;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(word) : "memory");
+  return value;
+}
+
+// The low 32 bits of a word (one register).
+__device__ __forceinline__ uint32_t load_ordered_low(const uint64_t* word) {
+  uint32_t value;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(word) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void write_leader_record(const DeviceKernelSlot* kernel, DeviceContextState* context,
+                                                    uint64_t ticket, bool launch) {
+  const uint64_t ring = load_ordered(reinterpret_cast<const uint64_t*>(&kernel->ring));
+  const uint32_t mask = load_ordered_low(&kernel->ring_mask);  // a capacity is at most 2^31 records
+  const uint32_t replay = load_ordered_low(&context->config.replay);
+  const uint64_t pc = load_ordered(&kernel->entry_pc);
+  EventRecord* record = reinterpret_cast<EventRecord*>(ring) + (uint32_t(ticket) & mask);
+  ring::mark_writing(&record->seq, ticket);
+  put_word(record, 1, pc);
+  // Words 6, 5, 4 and 2 in 32-bit halves, laid out as write_record and block_word lay them out:
+  // single registers rather than aligned pairs, two of three dimensions live at a time.
+  put_half(record, 6, 0, replay);
+  put_half(record, 6, 1, uint32_t(launch ? EventKind::Launch : EventKind::BlockEnter));
+  put_half(record, 5, 0, (sm_id() & 0xffff) << 16);
+  put_half(record, 5, 1, slot_of(kernel));
+  put_half(record, 4, 0, launch ? blockDim.x : block_index<0>());
+  put_half(record, 4, 1, launch ? (blockDim.y & 0xffff) | (blockDim.z << 16)
+                                : (block_index<1>() & 0xffff) | (block_index<2>() << 16));
+  put_word(record, 3, grid_id());
+  put_half(record, 2, 0, launch ? gridDim.x : 0);
+  put_half(record, 2, 1, launch ? (gridDim.y & 0xffff) | (gridDim.z << 16) : 0);
+  put_word(record, 0, globaltimer());
+  ring::commit(&record->seq, ticket);
+}
+
+// The block-entry patch has no call in it, so that no thread pays a stack frame: with one call
+// site anywhere in the function, every thread of every block saved and restored its return
+// address through local memory, and on a graph of small kernels (the decode graph, 96 kernels
+// of ~4 us) that frame alone cost 3.4% of the step, more than a load from device memory. The
+// exit patch is opt-in and keeps its work behind a call.
+
+// The launch's grid and block shape, each read once in order (volatile: the six words are not
+// all loaded at once, which would take six registers).
+__device__ __forceinline__ uint64_t grid_now() {
+  uint32_t x, y, z;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(x));
+  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(y));
+  asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(z));
+  return pack_grid(x, y, z);
+}
+
+__device__ __forceinline__ uint64_t block_now() {
+  uint32_t x, y, z;
+  asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(x));
+  asm volatile("mov.u32 %0, %%ntid.y;" : "=r"(y));
+  asm volatile("mov.u32 %0, %%ntid.z;" : "=r"(z));
+  return pack_block(x, y, z);
+}
+
+__device__ __forceinline__ bool first_block_now() {
+  return (block_index<0>() | block_index<1>() | block_index<2>()) == 0;
+}
+
+// Event modes: one record from a block leader (its own claim, so that nothing but the slot's
+// address stays live from one record to the next: two records sharing one claim needed more
+// registers than a patch may use without saving some, and a save is a frame for every thread).
+__device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool launch) {
   DeviceContextState* context = context_of(kernel);
   ring::add(&kernel->events_produced, 1ULL);
   uint64_t ticket = 0;
-  if (!ring::claim(producer_view(context), 1, &ticket)) {
+  if (!ring::claim_cached(producer_view(context), 1, &ticket)) {
     ring::add(&kernel->events_dropped, 1ULL);
     return;
   }
-  write_record(context, ticket, pc, grid, 0, sm_id(), slot_of(kernel), EventKind::Launch, 0, 0, block_shape);
+  write_leader_record(kernel, context, ticket, launch);
 }
 
-// Once per launch, from the leader of block (0,0,0): the census, and in the event modes the
-// launch event and, in blocks, its enter. Behind a call: one thread per launch gets here, and
-// the hashing must not cost registers on the path every block takes.
-__device__ __noinline__ void first_block(DeviceKernelSlot* kernel, uint64_t pc, uint32_t flags) {
-  const uint64_t grid = pack_grid(gridDim.x, gridDim.y, gridDim.z);
-  const uint64_t block = pack_block(blockDim.x, blockDim.y, blockDim.z);
-  count_launch(kernel, grid, block);
-  if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
-  record_launch(kernel, pc, grid, block_word(blockDim.x, blockDim.y, blockDim.z));
-  if (flags_mode(flags) == uint32_t(Mode::Blocks))
-    record_block_event(kernel, context_of(kernel), pc, EventKind::BlockEnter, sm_id());
-}
-
-__device__ __noinline__ void record_block_enter(DeviceKernelSlot* kernel, uint64_t pc) {
-  record_block_event(kernel, context_of(kernel), pc, EventKind::BlockEnter, sm_id());
-}
-
-// A block leader's work, inline in the entry point: the config word (one load), the block's
-// count (a reduction). What is rare (the first block of a launch, blocks-mode recording) is
-// behind calls in tail position, so that nothing stays live across them and every thread's
-// frame stays at the 16 bytes one call site costs. Measured on the decode graph: a call for
-// every leader (with its own frame) cost more than the loads it saved.
-__device__ __forceinline__ SanitizerPatchResult block_enter_leader(void* userdata, uint64_t pc) {
+// The leader of every block, before the kernel's own code: what it waits for is added to the
+// kernel's time (every block of a one-wave kernel is on its critical path), so the one load it
+// needs, the config word, is issued first and block (0,0,0)'s launch census runs while it is in
+// flight.
+__device__ __forceinline__ void block_enter_leader(void* userdata) {
   DeviceKernelSlot* kernel = kernel_of(userdata);
   const uint32_t flags = flags_of(userdata);
-  const uint32_t mode = flags_mode(flags);
-  count_block(kernel, mode >= uint32_t(Mode::Counter), sm_id());
-  if (is_first_block()) {
-    first_block(kernel, pc, flags);
-  } else if (mode == uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) {
-    record_block_enter(kernel, pc);
+  if (first_block_now()) count_launch(kernel, grid_now(), block_now());
+  count_block(kernel, flags_mode(flags) >= uint32_t(Mode::Counter), sm_id());
+  if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
+  // The launch as an event from block (0,0,0) (grid id, grid and block shape, time, SM); in
+  // blocks, every block's enter. After the launch's record the flags are read again rather
+  // than kept: a register live across the first record was one more than the patch has.
+  if (first_block_now()) {
+    leader_event(kernel, true);
+    if (flags_mode(load_ordered_low_u32(&kernel->flags)) == uint32_t(Mode::Blocks)) leader_event(kernel, false);
+  } else if (flags_mode(flags) == uint32_t(Mode::Blocks)) {
+    leader_event(kernel, false);
   }
-  return SANITIZER_PATCH_SUCCESS;
 }
 
 __device__ __noinline__ SanitizerPatchResult block_exit_leader(void* userdata, uint64_t pc) {
@@ -236,10 +310,10 @@ __device__ __noinline__ void record_warp_events(DeviceKernelSlot* kernel, uint64
 }  // namespace
 
 // Block entry, in every thread of every block: the leader counts the block (counter and up,
-// sharded by SM) and records an enter event (blocks).
+// sharded by SM), block (0,0,0)'s leader the launch, and in the event modes they record events.
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_block_enter(void* userdata, uint64_t pc) {
-  if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
-  return block_enter_leader(userdata, pc);
+  if (userdata != nullptr && is_block_leader()) block_enter_leader(userdata);
+  return SANITIZER_PATCH_SUCCESS;
 }
 
 // Block exit, in every thread as it exits: the leader's exit stands for the block's.
@@ -360,11 +434,11 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_empty_access(void
 //   leader:       the leader test alone (and the frame);
 //   load:         + the kernel slot's config word (one load, kept by a branch that never calls);
 //   load_context: + the context's config word instead, its address computed from the userdata
-//                 (the slot index rides in the userdata's bits 48-62: no chain of loads);
+//                 (slot_userdata: no chain of loads), as the production patch reads its mode;
 //   red:          the leader test and the block's count (a reduction), no load;
 //   count:        load + count, what every block but the first does in `counter`;
 //   count_inline: load + count with no call anywhere, so no frame for any thread;
-//   census:       only block (0,0,0)'s launch census (its config load included).
+//   census:       only block (0,0,0)'s launch census (no load).
 // The counts these leave are wrong by design: for the overhead benchmark, never for a service.
 namespace {
 __device__ __noinline__ void never_called(DeviceKernelSlot* kernel) { ring::add(&kernel->reserved[1], 1ULL); }
@@ -385,9 +459,7 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_load(void* 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_load_context(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
   const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
-  const uint64_t state = (bits & kSlotAddressMask) - device_slots_offset() -
-                         ((bits >> 48) & 0x7fff) * sizeof(DeviceKernelSlot);
-  const auto* context = reinterpret_cast<const DeviceContextState*>(state);
+  const DeviceContextState* context = context_of_slot(bits & kSlotAddressMask, slot_in_userdata(bits));
   if (uint32_t(__ldg(reinterpret_cast<const unsigned long long*>(&context->config.config))) == ~0u)
     never_called(kernel_of(userdata));
   return SANITIZER_PATCH_SUCCESS;
@@ -416,6 +488,8 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_count_inlin
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_census(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader() || !is_first_block()) return SANITIZER_PATCH_SUCCESS;
-  first_block(kernel_of(userdata), pc, flags_of(userdata));
+  count_launch(kernel_of(userdata), pack_grid(gridDim.x, gridDim.y, gridDim.z),
+               pack_block(blockDim.x, blockDim.y, blockDim.z));
+  if (pc == 0) never_called(kernel_of(userdata));
   return SANITIZER_PATCH_SUCCESS;
 }

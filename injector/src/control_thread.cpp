@@ -41,10 +41,12 @@ void Injector::apply_config() {
   // every slot, registered or not: a kernel registered later starts under the config in force
   const uint32_t slots = writer_->view().caps.kernel_slots;
   std::vector<uint32_t> flags(slots, make_flags(config, true));
+  std::vector<uint64_t> entry_pcs(slots, 0);
   for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot) {
     const bool captured = captured_by(filter.get(), slot);
     slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
     flags[slot] = make_flags(config, captured);
+    entry_pcs[slot] = slot_entry_pc_[slot].load(std::memory_order_relaxed);
   }
   std::vector<std::pair<Binding, uint64_t>> rebind;
   if (config_.bound_config) {
@@ -55,7 +57,8 @@ void Injector::apply_config() {
   for (uint32_t index = 0; index < contexts; ++index) {
     DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
     std::string error;
-    if (context && !context->retired() && !context->write_flags(flags, &error) && first_time(LogOnce::Internal))
+    if (context && !context->retired() && !context->write_slot_headers(flags, entry_pcs, &error) &&
+        first_time(LogOnce::Internal))
       log_line("context %u: %s", index, error.c_str());
   }
   for (const auto& [binding, userdata] : rebind) {
@@ -139,6 +142,19 @@ void Injector::publish() {
   writer_->publish(snapshot);
 }
 
+// The block-entry patch claims ring room against a cached limit it never refreshes itself (a
+// read of the consumer's tail over PCIe needs more registers than it has): this thread moves it.
+void Injector::refresh_ring_limits() {
+  const uint32_t contexts = context_count_.load(std::memory_order_acquire);
+  for (uint32_t index = 0; index < contexts; ++index) {
+    DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
+    if (!context || context->retired() || !context->ring_limit_stale()) continue;
+    std::string error;
+    const bool moved = ScopedContext(context->context()).ok() && context->refresh_ring_limit(&error);
+    if (!moved && first_time(LogOnce::Internal)) log_line("context %u: %s", index, error.c_str());
+  }
+}
+
 void Injector::control_loop() {
   mark_tool_thread();
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -151,6 +167,7 @@ void Injector::control_loop() {
     follow_control(*writer_, *this, &seen_generation);
     // a kernel the filter leaves out registered since: its slot says so now
     if (flags_stale_.exchange(false, std::memory_order_acq_rel)) apply_config();
+    refresh_ring_limits();
     const auto now = std::chrono::steady_clock::now();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {
       publish();

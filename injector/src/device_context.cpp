@@ -62,8 +62,14 @@ std::unique_ptr<DeviceContext> DeviceContext::create(CUcontext context, uint32_t
     slots[slot].context = reinterpret_cast<DeviceContextState*>(state->device_);
     slots[slot].slot = slot;
     slots[slot].flags = initial_flags;
+    slots[slot].ring = reinterpret_cast<EventRecord*>(ring_device);
+    slots[slot].ring_mask = view.caps.event_ring_records - 1;
   }
   state->flags_in_place_.assign(state->kernel_slots_, initial_flags);
+  state->entry_pc_in_place_.assign(state->kernel_slots_, 0);
+  state->consumer_tail_ = &view.event_ring_controls[ring_index].tail;
+  state->ring_capacity_ = view.caps.event_ring_records;
+  state->limit_written_ = view.caps.event_ring_records;
   if (sanitizerMemcpyHostToDeviceAsync(state->device_, image.data(), bytes, state->tool_stream_) != SANITIZER_SUCCESS ||
       sanitizerStreamSynchronize(state->tool_stream_) != SANITIZER_SUCCESS) {
     *error = "initialising device state failed";
@@ -76,25 +82,52 @@ void* DeviceContext::slot_address(uint32_t slot) const {
   return device_ + device_slots_offset() + uint64_t(slot) * sizeof(DeviceKernelSlot);
 }
 
-bool DeviceContext::write_flags(const std::vector<uint32_t>& flags, std::string* error) {
-  bool copied = false;
+bool DeviceContext::write_slot_headers(const std::vector<uint32_t>& flags, const std::vector<uint64_t>& entry_pcs,
+                                       std::string* error) {
+  // flags and entry_pc are adjacent in the slot's first line: one copy of both per slot
+  static_assert(offsetof(DeviceKernelSlot, entry_pc) == offsetof(DeviceKernelSlot, flags) + sizeof(uint32_t),
+                "flags and entry_pc adjacent");
+  struct Words {
+    uint32_t flags;
+    uint64_t entry_pc;
+  } __attribute__((packed));
+  std::vector<Words> sources;  // stay untouched until the copies are done
+  sources.reserve(flags.size());
   for (size_t slot = 0; slot < flags.size() && slot < kernel_slots_; ++slot) {
-    if (flags[slot] == flags_in_place_[slot]) continue;
-    void* word = slot_address(uint32_t(slot));
-    word = static_cast<uint8_t*>(word) + offsetof(DeviceKernelSlot, flags);
-    if (sanitizerMemcpyHostToDeviceAsync(word, const_cast<uint32_t*>(&flags[slot]), sizeof(uint32_t), tool_stream_) !=
-        SANITIZER_SUCCESS) {
+    const uint64_t entry_pc = slot < entry_pcs.size() ? entry_pcs[slot] : 0;
+    if (flags[slot] == flags_in_place_[slot] && entry_pc == entry_pc_in_place_[slot]) continue;
+    sources.push_back(Words{flags[slot], entry_pc});
+    uint8_t* word = static_cast<uint8_t*>(slot_address(uint32_t(slot))) + offsetof(DeviceKernelSlot, flags);
+    if (sanitizerMemcpyHostToDeviceAsync(word, &sources.back(), sizeof(Words), tool_stream_) != SANITIZER_SUCCESS) {
       *error = "writing a kernel's config into device memory failed";
       sanitizerStreamSynchronize(tool_stream_);
       return false;
     }
     flags_in_place_[slot] = flags[slot];
-    copied = true;
+    entry_pc_in_place_[slot] = entry_pc;
   }
-  if (copied && sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
+  if (!sources.empty() && sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
     *error = "waiting for the config copies failed";
     return false;
   }
+  return true;
+}
+
+bool DeviceContext::ring_limit_stale() const {
+  return __atomic_load_n(consumer_tail_, __ATOMIC_ACQUIRE) + ring_capacity_ >= limit_written_ + ring_capacity_ / 8;
+}
+
+bool DeviceContext::refresh_ring_limit(std::string* error) {
+  const uint64_t limit = __atomic_load_n(consumer_tail_, __ATOMIC_ACQUIRE) + ring_capacity_;
+  if (limit < limit_written_ + ring_capacity_ / 8) return true;
+  limit_source_ = limit;
+  uint8_t* word = device_ + offsetof(DeviceContextState, ring_limit);
+  if (sanitizerMemcpyHostToDeviceAsync(word, &limit_source_, sizeof(uint64_t), tool_stream_) != SANITIZER_SUCCESS ||
+      sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "moving the event ring's limit failed";
+    return false;
+  }
+  limit_written_ = limit;
   return true;
 }
 

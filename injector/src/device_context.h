@@ -28,11 +28,18 @@ class DeviceContext {
   // Device address of a kernel slot: the userdata its patches receive.
   void* slot_address(uint32_t slot) const;
 
-  // Tool thread: each slot's config word (make_flags) into device memory, where the patches
-  // read it; slots whose word is already in place are skipped. Waits on the tool's stream:
-  // launches that start after this returns see it (a launch running meanwhile may see old and
-  // new in different blocks; the census stays exact, block by block).
-  bool write_flags(const std::vector<uint32_t>& flags, std::string* error);
+  // Tool thread: each slot's config word (make_flags) and its function's first pc into the
+  // slot's host-written line, where the patches read them; slots whose words are already in
+  // place are skipped. Waits on the tool's stream: launches that start after this returns see
+  // it (a launch running meanwhile may see old and new in different blocks; the census stays
+  // exact, block by block).
+  bool write_slot_headers(const std::vector<uint32_t>& flags, const std::vector<uint64_t>& entry_pcs,
+                          std::string* error);
+  // Tool thread: the ring's cached limit (consumer tail + capacity), which the block-entry patch
+  // claims against without reading the tail itself, moved up once the consumer has read an
+  // eighth of the ring since the last move. A stale limit only drops (counted), never overwrites.
+  bool ring_limit_stale() const;
+  bool refresh_ring_limit(std::string* error);
   // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this
   // context and copies it into DeviceConfig::replay on the graph's stream, ahead of the replay's
   // nodes, which stamp it into their events (graph nodes keep their grid ids across replays, so
@@ -62,6 +69,11 @@ class DeviceContext {
   std::atomic<uint64_t> replay_{0};
   uint64_t replay_sources_[kReplayBuffers] = {};
   std::vector<uint32_t> flags_in_place_;  // per slot: the config word last written
+  std::vector<uint64_t> entry_pc_in_place_;  // per slot: the first pc last written
+  const uint64_t* consumer_tail_ = nullptr;  // the segment's RingControl::tail of this ring
+  uint64_t ring_capacity_ = 0;
+  uint64_t limit_written_ = 0;  // the last limit copied to the device (tool thread only)
+  uint64_t limit_source_ = 0;   // its copy source, untouched until the copy is done
   std::atomic<bool> retired_{false};
   std::mutex final_mutex_;  // guards the last copy of a retired context
   std::vector<DeviceKernelSlot> final_slots_;

@@ -235,6 +235,7 @@ bool Injector::ensure_segment() {
   slot_on_device_.reset(new std::atomic<uint8_t>[slots]());
   slot_names_.reset(new std::atomic<const SlotNames*>[slots]());
   slot_captured_.reset(new std::atomic<uint8_t>[slots]());
+  slot_entry_pc_.reset(new std::atomic<uint64_t>[slots]());
   host_counted_.reset(new HostCounted[slots]);
   for (uint32_t slot = 0; slot < slots; ++slot) slot_captured_[slot].store(1);
   log_line("observing into %s (patch set %s, mode %s%s)", writer_->segment().path().c_str(),
@@ -391,7 +392,7 @@ uint64_t Injector::userdata_of(const Binding& binding, uint32_t flags) const {
   const uint64_t address = reinterpret_cast<uint64_t>(binding.context->slot_address(binding.slot));
   if (config_.bound_config) return bound_userdata(address, flags);
   // GPUOBS_DEBUG_PATCHES=load_context (measurement only) finds its context from the slot index
-  if (config_.slot_index_in_userdata) return address | (uint64_t(binding.slot & 0x7fff) << 48);
+  if (config_.slot_index_in_userdata) return slot_userdata(address, binding.slot);
   return address;  // the slot: the patch reads the word
 }
 
@@ -401,12 +402,13 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     name = driver_name;
   const std::string mangled = name ? name : "<unnamed>";
   const uint64_t cubin = cubins_.hash_of(reinterpret_cast<uint64_t>(module));
-  uint64_t function_pc = 0;
+  // The function's first instruction: where its block-entry patch runs (its block events carry
+  // it) and, with the cubin kept, what a PC is symbolised against.
+  uint64_t entry_pc = 0;
   uint64_t function_size = 0;
-  if (cubin != 0 && name != nullptr &&
-      sanitizerGetFunctionPcAndSize(module, name, &function_pc, &function_size) != SANITIZER_SUCCESS) {
-    function_pc = 0;
-  }
+  if (name != nullptr && sanitizerGetFunctionPcAndSize(module, name, &entry_pc, &function_size) != SANITIZER_SUCCESS)
+    entry_pc = 0;
+  const uint64_t function_pc = cubin != 0 ? entry_pc : 0;
   DeviceContext* device = context_for(context);
   const bool patched = patcher_.is_patched(module);
   bool on_device = false;
@@ -425,7 +427,9 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     // No filter search here, inside the driver on a kernel's first launch: the tool thread
     // judges the kernel (its slot says captured meanwhile).
     const bool captured = slot_captured_[slot].load(std::memory_order_relaxed) != 0;
-    if (filter_) flags_stale_.store(true, std::memory_order_release);
+    // the tool thread writes the slot's first pc (and, with a filter, its verdict) to the device
+    slot_entry_pc_[slot].store(entry_pc, std::memory_order_relaxed);
+    flags_stale_.store(true, std::memory_order_release);
     // the slot's address must fit below the config bits of a bound userdata
     if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
       // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps the userdata of its first launch).

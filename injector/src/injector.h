@@ -110,6 +110,7 @@ class Injector : private ControlTarget {
   // Takes config_mutex_ only to compute, never across a call into the driver.
   void apply_config();
   void publish();
+  void refresh_ring_limits();
   // Node launch callbacks on while a graph exec may need its nodes learned, off otherwise.
   void manage_node_callbacks();
   // The kernel filter's verdict on a registered kernel (tool thread, no lock: names are
@@ -139,6 +140,7 @@ class Injector : private ControlTarget {
   FunctionSlots function_slots_;
   std::unique_ptr<std::atomic<uint8_t>[]> slot_on_device_;  // per slot: the device counts its launches
   std::unique_ptr<std::atomic<uint8_t>[]> slot_captured_;   // per slot: the kernel filter lets it record
+  std::unique_ptr<std::atomic<uint64_t>[]> slot_entry_pc_;  // per slot: its function's first pc (0: unknown)
   std::unique_ptr<HostCounted[]> host_counted_;             // per slot
   std::atomic<bool> launch_callbacks_{false};
   // the config word in force, for what the callbacks record (set after the functions are rebound)

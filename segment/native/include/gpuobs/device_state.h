@@ -36,9 +36,16 @@ static_assert(sizeof(DeviceShapeBucket) == 32, "DeviceShapeBucket is 32 bytes");
 // never per launch: per-launch data misbehaved under graph replay). Every
 // counter is a reduction the patch fires and forgets: nothing here is read back on the device.
 struct alignas(256) DeviceKernelSlot {
+  // Line 0, written by the host only, read by the patches: never on a line the patches' atomics
+  // write.
   DeviceContextState* context;  // back pointer, written once at context creation
   uint32_t slot;
-  uint32_t flags;  // make_flags: the config in force for this kernel, written by the tool thread
+  uint32_t flags;     // make_flags: the config in force for this kernel, written by the tool thread
+  uint64_t entry_pc;  // the function's first instruction, written when the function is bound
+  EventRecord* ring;  // the context's event ring and its capacity - 1 (copies of the context's, so
+  uint64_t ring_mask; // that a block leader's record needs no load from another line but replay's)
+  uint64_t header_reserved[11];
+  // Counters, from line 1 on.
   uint64_t launches;         // leader of block (0,0,0): one per launch
   uint64_t blocks_expected;  // leader of block (0,0,0): the launch's grid size
   uint64_t blocks[kBlockShards];             // block leaders, counter and up
@@ -46,10 +53,11 @@ struct alignas(256) DeviceKernelSlot {
   uint64_t accesses[kAccessShards];
   uint64_t events_produced;
   uint64_t events_dropped;
-  uint64_t reserved[2];  // [0]: bytes of the naive access count (benchmarks)
+  uint64_t reserved[4];  // [0]: bytes of the naive access count (benchmarks)
   DeviceShapeBucket shapes[kShapeBuckets];
 };
 static_assert(sizeof(DeviceKernelSlot) == 768, "DeviceKernelSlot is 768 bytes");
+static_assert(offsetof(DeviceKernelSlot, launches) == 128, "the host-written line is a line of its own");
 static_assert(offsetof(DeviceKernelSlot, shapes) % 32 == 0, "shape buckets aligned");
 
 // Config word: mode in bits 0-7, shift in bits 8-15.
@@ -79,6 +87,16 @@ GPUOBS_HD constexpr uint64_t bound_userdata(uint64_t slot_address, uint32_t flag
   return (slot_address & kSlotAddressMask) | kBoundConfig | (uint64_t(flags & 0x7fff) << 48);
 }
 GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((userdata >> 48) & 0x7fff); }
+
+// Default userdata: the slot's address, and in bits 48-62 the slot's index, from which the
+// block-entry patch finds its context's state by arithmetic (context_of_slot) instead of a load.
+constexpr uint32_t kMaxDeviceSlots = 1u << 15;
+GPUOBS_HD constexpr uint64_t slot_userdata(uint64_t slot_address, uint32_t slot) {
+  return (slot_address & kSlotAddressMask) | (uint64_t(slot & (kMaxDeviceSlots - 1)) << 48);
+}
+GPUOBS_HD constexpr uint32_t slot_in_userdata(uint64_t userdata) {
+  return uint32_t((userdata >> 48) & (kMaxDeviceSlots - 1));
+}
 
 // The part the host rewrites when the config changes: one contiguous copy.
 struct DeviceConfig {
@@ -113,6 +131,11 @@ static_assert(offsetof(DeviceContextState, config) % 32 == 0, "config block alig
 
 // Layout of one context's device allocation: state, then the slots.
 GPUOBS_HD constexpr uint64_t device_slots_offset() { return sizeof(DeviceContextState); }
+// The context state a slot belongs to, from the slot's address and index (slot_userdata).
+GPUOBS_HD const DeviceContextState* context_of_slot(uint64_t slot_address, uint32_t slot) {
+  return reinterpret_cast<const DeviceContextState*>(slot_address - device_slots_offset() -
+                                                     uint64_t(slot) * sizeof(DeviceKernelSlot));
+}
 constexpr uint64_t device_state_bytes(uint32_t kernel_slots) {
   return device_slots_offset() + uint64_t(kernel_slots) * sizeof(DeviceKernelSlot);
 }

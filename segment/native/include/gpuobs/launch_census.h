@@ -34,24 +34,31 @@ GPUOBS_HD uint64_t pack_block(uint32_t x, uint32_t y, uint32_t z) {
 GPUOBS_HD uint64_t grid_blocks(uint64_t grid) {
   return (grid & 0xffffffffULL) * ((grid >> 32) & 0xffff) * (grid >> 48);
 }
-// Never 0, so an empty bucket (launches 0, hash_sum 0) is never mistaken for a used one.
+// Never 0, so an empty bucket (launches 0, hash_sum 0) is never mistaken for a used one. One
+// mixing round over (grid * odd constant + block): the leader of block (0,0,0) computes it before
+// the kernel's own code runs, so its chain of dependent multiplies is on the kernel's critical
+// path (two rounds were measured at about 2 points of a small-kernel graph's step, with the rest
+// of the census). Two shapes share a key only if (grid - grid') * K = block' - block mod 2^64.
 GPUOBS_HD uint64_t shape_hash(uint64_t grid, uint64_t block) {
-  return fmix64(grid ^ fmix64(block ^ 0x9e3779b97f4a7c15ULL)) | 1;
+  return fmix64(grid * 0x9e3779b97f4a7c15ULL + block) | 1;
 }
 GPUOBS_HD uint32_t shape_bucket(uint64_t hash) { return uint32_t(hash >> 61) & (kShapeBuckets - 1); }
 static_assert(kShapeBuckets == 8, "shape_bucket takes the top 3 bits");
 
-// The leader of block (0,0,0), once per launch.
+// The leader of block (0,0,0), once per launch. The bucket's shape is stored as two words: a
+// reader that sees one launch's grid beside another's block has a bucket of two shapes, whose
+// check fails like any such bucket's (one store of both needed four registers at once, more
+// than the block-entry patch has to spare).
 GPUOBS_HD void count_launch(DeviceKernelSlot* kernel, uint64_t grid, uint64_t block) {
-  const uint64_t hash = shape_hash(grid, block);
-  DeviceShapeBucket* bucket = &kernel->shapes[shape_bucket(hash)];
   ring::add(&kernel->launches, 1);
   ring::add(&kernel->blocks_expected, grid_blocks(grid));
-  ring::add(&bucket->launches, 1);
+  const uint64_t hash = shape_hash(grid, block);
+  DeviceShapeBucket* bucket = &kernel->shapes[shape_bucket(hash)];
   ring::add(&bucket->hash_sum, hash);
+  ring::add(&bucket->launches, 1);
 #if defined(__CUDA_ARCH__)
-  asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(&bucket->grid), "l"(grid), "l"(block)
-               : "memory");
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(&bucket->grid), "l"(grid) : "memory");
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(&bucket->block), "l"(block) : "memory");
 #else
   __atomic_store_n(&bucket->grid, grid, __ATOMIC_RELAXED);
   __atomic_store_n(&bucket->block, block, __ATOMIC_RELAXED);

@@ -137,6 +137,19 @@ GPUOBS_HD bool claim(const ProducerView& view, uint32_t count, uint64_t* first_t
   return true;
 }
 
+// claim() without ever reading the consumer's tail: the cached limit alone decides, and the
+// tool thread keeps it current (a device producer with no room for a register-hungry refresh,
+// the block-entry patch). Conservative like claim(): a stale limit means a counted drop.
+GPUOBS_HD bool claim_cached(const ProducerView& view, uint32_t count, uint64_t* first_ticket) {
+  const uint64_t promised = fetch_add(view.reserved, count) + count;
+  if (promised > load_relaxed(view.limit)) {
+    add(view.reserved, uint64_t(0) - count);
+    return false;
+  }
+  *first_ticket = fetch_add(view.head, count);
+  return true;
+}
+
 // Marks a claimed slot as being written. Not ordered before the body on purpose: its only job
 // is to let a reader tell a torn slot (writer died) from a slot not yet claimed.
 GPUOBS_HD void mark_writing(uint64_t* seq_word, uint64_t ticket) {
