@@ -111,8 +111,9 @@ def main() -> int:
         if line.endswith(" imported"):
             result["import_s"] = float(line.split()[0])
     # The garbage collector neither pauses inside a timed window nor walks the engine's objects:
-    # what survived start-up is frozen, and collection waits between windows (the same in every
-    # configuration; a pause of tens of ms inside a 0.4 s window is several percent).
+    # what survived start-up is frozen, and collection waits until a window is over (the same in
+    # every configuration; a pause of tens of ms inside a 0.4 s window is several percent). A
+    # full collection before every window made each process ~25 s longer.
     gc.collect()
     gc.freeze()
     for repeat in range(args.repeats):
@@ -120,7 +121,6 @@ def main() -> int:
             row = result["modes"][mode]
             if mode != "none":
                 row["set_mode_s"].append(set_mode(args.address, mode, pids))
-            gc.collect()
             gc.disable()
             began = time.perf_counter()
             out = llm.generate([prompt], single, use_tqdm=False)

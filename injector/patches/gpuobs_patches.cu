@@ -73,9 +73,23 @@ __device__ __forceinline__ DeviceKernelSlot* kernel_of(void* userdata) {
 
 // The config in force for this launch: from the userdata's high bits when the function is
 // bound with it (GPUOBS_CONFIG_WORD=bound: no load at all), else from the kernel's slot (one load).
+// Through L1 here (the per-access patches); the block-entry patch reads it with fresh_flags_of.
 __device__ __forceinline__ uint32_t flags_of(void* userdata) {
   const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
   return (bits & kBoundConfig) ? bound_flags(bits) : __ldg(&kernel_of(userdata)->flags);
+}
+
+// The same from L2, never from L1: measured on the H200, an SM's L1 kept a line across kernel
+// launches although the tool thread had rewritten it since (copies on the tool's own stream), so
+// a block read the mode before the switch while the launch after it, on another SM, read the new
+// one. The leader then reduces the line's `touch` word, which drops the line from its SM's L1,
+// so that the per-access patches of the blocks that follow read the new config too.
+__device__ __forceinline__ uint32_t fresh_flags_of(void* userdata) {
+  const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
+  if (bits & kBoundConfig) return bound_flags(bits);
+  uint32_t value;
+  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(value) : "l"(&kernel_of(userdata)->flags) : "memory");
+  return value;
 }
 
 // Writes one record into a claimed slot of the segment's ring (host memory over PCIe): the
@@ -257,9 +271,10 @@ __device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool laun
 // flight.
 __device__ __forceinline__ void block_enter_leader(void* userdata) {
   DeviceKernelSlot* kernel = kernel_of(userdata);
-  const uint32_t flags = flags_of(userdata);
+  const uint32_t flags = fresh_flags_of(userdata);
   if (first_block_now()) count_launch(kernel, grid_now(), block_now());
   count_block(kernel, flags_mode(flags) >= uint32_t(Mode::Counter), sm_id());
+  ring::add(&kernel->touch, 1);
   if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
   // The launch as an event from block (0,0,0) (grid id, grid and block shape, time, SM); in
   // blocks, every block's enter. After the launch's record the flags are read again rather

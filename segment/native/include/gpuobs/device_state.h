@@ -36,15 +36,15 @@ static_assert(sizeof(DeviceShapeBucket) == 32, "DeviceShapeBucket is 32 bytes");
 // never per launch: per-launch data misbehaved under graph replay). Every
 // counter is a reduction the patch fires and forgets: nothing here is read back on the device.
 struct alignas(256) DeviceKernelSlot {
-  // Line 0, written by the host only, read by the patches: never on a line the patches' atomics
-  // write.
+  // Line 0, the host's words for the patches: written by the host only, but for `touch`.
   DeviceContextState* context;  // back pointer, written once at context creation
   uint32_t slot;
   uint32_t flags;     // make_flags: the config in force for this kernel, written by the tool thread
   uint64_t entry_pc;  // the function's first instruction, written when the function is bound
   EventRecord* ring;  // the context's event ring and its capacity - 1 (copies of the context's, so
   uint64_t ring_mask; // that a block leader's record needs no load from another line but replay's)
-  uint64_t header_reserved[11];
+  uint64_t touch;     // reduced by every block leader: drops this line from its SM's L1 (patches)
+  uint64_t header_reserved[10];
   // Counters, from line 1 on.
   uint64_t launches;         // leader of block (0,0,0): one per launch
   uint64_t blocks_expected;  // leader of block (0,0,0): the launch's grid size
