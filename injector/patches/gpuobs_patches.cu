@@ -185,14 +185,8 @@ __device__ __forceinline__ uint64_t load_ordered(const uint64_t* word) {
   return value;
 }
 
-__device__ __forceinline__ uint32_t load_ordered_low_u32(const uint32_t* word) {
-  uint32_t value;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(word) : "memory");
-  return value;
-}
-
-// The low 32 bits of a word (one register).
-__device__ __forceinline__ uint32_t load_ordered_low(const uint64_t* word) {
+// 32 bits (one register): a uint32_t, or the low half of a uint64_t.
+__device__ __forceinline__ uint32_t load_ordered_u32(const void* word) {
   uint32_t value;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(word) : "memory");
   return value;
@@ -201,8 +195,8 @@ __device__ __forceinline__ uint32_t load_ordered_low(const uint64_t* word) {
 __device__ __forceinline__ void write_leader_record(const DeviceKernelSlot* kernel, DeviceContextState* context,
                                                     uint64_t ticket, bool launch) {
   const uint64_t ring = load_ordered(reinterpret_cast<const uint64_t*>(&kernel->ring));
-  const uint32_t mask = load_ordered_low(&kernel->ring_mask);  // a capacity is at most 2^31 records
-  const uint32_t replay = load_ordered_low(&context->config.replay);
+  const uint32_t mask = load_ordered_u32(&kernel->ring_mask);  // a capacity is at most 2^31 records
+  const uint32_t replay = load_ordered_u32(&context->config.replay);
   const uint64_t pc = load_ordered(&kernel->entry_pc);
   EventRecord* record = reinterpret_cast<EventRecord*>(ring) + (uint32_t(ticket) & mask);
   ring::mark_writing(&record->seq, ticket);
@@ -229,24 +223,6 @@ __device__ __forceinline__ void write_leader_record(const DeviceKernelSlot* kern
 // of ~4 us) that frame alone cost 3.4% of the step, more than a load from device memory. The
 // exit patch is opt-in and keeps its work behind a call.
 
-// The launch's grid and block shape, each read once in order (volatile: the six words are not
-// all loaded at once, which would take six registers).
-__device__ __forceinline__ uint64_t grid_now() {
-  uint32_t x, y, z;
-  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(x));
-  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(y));
-  asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(z));
-  return pack_grid(x, y, z);
-}
-
-__device__ __forceinline__ uint64_t block_now() {
-  uint32_t x, y, z;
-  asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(x));
-  asm volatile("mov.u32 %0, %%ntid.y;" : "=r"(y));
-  asm volatile("mov.u32 %0, %%ntid.z;" : "=r"(z));
-  return pack_block(x, y, z);
-}
-
 __device__ __forceinline__ bool first_block_now() {
   return (block_index<0>() | block_index<1>() | block_index<2>()) == 0;
 }
@@ -272,7 +248,8 @@ __device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool laun
 __device__ __forceinline__ void block_enter_leader(void* userdata) {
   DeviceKernelSlot* kernel = kernel_of(userdata);
   const uint32_t flags = fresh_flags_of(userdata);
-  if (first_block_now()) count_launch(kernel, grid_now(), block_now());
+  if (first_block_now())
+    count_launch(kernel, pack_grid(gridDim.x, gridDim.y, gridDim.z), pack_block(blockDim.x, blockDim.y, blockDim.z));
   count_block(kernel, flags_mode(flags) >= uint32_t(Mode::Counter), sm_id());
   ring::add(&kernel->touch, 1);
   if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
@@ -281,7 +258,7 @@ __device__ __forceinline__ void block_enter_leader(void* userdata) {
   // than kept: a register live across the first record was one more than the patch has.
   if (first_block_now()) {
     leader_event(kernel, true);
-    if (flags_mode(load_ordered_low_u32(&kernel->flags)) == uint32_t(Mode::Blocks)) leader_event(kernel, false);
+    if (flags_mode(load_ordered_u32(&kernel->flags)) == uint32_t(Mode::Blocks)) leader_event(kernel, false);
   } else if (flags_mode(flags) == uint32_t(Mode::Blocks)) {
     leader_event(kernel, false);
   }
