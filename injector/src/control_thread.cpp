@@ -169,9 +169,11 @@ void Injector::control_loop() {
     if (flags_stale_.exchange(false, std::memory_order_acq_rel)) apply_config();
     refresh_ring_limits();
     const auto now = std::chrono::steady_clock::now();
+    // every poll, not with the (slower) publishing: an exec launched unlearned is learned at its
+    // next replay only once the node callbacks are on again
+    manage_node_callbacks();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {
       publish();
-      manage_node_callbacks();
       last_publish = now;
     }
     std::this_thread::sleep_for(poll);
