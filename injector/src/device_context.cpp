@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "driver_api.h"
+#include "gpuobs/ring_protocol.h"
 
 namespace gpuobs {
 
@@ -114,12 +115,14 @@ bool DeviceContext::write_slot_headers(const std::vector<uint32_t>& flags, const
 }
 
 bool DeviceContext::ring_limit_stale() const {
-  return __atomic_load_n(consumer_tail_, __ATOMIC_ACQUIRE) + ring_capacity_ >= limit_written_ + ring_capacity_ / 8;
+  return ring::moved_limit(__atomic_load_n(consumer_tail_, __ATOMIC_ACQUIRE), ring_capacity_, limit_written_) !=
+         limit_written_;
 }
 
 bool DeviceContext::refresh_ring_limit(std::string* error) {
-  const uint64_t limit = __atomic_load_n(consumer_tail_, __ATOMIC_ACQUIRE) + ring_capacity_;
-  if (limit < limit_written_ + ring_capacity_ / 8) return true;
+  const uint64_t limit =
+      ring::moved_limit(__atomic_load_n(consumer_tail_, __ATOMIC_ACQUIRE), ring_capacity_, limit_written_);
+  if (limit == limit_written_) return true;
   limit_source_ = limit;
   uint8_t* word = device_ + offsetof(DeviceContextState, ring_limit);
   if (sanitizerMemcpyHostToDeviceAsync(word, &limit_source_, sizeof(uint64_t), tool_stream_) != SANITIZER_SUCCESS ||

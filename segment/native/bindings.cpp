@@ -190,7 +190,7 @@ class Writer {
     writer_ = start_producer(options, "", &error);
     if (!writer_) throw SegmentError(error);
     heads_.assign(caps.event_rings, 0);
-    limits_.assign(caps.event_rings, 0);
+    limits_.assign(caps.event_rings, caps.event_ring_records);  // tail 0 + capacity, as the injector starts it
     reserved_.assign(caps.event_rings, 0);
     produced_.assign(caps.event_rings, 0);
     dropped_.assign(caps.event_rings, 0);
@@ -223,6 +223,39 @@ class Writer {
       }
     }
     return written;
+  }
+  // As put_events, but claiming as the block-entry patch does (ring::claim_cached: the cached
+  // limit alone decides, the tail is never read); move_limit plays the injector's tool thread.
+  size_t put_events_cached(uint32_t ring_index, py::buffer records) {
+    if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
+    auto [in, count] = records_of<EventRecord>(records);
+    EventRecord* ring_base = writer_->view().event_ring(ring_index);
+    const ring::ProducerView producer =
+        writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
+    size_t written = 0;
+    for (size_t i = 0; i < count; ++i) {
+      ++produced_[ring_index];
+      uint64_t ticket = 0;
+      if (!ring::claim_cached(producer, 1, &ticket)) {
+        ++dropped_[ring_index];
+        continue;
+      }
+      EventRecord* slot = ring_base + (ticket & (producer.capacity - 1));
+      ring::mark_writing(&slot->seq, ticket);
+      std::memcpy(slot, &in[i], sizeof(EventRecord) - sizeof(uint64_t));
+      ring::commit(&slot->seq, ticket);
+      ++written;
+    }
+    return written;
+  }
+  // The injector's tool thread for a claim_cached producer: the limit moved (ring::moved_limit);
+  // returns the limit now in force.
+  uint64_t move_limit(uint32_t ring_index) {
+    if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
+    const SegmentView& view = writer_->view();
+    const uint64_t tail = __atomic_load_n(&view.event_ring_controls[ring_index].tail, __ATOMIC_ACQUIRE);
+    limits_[ring_index] = ring::moved_limit(tail, view.caps.event_ring_records, limits_[ring_index]);
+    return limits_[ring_index];
   }
   // Claims a slot, writes half of `record` and stops there, as a writer killed mid-record.
   void put_half_event(uint32_t ring_index, py::buffer record) {
@@ -552,6 +585,8 @@ void bind_writer(py::module_& m) {
       .def("write_launch", &Writer::write_launch)
       .def("put_events", &Writer::put_events, py::arg("ring"), py::arg("records"))
       .def("put_half_event", &Writer::put_half_event, py::arg("ring"), py::arg("record"))
+      .def("put_events_cached", &Writer::put_events_cached, py::arg("ring"), py::arg("records"))
+      .def("move_limit", &Writer::move_limit, py::arg("ring"))
       .def("count_launch", &Writer::count_launch, py::arg("slot"), py::arg("grid"), py::arg("block"),
            py::arg("observed") = true)
       .def("publish", &Writer::publish, py::arg("quiescent") = false)

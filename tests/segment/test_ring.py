@@ -156,3 +156,28 @@ def test_a_second_consumer_is_refused(ring) -> None:
     writer, _segment = ring
     with pytest.raises(_native.SegmentError, match="another consumer"):
         Segment(writer.path)
+
+
+def test_cached_claims_drop_until_the_limit_moves_and_never_overwrite(tmp_path: Path) -> None:
+    """The block-entry patch claims against a cached limit and never reads the consumer's tail;
+    the injector's tool thread moves the limit (ring::moved_limit) once the consumer has read an
+    eighth of the ring. Until then a full ring drops (counted); nothing unread is overwritten."""
+    capacity = 16
+    writer = _native.Writer(str(tmp_path), event_ring_records=capacity, launch_ring_records=8)
+    segment = Segment(writer.path, batch_records=2)
+    first = make_events(0, capacity + 3)
+    assert writer.put_events_cached(0, first) == capacity  # the last 3: no room
+    kept = [segment.read_events(0).copy()]  # the consumer reads 2: the tail moves, the limit not
+    assert writer.put_events_cached(0, make_events(100, 1)) == 0
+    assert writer.move_limit(0) == capacity + 2  # an eighth read: moved
+    assert writer.move_limit(0) == capacity + 2  # nothing more read: as it was
+    second = make_events(200, 3)
+    assert writer.put_events_cached(0, second) == 2
+    while len(batch := segment.read_events(0)):
+        kept.append(batch.copy())
+    read = np.concatenate(kept)
+    assert without_seq(read) == without_seq(np.concatenate([first[:capacity], second[:2]]))
+    writer.publish(quiescent=True)
+    device = segment.accounting().stages[0]
+    assert (device.produced, device.delivered, device.dropped) == (capacity + 3 + 1 + 3, capacity + 2, 3 + 1 + 1)
+    assert device.balanced

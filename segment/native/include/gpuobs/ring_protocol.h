@@ -150,6 +150,14 @@ GPUOBS_HD bool claim_cached(const ProducerView& view, uint32_t count, uint64_t* 
   return true;
 }
 
+// The limit that keeps a claim_cached producer going: the consumer's tail + capacity once the
+// consumer has read an eighth of the ring since the limit was last moved (so that a moving
+// consumer costs one move per eighth of the ring), else the limit as it is.
+GPUOBS_HD uint64_t moved_limit(uint64_t consumer_tail, uint64_t capacity, uint64_t current) {
+  const uint64_t limit = consumer_tail + capacity;
+  return limit >= current + capacity / 8 ? limit : current;
+}
+
 // Marks a claimed slot as being written. Not ordered before the body on purpose: its only job
 // is to let a reader tell a torn slot (writer died) from a slot not yet claimed.
 GPUOBS_HD void mark_writing(uint64_t* seq_word, uint64_t ticket) {
