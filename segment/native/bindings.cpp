@@ -207,7 +207,9 @@ class Writer {
     return writer_->write_launch(*records);
   }
   // Puts each record of `records` into event ring `ring`; returns how many got a slot.
-  size_t put_events(uint32_t ring_index, py::buffer records) {
+  // `cached`: claiming as the block-entry patch does (ring::claim_cached: the cached limit alone
+  // decides, the tail is never read); move_limit then plays the injector's tool thread.
+  size_t put_events(uint32_t ring_index, py::buffer records, bool cached) {
     if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
     auto [in, count] = records_of<EventRecord>(records);
     EventRecord* ring_base = writer_->view().event_ring(ring_index);
@@ -216,35 +218,11 @@ class Writer {
     size_t written = 0;
     for (size_t i = 0; i < count; ++i) {
       ++produced_[ring_index];
-      if (ring::put(producer, ring_base, in[i])) {
+      if (ring::put(producer, ring_base, in[i], cached)) {
         ++written;
       } else {
         ++dropped_[ring_index];
       }
-    }
-    return written;
-  }
-  // As put_events, but claiming as the block-entry patch does (ring::claim_cached: the cached
-  // limit alone decides, the tail is never read); move_limit plays the injector's tool thread.
-  size_t put_events_cached(uint32_t ring_index, py::buffer records) {
-    if (ring_index >= heads_.size()) throw py::index_error("no such event ring");
-    auto [in, count] = records_of<EventRecord>(records);
-    EventRecord* ring_base = writer_->view().event_ring(ring_index);
-    const ring::ProducerView producer =
-        writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
-    size_t written = 0;
-    for (size_t i = 0; i < count; ++i) {
-      ++produced_[ring_index];
-      uint64_t ticket = 0;
-      if (!ring::claim_cached(producer, 1, &ticket)) {
-        ++dropped_[ring_index];
-        continue;
-      }
-      EventRecord* slot = ring_base + (ticket & (producer.capacity - 1));
-      ring::mark_writing(&slot->seq, ticket);
-      std::memcpy(slot, &in[i], sizeof(EventRecord) - sizeof(uint64_t));
-      ring::commit(&slot->seq, ticket);
-      ++written;
     }
     return written;
   }
@@ -583,9 +561,8 @@ void bind_writer(py::module_& m) {
       .def("register_kernel", &Writer::register_kernel, py::arg("mangled"), py::arg("function") = 0,
            py::arg("module") = 0)
       .def("write_launch", &Writer::write_launch)
-      .def("put_events", &Writer::put_events, py::arg("ring"), py::arg("records"))
+      .def("put_events", &Writer::put_events, py::arg("ring"), py::arg("records"), py::arg("cached") = false)
       .def("put_half_event", &Writer::put_half_event, py::arg("ring"), py::arg("record"))
-      .def("put_events_cached", &Writer::put_events_cached, py::arg("ring"), py::arg("records"))
       .def("move_limit", &Writer::move_limit, py::arg("ring"))
       .def("count_launch", &Writer::count_launch, py::arg("slot"), py::arg("grid"), py::arg("block"),
            py::arg("observed") = true)

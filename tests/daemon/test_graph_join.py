@@ -6,15 +6,21 @@ from __future__ import annotations
 import numpy as np
 
 from gpuobs.daemon.graph_join import GraphJoin
-from gpuobs.daemon.time_budget import TimeBudget
+from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
 from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS
 from gpuobs_testing.records import EXEC, NODES, block_events, graph_launches
+
+
+def joining_everything() -> GraphJoin:
+    """A join whose analysis budget never skips: these tests judge the join itself (with the
+    daemon's default share, a loaded 2-core machine left a batch unjoined now and then)."""
+    return GraphJoin(TimeBudget(share=UNLIMITED_SHARE, burst_s=1.0))
 
 
 def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:
     """The injector records the first replay node by node; the others have a graph launch
     record only: their node executions are the learned nodes', joined the same way."""
-    join = GraphJoin()
+    join = joining_everything()
     join.on_launches(graph_launches(range(1, 6), recorded=range(1, 2)))
     events = [block_events(grid, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
               for replay in range(1, 6) for slot, (grid, blocks) in enumerate(NODES.values())]
@@ -31,7 +37,7 @@ def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:
 def test_replays_kept_before_the_nodes_were_learned_run_them_once_learned() -> None:
     """The first replay came before the injector turned its node callbacks on: once a later
     replay has taught the nodes, the first one's node executions are known too."""
-    join = GraphJoin()
+    join = joining_everything()
     join.on_launches(graph_launches(range(1, 2), recorded=range(0)))
     join.on_launches(graph_launches(range(2, 4), recorded=range(2, 3)))
     graph = join.by_handle[EXEC]
@@ -41,14 +47,14 @@ def test_replays_kept_before_the_nodes_were_learned_run_them_once_learned() -> N
 
 
 def test_replays_of_an_exec_never_learned_are_counted_not_guessed() -> None:
-    join = GraphJoin()
+    join = joining_everything()
     join.on_launches(graph_launches(range(1, 4), recorded=range(0)))
     graph = join.by_handle[EXEC]
     assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (3, 0, 3)
 
 
 def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
-    join = GraphJoin()
+    join = joining_everything()
     join.on_launches(graph_launches(range(1, 4)))
     (grid_a, blocks_a), (grid_b, blocks_b) = NODES.values()
     join.on_events(np.concatenate([
@@ -70,7 +76,7 @@ def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
 
 
 def test_counter_mode_replays_are_unrecorded_not_mismatched() -> None:
-    join = GraphJoin()
+    join = joining_everything()
     join.on_launches(graph_launches(range(1, 3), mode="counter"))
     report = join.exec_report(join.by_handle[EXEC], replays=2)
     assert report["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 4, "unjoined": 0}
@@ -80,7 +86,7 @@ def test_the_devices_evidence_judges_a_replay_that_ran_in_another_mode_than_laun
     """A switch lands while replays are queued: replay 1 was launched in counter but its nodes ran
     in blocks (their events are there: judged, matched); replay 2 was launched in blocks and ran
     in counter (no event: unrecorded, not mismatched)."""
-    join = GraphJoin()
+    join = joining_everything()
     join.on_launches(np.concatenate([graph_launches(range(1, 2), mode="counter"),
                                   graph_launches(range(2, 3), mode="blocks")]))
     join.on_events(np.concatenate([block_events(grid, 1, blocks, slot=slot, t0=100 * slot)
@@ -90,7 +96,7 @@ def test_the_devices_evidence_judges_a_replay_that_ran_in_another_mode_than_laun
 
 
 def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
-    join = GraphJoin()
+    join = joining_everything()
     join.KEEP_REPLAYS = 4
     for replay in range(1, 11):
         join.on_launches(graph_launches(range(replay, replay + 1)))
@@ -107,7 +113,7 @@ def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
 def test_replays_leaving_the_window_wait_for_their_events() -> None:
     """A fast program launches many replays before the daemon reads their events: a replay that
     leaves the detailed window is judged only once the daemon has caught up."""
-    join = GraphJoin()
+    join = joining_everything()
     join.KEEP_REPLAYS = 4
     join.on_launches(graph_launches(range(1, 11)))  # launch records of 10 replays read first
     for replay in range(1, 11):
@@ -171,7 +177,7 @@ def test_implied_replays_share_the_learned_nodes_and_are_judged_like_recorded_on
     """A replay not recorded node by node holds no node executions of its own (a graph of
     hundreds of nodes replayed thousands of times must not cost the daemon an object per node
     execution), yet is judged node by node where it has events, and learns nodes found later."""
-    join = GraphJoin()
+    join = joining_everything()
     join.on_launches(graph_launches(range(1, 2001), recorded=range(1, 2)))
     graph = join.by_handle[EXEC]
     held = list(graph.recent.values()) + [record for _, record in join.unsettled]
@@ -204,7 +210,7 @@ def test_events_skipped_before_their_replay_is_known_leave_it_unjoined() -> None
 def test_replays_folded_before_their_nodes_were_learned_still_add_up() -> None:
     """Implied replays that left the window before any node was learned: once nodes are known,
     matched + mismatched + unrecorded + unjoined still equals the node executions."""
-    join = GraphJoin()
+    join = joining_everything()
     join.KEEP_REPLAYS = 2
     join.on_launches(graph_launches(range(1, 5), recorded=range(0)))  # no node learned yet
     join.settle()  # replays 1 and 2 are folded, with no node known

@@ -166,13 +166,13 @@ def test_cached_claims_drop_until_the_limit_moves_and_never_overwrite(tmp_path: 
     writer = _native.Writer(str(tmp_path), event_ring_records=capacity, launch_ring_records=8)
     segment = Segment(writer.path, batch_records=2)
     first = make_events(0, capacity + 3)
-    assert writer.put_events_cached(0, first) == capacity  # the last 3: no room
+    assert writer.put_events(0, first, cached=True) == capacity  # the last 3: no room
     kept = [segment.read_events(0).copy()]  # the consumer reads 2: the tail moves, the limit not
-    assert writer.put_events_cached(0, make_events(100, 1)) == 0
+    assert writer.put_events(0, make_events(100, 1), cached=True) == 0
     assert writer.move_limit(0) == capacity + 2  # an eighth read: moved
     assert writer.move_limit(0) == capacity + 2  # nothing more read: as it was
     second = make_events(200, 3)
-    assert writer.put_events_cached(0, second) == 2
+    assert writer.put_events(0, second, cached=True) == 2
     while len(batch := segment.read_events(0)):
         kept.append(batch.copy())
     read = np.concatenate(kept)

@@ -169,10 +169,11 @@ GPUOBS_HD void commit(uint64_t* seq_word, uint64_t ticket) { store_release(seq_w
 
 // Claims one slot, writes `body` (all but its seq) and commits it. False: ring full, the
 // caller counts one drop. Record is EventRecord or LaunchRecord (seq is their last word).
+// `cached`: claim as claim_cached does (a producer whose limit someone else moves).
 template <class Record>
-GPUOBS_HD bool put(const ProducerView& view, Record* ring, const Record& body) {
+GPUOBS_HD bool put(const ProducerView& view, Record* ring, const Record& body, bool cached = false) {
   uint64_t ticket = 0;
-  if (!claim(view, 1, &ticket)) return false;
+  if (!(cached ? claim_cached(view, 1, &ticket) : claim(view, 1, &ticket))) return false;
   Record* slot = ring + (ticket & (view.capacity - 1));
   mark_writing(&slot->seq, ticket);
   constexpr unsigned kWords = (sizeof(Record) - sizeof(uint64_t)) / sizeof(uint64_t);
