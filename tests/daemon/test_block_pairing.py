@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from gpuobs.daemon.block_pairing import BlockPairing
+from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
 from gpuobs_testing.records import block_events
 
 
 def test_block_durations_pair_enter_and_exit_across_batches() -> None:
-    pairing = BlockPairing()
+    pairing = BlockPairing(TimeBudget(share=UNLIMITED_SHARE, burst_s=1.0))  # pairing judged, not the budget
     enters = block_events(5, 7, 6, slot=2, t0=1000)
     exits = block_events(5, 8, 6, slot=2, t0=1500, kind="block_exit")  # eager: replay word moved on
     pairing.add_events(enters, node_grid_ids=np.zeros(0, dtype=np.uint64))  # no exit seen yet: nothing held
