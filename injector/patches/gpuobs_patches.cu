@@ -234,7 +234,9 @@ __device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool laun
   DeviceContextState* context = context_of(kernel);
   ring::add(&kernel->events_produced, 1ULL);
   uint64_t ticket = 0;
-  if (!ring::claim_cached(producer_view(context), 1, &ticket)) {
+  ring::ProducerView view = producer_view(context);
+  view.limit = &context->moved_limit;
+  if (!ring::claim_cached(view, 1, &ticket)) {
     ring::add(&kernel->events_dropped, 1ULL);
     return;
   }
@@ -253,15 +255,11 @@ __device__ __forceinline__ void block_enter_leader(void* userdata) {
   count_block(kernel, flags_mode(flags) >= uint32_t(Mode::Counter), sm_id());
   ring::add(&kernel->touch, 1);
   if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
-  // The launch as an event from block (0,0,0) (grid id, grid and block shape, time, SM); in
-  // blocks, every block's enter. After the launch's record the flags are read again rather
-  // than kept: a register live across the first record was one more than the patch has.
-  if (first_block_now()) {
-    leader_event(kernel, true);
-    if (flags_mode(load_ordered_u32(&kernel->flags)) == uint32_t(Mode::Blocks)) leader_event(kernel, false);
-  } else if (flags_mode(flags) == uint32_t(Mode::Blocks)) {
-    leader_event(kernel, false);
-  }
+  // In blocks, every block's enter; from block (0,0,0) also the launch as an event (grid id,
+  // grid and block shape, time, SM), written after its enter so that nothing but the slot's
+  // address stays live across a record (one register more than that and the patch needs a frame).
+  if (flags_mode(flags) == uint32_t(Mode::Blocks)) leader_event(kernel, false);
+  if (first_block_now()) leader_event(kernel, true);
 }
 
 __device__ __noinline__ SanitizerPatchResult block_exit_leader(void* userdata, uint64_t pc) {

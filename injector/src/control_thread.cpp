@@ -142,6 +142,22 @@ void Injector::publish() {
   writer_->publish(snapshot);
 }
 
+void Injector::write_entry_pcs() {
+  std::lock_guard<std::mutex> writing(device_config_mutex_);
+  const uint32_t slots = writer_->view().caps.kernel_slots;
+  std::vector<uint64_t> entry_pcs(slots, 0);
+  for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot)
+    entry_pcs[slot] = slot_entry_pc_[slot].load(std::memory_order_relaxed);
+  const uint32_t contexts = context_count_.load(std::memory_order_acquire);
+  for (uint32_t index = 0; index < contexts; ++index) {
+    DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
+    std::string error;
+    if (context && !context->retired() && !context->write_entry_pcs(entry_pcs, &error) &&
+        first_time(LogOnce::Internal))
+      log_line("context %u: %s", index, error.c_str());
+  }
+}
+
 // The block-entry patch claims ring room against a cached limit it never refreshes itself (a
 // read of the consumer's tail over PCIe needs more registers than it has): this thread moves it.
 void Injector::refresh_ring_limits() {
@@ -166,7 +182,9 @@ void Injector::control_loop() {
   while (!stopping_.load(std::memory_order_acquire)) {
     follow_control(*writer_, *this, &seen_generation);
     // a kernel the filter leaves out registered since: its slot says so now
+    const bool pcs_stale = entry_pcs_stale_.exchange(false, std::memory_order_acq_rel);
     if (flags_stale_.exchange(false, std::memory_order_acq_rel)) apply_config();
+    else if (pcs_stale) write_entry_pcs();
     refresh_ring_limits();
     const auto now = std::chrono::steady_clock::now();
     // every poll, not with the (slower) publishing: an exec launched unlearned is learned at its

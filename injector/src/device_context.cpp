@@ -52,6 +52,7 @@ std::unique_ptr<DeviceContext> DeviceContext::create(CUcontext context, uint32_t
   auto* header = reinterpret_cast<DeviceContextState*>(image.data());
   header->ring_head = 0;
   header->ring_limit = view.caps.event_ring_records;
+  header->moved_limit = view.caps.event_ring_records;
   header->ring = reinterpret_cast<EventRecord*>(ring_device);
   header->consumer_tail = reinterpret_cast<uint64_t*>(tail_device);
   header->ring_capacity = view.caps.event_ring_records;
@@ -124,7 +125,7 @@ bool DeviceContext::refresh_ring_limit(std::string* error) {
       ring::moved_limit(__atomic_load_n(consumer_tail_, __ATOMIC_ACQUIRE), ring_capacity_, limit_written_);
   if (limit == limit_written_) return true;
   limit_source_ = limit;
-  uint8_t* word = device_ + offsetof(DeviceContextState, ring_limit);
+  uint8_t* word = device_ + offsetof(DeviceContextState, moved_limit);
   if (sanitizerMemcpyHostToDeviceAsync(word, &limit_source_, sizeof(uint64_t), tool_stream_) != SANITIZER_SUCCESS ||
       sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS) {
     *error = "moving the event ring's limit failed";

@@ -38,6 +38,11 @@ class DeviceContext {
   // Tool thread: the ring's cached limit (consumer tail + capacity), which the block-entry patch
   // claims against without reading the tail itself, moved up once the consumer has read an
   // eighth of the ring since the last move. A stale limit only drops (counted), never overwrites.
+  // The same with the config words as they are (a kernel registered, no switch).
+  bool write_entry_pcs(const std::vector<uint64_t>& entry_pcs, std::string* error) {
+    const std::vector<uint32_t> flags = flags_in_place_;
+    return write_slot_headers(flags, entry_pcs, error);
+  }
   bool ring_limit_stale() const;
   bool refresh_ring_limit(std::string* error);
   // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this

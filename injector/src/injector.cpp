@@ -429,7 +429,8 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     const bool captured = slot_captured_[slot].load(std::memory_order_relaxed) != 0;
     // the tool thread writes the slot's first pc (and, with a filter, its verdict) to the device
     slot_entry_pc_[slot].store(entry_pc, std::memory_order_relaxed);
-    flags_stale_.store(true, std::memory_order_release);
+    entry_pcs_stale_.store(true, std::memory_order_release);
+    if (filter_) flags_stale_.store(true, std::memory_order_release);
     // the slot's address must fit below the config bits of a bound userdata
     if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
       // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps the userdata of its first launch).

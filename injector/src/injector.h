@@ -111,6 +111,8 @@ class Injector : private ControlTarget {
   void apply_config();
   void publish();
   void refresh_ring_limits();
+  // Registered kernels' first pcs into their slots (apply_config writes them too, with the flags).
+  void write_entry_pcs();
   // Node launch callbacks on while a graph exec may need its nodes learned, off otherwise.
   void manage_node_callbacks();
   // The kernel filter's verdict on a registered kernel (tool thread, no lock: names are
@@ -181,6 +183,7 @@ class Injector : private ControlTarget {
 
   std::atomic<int64_t> live_graph_execs_{0};
   std::atomic<bool> publish_requested_{false};
+  std::atomic<bool> entry_pcs_stale_{false};  // a kernel registered since: its first pc to the device
   std::atomic<bool> flags_stale_{false};  // a slot's config word in device memory needs rewriting
   std::atomic<bool> stopping_{false};
   std::thread control_thread_;

@@ -113,7 +113,9 @@ struct alignas(256) DeviceContextState {
   uint64_t ring_limit;     // cached consumer tail + capacity
   uint64_t ring_reserved;  // room promised (ring::claim)
   uint64_t ring_refresh_after;  // device-clock time before which the tail is not re-read
-  uint64_t reserved0[4];
+  uint64_t moved_limit;    // the limit ring::claim_cached claims against, moved by the host only
+                           // (a word of its own: a host copy never undoes a device fetch_max)
+  uint64_t reserved0[3];
   // ring description (host-written once)
   EventRecord* ring;               // host-mapped event ring in the segment
   uint64_t* consumer_tail;         // host-mapped RingControl::tail in the segment
