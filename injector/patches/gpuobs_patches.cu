@@ -132,7 +132,6 @@ __device__ __forceinline__ uint64_t block_word(uint32_t x, uint32_t y, uint32_t 
   return uint64_t(x) | (uint64_t(y & 0xffff) << 32) | (uint64_t(z & 0xffff) << 48);
 }
 
-
 __device__ __forceinline__ void write_record(DeviceContextState* context, uint64_t ticket, uint64_t pc,
                                              uint64_t address, uint32_t thread, uint32_t sm, uint32_t slot,
                                              EventKind kind, uint32_t access_bytes, uint32_t flags,

@@ -41,26 +41,17 @@ void Injector::apply_config() {
   // every slot, registered or not: a kernel registered later starts under the config in force
   const uint32_t slots = writer_->view().caps.kernel_slots;
   std::vector<uint32_t> flags(slots, make_flags(config, true));
-  std::vector<uint64_t> entry_pcs(slots, 0);
   for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot) {
     const bool captured = captured_by(filter.get(), slot);
     slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
     flags[slot] = make_flags(config, captured);
-    entry_pcs[slot] = slot_entry_pc_[slot].load(std::memory_order_relaxed);
   }
   std::vector<std::pair<Binding, uint64_t>> rebind;
   if (config_.bound_config) {
     std::lock_guard<std::mutex> lock(config_mutex_);
     for (const Binding& binding : bindings_) rebind.emplace_back(binding, userdata_of(binding, flags[binding.slot]));
   }
-  const uint32_t contexts = context_count_.load(std::memory_order_acquire);
-  for (uint32_t index = 0; index < contexts; ++index) {
-    DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
-    std::string error;
-    if (context && !context->retired() && !context->write_slot_headers(flags, entry_pcs, &error) &&
-        first_time(LogOnce::Internal))
-      log_line("context %u: %s", index, error.c_str());
-  }
+  write_slot_headers(&flags);
   for (const auto& [binding, userdata] : rebind) {
     if (binding.context->retired()) continue;
     if (sanitizerSetCallbackData(binding.function, reinterpret_cast<void*>(userdata)) != SANITIZER_SUCCESS &&
@@ -142,8 +133,7 @@ void Injector::publish() {
   writer_->publish(snapshot);
 }
 
-void Injector::write_entry_pcs() {
-  std::lock_guard<std::mutex> writing(device_config_mutex_);
+void Injector::write_slot_headers(const std::vector<uint32_t>* flags) {
   const uint32_t slots = writer_->view().caps.kernel_slots;
   std::vector<uint64_t> entry_pcs(slots, 0);
   for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot)
@@ -152,7 +142,7 @@ void Injector::write_entry_pcs() {
   for (uint32_t index = 0; index < contexts; ++index) {
     DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
     std::string error;
-    if (context && !context->retired() && !context->write_entry_pcs(entry_pcs, &error) &&
+    if (context && !context->retired() && !context->write_slot_headers(flags, entry_pcs, &error) &&
         first_time(LogOnce::Internal))
       log_line("context %u: %s", index, error.c_str());
   }
@@ -184,7 +174,10 @@ void Injector::control_loop() {
     // a kernel the filter leaves out registered since: its slot says so now
     const bool pcs_stale = entry_pcs_stale_.exchange(false, std::memory_order_acq_rel);
     if (flags_stale_.exchange(false, std::memory_order_acq_rel)) apply_config();
-    else if (pcs_stale) write_entry_pcs();
+    else if (pcs_stale) {
+      std::lock_guard<std::mutex> writing(device_config_mutex_);
+      write_slot_headers(nullptr);  // a kernel registered: its first pc, the config words as they are
+    }
     refresh_ring_limits();
     const auto now = std::chrono::steady_clock::now();
     // every poll, not with the (slower) publishing: an exec launched unlearned is learned at its

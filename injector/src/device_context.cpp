@@ -84,8 +84,9 @@ void* DeviceContext::slot_address(uint32_t slot) const {
   return device_ + device_slots_offset() + uint64_t(slot) * sizeof(DeviceKernelSlot);
 }
 
-bool DeviceContext::write_slot_headers(const std::vector<uint32_t>& flags, const std::vector<uint64_t>& entry_pcs,
+bool DeviceContext::write_slot_headers(const std::vector<uint32_t>* new_flags, const std::vector<uint64_t>& entry_pcs,
                                        std::string* error) {
+  const std::vector<uint32_t> flags = new_flags ? *new_flags : flags_in_place_;
   // flags and entry_pc are adjacent in the slot's first line: one copy of both per slot
   static_assert(offsetof(DeviceKernelSlot, entry_pc) == offsetof(DeviceKernelSlot, flags) + sizeof(uint32_t),
                 "flags and entry_pc adjacent");

@@ -28,21 +28,16 @@ class DeviceContext {
   // Device address of a kernel slot: the userdata its patches receive.
   void* slot_address(uint32_t slot) const;
 
-  // Tool thread: each slot's config word (make_flags) and its function's first pc into the
-  // slot's host-written line, where the patches read them; slots whose words are already in
-  // place are skipped. Waits on the tool's stream: launches that start after this returns see
-  // it (a launch running meanwhile may see old and new in different blocks; the census stays
-  // exact, block by block).
-  bool write_slot_headers(const std::vector<uint32_t>& flags, const std::vector<uint64_t>& entry_pcs,
+  // Tool thread: each slot's config word (make_flags; nullptr: the words in place) and its
+  // function's first pc into the slot's host-written line, where the patches read them; slots
+  // whose words are already in place are skipped. Waits on the tool's stream: launches that
+  // start after this returns see it (a launch running meanwhile may see old and new in
+  // different blocks; the census stays exact, block by block).
+  bool write_slot_headers(const std::vector<uint32_t>* flags, const std::vector<uint64_t>& entry_pcs,
                           std::string* error);
   // Tool thread: the ring's cached limit (consumer tail + capacity), which the block-entry patch
   // claims against without reading the tail itself, moved up once the consumer has read an
   // eighth of the ring since the last move. A stale limit only drops (counted), never overwrites.
-  // The same with the config words as they are (a kernel registered, no switch).
-  bool write_entry_pcs(const std::vector<uint64_t>& entry_pcs, std::string* error) {
-    const std::vector<uint32_t> flags = flags_in_place_;
-    return write_slot_headers(flags, entry_pcs, error);
-  }
   bool ring_limit_stale() const;
   bool refresh_ring_limit(std::string* error);
   // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this

@@ -111,8 +111,9 @@ class Injector : private ControlTarget {
   void apply_config();
   void publish();
   void refresh_ring_limits();
-  // Registered kernels' first pcs into their slots (apply_config writes them too, with the flags).
-  void write_entry_pcs();
+  // Every context's slot headers: the config words `flags` (nullptr: as they are) and the
+  // registered kernels' first pcs. Under device_config_mutex_.
+  void write_slot_headers(const std::vector<uint32_t>* flags);
   // Node launch callbacks on while a graph exec may need its nodes learned, off otherwise.
   void manage_node_callbacks();
   // The kernel filter's verdict on a registered kernel (tool thread, no lock: names are

@@ -88,8 +88,9 @@ GPUOBS_HD constexpr uint64_t bound_userdata(uint64_t slot_address, uint32_t flag
 }
 GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((userdata >> 48) & 0x7fff); }
 
-// Default userdata: the slot's address, and in bits 48-62 the slot's index, from which the
-// block-entry patch finds its context's state by arithmetic (context_of_slot) instead of a load.
+// Measurement only (GPUOBS_DEBUG_PATCHES=load_context): the slot's address with the slot's index
+// in bits 48-62, from which a diagnostic patch finds its context's state by arithmetic
+// (context_of_slot) instead of a load.
 constexpr uint32_t kMaxDeviceSlots = 1u << 15;
 GPUOBS_HD constexpr uint64_t slot_userdata(uint64_t slot_address, uint32_t slot) {
   return (slot_address & kSlotAddressMask) | (uint64_t(slot & (kMaxDeviceSlots - 1)) << 48);
