@@ -16,9 +16,11 @@ event arrives; events that match none are held until their replay is finished wi
 counted as unmatched.
 
 Memory is bounded: per graph exec the last KEEP_REPLAYS replays are kept in detail; older ones
-are folded into totals, but only once the daemon has caught up with the event rings (settle()):
-a replay's events may still be in a ring when a fast program has already launched a thousand more
-replays. A daemon that never catches up folds anyway past MAX_UNSETTLED replays.
+are folded into totals, but only once the daemon has caught up with the event rings and the device
+has begun a later replay (settle()): a fast program launches thousands of replays ahead of its
+device, so a replay out of the window may not have run yet, and a switch to an event mode that
+lands meanwhile gives it events. A daemon that never catches up folds anyway past MAX_UNSETTLED
+replays.
 
 Graph execs are told apart by their first-seen order (`instance`), not by their handle: the
 driver may give a destroyed exec's handle to a new one, which gets a GraphExec of its own. A
@@ -83,7 +85,8 @@ class GraphJoin(Analysis):
     """All graph execs of one process."""
 
     MAX_GRAPHS = 4096     # execs kept: the oldest final one makes room, else a new exec is not counted
-    FINAL_AFTER_S = 1.0   # a destroyed exec's last events are read by then (and the rings caught up)
+    FINAL_AFTER_S = 1.0   # a destroyed exec's last events are read by then (and the rings caught up) ...
+    FINAL_LATEST_S = 30.0  # ... or by then, when no later replay has begun to say its last one finished
     KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
     MAX_UNSETTLED = 8 * 1024  # replays out of the window waiting for the daemon to catch up
     SWEEP_SPANS = 1 << 16     # spans held before unclaimed ones are looked for ...
@@ -291,13 +294,22 @@ class GraphJoin(Analysis):
             self._fold(*self.unsettled.popleft())
         return record
 
-    def settle(self) -> None:
-        """The daemon has read every event ring to its end: replays out of the window are final,
-        and so are the execs destroyed at least FINAL_AFTER_S ago."""
-        while self.unsettled:
+    def settle(self, replay_begun: int) -> None:
+        """The daemon has read every event ring to its end, and the device had begun replay
+        `replay_begun` before: replays out of the window and numbered below it are final, and so
+        are the execs destroyed at least FINAL_AFTER_S ago whose replays are (or, for an exec
+        whose last replay was the process's last, FINAL_LATEST_S ago: no later replay may come to
+        say it finished)."""
+        # the queue is in replay order per exec, and nearly so across execs: a replay found not
+        # begun stops the fold, and what follows it waits for a later pass (or MAX_UNSETTLED)
+        while self.unsettled and self.unsettled[0][1].replay < replay_begun:
             self._fold(*self.unsettled.popleft())
         now = self.clock()
         while self.destroyed and now - self.destroyed[0].destroyed_at >= self.FINAL_AFTER_S:
+            graph = self.destroyed[0]
+            newest = max((record.replay for record in graph.recent.values()), default=0)
+            if newest >= replay_begun and now - graph.destroyed_at < self.FINAL_LATEST_S:
+                break
             self._finalize(self.destroyed.popleft())
 
     def _finalize(self, graph: GraphExec) -> None:

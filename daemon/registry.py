@@ -27,7 +27,7 @@ import structlog
 from gpuobs._native import EVENT_KIND_COUNT
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
-from .analysis import Analysis
+from .analysis import ALL_REPLAYS, Analysis
 from .analysis_budget import AnalysisBudget
 from .block_pairing import BlockPairing
 from .errors import Busy
@@ -159,6 +159,7 @@ class ObservedProcess:
     analyses: ProcessAnalyses = dataclasses.field(default_factory=ProcessAnalyses.create)  # the registry passes its budget
     hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
     seen_dead: bool = False  # the producer was found dead on an idle pass
+    replay_begun: int = 0  # the last device_replay_begun read (GlobalCounters)
     gone_at: float = 0.0  # registry clock at the final drain
     # the drain (one pass of this process) and each query (one view of it) hold it; reentrant
     # because a view may call a helper that takes it again
@@ -337,6 +338,12 @@ class Registry:
         # Sampled before reading: a producer seen exited here has committed all it will; if this
         # pass then reads nothing, everything is in. (/proc is only asked on an idle segment.)
         exited = segment.reader.state() == STATE_EXITED
+        # Sampled before reading too: every replay below the one the device had begun then has
+        # its events in the rings, so once the rings are read to their end those are final.
+        counters = segment.global_counters()
+        if counters is not None:
+            process.replay_begun = max(process.replay_begun, int(counters["device_replay_begun"]))
+        replay_begun = ALL_REPLAYS if exited or process.seen_dead else process.replay_begun
         read = 0
         # Launches first: a launch record is written before its kernel runs, so the events read
         # next find their launch (graph node) already known.
@@ -366,7 +373,7 @@ class Registry:
         if caught_up:
             with process.lock:
                 for analysis in process.analyses:
-                    analysis.settle()
+                    analysis.settle(replay_begun)
         if read == 0 and not exited and not segment.reader.producer_alive():
             # died without marking the segment: its last claims are settled by the torn timeout,
             # so look again on the next pass before declaring it drained

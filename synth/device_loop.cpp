@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <string>
 #include <thread>
 
@@ -72,6 +73,18 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
   const uint64_t graph_exec = 0x6a0000000000ULL + uint64_t(::getpid());
   std::vector<uint64_t> node_grid_ids;
   uint64_t replay = 0;
+  // Launches issued and not run yet (--device-lag): each runs in the mode in force when it runs.
+  struct Queued {
+    LaunchShape shape;
+    size_t index;
+  };
+  std::deque<Queued> queued;
+  const auto run_next = [&] {
+    const Queued next = queued.front();
+    queued.pop_front();
+    const DeviceConfig device_config{in_force.mode, in_force.shift, captured[next.index] != 0};
+    work_done += device.run(next.shape, catalog[next.index], device_config);
+  };
   while (!stop.load(std::memory_order_relaxed)) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (options.duration > 0 && elapsed >= options.duration) break;
@@ -120,7 +133,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
       launch_grid_id = ++grid_id;
     }
     const KernelProfile& profile = catalog[index];
-    LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads,
+    const LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads,
                       launch_grid_id, uint32_t(launches % options.contexts), options.graph_nodes ? replay : 0};
     LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
                                                in_force.mode, in_force.shift, captured[index] != 0);
@@ -133,9 +146,10 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     if (options.launch_trace || (options.graph_nodes && replay == 1)) writer.write_launch(record);
     ++launches;
     if (shape.slot == UINT32_MAX) continue;
-    DeviceConfig device_config{in_force.mode, in_force.shift, captured[index] != 0};
-    work_done += device.run(shape, profile, device_config);
+    queued.push_back({shape, index});
+    while (queued.size() > options.device_lag) run_next();
   }
+  while (!queued.empty()) run_next();
   if (options.hang_seconds > 0 && slots[0] != UINT32_MAX) {
     // A kernel that hangs: its launch record, its blocks' enters, then nothing until released.
     const KernelProfile& profile = catalog[0];

@@ -30,7 +30,8 @@ std::string choices(const Table& table) {
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
                "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
-               "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n",
+               "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
+               "  [--device-lag LAUNCHES]\n",
                message, choices(kModes).c_str(), choices(kPatchSetNames).c_str());
   std::exit(2);
 }
@@ -61,7 +62,7 @@ void apply_environment(Options* o) {
 
 Options parse_options(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -79,6 +80,7 @@ Options parse_options(int argc, char** argv) {
       {"cubin-function", required_argument, nullptr, kCubinFunction},
       {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
       {"launch-trace", no_argument, nullptr, kLaunchTrace},
+      {"device-lag", required_argument, nullptr, kDeviceLag},
       {nullptr, 0, nullptr, 0}};
   Options o;
   apply_environment(&o);
@@ -112,6 +114,7 @@ Options parse_options(int argc, char** argv) {
       case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
       case kSteps: o.steps = true; break;
       case kLaunchTrace: o.launch_trace = true; break;
+      case kDeviceLag: o.device_lag = uint32_t(parse_number(optarg, "--device-lag")); break;
       case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
       case kCubin: o.cubin = optarg; break;
       case kCubinFunction: o.cubin_function = optarg; break;

@@ -40,6 +40,9 @@ struct Options {
   std::string filter;
   bool unlink_at_exit = false;
   bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
+  uint32_t device_lag = 0;    // launches the device runs behind the host, as a GPU's queue: a launch's
+                              // records are written when it is issued, its kernel runs this many
+                              // launches later, in the mode in force then
 };
 
 // The settings from the environment and the command line; exits with a usage message (status 2)

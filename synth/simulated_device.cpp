@@ -62,6 +62,9 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   const uint64_t blocks = uint64_t(launch.grid_x) * launch.grid_y * launch.grid_z;
   const Mode mode = config.mode;
   DeviceKernelSlot& counters = kernels_[launch.slot];
+  // Launches run one after another: a replay begun means the ones before it finished.
+  if (launch.replay > replay_begun_.load(std::memory_order_relaxed))
+    replay_begun_.store(launch.replay, std::memory_order_release);
   count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z), pack_block(launch.block_threads, 1, 1));
   if (mode_emits_events(mode) && config.captured) emit_launch_event(launch, profile);
   const bool observed = mode >= Mode::Counter;
@@ -192,6 +195,7 @@ void SimulatedDevice::publish(bool quiescent) {
   snapshot.memory_accesses = memory_accesses_.load(std::memory_order_relaxed);
   snapshot.blocks = blocks_.load(std::memory_order_relaxed);
   snapshot.quiescent = quiescent;
+  snapshot.replay_begun = replay_begun_.load(std::memory_order_acquire);
   std::vector<KernelCounters> kernels(kernels_.size());
   std::vector<KernelShapes> shapes(kernels_.size());
   for (size_t slot = 0; slot < kernels_.size(); ++slot) {

@@ -70,6 +70,7 @@ class SimulatedDevice {
   std::atomic<uint64_t> events_dropped_{0};
   std::atomic<uint64_t> memory_accesses_{0};
   std::atomic<uint64_t> blocks_{0};
+  std::atomic<uint64_t> replay_begun_{0};  // as the injector reads a device's replay word
 };
 
 }  // namespace synth

@@ -3,6 +3,7 @@
 // into the segment. It is the only thread that reads device memory back or writes config into
 // it, and it does so on its own non-blocking stream, so neither a hung kernel nor a graph capture
 // in another thread is disturbed (measured on the H200), and no launch of the program waits.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -92,20 +93,24 @@ void Injector::publish() {
   DeviceSnapshot snapshot;
   snapshot.ring_heads.assign(writer_->view().caps.event_rings, 0);
   std::vector<DeviceKernelSlot> slots;
+  // Every replay pushed so far is done once no live context that replayed is behind it.
+  snapshot.replay_begun = replays_.load(std::memory_order_acquire) + 1;
   const uint32_t contexts = context_count_.load(std::memory_order_acquire);
   for (uint32_t index = 0; index < contexts; ++index) {
     DeviceContext* context = contexts_[index].load(std::memory_order_acquire);
     if (!context) continue;
     std::string error;
-    uint64_t head = 0;
-    const bool read = context->retired() ? context->read_back(kernel_count, &slots, &head, &error)
+    DeviceContext::ReadBack words;
+    const bool replayed = !context->retired() && context->replayed();  // before the read: its word is then set
+    const bool read = context->retired() ? context->read_back(kernel_count, &slots, &words, &error)
                                          : ScopedContext(context->context()).ok() &&
-                                               context->read_back(kernel_count, &slots, &head, &error);
+                                               context->read_back(kernel_count, &slots, &words, &error);
     if (!read) {
       if (first_time(LogOnce::Internal)) log_line("publishing counters: %s", error.c_str());
       return;  // publish nothing rather than a partial snapshot
     }
-    snapshot.ring_heads[context->ring_index()] = head;
+    snapshot.ring_heads[context->ring_index()] = words.ring_head;
+    if (replayed) snapshot.replay_begun = std::min(snapshot.replay_begun, words.replay_begun);
     // A kernel's function belongs to one context: its slot is counted in that context only.
     for (uint32_t slot = 0; slot < slots.size(); ++slot) {
       const KernelCounters in = census_counters(slots[slot]);

@@ -136,43 +136,44 @@ bool DeviceContext::refresh_ring_limit(std::string* error) {
   return true;
 }
 
-uint64_t DeviceContext::push_replay(Sanitizer_StreamHandle stream) {
-  const uint64_t replay = replay_.fetch_add(1, std::memory_order_relaxed) + 1;
+bool DeviceContext::push_replay(Sanitizer_StreamHandle stream, uint64_t replay) {
   uint64_t& source = replay_sources_[replay % kReplayBuffers];
   source = replay;
   uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
   if (sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) != SANITIZER_SUCCESS)
-    return 0;
-  return replay;
+    return false;
+  replayed_.store(true, std::memory_order_release);
+  return true;
 }
 
 bool DeviceContext::retire(uint32_t kernel_count, std::string* error) {
   std::vector<DeviceKernelSlot> slots;
-  uint64_t head = 0;
-  const bool read = read_back(kernel_count, &slots, &head, error);
+  ReadBack words;
+  const bool read = read_back(kernel_count, &slots, &words, error);
   std::lock_guard<std::mutex> lock(final_mutex_);
   if (read) {
     final_slots_ = std::move(slots);
-    final_head_ = head;
+    final_head_ = words.ring_head;
   }
   retired_.store(true, std::memory_order_release);
   return read;
 }
 
-bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
+bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, ReadBack* words,
                               std::string* error) {
   if (retired()) {
     std::lock_guard<std::mutex> lock(final_mutex_);
     *slots = final_slots_;
     slots->resize(std::min<size_t>(slots->size(), kernel_count));
-    *ring_head = final_head_;
+    words->ring_head = final_head_;
     return true;
   }
   if (kernel_count > kernel_slots_) kernel_count = kernel_slots_;
   slots->resize(kernel_count);
-  uint64_t head_words[2] = {0, 0};
-  // Head first, counters second: a claim seen in the head has its `produced` seen too.
-  if (sanitizerMemcpyDeviceToHost(head_words, device_, sizeof(head_words), tool_stream_) != SANITIZER_SUCCESS) {
+  // The state's words first, counters second: a claim seen in the head has its `produced` seen
+  // too, and a replay seen begun has the events of the replays before it in the ring.
+  DeviceContextState state{};
+  if (sanitizerMemcpyDeviceToHost(&state, device_, sizeof(state), tool_stream_) != SANITIZER_SUCCESS) {
     *error = "reading the ring head failed";
     return false;
   }
@@ -182,7 +183,8 @@ bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlo
     *error = "reading the kernel counters failed";
     return false;
   }
-  *ring_head = head_words[0];
+  words->ring_head = state.ring_head;
+  words->replay_begun = state.config.replay;
   return true;
 }
 

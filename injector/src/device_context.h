@@ -40,17 +40,24 @@ class DeviceContext {
   // eighth of the ring since the last move. A stale limit only drops (counted), never overwrites.
   bool ring_limit_stale() const;
   bool refresh_ring_limit(std::string* error);
-  // Launch path, at GRAPHS_LAUNCH_BEGIN: takes the next replay number of this
-  // context and copies it into DeviceConfig::replay on the graph's stream, ahead of the replay's
-  // nodes, which stamp it into their events (graph nodes keep their grid ids across replays, so
-  // the grid id alone cannot say which replay an event belongs to). Returns the number, 0 when
-  // the copy failed. One word per context: graphs replayed at the same time on different streams
-  // can overwrite each other's number; the daemon then finds events whose (grid id, replay)
-  // match no launch.
-  uint64_t push_replay(Sanitizer_StreamHandle stream);
-  // Control thread: copies the device counters of slots [0, kernel_count) and the ring head.
-  bool read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, uint64_t* ring_head,
-                 std::string* error);
+  // Launch path, at GRAPHS_LAUNCH_BEGIN: copies the replay's number (the process's next, so that
+  // numbers never repeat across contexts) into DeviceConfig::replay on the graph's stream, ahead
+  // of the replay's nodes, which stamp it into their events (graph nodes keep their grid ids
+  // across replays, so the grid id alone cannot say which replay an event belongs to). False
+  // when the copy failed. One word per context: graphs replayed at the same time on different
+  // streams can overwrite each other's number; the daemon then finds events whose (grid id,
+  // replay) match no launch.
+  bool push_replay(Sanitizer_StreamHandle stream, uint64_t replay);
+  // Whether any replay was pushed to this context (only such contexts bound replay_begun).
+  bool replayed() const { return replayed_.load(std::memory_order_acquire); }
+  // Control thread: copies the ring head and the replay word (the replay the device began last:
+  // with one stream, every replay below it has finished), then the device counters of slots
+  // [0, kernel_count).
+  struct ReadBack {
+    uint64_t ring_head = 0;
+    uint64_t replay_begun = 0;
+  };
+  bool read_back(uint32_t kernel_count, std::vector<DeviceKernelSlot>* slots, ReadBack* words, std::string* error);
 
   // In CONTEXT_DESTROY_STARTING, the context still alive: its counters read one last time; from
   // then on read_back hands out that copy, and nothing touches its device memory again.
@@ -59,14 +66,16 @@ class DeviceContext {
 
  private:
   DeviceContext() = default;
-  static constexpr uint32_t kReplayBuffers = 256;  // copy sources stay untouched while a copy may be pending
+  // Copy sources stay untouched while a copy may be pending: the host runs ahead of the device
+  // by up to the driver's queue of launches (over a thousand replays of a short graph).
+  static constexpr uint32_t kReplayBuffers = 4096;
 
   CUcontext context_ = nullptr;
   uint32_t ring_index_ = 0;
   uint32_t kernel_slots_ = 0;
   uint8_t* device_ = nullptr;  // sanitizerAlloc'd DeviceContextState + slots + capture
   Sanitizer_StreamHandle tool_stream_ = nullptr;
-  std::atomic<uint64_t> replay_{0};
+  std::atomic<bool> replayed_{false};
   uint64_t replay_sources_[kReplayBuffers] = {};
   std::vector<uint32_t> flags_in_place_;  // per slot: the config word last written
   std::vector<uint64_t> entry_pc_in_place_;  // per slot: the first pc last written

@@ -520,7 +520,8 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
     // The replay's number, pushed to the device ahead of its nodes in every mode: a switch lands
     // while replays are queued, so the mode the host saw at launch need not be the one the
     // nodes run in, and events must carry their own replay's number whenever they are made.
-    record.replay = context->push_replay(data.hStream);
+    const uint64_t replay = replays_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (context->push_replay(data.hStream, replay)) record.replay = replay;
   }
   t_graph_launch = GraphLaunchInProgress{graph_exec, record.replay, recorded, 0};
   writer_->write_launch(record);

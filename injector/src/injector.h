@@ -183,6 +183,7 @@ class Injector : private ControlTarget {
   uint32_t replays_recording_ = 0;  // recorded replays between their launch begin and end
 
   std::atomic<int64_t> live_graph_execs_{0};
+  std::atomic<uint64_t> replays_{0};  // graph replays numbered so far, in every context
   std::atomic<bool> publish_requested_{false};
   std::atomic<bool> entry_pcs_stale_{false};  // a kernel registered since: its first pc to the device
   std::atomic<bool> flags_stale_{false};  // a slot's config word in device memory needs rewriting

@@ -260,8 +260,9 @@ class Writer {
     gpuobs::count_launch(&device_[slot], packed, pack_block(block[0], block[1], block[2]));
     for (uint64_t index = 0; index < grid_blocks(packed); ++index) count_block(&device_[slot], observed, uint32_t(index));
   }
-  void publish(bool quiescent) {
+  void publish(bool quiescent, uint64_t replay_begun) {
     DeviceSnapshot snapshot;
+    snapshot.replay_begun = replay_begun;
     std::vector<KernelCounters> kernels(device_.size());
     std::vector<KernelShapes> shapes(device_.size());
     for (size_t slot = 0; slot < device_.size(); ++slot) {
@@ -566,7 +567,7 @@ void bind_writer(py::module_& m) {
       .def("move_limit", &Writer::move_limit, py::arg("ring"))
       .def("count_launch", &Writer::count_launch, py::arg("slot"), py::arg("grid"), py::arg("block"),
            py::arg("observed") = true)
-      .def("publish", &Writer::publish, py::arg("quiescent") = false)
+      .def("publish", &Writer::publish, py::arg("quiescent") = false, py::arg("replay_begun") = 0)
       .def("poll_control", &Writer::poll_control, py::arg("seen_generation"))
       .def("acknowledge", &Writer::acknowledge, py::arg("generation"), py::arg("mode"), py::arg("shift"),
            py::arg("patch_set"), py::arg("filter"), py::arg("status"), py::arg("message"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuobs.daemon.analysis import ALL_REPLAYS
 from gpuobs.daemon.graph_join import GraphJoin
 from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
 from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS
@@ -102,7 +103,7 @@ def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
         join.on_launches(graph_launches(range(replay, replay + 1)))
         for slot, (grid_id, blocks) in enumerate(NODES.values()):
             join.on_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
-        join.settle()  # the daemon read every ring to its end
+        join.settle(ALL_REPLAYS)  # the daemon read every ring to its end
     graph = join.by_handle[EXEC]
     assert len(graph.recent) == 4 and len(join.spans) == 4 * len(NODES)
     report = join.exec_report(graph, replays=16)
@@ -119,11 +120,57 @@ def test_replays_leaving_the_window_wait_for_their_events() -> None:
     for replay in range(1, 11):
         for slot, (grid_id, blocks) in enumerate(NODES.values()):
             join.on_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
-    join.settle()
+    join.settle(ALL_REPLAYS)
     report = join.exec_report(join.by_handle[EXEC], replays=16)
     assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": 0}
     assert report["events_unmatched"] == 0 and not join.spans.keys() - {
         (grid_id << 32) | replay for replay in range(7, 11) for grid_id, _ in NODES.values()}
+
+
+def test_replays_the_device_has_not_begun_are_not_judged_yet() -> None:
+    """The host runs far ahead of its device (a GPU queues over a thousand replays of a short
+    graph): the daemon has read every launch record and every event there is, but replays the
+    device has not run yet are not final, whatever the window; a mode switch that lands meanwhile
+    gives them events, which must find their replay (on the H200 a premature judgement left
+    thousands of events unmatched)."""
+    join = joining_everything()
+    join.KEEP_REPLAYS = 4
+    join.on_launches(graph_launches(range(1, 21), mode="counter"))  # 20 launched, 16 out of the window
+    for replay in range(1, 6):  # the device ran 1-5 in counter (no events) and began 6
+        join.settle(6)
+    graph = join.by_handle[EXEC]
+    assert [record.replay for _, record in join.unsettled] == list(range(6, 17))
+    for replay in range(6, 21):  # the switch to blocks lands: 6-20 run with events
+        join.on_events(np.concatenate([block_events(g, replay, b, slot=s, t0=replay * 1000)
+                                       for s, (g, b) in enumerate(NODES.values())]))
+        join.settle(replay + 1)
+    join.settle(ALL_REPLAYS)  # the producer is gone: every replay finished
+    report = join.exec_report(graph, replays=4)
+    assert report["totals"] == {"matched": 15 * len(NODES), "mismatched": 0, "unrecorded": 5 * len(NODES),
+                                "unjoined": 0}
+    assert report["events_unmatched"] == 0 and not join.unsettled
+
+
+def test_a_destroyed_exec_is_final_once_the_device_is_past_its_last_replay() -> None:
+    clock = Clock()
+    join = GraphJoin(clock=clock)
+    join.on_launches(np.concatenate([lifetime("created"), graph_launches(range(1, 4)), lifetime("destroyed")]))
+    graph = join.by_handle[EXEC]
+    clock.now += GraphJoin.FINAL_AFTER_S
+    join.settle(3)  # its last replay may still be running
+    assert graph.final is None
+    join.settle(4)
+    assert graph.final is not None
+    # the process's last replay: nothing later begins, so time alone makes it final
+    join.on_launches(np.concatenate([lifetime("created"), other_grid_ids(graph_launches(range(4, 6)), 100),
+                                     lifetime("destroyed")]))
+    last = join.by_handle[EXEC]
+    clock.now += GraphJoin.FINAL_AFTER_S
+    join.settle(5)
+    assert last.final is None
+    clock.now += GraphJoin.FINAL_LATEST_S
+    join.settle(5)
+    assert last.final is not None
 
 
 def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudged() -> None:
@@ -213,7 +260,7 @@ def test_replays_folded_before_their_nodes_were_learned_still_add_up() -> None:
     join = joining_everything()
     join.KEEP_REPLAYS = 2
     join.on_launches(graph_launches(range(1, 5), recorded=range(0)))  # no node learned yet
-    join.settle()  # replays 1 and 2 are folded, with no node known
+    join.settle(ALL_REPLAYS)  # replays 1 and 2 are folded, with no node known
     join.on_launches(graph_launches(range(5, 6)))  # replay 5 is recorded: the nodes are learned
     graph = join.by_handle[EXEC]
     totals = join.exec_report(graph, replays=2)["totals"]
@@ -266,10 +313,10 @@ def test_a_reused_exec_handle_gets_a_census_of_its_own() -> None:
         report = join.exec_report(graph, replays=4)
         assert report["totals"] == {"matched": 4, "mismatched": 0, "unrecorded": 0, "unjoined": 0}
         assert report["events_unmatched"] == 0
-    join.settle()
+    join.settle(ALL_REPLAYS)
     assert old.final is None  # its last events may still be in a ring
     clock.now += GraphJoin.FINAL_AFTER_S
-    join.settle()
+    join.settle(ALL_REPLAYS)
     assert old.final is not None and new.final is None
     assert join.node_grid_ids().tolist() == [111, 112] and join.graph_exec_of(11) == 0
     assert join.graph_exec_of(111) == EXEC
@@ -293,7 +340,7 @@ def test_censuses_of_destroyed_execs_make_room_for_new_ones() -> None:
         launches = other_grid_ids(graph_launches(range(2 * index + 1, 2 * index + 3)), 100 * index)
         join.on_launches(np.concatenate([lifetime("created"), launches, lifetime("destroyed")]))
         clock.now += GraphJoin.FINAL_AFTER_S
-        join.settle()
+        join.settle(ALL_REPLAYS)
         assert len(join.execs) <= 4 and len(join.grid_owner) == 0
     assert (join.graphs_forgotten, join.graphs_dropped) == (6, 0)
     assert [graph.instance for graph in join.execs.values()] == [7, 8, 9, 10]

@@ -84,6 +84,29 @@ def test_every_node_execution_is_joined_to_its_own_replays_events(start_synth, s
         assert durations.min_ns <= durations.p50_ns <= durations.p99_ns <= durations.max_ns
 
 
+def test_replays_queued_far_ahead_of_the_device_are_joined_when_they_run(start_synth, start_daemon) -> None:
+    """A GPU runs replays long after the host launched them (its queue holds over a thousand
+    replays of a short graph): the daemon reads the launch records of replays the device has not
+    begun, and catches up with every event there is, over and over. It judges a replay only once
+    the device has begun a later one (GlobalCounters.device_replay_begun), so every event still
+    finds its replay however far the window (GraphJoin.KEEP_REPLAYS) is behind the host."""
+    from gpuobs.daemon.graph_join import GraphJoin
+    from gpuobs_testing.daemon import device_stage
+
+    nodes, replays, lag = 2, 1600, GraphJoin.KEEP_REPLAYS + 200
+    synth = start_synth("--mode", "blocks", "--graph-nodes", str(nodes), "--launches", str(nodes * replays),
+                        "--device-lag", str(nodes * lag), "--rate", "100000", "--kernels", "8",
+                        "--ring-records", str(1 << 20))
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait(timeout=120) == 0
+    daemon.wait_all_gone()
+    graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(), timeout=10).graphs[0]
+    assert device_stage(daemon.status().processes[0]).dropped == 0
+    assert (graph.replays, graph.node_executions) == (replays, nodes * replays)
+    assert (graph.executions_matched, graph.executions_mismatched, graph.executions_unrecorded,
+            graph.executions_unjoined, graph.events_unmatched) == (nodes * replays, 0, 0, 0, 0)
+
+
 def test_replays_argument_is_checked(start_daemon) -> None:
     import grpc
     import pytest

@@ -6,7 +6,7 @@
 # comes in two chunk folders that must be carried by calls back to back on a warm machine (it
 # stays warm ~30 s after a call): make the next call at once.
 #
-#   call 1 (carry .whl .vllm/c1):  bash tests/gpu/device_calls.sh 1 COMMIT
+#   call 1 (carry .whl .vllm/c1):  bash tests/gpu/device_calls.sh 1 COMMIT [overhead workloads: silu,gemm]
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
 #   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [extra overhead workloads]
 #
@@ -25,9 +25,10 @@ case "$call" in
     bash .vllm/c1/device_unpack.sh .vllm/c1 > "$out/unpack-c1.txt" 2>&1
     timeout 330 bash tests/gpu/run_gpu_suite.sh "$out/gpu" > "$out/suite-console.txt" 2>&1
     echo "suite rc $? at $SECONDS s"
-    timeout "$(left 570)" python3 bench/overhead.py --rounds 3 --workloads silu,gemm \
+    workloads=${3:-silu,gemm}
+    timeout "$(left 570)" python3 bench/overhead.py --rounds 3 --workloads "$workloads" \
       --out "$out/overhead-kernels.json" --commit "$commit" > "$out/overhead-kernels.txt" 2>&1
-    echo "overhead (silu, gemm) rc $? at $SECONDS s"
+    echo "overhead ($workloads) rc $? at $SECONDS s"
     tail -3 "$out/gpu/summary.md" 2>/dev/null | head -1
     ;;
   2|3)

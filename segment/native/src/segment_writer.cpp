@@ -160,6 +160,7 @@ void SegmentWriter::publish(const DeviceSnapshot& snapshot) {
   put_relaxed(&counters.device_memory_accesses, snapshot.memory_accesses);
   put_relaxed(&counters.device_blocks, snapshot.blocks);
   put_relaxed(&counters.device_quiescent, snapshot.quiescent ? 1 : 0);
+  put_relaxed(&counters.device_replay_begun, snapshot.replay_begun);
   put_relaxed(&counters.launches, snapshot.launches);
   const uint32_t kernels = snapshot.kernel_count < v.caps.kernel_slots ? snapshot.kernel_count : v.caps.kernel_slots;
   for (uint32_t slot = 0; snapshot.kernels && slot < kernels; ++slot)

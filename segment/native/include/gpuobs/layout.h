@@ -522,7 +522,13 @@ struct GlobalCounters {
   uint64_t graph_callback_ns;     // graph launches, node launches, graph exec lifetimes
   uint64_t patch_ns;              // ... of resource_callback_ns: patching modules
   uint64_t cubin_ns;              // ... of resource_callback_ns: keeping cubins
-  uint64_t reserved[9];
+  // The graph replay the device began last (its replay word, read with the counters): one
+  // stream's replays run in order, so every replay numbered below it has finished and its events
+  // are in the rings. With replays in several contexts, the least of theirs (a context that never
+  // replayed does not count); 0 before any replay began. The daemon finishes judging a replay only
+  // below it: a replay out of its window may not have run yet when the host is far ahead.
+  uint64_t device_replay_begun;
+  uint64_t reserved[8];
 };
 static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
 inline constexpr Field kGlobalCountersFields[] = {
@@ -549,6 +555,7 @@ inline constexpr Field kGlobalCountersFields[] = {
     GPUOBS_FIELD(GlobalCounters, graph_callback_ns),
     GPUOBS_FIELD(GlobalCounters, patch_ns),
     GPUOBS_FIELD(GlobalCounters, cubin_ns),
+    GPUOBS_FIELD(GlobalCounters, device_replay_begun),
     GPUOBS_RESERVED(GlobalCounters, reserved),
 };
 static_assert(covers(kGlobalCountersFields, sizeof(GlobalCounters)), "kGlobalCountersFields lists every member");

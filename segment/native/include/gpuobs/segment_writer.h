@@ -25,6 +25,7 @@ struct DeviceSnapshot {
   uint64_t blocks = 0;
   uint64_t launches = 0;
   bool quiescent = false;
+  uint64_t replay_begun = 0;                  // GlobalCounters::device_replay_begun
   std::vector<uint64_t> ring_heads;           // per event ring: tickets claimed
   const KernelCounters* kernels = nullptr;    // [kernel_count]
   const KernelShapes* shapes = nullptr;       // [kernel_count]
