@@ -8,7 +8,7 @@
 #
 #   call 1 (carry .whl .vllm/c1):  bash tests/gpu/device_calls.sh 1 COMMIT [overhead workloads: silu,gemm]
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
-#   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [extra overhead workloads]
+#   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [overhead workloads after it]
 #
 # Everything goes under $OUT; what lies deeper than the device returns is also in $OUT/*.tgz.
 # Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
@@ -41,10 +41,10 @@ case "$call" in
       > "$out/vllm-tests-$call.log" 2>&1
     echo "$test rc $? at $SECONDS s"
     (cd "$out" && tar czf "r-$call.tgz" r)
-    if [ "$call" = 3 ]; then
-      timeout "$(left 575)" python3 bench/overhead.py --rounds 3 --workloads "decode${3:+,$3}" \
+    if [ "$call" = 3 ] && [ -n "${3:-}" ]; then
+      timeout "$(left 575)" python3 bench/overhead.py --rounds 3 --workloads "$3" \
         --out "$out/overhead-decode.json" --commit "$commit" > "$out/overhead-decode.txt" 2>&1
-      echo "overhead (decode${3:+,$3}) rc $? at $SECONDS s"
+      echo "overhead ($3) rc $? at $SECONDS s"
     fi
     grep -E "passed|failed" "$out/vllm-tests-$call.log" | tail -1
     ;;
