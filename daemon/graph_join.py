@@ -91,6 +91,7 @@ class GraphJoin(Analysis):
     MAX_UNSETTLED = 8 * 1024  # replays out of the window waiting for the daemon to catch up
     SWEEP_SPANS = 1 << 16     # spans held before unclaimed ones are looked for ...
     SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
+    AHEAD_REPLAYS = 1 << 20   # events of a replay this far past the last launch record read wait for it
 
     def __init__(self, budget: TimeBudget | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = budget or AnalysisBudget()
@@ -106,6 +107,7 @@ class GraphJoin(Analysis):
         self.grid_owner: dict[int, GraphExec] = {}  # node grid id -> its exec (not final ones)
         self._owners_version = 0  # bumped whenever grid_owner changes
         self.unsettled: collections.deque[tuple[GraphExec, ReplayRecord]] = collections.deque()
+        self.newest_replay = 0  # the highest replay number of a graph launch record read
         self.destroyed: collections.deque[GraphExec] = collections.deque()  # destroyed, not final yet
         # (instance, low replay bits) of skipped events whose replay had no record yet
         self.skipped_ahead: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
@@ -185,6 +187,8 @@ class GraphJoin(Analysis):
                 if graph is not None:
                     self._destroyed(graph)
         graph_launches = rows[kinds == GRAPH_LAUNCH]
+        if len(graph_launches):
+            self.newest_replay = max(self.newest_replay, int(graph_launches["replay"].max()))
         implied = (graph_launches["flags"] & GRAPH_NODES_RECORDED) == 0
         execs, counts = np.unique(graph_launches["graph_exec"], return_counts=True)
         implied_counts = dict(zip(*np.unique(graph_launches["graph_exec"][implied], return_counts=True)))
@@ -324,7 +328,7 @@ class GraphJoin(Analysis):
             previous_end = row["device_end_ns"] or previous_end
             self._fold(graph, record)
         graph.recent.clear()
-        graph.events_unmatched = self.unmatched_events(graph)
+        graph.events_unmatched = self.unmatched_events(graph, final=True)
         for key in [key for key in self.spans if self.grid_owner.get(key_grid_id(key)) is graph]:
             self._drop_span(key)
         for grid_id in [grid_id for node in graph.nodes.values() for grid_id in node.grid_ids]:
@@ -514,10 +518,19 @@ class GraphJoin(Analysis):
         # an implied replay ran every learned node, and this grid id is one of its exec's
         return record.implied or any(execution.grid_id == key_grid_id(key) for execution in record.executions)
 
+    def _ahead(self, replay: int) -> bool:
+        """Whether events of this replay (low 32 bits) may come before its launch record: it is
+        numbered after every graph launch record read (the daemon reads the launch ring, then
+        the event rings, and a replay launched in between has events but no record yet). Up to
+        AHEAD_REPLAYS ahead, modulo 2^32 as the device stamps it; a number further off is no
+        replay still to come."""
+        return 0 < (replay - self.newest_replay) & REPLAY_MASK <= self.AHEAD_REPLAYS
+
     def _sweep(self) -> None:
-        """Spans no kept replay claims are unmatched events: counted, then forgotten."""
+        """Spans no kept replay claims are unmatched events: counted, then forgotten (not those
+        of replays whose launch record may still come)."""
         claims = self._claims(None)
-        for key in [k for k in self.spans if not self._claimed(k, claims)]:
+        for key in [k for k in self.spans if not self._claimed(k, claims) and not self._ahead(key_replay(k))]:
             span = self.spans[key]
             owner = self.grid_owner.get(key_grid_id(key))
             if owner is not None:
@@ -544,11 +557,13 @@ class GraphJoin(Analysis):
             return ((execution, status, 0) for execution in executions)
         return ((execution, *self.execution_status(execution, record)) for execution in executions)
 
-    def unmatched_events(self, graph: GraphExec) -> int:
-        """Events held for this graph's grid ids that no kept replay claims, plus those swept."""
+    def unmatched_events(self, graph: GraphExec, final: bool = False) -> int:
+        """Events held for this graph's grid ids that no kept replay claims, plus those swept;
+        until the exec is final, not those of replays whose launch record may still come."""
         claims = self._claims(graph)
         held = sum(span.events for key, span in self.spans.items()
-                   if self.grid_owner.get(key_grid_id(key)) is graph and not self._claimed(key, claims))
+                   if self.grid_owner.get(key_grid_id(key)) is graph and not self._claimed(key, claims) and
+                   (final or not self._ahead(key_replay(key))))
         return graph.events_unmatched + held
 
     def _check_orders(self, graph: GraphExec, record: ReplayRecord, orders: GraphExec | None = None) -> None:
