@@ -10,7 +10,12 @@ round; configurations interleaved over ROUNDS rounds (the order rotates each rou
 configuration always runs in the same position); in each process every measurement REPEATS
 times, the modes of a gpuobs process interleaved within it (switched live with gpuobsctl, as an
 operator does); per process the median; a configuration's ratio is the median over rounds of
-(its median / the no-tool median of the same round). A process imports vLLM while the one
+(its median / the no-tool median of the same round). Beside the median, the best repeat of
+each process (`best_cost`: what is left when a neighbour's interference, which only adds time,
+is least), and the process's CPU time per token over all its threads (`*_cpu_ms_per_token`:
+what the tool's host side adds, callbacks included, which a busy core does not lengthen the way
+it lengthens wall time; inside one process the wall time of five repeats varied up to 1.4x on
+the H200). A process imports vLLM while the one
 before it starts its engine; that one measures only once the import is done, pinned to half of
 the cores, while the daemon and everything else keep to the other half.
 
@@ -147,6 +152,12 @@ def pin(pid: int, allowed: set[int]) -> None:
             continue
 
 
+# What each process measures, and which way is better: wall time per token in one stream, tokens
+# per second in a batch, and the process's CPU time per token in each.
+METRICS = (("single_ms_per_token", "lower"), ("batch_tokens_per_s", "higher"),
+           ("single_cpu_ms_per_token", "lower"), ("batch_cpu_ms_per_token", "lower"))
+
+
 def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -159,8 +170,8 @@ def summarise(runs: list[dict], configs: list[str]) -> dict:
         if "figures" in run:
             by_round.setdefault(run["round"], {})[run["config"]] = run["figures"]
     out: dict = {"rows": {}, "no_tool_spread": {}}
-    for metric, better in (("single_ms_per_token", "lower"), ("batch_tokens_per_s", "higher")):
-        nones = [median(r["none"]["modes"]["none"][metric]) for r in by_round.values() if "none" in r]
+    for metric, better in METRICS:
+        nones = [median(r["none"]["modes"]["none"].get(metric, [])) for r in by_round.values() if "none" in r]
         nones = [v for v in nones if v]
         if nones:
             centre = statistics.median(nones)
@@ -168,25 +179,32 @@ def summarise(runs: list[dict], configs: list[str]) -> dict:
                 "per_round": nones, "min_over_median": min(nones) / centre, "max_over_median": max(nones) / centre,
                 "within_process_max_over_min": max(
                     (max(r["none"]["modes"]["none"][metric]) / min(r["none"]["modes"]["none"][metric])
-                     for r in by_round.values() if "none" in r), default=None)}
+                     for r in by_round.values() if "none" in r and min(r["none"]["modes"]["none"].get(metric) or [0]) > 0),
+                    default=None)}
         for config in configs:
             for mode in CONFIGS[config][2].split(","):
                 label = config if mode == "none" else f"{config}:{mode}"
                 row = out["rows"].setdefault(label, {})
-                values, ratios = [], []
+                values, ratios, best_ratios = [], [], []
+                best = min if better == "lower" else max  # the repeat least disturbed by anything else
                 for figures in by_round.values():
                     mine = figures.get(config, {}).get("modes", {}).get(mode)
                     base = figures.get("none", {}).get("modes", {}).get("none")
-                    if not mine or not mine[metric]:
+                    if not mine or not mine.get(metric):
                         continue
                     value = median(mine[metric])
                     values.append(value)
-                    if base and base[metric]:
+                    if base and base.get(metric):
                         ratios.append(value / median(base[metric]))
+                        best_ratios.append(best(mine[metric]) / best(base[metric]))
+                if not values:
+                    continue
                 # as a cost: > 1 is slower (ms/token grows, tokens/s falls)
-                costs = ratios if better == "lower" else [1 / r for r in ratios]
+                as_cost = (lambda r: r) if better == "lower" else (lambda r: 1 / r)  # noqa: E731
                 row[metric] = {"per_round": values, "ratio_per_round": ratios, "ratio": median(ratios),
-                               "cost": median(costs)}
+                               "cost": median([as_cost(r) for r in ratios]),
+                               "best_ratio_per_round": best_ratios,
+                               "best_cost": median([as_cost(r) for r in best_ratios])}
     ready = {}
     for config in configs:
         times = [r["figures"]["engine_ready_s"] for r in runs if r["config"] == config and "figures" in r]
@@ -327,12 +345,16 @@ def main() -> int:
         shutil.rmtree(segments, ignore_errors=True)
         write()
     summary = report["summary"]
-    print(f"{'configuration':<24} {'ms/token':>9} {'cost':>6} {'tokens/s':>9} {'cost':>6}")
+    print(f"{'configuration':<24} {'ms/token':>9} {'cost':>6} {'best':>6} {'tokens/s':>9} {'cost':>6} {'best':>6} "
+          f"{'cpu cost 1':>10} {'cpu cost 64':>11}")
     for label, row in summary["rows"].items():
         single, batch = row.get("single_ms_per_token", {}), row.get("batch_tokens_per_s", {})
+        cpu_single, cpu_batch = row.get("single_cpu_ms_per_token", {}), row.get("batch_cpu_ms_per_token", {})
         fmt = lambda v, p: f"{v:{p}}" if v is not None else "-"  # noqa: E731
         print(f"{label:<24} {fmt(median(single.get('per_round', [])), '9.3f')} {fmt(single.get('cost'), '6.3f')} "
-              f"{fmt(median(batch.get('per_round', [])), '9.0f')} {fmt(batch.get('cost'), '6.3f')}")
+              f"{fmt(single.get('best_cost'), '6.3f')} {fmt(median(batch.get('per_round', [])), '9.0f')} "
+              f"{fmt(batch.get('cost'), '6.3f')} {fmt(batch.get('best_cost'), '6.3f')} "
+              f"{fmt(cpu_single.get('cost'), '10.3f')} {fmt(cpu_batch.get('cost'), '11.3f')}")
     print(json.dumps({"no_tool_spread": summary["no_tool_spread"], "engine_ready": summary["engine_ready"],
                       "tokens_identical": summary["tokens_identical"]}, indent=1))
     return 0

@@ -105,6 +105,7 @@ def main() -> int:
         raise SystemExit("no observed process of ours is known to gpuobsd")
     result: dict = {"pid": os.getpid(), "observed_pids": pids, "engine_ready_s": engine_ready_s,
                     "import_s": None, "modes": {mode: {"single_ms_per_token": [], "batch_tokens_per_s": [],
+                                                       "single_cpu_ms_per_token": [], "batch_cpu_ms_per_token": [],
                                                        "set_mode_s": []} for mode in modes},
                     "tokens": {}}
     for line in args.status.read_text().splitlines():
@@ -121,16 +122,21 @@ def main() -> int:
             row = result["modes"][mode]
             if mode != "none":
                 row["set_mode_s"].append(set_mode(args.address, mode, pids))
+            # Wall time per token, and the CPU time of the whole process per token (every thread:
+            # the engine's and the injector's, callbacks included), which a neighbour that takes
+            # the cores away for a while does not lengthen.
             gc.disable()
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.process_time()
             out = llm.generate([prompt], single, use_tqdm=False)
             row["single_ms_per_token"].append((time.perf_counter() - began) * 1000 / args.single_tokens)
-            began = time.perf_counter()
+            row["single_cpu_ms_per_token"].append((time.process_time() - cpu) * 1000 / args.single_tokens)
+            began, cpu = time.perf_counter(), time.process_time()
             outs = llm.generate(prompts, batched, use_tqdm=False)
-            seconds = time.perf_counter() - began
+            seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu
             gc.enable()
             produced = sum(len(o.outputs[0].token_ids) for o in outs)
             row["batch_tokens_per_s"].append(produced / seconds)
+            row["batch_cpu_ms_per_token"].append(cpu_seconds * 1000 / max(produced, 1))
             if repeat == 0:
                 digest = hashlib.sha256(json.dumps([list(out[0].outputs[0].token_ids)] +
                                                    [list(o.outputs[0].token_ids) for o in outs]).encode()).hexdigest()

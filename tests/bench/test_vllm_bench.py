@@ -70,6 +70,9 @@ def test_the_decode_bench_interleaves_fresh_processes_and_reports_ratios_and_spr
     for run in runs:
         figures = run["figures"]["modes"]["none"]
         assert len(figures["single_ms_per_token"]) == 2 and len(figures["batch_tokens_per_s"]) == 2, run
+        # the process's CPU time per token: never above the wall time of all its threads
+        assert len(figures["single_cpu_ms_per_token"]) == 2 and len(figures["batch_cpu_ms_per_token"]) == 2, run
+        assert all(cpu > 0 for cpu in figures["single_cpu_ms_per_token"] + figures["batch_cpu_ms_per_token"]), run
         assert run["figures"]["engine_ready_s"] >= 0.2
     summary = data["summary"]
     assert set(summary["rows"]) == {"none", "floor-patch", "floor-steady"}
@@ -77,6 +80,9 @@ def test_the_decode_bench_interleaves_fresh_processes_and_reports_ratios_and_spr
     assert none["ratio_per_round"] == [1.0, 1.0, 1.0] and len(none["per_round"]) == 3
     for row in summary["rows"].values():
         assert 0.5 < row["batch_tokens_per_s"]["cost"] < 2 and len(row["batch_tokens_per_s"]["ratio_per_round"]) == 3
+        for metric in ("single_ms_per_token", "single_cpu_ms_per_token", "batch_cpu_ms_per_token"):
+            assert len(row[metric]["best_ratio_per_round"]) == 3 and row[metric]["best_cost"] > 0, (metric, row)
+    assert summary["rows"]["none"]["single_cpu_ms_per_token"]["best_ratio_per_round"] == [1.0, 1.0, 1.0]
     spread = summary["no_tool_spread"]["single_ms_per_token"]
     assert spread["min_over_median"] <= 1 <= spread["max_over_median"] and len(spread["per_round"]) == 3
     assert summary["tokens_identical"] and len(summary["token_groups"][0]) == 9
