@@ -1,50 +1,130 @@
-"""Recording -> Chrome/Perfetto trace JSON (the Perfetto UI opens it): one track per SM with a
-slice per block (enter to exit; an instant when exits were not hooked), and one track per
-stream with a slice per kernel launch spanning its blocks. All times are the device clock
-(%globaltimer), microseconds relative to the first event.
+"""Recordings -> one Perfetto trace (protobuf, written with the perfetto package's streaming
+builder; the Perfetto UI and trace processor open it). Per recorded process, under a process
+track of its pid:
 
-Events go to their launch by the launch key (gpuobs.launch_key): a graph node keeps its grid
-id in every replay, so each of its executions is a slice of its own, and a block's exit ends
-the slice of that execution's enter, not of another replay's."""
+- a track per stream (eager kernels) and per graph exec (its node executions), a slice per
+  kernel execution from its first event to its last, named by the kernel, with its grid id,
+  replay and counts as arguments;
+- a track per SM with a slice per block (enter to exit; an instant when exits were not hooked);
+- the engine's steps (the vLLM plugin's records), a slice from each step to the next.
+
+A track holds slices that nest, so where executions or blocks overlap in time (blocks resident
+on one SM together, graph branches) they are spread over numbered lanes of the same name.
+
+Times are the device clock (%globaltimer, absolute nanoseconds, as the trace's own clock). Steps
+are stamped by the host (CLOCK_MONOTONIC): they are placed on the device clock by the pair that
+a clock snapshot in the trace also carries, the least gap between a launch record's host time and
+its launch's first block on the device (a graph replay, or an eager launch under the launch
+trace): late by up to one launch's latency, a few microseconds; without such a pair no step is
+placed (the process track says so).
+
+Events go to their launch by the launch key (gpuobs.launch_key): a graph node keeps its grid id in
+every replay, so each of its executions is a slice of its own, and a block's exit ends the slice
+of that execution's enter, not of another replay's."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import heapq
 from pathlib import Path
+from typing import BinaryIO, Iterable
 
 import numpy as np
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import BuiltinClock, TracePacket, TrackEvent
+from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay, key_replays
 from gpuobs.recording import Recording
-from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
+SEQUENCE = 1  # every packet comes from this one writer
 
 
-def streams_of(launches: np.ndarray) -> tuple[dict[int, int], dict[int, int]]:
-    """(stream per eager grid id, stream per replay's low 32 bits) from the launch records."""
-    eager = launches[launches["kind"] == LAUNCH_KINDS["eager"]]
-    replays = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
-    return (dict(zip(eager["grid_id"].tolist(), eager["stream"].tolist())),
-            dict(zip((replays["replay"] & np.uint64(REPLAY_MASK)).tolist(), replays["stream"].tolist())))
+@dataclasses.dataclass
+class Slice:
+    """One slice to write: on the track group `group`, [start, end] ns (end None: an instant; a
+    slice lasts 1 ns at least, so that its end never comes before its beginning)."""
+
+    group: str
+    start: int
+    end: int | None
+    name: str
+    args: dict[str, int | str]
+
+    def __post_init__(self) -> None:
+        if self.end is not None:
+            self.end = max(self.end, self.start + 1)
 
 
-def to_trace(recording: Recording) -> dict:
-    events = recording.events
-    trace: list[dict] = []
-    pid_sms = f"GPU blocks (pid {recording.pid})"
-    pid_streams = f"GPU kernels (pid {recording.pid})"
-    trace.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": pid_sms}})
-    trace.append({"ph": "M", "name": "process_name", "pid": 2, "args": {"name": pid_streams}})
-    if len(events) == 0:
-        return {"traceEvents": trace, "displayTimeUnit": "ns"}
-    origin = int(events["globaltimer_ns"].min())
+def lanes(slices: list[Slice]) -> list[int]:
+    """A lane per slice such that slices of one group in one lane never overlap (the least lanes:
+    each slice takes the lane that freed up first, or a new one)."""
+    lane_of = [0] * len(slices)
+    by_group: dict[str, list[int]] = {}
+    for index, item in enumerate(slices):
+        by_group.setdefault(item.group, []).append(index)
+    for indices in by_group.values():
+        indices.sort(key=lambda i: slices[i].start)
+        free: list[tuple[int, int]] = []  # (end, lane)
+        count = 0
+        for index in indices:
+            item = slices[index]
+            if item.end is None:
+                continue  # instants need no lane of their own
+            if free and free[0][0] <= item.start:
+                _, lane = heapq.heappop(free)
+            else:
+                lane, count = count, count + 1
+            lane_of[index] = lane
+            heapq.heappush(free, (item.end, lane))
+    return lane_of
+
+
+def clock_pair(recording: Recording, replays: np.ndarray) -> tuple[int, int] | None:
+    """(device ns, host monotonic ns) of one instant, from the launch record whose launch's first
+    block came soonest after it; None without any launch record that has events."""
+    events, launches = recording.events, recording.launches
+    if not len(events):
+        return None
+    candidates: list[tuple[int, int]] = []  # (device, host)
+
+    def first_events(keys: np.ndarray, times: np.ndarray) -> dict[int, int]:
+        """Per key, its first event (of any kind: each one is evidence the launch had begun)."""
+        if not len(keys):
+            return {}
+        order = np.argsort(keys, kind="stable")
+        unique, starts = np.unique(keys[order], return_index=True)
+        return dict(zip(unique.tolist(), np.minimum.reduceat(times[order], starts).tolist()))
+
+    times = events["globaltimer_ns"].astype(np.int64)
+    graph_first = first_events(replays[replays != 0], times[replays != 0])
+    graph = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
+    for replay, host in zip((graph["replay"] & np.uint64(REPLAY_MASK)).tolist(), graph["host_time_ns"].tolist()):
+        if replay in graph_first:
+            candidates.append((graph_first[replay], int(host)))
+    eager_first = first_events(events["grid_id"][replays == 0], times[replays == 0])
+    eager = launches[(launches["kind"] == LAUNCH_KINDS["eager"]) & (launches["host_time_ns"] > 0)]
+    for grid_id, host in zip(eager["grid_id"].tolist(), eager["host_time_ns"].tolist()):
+        if grid_id in eager_first:
+            candidates.append((eager_first[grid_id], int(host)))
+    return min(candidates, key=lambda pair: pair[0] - pair[1], default=None)
+
+
+def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | str]]:
+    """The slices of one recording, and what its process track says about it."""
+    events, launches = recording.events, recording.launches
     names = {slot: entry["name"] for slot, entry in recording.kernels.items()}
-    launches = recording.launches
-    node_grid_ids = np.unique(launches["grid_id"][launches["kind"] == LAUNCH_KINDS["graph_node"]])
-    replays = key_replays(events["grid_id"], events["replay"], node_grid_ids)
-    eager_stream, replay_stream = streams_of(launches)
+    nodes = launches[launches["kind"] == LAUNCH_KINDS["graph_node"]]
+    node_exec = dict(zip(nodes["grid_id"].tolist(), nodes["graph_exec"].tolist()))
+    replays = key_replays(events["grid_id"], events["replay"], np.unique(nodes["grid_id"]))
+    eager = launches[launches["kind"] == LAUNCH_KINDS["eager"]]
+    eager_stream = dict(zip(eager["grid_id"].tolist(), eager["stream"].tolist()))
+    graph_launches = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
+    exec_stream = dict(zip(graph_launches["graph_exec"].tolist(), graph_launches["stream"].tolist()))
+    slices: list[Slice] = []
+    about: dict[str, int | str] = {"pid": recording.pid, "events": len(events), "dropped": recording.dropped}
 
     def block_key(rows: np.ndarray, numbers: np.ndarray) -> list[tuple[int, ...]]:
         return list(zip(rows["grid_id"].tolist(), numbers.tolist(), rows["block_x"].tolist(), rows["block_y"].tolist(),
@@ -54,30 +134,125 @@ def to_trace(recording: Recording) -> dict:
     exit_time = dict(zip(block_key(events[is_exit], replays[is_exit]), events["globaltimer_ns"][is_exit].tolist()))
     is_enter = events["kind"] == BLOCK_ENTER
     for row, key in zip(events[is_enter], block_key(events[is_enter], replays[is_enter])):
-        start = int(row["globaltimer_ns"])
-        end = exit_time.get(key)
-        name = names.get(int(row["kernel_slot"]), f"slot {int(row['kernel_slot'])}")
-        args = {"block": f"({key[2]},{key[3]},{key[4]})", "grid_id": key[0], **({"replay": key[1]} if key[1] else {})}
-        common = {"pid": 1, "tid": int(row["sm_id"]), "ts": (start - origin) / 1000.0, "name": name, "args": args}
-        if end is None:
-            trace.append({"ph": "i", "s": "t", **common})
+        slot = int(row["kernel_slot"])
+        args: dict[str, int | str] = {"block": f"({key[2]},{key[3]},{key[4]})", "grid_id": key[0]}
+        if key[1]:
+            args["replay"] = key[1]
+        slices.append(Slice(f"SM {int(row['sm_id'])}", int(row["globaltimer_ns"]), exit_time.get(key),
+                            names.get(slot, f"slot {slot}"), args))
+    if len(events):
+        order, starts, keys = group_by_launch(events["grid_id"], replays)
+        times = events["globaltimer_ns"][order].astype(np.int64)
+        firsts, lasts = np.minimum.reduceat(times, starts), np.maximum.reduceat(times, starts)
+        counts = np.diff(np.append(starts, len(order)))
+        entered = np.add.reduceat((events["kind"][order] == BLOCK_ENTER).astype(np.int64), starts)
+        slots = events["kernel_slot"][order][starts]
+        for key, first, last, count, blocks, slot in zip(keys, firsts.tolist(), lasts.tolist(), counts.tolist(),
+                                                         entered.tolist(), slots.tolist()):
+            grid_id, replay = key_grid_id(key), key_replay(key)
+            if replay:
+                graph_exec = node_exec.get(grid_id, 0)
+                group = f"graph exec {graph_exec:#x} (stream {exec_stream.get(graph_exec, 0):#x})"
+            else:
+                stream = eager_stream.get(grid_id)
+                group = f"stream {stream:#x}" if stream is not None else "eager kernels (stream not traced)"
+            args = {"grid_id": grid_id, "events": count, "blocks_entered": blocks}
+            if replay:
+                args["replay"] = replay
+            slices.append(Slice(group, first, last, names.get(int(slot), f"slot {int(slot)}"), args))
+    steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
+    pair = clock_pair(recording, replays)
+    if pair is not None:
+        about["clock_pair_device_ns"], about["clock_pair_host_monotonic_ns"] = pair
+    if len(steps) and pair is None:
+        about["steps"] = f"{len(steps)} not placed: no launch record with device events to relate the clocks"
+    elif len(steps):
+        offset = pair[0] - pair[1]
+        times = (steps["host_time_ns"].astype(np.int64) + offset).tolist()
+        for index, step in enumerate(steps):
+            end = times[index + 1] if index + 1 < len(steps) else None
+            slices.append(Slice("engine steps", times[index], end, f"step {int(step['step'])}",
+                                {"requests": int(step["requests"]), "tokens": int(step["tokens"])}))
+    return slices, about
+
+
+def _annotate(event: TrackEvent, args: dict[str, int | str]) -> None:
+    for name, value in args.items():
+        annotation = event.debug_annotations.add()
+        annotation.name = name
+        if isinstance(value, str):
+            annotation.string_value = value
         else:
-            trace.append({"ph": "X", "dur": max(0.001, (end - start) / 1000.0), **common})
-    order, starts, keys = group_by_launch(events["grid_id"], replays)
-    times = events["globaltimer_ns"][order].astype(np.int64)
-    firsts, lasts = np.minimum.reduceat(times, starts), np.maximum.reduceat(times, starts)
-    counts = np.diff(np.append(starts, len(order)))
-    slots = events["kernel_slot"][order][starts]
-    for key, first, last, count, slot in zip(keys, firsts.tolist(), lasts.tolist(), counts.tolist(), slots.tolist()):
-        grid_id, replay = key_grid_id(key), key_replay(key)
-        stream = replay_stream.get(replay, 0) if replay else eager_stream.get(grid_id, 0)
-        trace.append({"ph": "X", "pid": 2, "tid": int(stream) & 0x7FFFFFFF, "ts": (first - origin) / 1000.0,
-                      "dur": max(0.001, (last - first) / 1000.0), "name": names.get(int(slot), "kernel"),
-                      "args": {"grid_id": grid_id, **({"replay": replay} if replay else {}), "events": count}})
-    return {"traceEvents": trace, "displayTimeUnit": "ns"}
+            annotation.int_value = int(value)
 
 
-def export(recording_path: Path, out_path: Path) -> int:
-    trace = to_trace(Recording.open(recording_path))
-    out_path.write_text(json.dumps(trace))
-    return len(trace["traceEvents"])
+def write_trace(recordings: Iterable[Recording], out: BinaryIO) -> int:
+    """Writes the trace of these recordings; returns the slices and instants written."""
+    builder = StreamingTraceProtoBuilder(out)
+    written = 0
+    next_uuid = iter(range(1, 1 << 62))
+
+    def packet() -> TracePacket:
+        made = builder.create_packet()
+        made.trusted_packet_sequence_id = SEQUENCE
+        return made
+
+    for recording in recordings:
+        slices, about = process_slices(recording)
+        process_uuid = next(next_uuid)
+        descriptor = packet()
+        descriptor.track_descriptor.uuid = process_uuid
+        descriptor.track_descriptor.process.pid = recording.pid
+        descriptor.track_descriptor.process.process_name = f"GPU work of pid {recording.pid} (gpuobs)"
+        builder.write_packet(descriptor)
+        if "clock_pair_device_ns" in about:
+            snapshot = packet()
+            for clock, value in ((BuiltinClock.BUILTIN_CLOCK_BOOTTIME, about["clock_pair_device_ns"]),
+                                 (BuiltinClock.BUILTIN_CLOCK_MONOTONIC, about["clock_pair_host_monotonic_ns"])):
+                entry = snapshot.clock_snapshot.clocks.add()
+                entry.clock_id, entry.timestamp = clock, int(value)
+            builder.write_packet(snapshot)
+        summary = packet()
+        summary.timestamp = min((s.start for s in slices), default=0)
+        summary.track_event.type = TrackEvent.TYPE_INSTANT
+        summary.track_event.track_uuid = process_uuid
+        summary.track_event.name = "recording"
+        _annotate(summary.track_event, about)
+        builder.write_packet(summary)
+        tracks: dict[tuple[str, int], int] = {}
+        lane_of = lanes(slices)
+        edges: list[tuple[int, int, int, int]] = []  # (time, 0 end / 1 begin or instant, slice, lane)
+        for index, item in enumerate(slices):
+            edges.append((item.start, 1, index, lane_of[index]))
+            if item.end is not None:
+                edges.append((item.end, 0, index, lane_of[index]))
+        edges.sort()  # ends before begins at one time: a slice that ends as the next begins nests
+        for time, begins, index, lane in edges:
+            item = slices[index]
+            track = tracks.get((item.group, lane))
+            if track is None:
+                track = tracks[(item.group, lane)] = next(next_uuid)
+                made = packet()
+                made.track_descriptor.uuid = track
+                made.track_descriptor.parent_uuid = process_uuid
+                made.track_descriptor.name = item.group if lane == 0 else f"{item.group} #{lane + 1}"
+                builder.write_packet(made)
+            made = packet()
+            made.timestamp = int(time)
+            made.track_event.track_uuid = track
+            if not begins:
+                made.track_event.type = TrackEvent.TYPE_SLICE_END
+            else:
+                made.track_event.type = TrackEvent.TYPE_INSTANT if item.end is None else TrackEvent.TYPE_SLICE_BEGIN
+                made.track_event.name = item.name
+                _annotate(made.track_event, item.args)
+                written += 1
+            builder.write_packet(made)
+    return written
+
+
+def export(recording_paths: list[Path], out_path: Path) -> int:
+    """The trace of these event files into out_path; returns the slices and instants written."""
+    recordings = [Recording.open(path) for path in recording_paths]
+    with open(out_path, "wb") as out:
+        return write_trace(recordings, out)

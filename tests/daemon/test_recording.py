@@ -14,8 +14,9 @@ import pytest
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.recording import Recording, RecordingError
 from gpuobs.segment import LAUNCH_KINDS
-from gpuobs.trace_export import to_trace
+from gpuobs.trace_export import export
 from gpuobs_testing.daemon import gpuobsctl
+from gpuobs_testing.perfetto_trace import read_trace
 
 
 def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daemon, tmp_path: Path) -> None:
@@ -39,16 +40,29 @@ def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daem
     assert set(np.unique(recording.events["grid_id"])) & set(recording.launches["grid_id"].tolist())
     assert any("flash_fwd_kernel" in k["name"] for k in recording.kernels.values())
 
-    trace_path = tmp_path / "trace.json"
+    trace_path = tmp_path / "trace.pftrace"
     done = gpuobsctl(daemon.address, "export-trace", str(path), "--out", str(trace_path))
     assert done.returncode == 0, done.stderr
-    trace = json.loads(trace_path.read_text())["traceEvents"]
-    blocks = [e for e in trace if e.get("pid") == 1 and e["ph"] == "X"]
-    kernels = [e for e in trace if e.get("pid") == 2 and e["ph"] == "X"]
+    trace = read_trace(trace_path)  # every slice ends, and slices of one track never overlap
+    assert list(trace.processes.values()) == [synth.pid]
+    blocks = [s for s in trace.slices if s.track.startswith("SM ") and s.end is not None]
+    kernels = [s for s in trace.slices if s.track.startswith("stream ") and s.end is not None]
     assert blocks and kernels
-    assert all(e["dur"] > 0 and e["ts"] >= 0 and isinstance(e["tid"], int) for e in blocks + kernels)
-    assert {e["name"] for e in kernels} <= {k["name"] for k in recording.kernels.values()}
-    assert to_trace(recording) == json.loads(trace_path.read_text())
+    assert {s.name for s in kernels} <= {k["name"] for k in recording.kernels.values()}
+    # absolute device times: the events' own
+    assert min(s.start for s in blocks) == int(recording.events["globaltimer_ns"][recording.events["kind"] == 1].min())
+    # every launch with events is one kernel slice, under the stream its launch record names (a
+    # launch that began before the recording did has no record in it: under "stream not traced")
+    untraced = [s for s in trace.slices if s.track.startswith("eager kernels") and s.end is not None]
+    assert len(kernels) + len(untraced) == len(np.unique(recording.events["grid_id"]))
+    assert len(untraced) <= 8
+    streams = dict(zip(recording.launches["grid_id"].tolist(), recording.launches["stream"].tolist()))
+    assert all(s.track.split(" ")[1] == f"{streams[s.args['grid_id']]:#x}" for s in kernels)
+    # the launch trace gives host/device clock pairs: one snapshot, the device clock as the trace's
+    assert len(trace.clock_snapshots) == 1 and set(trace.clock_snapshots[0]) == {3, 6}
+    again = tmp_path / "again.pftrace"
+    assert gpuobsctl(daemon.address, "export-trace", str(path), "--out", str(again)).returncode == 0
+    assert again.read_bytes() == trace_path.read_bytes()
 
 
 def test_record_refuses_bad_requests(start_synth, start_daemon, tmp_path: Path) -> None:
@@ -172,12 +186,65 @@ def test_a_graph_recording_exports_each_node_execution_and_each_block_to_its_exi
     executions = set(zip(recording.events["grid_id"].tolist(), recording.events["replay"].tolist()))
     assert len(executions) > 8
 
-    trace = to_trace(recording)["traceEvents"]
-    kernels = [e for e in trace if e.get("pid") == 2 and e["ph"] == "X"]
-    assert sorted((k["args"]["grid_id"], k["args"]["replay"]) for k in kernels) == sorted(executions)
-    span = {(k["args"]["grid_id"], k["args"]["replay"]): (k["ts"], k["ts"] + k["dur"]) for k in kernels}
-    blocks = [e for e in trace if e.get("pid") == 1 and e["ph"] == "X"]
+    trace_path = tmp_path / "graph.pftrace"
+    export([path], trace_path)
+    trace = read_trace(trace_path)
+    kernels = [s for s in trace.slices if s.track.startswith("graph exec ") and s.end is not None]
+    assert sorted((k.args["grid_id"], k.args["replay"]) for k in kernels) == sorted(executions)
+    span = {(k.args["grid_id"], k.args["replay"]): (k.start, k.end) for k in kernels}
+    blocks = [s for s in trace.slices if s.track.startswith("SM ") and s.end is not None]
     assert blocks
     for block in blocks:
-        first, last = span[(block["args"]["grid_id"], block["args"]["replay"])]
-        assert first - 1e-3 <= block["ts"] and block["ts"] + block["dur"] <= last + 2e-3, (block, first, last)
+        first, last = span[(block.args["grid_id"], block.args["replay"])]
+        assert first <= block.start and block.end <= last + 1, (block, first, last)
+
+
+def test_trace_records_a_window_into_one_perfetto_trace_with_graphs_and_steps(start_synth, start_daemon,
+                                                                              tmp_path: Path) -> None:
+    """`gpuobsctl trace`: a window of a graph replayed step by step (the vLLM plugin's step records
+    before each replay), in one step: node executions on their graph exec's track, blocks on SM
+    tracks, each engine step a slice on the device clock that begins before its replay's first
+    block and covers it (placed through the least launch-to-block gap); the event files go."""
+    daemon = start_daemon()
+    synth = start_synth("--mode", "blocks", "--graph-nodes", "3", "--steps", "--kernels", "3", "--rate", "20000",
+                        "--duration", "30")
+    daemon.wait_processes(1)
+    time.sleep(0.5)  # the first replay, recorded node by node, is drained before the window
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    out = folder / "window.pftrace"
+    done = gpuobsctl(daemon.address, "--output", "json", "trace", "--duration", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["trace"] == str(out) and answer["slices"] > 0 and answer["processes"][0]["pid"] == synth.pid
+    assert sorted(p.name for p in folder.iterdir()) == ["window.pftrace"]  # the event files are gone
+    trace = read_trace(out)
+    executions = [s for s in trace.slices if s.track.startswith("graph exec ") and s.end is not None]
+    steps = [s for s in trace.slices if s.track == "engine steps"]
+    assert len({s.args["replay"] for s in executions}) > 10 and len(steps) > 10
+    assert len(trace.clock_snapshots) == 1
+    # gpuobs-synth's step number is its replay number: each step begins no later than its replay's
+    # first execution, and the next step no earlier than that replay's last
+    step_start = {int(s.name.split()[1]): s.start for s in steps}
+    by_replay: dict[int, list] = {}
+    for execution in executions:
+        by_replay.setdefault(execution.args["replay"], []).append(execution)
+    checked = 0
+    for replay, runs in by_replay.items():
+        if replay in step_start and replay + 1 in step_start:
+            assert step_start[replay] <= min(r.start for r in runs), replay
+            assert step_start[replay + 1] >= max(r.end for r in runs) - 1, replay
+            checked += 1
+    assert checked > 5
+
+
+def test_trace_refuses_what_it_cannot_do(start_daemon, tmp_path: Path) -> None:
+    daemon = start_daemon()
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for args, message in ((["--duration", "0", "--out", str(folder / "t.pftrace")], "more than 0"),
+                          (["--duration", "1", "--out", str(folder / "no" / "t.pftrace")], "no such folder"),
+                          (["--duration", "0.2", "--out", str(folder / "t.pftrace")], "no live process")):
+        done = gpuobsctl(daemon.address, "trace", *args)
+        assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    assert list(folder.iterdir()) == []

@@ -1,0 +1,59 @@
+"""gpuobsctl trace --duration S --out TRACE.pftrace [--pid PID]: a window of what the GPU did, as
+a Perfetto trace, in one step (record, then export-trace)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.recording import RecordingError
+
+from ..arguments import pid, uint64
+from ..connection import CommandError, call
+from ..output import emit
+
+NAME = "trace"
+HELP = "record a window and write it as one Perfetto trace (kernels per stream and graph exec, blocks per SM, steps)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, required=True, help="seconds to record")
+    parser.add_argument("--out", required=True, help="Perfetto trace to write (.pftrace)")
+    parser.add_argument("--count", type=uint64, default=0, help="stop a process's window after this many events")
+    parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument("--keep-events", action="store_true",
+                        help="keep the event files beside the trace (OUT.events, OUT.events-<pid>)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuobs.trace_export import export  # the trace builder's protos load only for the commands that write traces
+
+    if args.duration <= 0:
+        raise CommandError("--duration must be more than 0 seconds")
+    out = Path(os.path.abspath(args.out))
+    if not out.parent.is_dir():
+        raise CommandError(f"{out.parent}: no such folder")
+    # the daemon writes the event files (it refuses to write over one): beside the trace
+    request = pb.RecordRequest(path=f"{out}.events", duration_ms=int(args.duration * 1000),
+                               max_events=max(0, args.count), pids=args.pid)
+    response = call(args.address, "Record", request, timeout=args.duration + 30)
+    files = [Path(f.path) for f in response.files]
+    if not files:
+        raise CommandError("no observed process to trace")
+    try:
+        slices = export(files, out)
+    except (RecordingError, OSError) as error:
+        raise CommandError(f"writing {out}: {error}") from None
+    finally:
+        if not args.keep_events:
+            for path in files:
+                path.unlink(missing_ok=True)
+    rows = [{"pid": f.pid, "events": f.events, "launches": f.launches, "dropped": f.dropped} for f in response.files]
+    if args.output == "json":
+        emit("json", {"trace": str(out), "slices": slices, "processes": rows})
+    else:
+        print(f"{out}: {slices} slices from {len(rows)} process(es), "
+              f"{sum(r['events'] for r in rows)} events, {sum(r['dropped'] for r in rows)} dropped")
+    return 0
