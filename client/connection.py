@@ -27,13 +27,32 @@ def stub(address: str) -> observer_pb2_grpc.ObserverStub:
     return observer_pb2_grpc.ObserverStub(channel)
 
 
+def unreachable(address: str, details: str) -> str:
+    """Why gpuobsd cannot be reached at this address, in plain words, with what to do next."""
+    if address.startswith("unix://") or address.startswith("unix:"):
+        path = address.split("unix://", 1)[1] if address.startswith("unix://") else address[len("unix:"):]
+        if not os.path.exists(path):
+            return (f"gpuobsd is not running: no socket at {path} (start it: `systemctl start gpuobsd`, or "
+                    f"`gpuobsd --runtime-dir DIR`; another address: --address or GPUOBS_ADDRESS)")
+        if not os.access(path, os.R_OK | os.W_OK):
+            return (f"permission denied on {path}: the socket is for its owner and group (`ls -l {path}`); "
+                    f"run as a member of that group, e.g. `sudo usermod -aG gpuobs $USER`, then log in again")
+        return (f"nothing answers on {path} (a socket left by a gpuobsd that is gone, or one still starting): "
+                f"`systemctl status gpuobsd`, or start gpuobsd again ({details})")
+    return (f"cannot reach gpuobsd at {address} ({details}): is it running with `--listen` on that address, "
+            f"and does a firewall let the port through?")
+
+
 def call(address: str, method: str, request, timeout: float = 10.0):
     try:
         return getattr(stub(address), method)(request, timeout=timeout)
     except grpc.RpcError as error:
         code = error.code()
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise CommandError(f"cannot reach gpuobsd at {address}: {error.details()}") from None
+        if code == grpc.StatusCode.UNAVAILABLE:
+            raise CommandError(unreachable(address, error.details())) from None
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise CommandError(f"gpuobsd at {address} did not answer within {timeout:g} s (busy, or stopped): "
+                               f"`gpuobsctl status` to see whether it answers at all") from None
         raise CommandError(f"{code.name.lower()}: {error.details()}") from None
 
 

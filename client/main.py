@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+
+from gpuobs import version_line
 
 from .commands import COMMANDS
 from .connection import CommandError, address_of
@@ -18,13 +21,24 @@ class Parser(argparse.ArgumentParser):
         self.exit(1, f"gpuobsctl: {message}\n")
 
 
+def add_global_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """--address and --output, before the subcommand (with their defaults) and after it too
+    (without: a flag given there overrides, one not given leaves the earlier value)."""
+    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    parser.add_argument("--address", help="gpuobsd address [GPUOBS_ADDRESS, default unix:///run/gpuobs/gpuobsd.sock]",
+                        **({"default": None} if defaults else keep))
+    parser.add_argument("--output", choices=["table", "json"], help="table for people, json for programs",
+                        **({"default": "table"} if defaults else keep))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="gpuobsctl", description=__doc__.splitlines()[0])
-    parser.add_argument("--address", help="gpuobsd address [GPUOBS_ADDRESS, default unix:///run/gpuobs/gpuobsd.sock]")
-    parser.add_argument("--output", choices=["table", "json"], default="table")
+    add_global_flags(parser, defaults=True)
+    parser.add_argument("--version", action="version", version=version_line("gpuobsctl"))
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         sub = commands.add_parser(command.NAME, help=command.HELP)
+        add_global_flags(sub, defaults=False)
         command.add_arguments(sub)
         sub.set_defaults(run=command.run)
     return parser
@@ -59,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         # error when Python flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        # Ctrl-C: the call in flight is cancelled with its channel as the process ends
+        print("gpuobsctl: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from . import logging_setup, settings, systemd
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
+from gpuobs import version_line
 from gpuobs.api.v1 import observer_pb2
 from .drain_thread import DrainThread
 from .registry import Registry
@@ -117,6 +118,7 @@ class Daemon:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuobsd", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=version_line("gpuobsd"))
     settings.add_arguments(parser)
     args = parser.parse_args(argv)
     try:

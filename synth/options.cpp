@@ -22,17 +22,27 @@ std::string choices(const Table& table) {
 }
 }  // namespace
 
-[[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr,
-               "gpuobs-synth: %s\n"
+namespace {
+#ifndef GPUOBS_VERSION
+#define GPUOBS_VERSION "unknown"
+#endif
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
                "usage: gpuobs-synth [--segment-dir DIR] [--kernels K] [--rate EVENTS_PER_S] [--duration S]\n"
                "  [--mode %s] [--shift N] [--seed N] [--patch-set %s]\n"
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
                "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
                "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
-               "  [--device-lag LAUNCHES]\n",
-               message, choices(kModes).c_str(), choices(kPatchSetNames).c_str());
+               "  [--device-lag LAUNCHES] [--help] [--version]\n",
+               choices(kModes).c_str(), choices(kPatchSetNames).c_str());
+}
+}  // namespace
+
+[[noreturn]] void usage(const char* message) {
+  std::fprintf(stderr, "gpuobs-synth: %s\n", message);
+  print_usage(stderr);
   std::exit(2);
 }
 
@@ -62,7 +72,7 @@ void apply_environment(Options* o) {
 
 Options parse_options(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kHelp, kVersion };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -81,6 +91,7 @@ Options parse_options(int argc, char** argv) {
       {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
       {"launch-trace", no_argument, nullptr, kLaunchTrace},
       {"device-lag", required_argument, nullptr, kDeviceLag},
+      {"help", no_argument, nullptr, kHelp}, {"version", no_argument, nullptr, kVersion},
       {nullptr, 0, nullptr, 0}};
   Options o;
   apply_environment(&o);
@@ -115,6 +126,12 @@ Options parse_options(int argc, char** argv) {
       case kSteps: o.steps = true; break;
       case kLaunchTrace: o.launch_trace = true; break;
       case kDeviceLag: o.device_lag = uint32_t(parse_number(optarg, "--device-lag")); break;
+      case kHelp:
+        print_usage(stdout);
+        std::exit(0);
+      case kVersion:
+        std::printf("gpuobs-synth %s (segment layout %u)\n", GPUOBS_VERSION, kLayoutVersion);
+        std::exit(0);
       case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
       case kCubin: o.cubin = optarg; break;
       case kCubinFunction: o.cubin_function = optarg; break;

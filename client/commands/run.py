@@ -3,7 +3,8 @@
 The embedded default: uses the daemon at --address when one answers, else starts a private
 gpuobsd in a temporary directory; runs CMD with the injector set (CUDA_INJECTION64_PATH and the
 GPUOBS_* settings), and prints what its processes did when it exits: kernels, blocks, events
-and drops. Exits with CMD's exit status.
+and drops. Exits with CMD's exit status (128 + N when a signal N ended it). Where no CUDA
+program can be observed (no driver, no GPU) it says so and runs nothing, except gpuobs-synth.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -76,12 +78,52 @@ def start_private_daemon(work: Path, segments: Path) -> tuple[subprocess.Popen, 
     raise CommandError("the private gpuobsd did not come up")
 
 
+# Asked in a process of its own, without the injector in its environment: cuInit in gpuobsctl
+# itself would load an injector the caller had exported into it.
+DRIVER_PROBE = """
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError as error:
+    sys.exit(f"no NVIDIA driver here (libcuda.so.1: {error})")
+status = cuda.cuInit(0)
+if status:
+    sys.exit(f"the NVIDIA driver does not start (cuInit: CUDA error {status})")
+count = ctypes.c_int(0)
+if cuda.cuDeviceGetCount(ctypes.byref(count)) or count.value == 0:
+    sys.exit("no GPU is visible (CUDA_VISIBLE_DEVICES?)")
+"""
+SYNTH = "gpuobs-synth"  # the simulated producer: writes its segment without a GPU
+
+
+def no_gpu_reason() -> str | None:
+    """Why no CUDA program would be observed here (no driver, no GPU), or None."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+    try:
+        probe = subprocess.run([sys.executable, "-c", DRIVER_PROBE], env=env, capture_output=True, text=True,
+                               timeout=60)
+    except subprocess.TimeoutExpired:
+        return "the NVIDIA driver did not answer within 60 s"
+    return probe.stderr.strip().splitlines()[-1] if probe.returncode else None
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell gives it: its code, or 128 + the signal that ended it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise CommandError("nothing to run: gpuobsctl run [options] -- CMD ...")
     if not INJECTOR.exists():
         raise CommandError(f"{INJECTOR} is missing: this gpuobs was built without the injector")
+    if os.path.basename(command[0]) != SYNTH:
+        reason = no_gpu_reason()
+        if reason:
+            raise CommandError(f"{reason}: nothing would be observed, so {command[0]} was not run "
+                               f"(without a GPU, `gpuobsctl run -- {SYNTH} --duration 5` shows gpuobs on "
+                               f"simulated kernels)")
     work = Path(tempfile.mkdtemp(prefix="gpuobs-run-"))
     segments: Path | None = None
     daemon = None
@@ -98,13 +140,19 @@ def run(args: argparse.Namespace) -> int:
             "GPUOBS_MODE": args.mode, "GPUOBS_SHIFT": str(args.shift),
             "GPUOBS_PATCH_SET": args.patch_set or ("memory" if args.mode in MEMORY_SET_MODES else "block"),
         })
+        # Ctrl-C reaches the command from the terminal: gpuobsctl waits for it to end, then
+        # summarises, and exits as it did
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            child = subprocess.Popen(command, env=env)
-        except OSError as error:
-            raise CommandError(f"cannot run {command[0]}: {error}") from None
-        returncode = child.wait()
+            try:
+                child = subprocess.Popen(command, env=env)
+            except OSError as error:
+                raise CommandError(f"cannot run {command[0]}: {error}") from None
+            returncode = child.wait()
+        finally:
+            signal.signal(signal.SIGINT, interrupt)
         summarise(address, child.pid, private=daemon is not None, top=args.top)
-        return returncode
+        return exit_status(returncode)
     finally:
         if daemon is not None:
             daemon.terminate()

@@ -5,4 +5,12 @@ injector (``segment/native``), so the segment layout exists once, in
 ``segment/native/include/gpuobs/layout.h``, and Python reads its field tables.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version: pyproject.toml and gpuobs-synth take it from here
+
+
+def version_line(program: str) -> str:
+    """What `--version` prints: the package's version and the segment layout it reads and writes
+    (a daemon and an injector of different layouts do not understand each other's segments)."""
+    from gpuobs._native import LAYOUT_VERSION
+
+    return f"{program} {__version__} (segment layout {LAYOUT_VERSION})"

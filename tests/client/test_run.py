@@ -3,6 +3,13 @@ same GPUOBS_* variables as the injector)."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from gpuobs_testing.daemon import gpuobsctl as run_gpuobsctl
@@ -28,11 +35,47 @@ def test_run_starts_a_private_daemon_and_summarises(tmp_path) -> None:
     assert sum(int(row[1]) for row in rows) == 300
 
 
-@pytest.mark.slow
+def has_gpu() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def test_run_passes_the_exit_status_through() -> None:
-    done = gpuobsctl("run", "--", "sh", "-c", "exit 3")
-    assert done.returncode == 3
+    done = gpuobsctl("run", "--", synth_binary(), "--no-such-flag")  # gpuobs-synth's usage error: 2
+    assert done.returncode == 2, done.stderr
     assert "created no segment" in done.stderr
+
+
+def test_run_exits_as_a_shell_does_when_a_signal_ends_the_command() -> None:
+    """128 + N (143 for SIGTERM), not Python's negative status turned into 241."""
+    process = subprocess.Popen([sys.executable, "-m", "gpuobs.client.main", "--address", NO_DAEMON, "run", "--",
+                                synth_binary(), "--duration", "60", "--rate", "1000"],
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    synth = None
+    while synth is None and time.monotonic() < deadline:
+        children = [int(c) for t in os.listdir(f"/proc/{process.pid}/task")
+                    for c in open(f"/proc/{process.pid}/task/{t}/children").read().split()]
+        synth = next((c for c in children if "gpuobs-synth" in open(f"/proc/{c}/cmdline").read()), None)
+        time.sleep(0.05)
+    assert synth is not None
+    time.sleep(0.5)
+    os.kill(synth, signal.SIGKILL)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGKILL, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(has_gpu(), reason="this machine has an NVIDIA driver")
+def test_run_says_at_once_that_nothing_can_be_observed_without_a_driver() -> None:
+    began = time.monotonic()
+    done = gpuobsctl("run", "--", "sh", "-c", "echo ran")
+    assert done.returncode == 1 and "ran" not in done.stdout
+    assert done.stderr.count("\n") == 1 and "no NVIDIA driver" in done.stderr and "gpuobs-synth" in done.stderr
+    assert time.monotonic() - began < 8  # not the 10 s wait for a segment that cannot come
 
 
 def test_run_without_a_command_is_a_one_line_error() -> None:

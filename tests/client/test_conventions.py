@@ -1,0 +1,84 @@
+"""What a command line is expected to do (clig.dev): global flags before or after the subcommand,
+--version on every program, Ctrl-C without a traceback, and a daemon that cannot be reached
+named with the next step to take."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gpuobs
+from gpuobs._native import LAYOUT_VERSION
+from gpuobs_testing.synth import synth_binary
+
+
+def gpuobsctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_global_flags_work_after_the_subcommand_too(start_synth, start_daemon) -> None:
+    start_synth("--mode", "counter", "--rate", "20000", "--kernels", "3")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    before = gpuobsctl("--address", daemon.address, "--output", "json", "kernels")
+    after = gpuobsctl("kernels", "--address", daemon.address, "--output", "json")
+    mixed = gpuobsctl("--output", "table", "kernels", "--address", daemon.address, "--output", "json")
+    for done in (before, after, mixed):
+        assert done.returncode == 0, done.stderr
+        assert {k["name"] for k in json.loads(done.stdout)} == {k["name"] for k in json.loads(before.stdout)}
+    table = gpuobsctl("status", "--address", daemon.address)  # not given after it: the default stays
+    assert table.returncode == 0 and table.stdout.startswith("gpuobsd"), table.stdout[:200]
+
+
+def test_every_program_says_its_version_and_segment_layout() -> None:
+    scripts = Path(sys.executable).parent
+    for program in ("gpuobsctl", "gpuobsd"):
+        done = subprocess.run([str(scripts / program), "--version"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == f"{program} {gpuobs.__version__} " \
+                                                               f"(segment layout {LAYOUT_VERSION})", done
+    done = subprocess.run([synth_binary(), "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == \
+        f"gpuobs-synth {gpuobs.__version__} (segment layout {LAYOUT_VERSION})", done
+    done = subprocess.run([synth_binary(), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("usage: gpuobs-synth") and not done.stderr
+
+
+def test_ctrl_c_ends_a_command_without_a_traceback(start_synth, start_daemon, tmp_path: Path) -> None:
+    start_synth("--mode", "blocks", "--rate", "20000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    record = subprocess.Popen([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "record",
+                               str(tmp_path / "window.gpuobs"), "--duration", "60"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)  # past Python's start-up: the call is in flight
+    record.send_signal(signal.SIGINT)
+    out, err = record.communicate(timeout=30)
+    assert record.returncode == 128 + signal.SIGINT and err.strip() == "gpuobsctl: interrupted", err
+    assert "Traceback" not in err
+
+
+def test_an_unreachable_daemon_is_named_with_the_next_step(tmp_path: Path) -> None:
+    missing = gpuobsctl("--address", f"unix://{tmp_path}/none.sock", "status")
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+    assert "gpuobsd is not running: no socket at" in missing.stderr and "systemctl start gpuobsd" in missing.stderr
+    stale = tmp_path / "stale.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(stale))
+    listener.close()  # the socket file stays, nothing listens: refused
+    refused = gpuobsctl("--address", f"unix://{stale}", "status")
+    assert refused.returncode == 1 and "nothing answers on" in refused.stderr, refused.stderr
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    closed = port.getsockname()[1]
+    port.close()
+    tcp = gpuobsctl("--address", f"127.0.0.1:{closed}", "status")
+    assert tcp.returncode == 1 and "--listen" in tcp.stderr, tcp.stderr
+    assert not any("Traceback" in done.stderr for done in (missing, refused, tcp))
+    assert os.listdir(tmp_path) == ["stale.sock"]
