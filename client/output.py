@@ -6,10 +6,43 @@ import json
 import sys
 from typing import Any, Sequence
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+
+# `--output json`: every command prints one object with this version in `schema_version`; a
+# change that removes or renames a key, or changes what one means, bumps it (keys may be added).
+SCHEMA_VERSION = 1
+_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+
+
+def message_dict(message: Message) -> dict:
+    """A reply as JSON wants it: field names as in the proto, every field present, 64-bit integers
+    as numbers (protobuf's JSON mapping makes them strings, which every reader must then parse)."""
+    data = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    _numbers(message, data)
+    return data
+
+
+def _numbers(message: Message, data: dict) -> None:
+    for field in message.DESCRIPTOR.fields:
+        if field.name not in data:
+            continue
+        # `is_repeated` where protobuf has it (`label` is gone from its newest releases)
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == FieldDescriptor.LABEL_REPEATED
+        if field.type in _INT64:
+            data[field.name] = [int(v) for v in data[field.name]] if repeated else int(data[field.name])
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            value = getattr(message, field.name)
+            for item, item_data in zip(value, data[field.name]) if repeated else [(value, data[field.name])]:
+                _numbers(item, item_data)
+
 
 def emit(fmt: str, data: Any, columns: Sequence[tuple[str, str]] | None = None, rows: list[dict] | None = None) -> None:
     if fmt == "json":
-        json.dump(data, sys.stdout, indent=2, sort_keys=True)
+        json.dump({"schema_version": SCHEMA_VERSION, **data}, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return
     if columns is None or rows is None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from google.protobuf.json_format import MessageToDict
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import every_page
-from ..output import emit, table
+from ..output import emit, message_dict, table
 
 NAME = "graphs"
 HELP = "per CUDA graph exec: nodes, replays, node executions, blocks per node and replay"
@@ -29,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
     graphs = every_page(args.address, "ListGraphs", pb.ListGraphsRequest(pids=args.pid, replays=args.replays),
                         "graphs")
     if args.output == "json":
-        emit("json", [MessageToDict(g, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-                      for g in graphs])
+        emit("json", {"graphs": [message_dict(g) for g in graphs]})
         return 0
     for graph in graphs:
         print(f"pid {graph.pid} graph exec 0x{graph.graph_exec:x}{'' if graph.alive else ' (destroyed)'}: "

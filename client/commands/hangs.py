@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from google.protobuf.json_format import MessageToDict
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import all_pages
-from ..output import emit, table
+from ..output import emit, message_dict, table
 
 NAME = "hangs"
 HELP = "launches whose blocks entered and have not exited (which kernel, which blocks, SMs, since when)"
@@ -50,11 +49,8 @@ def run(args: argparse.Namespace) -> int:
                          pb.ListHangsRequest(pids=args.pid, min_age_ms=max(0, args.min_age_ms)), "launches")
     launches = sorted(response.launches, key=lambda h: -h.age_ns)  # the oldest first
     if args.output == "json":
-        emit("json", {"launches": [MessageToDict(h, preserving_proto_field_name=True,
-                                                 always_print_fields_with_no_presence=True) for h in launches],
-                      "processes": [MessageToDict(p, preserving_proto_field_name=True,
-                                                  always_print_fields_with_no_presence=True)
-                                    for p in response.processes]})
+        emit("json", {"launches": [message_dict(h) for h in launches],
+                      "processes": [message_dict(p) for p in response.processes]})
         return 0
     blind = [p.pid for p in response.processes if p.alive and not p.exits_hooked]
     if launches:

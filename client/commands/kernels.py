@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from google.protobuf.json_format import MessageToDict
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import call, every_kernel
-from ..output import emit, table
+from ..output import emit, message_dict, table
 
 NAME = "kernels"
 HELP = "per-kernel launches, blocks, accesses and events"
@@ -43,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
     else:  # every kernel: page by page, then most launched first as with --top
         kernels = sorted(every_kernel(args.address, args.pid), key=lambda k: (-k.launches, k.pid, k.slot))
     if args.output == "json":
-        emit("json", [MessageToDict(k, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-                      for k in kernels])
+        emit("json", {"kernels": [message_dict(k) for k in kernels]})
         return 0
     rows = [{"pid": k.pid, "launches": k.launches, "graph": k.graph_launches, "blocks": k.blocks_observed,
              "expected": k.blocks_expected, "unpatched": k.blocks_unpatched + k.blocks_unobserved,

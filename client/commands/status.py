@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from google.protobuf.json_format import MessageToDict
 
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import SAMPLED_MODES
 
 from ..connection import call
-from ..output import emit, table
+from ..output import emit, message_dict, table
 
 NAME = "status"
 HELP = "show the daemon and the processes it observes"
@@ -22,9 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     response = call(args.address, "GetStatus", pb.GetStatusRequest())
-    data = MessageToDict(response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
     if args.output == "json":
-        emit("json", data)
+        emit("json", message_dict(response))
         return 0
     print(f"gpuobsd {response.version}, up {response.uptime_ms / 1000:.0f} s, segments in {response.segment_dir}, "
           f"{len(response.processes)} process(es)")

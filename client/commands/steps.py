@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from google.protobuf.json_format import MessageToDict
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32, uint64
 from ..connection import all_pages
-from ..output import emit, table
+from ..output import emit, message_dict, table
 
 NAME = "steps"
 HELP = "engine steps (vLLM plugin): requests and tokens, the graph replays and blocks of each step"
@@ -34,8 +33,7 @@ def run(args: argparse.Namespace) -> int:
         request.replay = args.replay
     response = all_pages(args.address, "ListSteps", request, "steps")
     if args.output == "json":
-        emit("json", MessageToDict(response, preserving_proto_field_name=True,
-                                   always_print_fields_with_no_presence=True))
+        emit("json", message_dict(response))
         return 0
     for total in response.totals:
         print(f"pid {total.pid}: {total.steps} steps recorded, {total.launches_before_steps} recorded kernel "

@@ -32,7 +32,7 @@ def test_global_flags_work_after_the_subcommand_too(start_synth, start_daemon) -
     mixed = gpuobsctl("--output", "table", "kernels", "--address", daemon.address, "--output", "json")
     for done in (before, after, mixed):
         assert done.returncode == 0, done.stderr
-        assert {k["name"] for k in json.loads(done.stdout)} == {k["name"] for k in json.loads(before.stdout)}
+        assert {k["name"] for k in json.loads(done.stdout)["kernels"]} == {k["name"] for k in json.loads(before.stdout)["kernels"]}
     table = gpuobsctl("status", "--address", daemon.address)  # not given after it: the default stays
     assert table.returncode == 0 and table.stdout.startswith("gpuobsd"), table.stdout[:200]
 

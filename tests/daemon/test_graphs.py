@@ -40,7 +40,8 @@ def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon, trace
     done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "--output",
                            "json", "graphs"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)[0]["replays"] == str(REPLAYS)  # uint64 is a string in proto JSON
+    listed = json.loads(done.stdout)
+    assert listed["schema_version"] == 1 and listed["graphs"][0]["replays"] == REPLAYS  # a number, not a string
     done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "graphs"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and f"{NODES} kernel nodes, {REPLAYS} replays" in done.stdout, done.stderr

@@ -30,11 +30,11 @@ def test_a_hung_launch_is_named_with_exactly_its_blocks(start_synth, start_daemo
         time.sleep(0.1)
     assert len(found["launches"]) == 1, found
     hung = found["launches"][0]
-    kernels = json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)
+    kernels = json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)["kernels"]
     kernel0 = next(k for k in kernels if k["slot"] == 0)
     grid = kernel0["shapes"][0]["grid"]
     expected = sorted((x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0]))
-    assert hung["kernel"] == kernel0["name"] and hung["graph_exec"] == "0"
+    assert hung["kernel"] == kernel0["name"] and hung["graph_exec"] == 0
     assert sorted((b["x"], b["y"], b["z"]) for b in hung["blocks"]) == expected
     assert hung["sms"] and int(hung["age_ns"]) >= 300_000_000
     assert found["processes"][0]["exits_hooked"] and int(found["processes"][0]["blocks_in_flight"]) == len(expected) == int(hung["block_count"])

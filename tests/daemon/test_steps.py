@@ -49,7 +49,7 @@ def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon)
     done = gpuobsctl(daemon.address, "--output", "json", "steps", "--replay", "17")
     assert done.returncode == 0, done.stderr
     (found,) = json.loads(done.stdout)["steps"]
-    assert (found["step"], found["request_ids"]) == ("17", expected_ids(17))
+    assert (found["step"], found["request_ids"]) == (17, expected_ids(17))
     text = gpuobsctl(daemon.address, "steps", "--last", "3")
     assert text.returncode == 0 and f"{REPLAYS} steps recorded" in text.stdout
     assert "cmpl-synth-9-0" in text.stdout  # steps 28..30 are group 9

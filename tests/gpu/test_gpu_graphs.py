@@ -23,9 +23,10 @@ LAYERS, REPLAYS = 40, 7
 
 
 def cli_json(daemon: DaemonProcess, *args: str) -> list[dict]:
+    """The rows of a list command (`kernels`, `graphs`): its JSON object's key of the same name."""
     done = gpuobsctl(daemon.address, "--output", "json", *args)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return json.loads(done.stdout)[args[0]]
 
 
 def unexplained_blocks(kernels: list[dict]) -> dict[str, int]:

@@ -25,7 +25,7 @@ def test_a_sampled_pc_maps_to_its_line_and_inline_chain(shm_dir: Path, tmp_path:
                           ring_records=1 << 22)
         assert run.finish()["status"] == "no error"
         done = gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0")
-        kernels = {k["mangled"]: k for k in json.loads(done.stdout)}
+        kernels = {k["mangled"]: k for k in json.loads(done.stdout)["kernels"]}
         pid = run.process.pid
         hot = json.loads(gpuobsctl(daemon.address, "--output", "json", "source", "--pid", str(pid), "--top", "3",
                                    "--kernel", "hot_loop_kernel").stdout)

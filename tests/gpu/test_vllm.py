@@ -60,7 +60,7 @@ def test_every_server_and_mode_serves_the_same_tokens(bench: Path) -> None:
 
 def test_kernels_of_vllm_cublas_and_flashattention_with_exact_blocks(bench: Path) -> None:
     for config in INJECTED:
-        kernels = cli(bench, config, "kernels")
+        kernels = cli(bench, config, "kernels")["kernels"]
         names = [k["name"] for k in kernels]
         assert any("vllm" in n or "reshape_and_cache" in n for n in names), names
         assert any(re.search(r"nvjet|gemm|cublas|cutlass", n, re.I) for n in names), names
@@ -80,7 +80,7 @@ def test_one_replay_per_decode_step_of_a_request(bench: Path) -> None:
     # Launches before the first step are the recorded ones only (graph replays; eager launches
     # with the launch trace): eager launches are counted per kernel on the device, not per step.
     assert int(totals["steps"]) > 0
-    graphs = {int(g["graph_exec"]) for g in cli(bench, "gpuobs-block", "graphs")}
+    graphs = {int(g["graph_exec"]) for g in cli(bench, "gpuobs-block", "graphs")["graphs"]}
     for mode in ("off", "counter", "blocks"):
         steps = cli(bench, "gpuobs-block", f"steps-reference-{mode}")["steps"]
         by_request: dict[str, list[dict]] = {}

@@ -30,7 +30,7 @@ def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, s
     status = daemon.wait_all_gone(20)
     stats = next(p.injector for p in status.processes if p.pid == synth.pid)
     assert (stats.cubins_kept, stats.cubins_skipped) == (1, 0)
-    kernels = json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)
+    kernels = json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)["kernels"]
     kernel = next(k for k in kernels if k["mangled"] == KERNEL)
     kept = Path(kernel["cubin"])
     assert kept.parent == segment_dir / "gpuobs-cubins" and kept.read_bytes() == cubin.read_bytes()
