@@ -129,3 +129,25 @@ def test_a_scrape_without_a_copy_of_the_counters_shows_the_last_sums() -> None:
     service.counters = np.zeros(3, dtype=KERNEL_COUNTERS_DTYPE)
     service.counters["launches"] = [6, 3, 900]  # c is now the hottest: it stays "other"
     assert collector._kernel_series()[0] == {(42, "a"): 6, (42, "b"): 3, (42, "other"): 900}
+
+
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+
+
+def test_the_shipped_rules_pass_promtool_and_their_unit_tests() -> None:
+    promtool = require("promtool")
+    checked = subprocess.run([promtool, "check", "rules", str(RULES / "gpuobs-rules.yml")], capture_output=True,
+                             text=True)
+    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    tested = subprocess.run([promtool, "test", "rules", "gpuobs-rules.test.yml"], cwd=RULES, capture_output=True,
+                            text=True)
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+def test_every_metric_the_rules_use_is_one_the_daemon_exports(finished_run) -> None:
+    """A rule over a metric the daemon never exports would never fire: each name in the rules'
+    expressions is a family of a real scrape (counters by their _total samples)."""
+    exported = set(re.findall(r"^# TYPE (\w+) ", scrape(finished_run), re.M))
+    exported |= {f"{name}_total" for name in exported}
+    used = set(re.findall(r"\bgpuobs_\w+", (RULES / "gpuobs-rules.yml").read_text()))
+    assert used and used <= exported, used - exported
