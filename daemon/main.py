@@ -14,7 +14,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
 
 from . import logging_setup, settings, systemd
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
@@ -94,6 +94,10 @@ class Daemon:
         host, _, port = address.rpartition(":")
         registry = CollectorRegistry()
         registry.register(GpuobsCollector(self.service, self.config.kernel_label_limit))
+        # the daemon's own process: CPU, memory, file descriptors, Python and its collector
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
         try:
             start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
         except OSError as error:

@@ -11,13 +11,16 @@ made series flap: 243 distinct series in 20 minutes against 51 at any instant.)"
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Iterator
 
 import numpy as np
 import structlog
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+import gpuobs
+from gpuobs._native import LAYOUT_VERSION
 from gpuobs.segment import MODES
 
 from .service import ObserverService
@@ -75,6 +78,7 @@ class GpuobsCollector(Collector):
         self.lock = threading.Lock()
 
     def collect(self) -> Iterator:
+        began = time.monotonic()
         success = GaugeMetricFamily("gpuobs_collector_success", "1 when the last scrape read every segment")
         try:
             yield from self._collect()
@@ -83,6 +87,10 @@ class GpuobsCollector(Collector):
             log.error("scrape_failed", error=str(error))
             success.add_metric([], 0.0)
         yield success
+        duration = GaugeMetricFamily("gpuobs_scrape_duration_seconds",
+                                     "Time this scrape took to gather gpuobs's own metrics")
+        duration.add_metric([], time.monotonic() - began)
+        yield duration
 
     def _collect(self) -> Iterator:
         processes = GaugeMetricFamily("gpuobs_processes", "Observed processes that are alive")
@@ -95,8 +103,18 @@ class GpuobsCollector(Collector):
         accesses = CounterMetricFamily("gpuobs_memory_accesses", "Global memory accesses counted on the device",
                                        labels=["pid", "kernel"])
         events = CounterMetricFamily("gpuobs_events", "Events delivered to the daemon", labels=["pid"])
-        dropped = CounterMetricFamily("gpuobs_events_dropped", "Events or records dropped, by stage",
-                                      labels=["pid", "stage"])
+        dropped = CounterMetricFamily("gpuobs_events_dropped",
+                                      "Events the device dropped, the event ring full (counted, never lost)",
+                                      labels=["pid"])
+        launch_dropped = CounterMetricFamily(
+            "gpuobs_launch_records_dropped",
+            "Host records (graph launches, engine steps, the launch trace) dropped, the launch ring full",
+            labels=["pid"])
+        unreadable = CounterMetricFamily("gpuobs_records_unreadable",
+                                         "Event records the daemon could not read: torn by a writer that died "
+                                         "mid-record, or corrupt", labels=["pid"])
+        stream_dropped = CounterMetricFamily("gpuobs_stream_events_dropped",
+                                             "Events a slow streaming or recording client missed (its queue was full)")
         errors = CounterMetricFamily("gpuobs_accounting_errors", "Conservation checks that failed (must stay 0)",
                                      labels=["pid"])
         in_flight = GaugeMetricFamily("gpuobs_blocks_in_flight",
@@ -121,22 +139,29 @@ class GpuobsCollector(Collector):
             callbacks.add_metric([pid, "launch"], view.injector.launch_callback_seconds)
             callbacks.add_metric([pid, "graph"], view.injector.graph_callback_seconds)
             for stage in view.stages:
-                dropped.add_metric([pid, stage.stage], float(stage.dropped))
                 if stage.stage == "device":
                     events.add_metric([pid], float(stage.delivered))
-                    dropped.add_metric([pid, "reader"], float(stage.torn + stage.corrupt))
+                    dropped.add_metric([pid], float(stage.dropped))
+                    unreadable.add_metric([pid], float(stage.torn + stage.corrupt))
+                elif stage.stage == "host":
+                    launch_dropped.add_metric([pid], float(stage.dropped))
         for evidence in self.service.hang_evidence([]):
             if evidence.exits_hooked and evidence.alive:
                 in_flight.add_metric([str(evidence.pid)], float(evidence.blocks_in_flight))
                 oldest.add_metric([str(evidence.pid)], evidence.oldest_age_ns / 1e9)
-        dropped.add_metric(["", "stream"], float(self.service.stream_events_dropped()))
+        stream_dropped.add_metric([], float(self.service.stream_events_dropped()))
         with self.lock:
             for family, series in zip((launches, blocks, accesses), self._kernel_series()):
                 for (pid, name), total in series.items():
                     family.add_metric([str(pid), name], float(total))
         processes.add_metric([], float(alive))
-        yield from (processes, mode, shift, fill, launches, blocks, accesses, events, dropped, errors, in_flight, oldest,
-                    steps, callbacks)
+        build = InfoMetricFamily("gpuobs_build", "The daemon's version and the segment layout it reads",
+                                 value={"version": gpuobs.__version__, "layout_version": str(LAYOUT_VERSION)})
+        lag = GaugeMetricFamily("gpuobs_drain_lag_seconds",
+                                "Time since the drain last went over every segment (grows while it stalls)")
+        lag.add_metric([], self.service.drain_age_seconds())
+        yield from (build, processes, mode, shift, fill, launches, blocks, accesses, events, dropped, launch_dropped,
+                    unreadable, stream_dropped, errors, in_flight, oldest, steps, callbacks, lag)
 
     def _kernel_series(self) -> tuple[dict[tuple[int, str], int], ...]:
         """(launches, blocks, accesses) per (pid, label): a pid reused while its predecessor is

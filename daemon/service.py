@@ -140,6 +140,10 @@ class ObserverService:
             rejected_segments_forgotten=self.registry.rejected_forgotten,
         )
 
+    def drain_age_seconds(self) -> float:
+        """Time since the drain's last pass (what the watchdog and the drain-lag metric watch)."""
+        return max(0.0, self.registry.clock() - self.registry.last_pass_at)
+
     def processes(self) -> list[results.Process]:
         # a copy: the metrics thread reads while the drain loop may add or drop processes
         return [self.process_view(p) for p in list(self.registry.processes.values())]

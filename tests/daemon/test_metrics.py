@@ -39,6 +39,8 @@ def test_exposition_passes_promtool(finished_run) -> None:
 
 def test_exposition_matches_the_golden_file(finished_run) -> None:
     text = re.sub(r'pid="\d+"', 'pid="PID"', scrape(finished_run))
+    # times of this scrape and of the last drain pass: there, but never the same twice
+    text = re.sub(r"^(gpuobs_(?:drain_lag|scrape_duration)_seconds) \S+$", r"\1 SECONDS", text, flags=re.M)
     lines = [line for line in text.splitlines() if line.startswith("gpuobs_") or line.startswith("# HELP gpuobs")]
     normalized = "\n".join(lines) + "\n"
     if os.environ.get("GPUOBS_UPDATE_GOLDEN") == "1":
@@ -138,7 +140,7 @@ def test_the_shipped_rules_pass_promtool_and_their_unit_tests() -> None:
     promtool = require("promtool")
     checked = subprocess.run([promtool, "check", "rules", str(RULES / "gpuobs-rules.yml")], capture_output=True,
                              text=True)
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 8 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = subprocess.run([promtool, "test", "rules", "gpuobs-rules.test.yml"], cwd=RULES, capture_output=True,
                             text=True)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
@@ -151,3 +153,29 @@ def test_every_metric_the_rules_use_is_one_the_daemon_exports(finished_run) -> N
     exported |= {f"{name}_total" for name in exported}
     used = set(re.findall(r"\bgpuobs_\w+", (RULES / "gpuobs-rules.yml").read_text()))
     assert used and used <= exported, used - exported
+
+
+def test_the_daemon_exports_its_build_and_its_own_process(finished_run) -> None:
+    import gpuobs
+    from gpuobs._native import LAYOUT_VERSION
+
+    text = scrape(finished_run)
+    assert f'gpuobs_build_info{{layout_version="{LAYOUT_VERSION}",version="{gpuobs.__version__}"}} 1.0' in text
+    for family in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "python_info",
+                   "python_gc_collections_total"):
+        assert re.search(rf"^{family}(\{{[^}}]*\}})? \d", text, re.M), family
+    lag = float(re.search(r"^gpuobs_drain_lag_seconds (\S+)$", text, re.M).group(1))
+    assert 0 <= lag < 5  # the drain goes over the segments every few milliseconds
+    assert 0 < float(re.search(r"^gpuobs_scrape_duration_seconds (\S+)$", text, re.M).group(1)) < 5
+
+
+def test_the_metrics_reference_names_every_gpuobs_metric(finished_run) -> None:
+    """docs/metrics.md is the reference: every family a scrape has is in it, and it lists none
+    that does not exist."""
+    def family(name: str) -> str:
+        return name.removesuffix("_total").removesuffix("_info")
+
+    exported = {family(name) for name in re.findall(r"^# TYPE (gpuobs_\w+) ", scrape(finished_run), re.M)}
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    documented = {family(name) for name in re.findall(r"`(gpuobs_\w+)`", reference)}
+    assert exported == documented, (exported - documented, documented - exported)
