@@ -31,7 +31,7 @@ from ..output import table
 
 NAME = "run"
 HELP = "run a command under the injector and summarise its kernels at exit"
-INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
+INJECTOR = gpuobs.injector_library()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,3 +14,13 @@ def version_line(program: str) -> str:
     from gpuobs._native import LAYOUT_VERSION
 
     return f"{program} {__version__} (segment layout {LAYOUT_VERSION})"
+
+
+def injector_library() -> "Path":
+    """This installation's injector, the path CUDA_INJECTION64_PATH names in a program to
+    observe (`gpuobsctl injector-path` prints it for drop-ins; it may be absent in a build made
+    without the CUDA toolchain)."""
+    from pathlib import Path
+
+    return Path(__file__).parent / "lib" / "libgpuobs_injector.so"
+

@@ -82,3 +82,15 @@ def test_an_unreachable_daemon_is_named_with_the_next_step(tmp_path: Path) -> No
     assert tcp.returncode == 1 and "--listen" in tcp.stderr, tcp.stderr
     assert not any("Traceback" in done.stderr for done in (missing, refused, tcp))
     assert os.listdir(tmp_path) == ["stale.sock"]
+
+
+def test_injector_path_prints_the_library_a_drop_in_needs() -> None:
+    done = gpuobsctl("injector-path")
+    library = Path(done.stdout.strip())
+    if not gpuobs.injector_library().is_file():  # a build without the CUDA toolchain
+        assert done.returncode == 1 and "built without the injector" in done.stderr
+        return
+    assert done.returncode == 0 and library == gpuobs.injector_library() and library.is_file()
+    assert library.name == "libgpuobs_injector.so"
+    as_json = json.loads(gpuobsctl("injector-path", "--output", "json").stdout)
+    assert as_json == {"schema_version": 1, "injector": str(library)}
