@@ -46,17 +46,56 @@ def test_vllm_drop_in_verifies_and_points_at_the_injector(tmp_path: Path) -> Non
     assert verify(tmp_path / "vllm.service", tmp_path) == ""
 
 
+def dashboard_queries(dashboard: dict, **values: str) -> list[str]:
+    """Every panel's query, with the dashboard's variables as Grafana would fill them."""
+    exprs = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for name, value in values.items():
+                expr = expr.replace(f"${name}", value)
+            exprs.append(expr)
+    return exprs
+
+
+def test_the_dashboard_follows_its_conventions() -> None:
+    """Units that fit what is shown, rate windows that follow the scrape interval, host and
+    process variables in every per-process query, instant queries for tables, topk without the
+    "other" bucket; a datasource file Grafana accepts beside another default."""
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "gpuobs.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert {"instance", "pid"} <= set(variables) and all(variables[v]["includeAll"] for v in ("instance", "pid"))
+    for panel in dashboard["panels"]:
+        unit = panel["fieldConfig"]["defaults"]["unit"]
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert "instance=~\"$instance\"" in expr, (panel["title"], expr)
+            assert "[" not in expr.replace("[$__rate_interval]", ""), (panel["title"], expr)  # no fixed window
+            assert "topk" not in expr or 'kernel!="other"' in expr, expr
+            if panel["type"] == "table":
+                assert target["instant"] and target["format"] == "table", panel["title"]
+            if "_seconds{" in expr and "rate(" not in expr:
+                assert unit == "s", (panel["title"], unit)  # an age or a lag, in seconds
+            if unit == "percentunit":
+                assert "ratio" in expr or " / " in expr or "seconds_total" in expr, (panel["title"], expr)
+    datasource = (DEPLOY / "grafana" / "provisioning" / "datasources" / "gpuobs.yml").read_text()
+    assert "isDefault" not in datasource and "uid: gpuobs-prometheus" in datasource
+
+
 def test_every_dashboard_query_returns_data(start_synth, start_daemon, tmp_path: Path) -> None:
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "gpuobs.json").read_text())
-    assert any(v["type"] == "datasource" for v in dashboard["templating"]["list"])
-    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
-    assert len(exprs) >= 10
+    exprs = dashboard_queries(dashboard, instance=".*", pid=".*", __rate_interval="1m")
+    variables = [v["query"]["query"].replace("$instance", ".*") for v in dashboard["templating"]["list"]
+                 if v["type"] == "query"]
+    assert len(exprs) >= 15 and len(variables) == 2
     # a producer that drops (small ring, fast) so the drop panels have something to show
     start_synth("--mode", "blocks", "--rate", "0", "--kernels", "12", "--ring-records", "1024")
     daemon = start_daemon("--drain-interval-ms", "20")
     daemon.wait_processes(1)
     server = PrometheusServer(daemon.metrics_port, tmp_path)
     try:
-        server.wait_all(exprs, timeout=90)
+        # label_values(METRIC, LABEL): the metric has series carrying that label
+        server.wait_all(exprs + [query[len("label_values("):query.rindex(",")] for query in variables], timeout=90)
     finally:
         server.stop()
