@@ -1,0 +1,77 @@
+"""Event files -> Parquet tables a fleet's recordings load into DuckDB, Spark or pandas as they
+are: events.parquet, launches.parquet, steps.parquet and kernels.parquet in one folder, a row per
+record of every file given, each with the recording it came from and the pid, so that files of
+many hosts and processes concatenate without a clash. Columns are the records' own fields (the
+segment layout's field tables, gpuobs.segment's dtypes) plus the kind's name; docs/parquet.md
+is the schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gpuobs.recording import Recording
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
+
+TABLES = ("events", "launches", "steps", "kernels")
+STEP_FIELDS = ("host_time_ns", "step", "thread", "requests", "tokens", "flags")
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise RuntimeError("Parquet export needs pyarrow: pip install 'gpuobs[parquet]'") from None
+    return pyarrow, pyarrow.parquet
+
+
+def _columns(rows: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    return {name: np.ascontiguousarray(rows[name]) for name in names}
+
+
+def tables(recordings: list[tuple[str, Recording]]) -> dict[str, "object"]:
+    """The four tables (pyarrow.Table) of these recordings, named by their source files."""
+    pa, _ = _pyarrow()
+    event_kinds = {value: name for name, value in EVENT_KINDS.items()}
+    launch_kinds = {value: name for name, value in LAUNCH_KINDS.items()}
+    parts: dict[str, list] = {name: [] for name in TABLES}
+    for source, recording in recordings:
+        def identity(count: int) -> dict[str, "object"]:
+            return {"recording": pa.array([source] * count, pa.dictionary(pa.int32(), pa.string())),
+                    "pid": pa.array(np.full(count, recording.pid, dtype=np.uint32))}
+
+        events = recording.events
+        columns = {**identity(len(events)), **_columns(events, tuple(n for n in events.dtype.names if n))}
+        columns["kind_name"] = pa.array([event_kinds.get(int(k), str(k)) for k in events["kind"]],
+                                        pa.dictionary(pa.int8(), pa.string()))
+        parts["events"].append(pa.table(columns))
+        launches = recording.launches
+        kernel_rows = launches[np.isin(launches["kind"], [v for n, v in LAUNCH_KINDS.items()
+                                                            if n not in ("step", "step_text")])]
+        columns = {**identity(len(kernel_rows)), **_columns(kernel_rows, tuple(n for n in launches.dtype.names if n))}
+        columns["kind_name"] = pa.array([launch_kinds.get(int(k), str(k)) for k in kernel_rows["kind"]],
+                                        pa.dictionary(pa.int8(), pa.string()))
+        parts["launches"].append(pa.table(columns))
+        steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
+        parts["steps"].append(pa.table({**identity(len(steps)), **_columns(steps, STEP_FIELDS)}))
+        kernels = sorted(recording.kernels.values(), key=lambda k: k["slot"])
+        parts["kernels"].append(pa.table({
+            **identity(len(kernels)), "slot": pa.array([k["slot"] for k in kernels], pa.uint32()),
+            "name": pa.array([k["name"] for k in kernels], pa.string()),
+            "mangled": pa.array([k.get("mangled", "") for k in kernels], pa.string())}))
+    return {name: pa.concat_tables(part, promote_options="permissive") if part else None
+            for name, part in parts.items()}
+
+
+def export(paths: list[Path], out_dir: Path) -> dict[str, int]:
+    """Writes the four tables of these event files into out_dir; returns rows per table."""
+    _, parquet = _pyarrow()
+    made = tables([(path.name, Recording.open(path)) for path in paths])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = {}
+    for name, table in made.items():
+        parquet.write_table(table, out_dir / f"{name}.parquet", compression="zstd")
+        rows[name] = table.num_rows
+    return rows

@@ -1,0 +1,77 @@
+"""gpuobsctl export-parquet: recordings of two processes into one set of Parquet tables whose
+rows are the records themselves, and whose columns are what docs/parquet.md says."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from gpuobs.recording import Recording
+from gpuobs.segment import LAUNCH_KINDS
+from gpuobs_testing.daemon import gpuobsctl
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "parquet.md"
+
+
+def documented_columns() -> dict[str, list[str]]:
+    """Per table, the columns docs/parquet.md lists (after recording and pid)."""
+    out: dict[str, list[str]] = {}
+    for section in re.split(r"^## ", DOC.read_text(), flags=re.M)[1:]:
+        table = section.split(".parquet", 1)[0]
+        out[table] = ["recording", "pid"] + re.findall(r"^\| `(\w+)` \|", section, re.M)
+    return out
+
+
+def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start_daemon, tmp_path: Path) -> None:
+    daemon = start_daemon()
+    graphs = start_synth("--mode", "blocks", "--graph-nodes", "3", "--steps", "--kernels", "3", "--rate", "20000",
+                         "--duration", "30")
+    eager = start_synth("--mode", "blocks", "--kernels", "4", "--rate", "20000", "--duration", "30", "--launch-trace")
+    daemon.wait_processes(2)
+    time.sleep(0.5)
+    done = gpuobsctl(daemon.address, "--output", "json", "record", str(tmp_path / "run.gpuobs"), "--count", "3000",
+                     "--duration", "20")
+    assert done.returncode == 0, done.stderr
+    files = [Path(f["path"]) for f in json.loads(done.stdout)["files"]]
+    assert len(files) == 2
+    out = tmp_path / "tables"
+    done = gpuobsctl(daemon.address, "--output", "json", "export-parquet", *map(str, files), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    recordings = {path.name: Recording.open(path) for path in files}
+    tables = {name: pq.read_table(out / f"{name}.parquet") for name in ("events", "launches", "steps", "kernels")}
+    assert {name: table.num_rows for name, table in tables.items()} == rows
+    assert {name: table.column_names for name, table in tables.items()} == documented_columns()
+    def column(table: str, name: str) -> np.ndarray:
+        values = tables[table].column(name)
+        return np.array(values.to_pylist()) if "dictionary" in str(values.type) else values.to_numpy()
+
+    assert set(column("events", "pid").tolist()) == {graphs.pid, eager.pid}
+    for name, recording in recordings.items():
+        mine = column("events", "recording") == name
+        assert (column("events", "pid")[mine] == recording.pid).all() and mine.sum() == len(recording.events)
+        for field in ("globaltimer_ns", "grid_id", "replay", "kernel_slot", "sm_id", "seq"):
+            assert np.array_equal(column("events", field)[mine], recording.events[field]), field
+        launches = recording.launches
+        kernel_rows = ~np.isin(launches["kind"], [LAUNCH_KINDS["step"], LAUNCH_KINDS["step_text"]])
+        assert (column("launches", "recording") == name).sum() == kernel_rows.sum()
+        assert np.array_equal(column("launches", "seq")[column("launches", "recording") == name],
+                              launches["seq"][kernel_rows])
+        assert (column("kernels", "recording") == name).sum() == len(recording.kernels)
+    assert set(column("events", "kind_name").tolist()) >= {"block_enter", "launch"}
+    assert len(column("steps", "step")) > 0 and set(column("steps", "pid").tolist()) == {graphs.pid}
+    assert (np.diff(column("steps", "step")) == 1).all()  # only the graph process has engine steps
+    assert {"graph_launch", "eager"} <= set(column("launches", "kind_name").tolist())
+
+
+def test_a_file_that_is_not_an_event_file_is_refused_by_name(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gpuobs"
+    junk.write_bytes(b"\0" * 100)
+    done = gpuobsctl("unix:///nonexistent.sock", "export-parquet", str(junk), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1 and "junk.gpuobs" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
