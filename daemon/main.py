@@ -120,13 +120,22 @@ class Daemon:
                 systemd.notify("WATCHDOG=1")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuobsd", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=version_line("gpuobsd"))
     settings.add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def configured(argv: list[str] | None = None) -> settings.Config:
+    """The settings these flags, the environment and a settings file give; ValueError or
+    OSError for any that cannot be taken (a deployment's flags are checked this way too)."""
+    return settings.resolve(build_parser().parse_args(argv))
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        config = settings.resolve(args)
+        config = configured(argv)
     except (ValueError, OSError) as error:
         print(f"gpuobsd: {error}", file=sys.stderr)
         return 2
