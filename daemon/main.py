@@ -70,6 +70,7 @@ class Daemon:
         log.info("ready", socket=str(socket_path), socket_mode=applied, metrics=metrics_at,
                  segment_dir=self.config.segment_dir)
         systemd.notify("READY=1")
+        systemd.notify(f"STATUS={self._status_line()}")
         await self.stop.wait()
         systemd.notify("STOPPING=1")
         log.info("stopping")
@@ -104,11 +105,26 @@ class Daemon:
             raise OSError(error.errno, f"cannot serve metrics on {address}: {error.strerror}") from error
         return address
 
+    def _status_line(self) -> str:
+        """What `systemctl status gpuobsd` shows on its Status: line."""
+        lag = self.service.drain_age_seconds()
+        if lag > self.config.watchdog_stall_ms / 1000.0:
+            return f"drain stalled for {lag:.0f} s"
+        processes = self.service.processes()
+        alive = sum(p.alive for p in processes)
+        return f"observing {alive} process(es) ({len(processes) - alive} exited kept)"
+
     async def _watch(self) -> None:
-        """Health follows the drain loop; the systemd watchdog is fed only while it moves."""
+        """Health follows the drain loop; the systemd watchdog is fed only while it moves, and
+        systemd's status line says what the daemon observes whenever that changes."""
         interval = systemd.watchdog_interval_s() or 1.0
         serving = True
+        shown = ""
         while True:
+            line = self._status_line()
+            if line != shown:
+                shown = line
+                systemd.notify(f"STATUS={line}")
             await asyncio.sleep(min(interval, 1.0))
             stalled = time.monotonic() - self.registry.last_pass_at > self.config.watchdog_stall_ms / 1000.0
             if stalled == serving:

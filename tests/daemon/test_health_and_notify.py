@@ -47,6 +47,7 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path: Path, segment_dir: Path) ->
             messages.append(listener.recv(4096).decode())
         assert messages[0] == "READY=1" or "READY=1" in messages
         assert sum("WATCHDOG=1" in m for m in messages) >= 2
+        assert "STATUS=observing 0 process(es) (0 exited kept)" in messages, messages  # `systemctl status`'s line
         daemon.send_signal(signal.SIGTERM)
         while "STOPPING=1" not in messages:
             messages.append(listener.recv(4096).decode())

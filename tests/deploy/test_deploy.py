@@ -5,13 +5,17 @@ scraped a real gpuobsd."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from gpuobs_testing.daemon import gpuobsd_refuses
 from gpuobs_testing.prometheus import PrometheusServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -34,6 +38,59 @@ def test_daemon_unit_verifies(tmp_path: Path) -> None:
     unit = tmp_path / "gpuobsd.service"
     unit.write_text(text.replace("/opt/gpuobs/venv/bin/gpuobsd", str(gpuobsd)))
     assert verify(unit, tmp_path) == ""
+
+
+def test_daemon_unit_exposure_is_at_most_two_and_its_flags_are_gpuobsds() -> None:
+    """`systemd-analyze security` scores what the unit leaves open (0 none, 10 all); the unit's
+    command line is one gpuobsd takes."""
+    text = (DEPLOY / "systemd" / "gpuobsd.service").read_text()
+    exec_start = next(l for l in text.splitlines() if l.startswith("ExecStart="))
+    assert gpuobsd_refuses(shlex.split(exec_start)[1:]) == ""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze not installed")
+    done = subprocess.run([tool, "security", "--offline=yes", str(DEPLOY / "systemd" / "gpuobsd.service")],
+                          capture_output=True, text=True)
+    found = re.search(r"Overall exposure level for gpuobsd.service: ([\d.]+)", done.stdout)
+    if found is None and "offline" in done.stderr:
+        pytest.skip("this systemd-analyze has no --offline")
+    assert found is not None, done.stdout + done.stderr
+    assert float(found.group(1)) <= 2.0, done.stdout
+
+
+MDWE = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN: no memory both written and run
+    sys.exit(77)
+os.umask(0o027)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_the_daemon_serves_under_the_units_memory_restriction(tmp_path: Path, segment_dir: Path) -> None:
+    """MemoryDenyWriteExecute=yes is prctl(PR_SET_MDWE) (Linux 6.3 and later); with the unit's
+    UMask too, gpuobsd starts, drains a producer and answers. (The system call filter needs
+    systemd to apply it: not here.)"""
+    gpuobsd = Path(sys.executable).parent / "gpuobsd"
+    address = f"unix://{tmp_path}/run/gpuobsd.sock"
+    daemon = subprocess.Popen([sys.executable, "-c", MDWE, str(gpuobsd), "--runtime-dir", str(tmp_path / "run"),
+                               "--segment-dir", str(segment_dir), "--metrics-address", ""],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "run" / "gpuobsd.sock").exists() and daemon.poll() is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        if daemon.poll() == 77:
+            pytest.skip("this kernel has no PR_SET_MDWE")
+        assert daemon.poll() is None, daemon.stderr.read()
+        status = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", address, "status"],
+                                capture_output=True, text=True, timeout=30)
+        assert status.returncode == 0 and status.stdout.startswith("gpuobsd"), status.stderr
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=20)
 
 
 def test_vllm_drop_in_verifies_and_points_at_the_injector(tmp_path: Path) -> None:

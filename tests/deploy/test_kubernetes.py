@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from gpuobs_testing.daemon import gpuobsd_refuses
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MANIFEST = DEPLOY / "kubernetes" / "gpuobs.yaml"
 
@@ -48,22 +50,15 @@ def test_the_service_monitor_scrapes_the_daemonsets_metrics_port() -> None:
     assert metrics == f"0.0.0.0:{container_ports['metrics']}"  # listening where the Service sends
 
 
-def gpuobsd_takes(args: list[str]) -> str:
-    """The reason gpuobsd would refuse these flags, or "" (its own parser and settings)."""
-    done = subprocess.run([sys.executable, "-c", "import sys; from gpuobs.daemon.main import configured; "
-                           "configured(sys.argv[1:])", *args], capture_output=True, text=True, timeout=60)
-    return "" if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
-
-
 def test_the_daemons_flags_in_the_manifest_and_the_image_are_gpuobsds() -> None:
     (container,) = documents()["DaemonSet"]["spec"]["template"]["spec"]["containers"]
-    assert gpuobsd_takes(container["args"]) == ""
+    assert gpuobsd_refuses(container["args"]) == ""
     dockerfile = (DEPLOY / "container" / "Dockerfile").read_text()
     cmd = re.search(r"^CMD (\[.*\])$", dockerfile, re.M)
     assert cmd is not None
-    assert gpuobsd_takes(yaml.safe_load(cmd.group(1))) == ""
-    assert "unrecognized arguments" in gpuobsd_takes(["--no-such-flag"])  # the check can fail
-    assert gpuobsd_takes(["--metrics-address", "nowhere"]) != ""
+    assert gpuobsd_refuses(yaml.safe_load(cmd.group(1))) == ""
+    assert "unrecognized arguments" in gpuobsd_refuses(["--no-such-flag"])  # the check can fail
+    assert gpuobsd_refuses(["--metrics-address", "nowhere"]) != ""
 
 
 def test_the_injector_the_pods_are_told_to_load_is_the_one_the_image_ships() -> None:

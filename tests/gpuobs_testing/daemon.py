@@ -99,3 +99,12 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def gpuobsd_refuses(args: list[str]) -> str:
+    """Why gpuobsd would refuse these flags (its own parser and settings, in a process of its
+    own), or "": a deployment's flags checked without starting a daemon."""
+    done = subprocess.run([sys.executable, "-c", "import sys; from gpuobs.daemon.main import configured; "
+                           "configured(sys.argv[1:])", *args], capture_output=True, text=True, timeout=60)
+    return "" if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
+
