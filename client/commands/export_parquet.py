@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from gpuobs.recording import RecordingError
-
-from ..connection import CommandError
+from ..exporting import add_export_arguments, export_files
 from ..output import emit
 
 NAME = "export-parquet"
@@ -15,17 +12,11 @@ HELP = "convert event files to Parquet tables (events, launches, steps, kernels)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", help="event files written by `gpuobsctl record` (several hosts' too)")
-    parser.add_argument("--out", required=True, help="folder for events.parquet, launches.parquet, ...")
+    add_export_arguments(parser, "folder for events.parquet, launches.parquet, steps.parquet, kernels.parquet")
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuobs.parquet_export import export  # pyarrow loads only for this command
-
-    try:
-        rows = export([Path(f) for f in args.files], Path(args.out))
-    except (RecordingError, OSError, RuntimeError) as error:
-        raise CommandError(str(error)) from None
+    rows = export_files("gpuobs.parquet_export", args.files, args.out)
     if args.output == "json":
         emit("json", {"out": args.out, "rows": rows})
     else:

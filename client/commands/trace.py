@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 from gpuobs.api.v1 import observer_pb2 as pb
-from gpuobs.recording import RecordingError
 
 from ..arguments import pid, uint64
 from ..connection import CommandError, call
+from ..exporting import export_files
 from ..output import emit
 
 NAME = "trace"
@@ -28,8 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuobs.trace_export import export  # the trace builder's protos load only for the commands that write traces
-
     if args.duration <= 0:
         raise CommandError("--duration must be more than 0 seconds")
     out = Path(os.path.abspath(args.out))
@@ -43,9 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         raise CommandError("no observed process to trace")
     try:
-        slices = export(files, out)
-    except (RecordingError, OSError) as error:
-        raise CommandError(f"writing {out}: {error}") from None
+        slices = export_files("gpuobs.trace_export", [str(f) for f in files], str(out))
     finally:
         if not args.keep_events:
             for path in files:
