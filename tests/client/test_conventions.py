@@ -94,3 +94,22 @@ def test_injector_path_prints_the_library_a_drop_in_needs() -> None:
     assert library.name == "libgpuobs_injector.so"
     as_json = json.loads(gpuobsctl("injector-path", "--output", "json").stdout)
     assert as_json == {"schema_version": 1, "injector": str(library)}
+
+
+def test_bash_completion_knows_every_subcommand_and_its_flags() -> None:
+    done = gpuobsctl("completion", "bash")
+    assert done.returncode == 0, done.stderr
+    script = done.stdout
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(("gpuobsctl",) + words)
+        run = subprocess.run(["bash", "-c", script + f"\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _gpuobsctl; "
+                              "printf '%s\\n' \"${COMPREPLY[@]}\""], capture_output=True, text=True, timeout=30)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.split()
+
+    assert complete("ker") == ["kernels"]
+    assert set(complete("")) >= {"status", "set-mode", "kernels", "trace", "export-parquet", "run", "completion"}
+    assert "--top" in complete("kernels", "--") and "--output" in complete("kernels", "--")
+    assert complete("--output", "json", "tr") == ["trace"]  # a global flag's value is not the subcommand
+    assert complete("set-mode", "--sh") == ["--shift"]
