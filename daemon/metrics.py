@@ -16,14 +16,21 @@ from typing import Callable, Iterator
 
 import numpy as np
 import structlog
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 import gpuobs
 from gpuobs._native import LAYOUT_VERSION
 from gpuobs.segment import MODES
 
+from .block_pairing import BUCKETS_PER_OCTAVE
+from .registry import ObservedProcess
 from .service import ObserverService
+
+# Block-duration histogram edges: every factor of 4 from 1.024 us to 1.07 s, which are edges of
+# the daemon's own log2 buckets (BUCKETS_PER_OCTAVE an octave), so the counts are exact.
+DURATION_EDGES_NS = [2 ** (10 + 2 * k) for k in range(11)]
+DURATION_EDGE_BUCKETS = np.array([BUCKETS_PER_OCTAVE * (10 + 2 * k) for k in range(11)])
 
 log = structlog.get_logger("gpuobsd.metrics")
 OTHER = "other"
@@ -150,24 +157,45 @@ class GpuobsCollector(Collector):
                 in_flight.add_metric([str(evidence.pid)], float(evidence.blocks_in_flight))
                 oldest.add_metric([str(evidence.pid)], evidence.oldest_age_ns / 1e9)
         stream_dropped.add_metric([], float(self.service.stream_events_dropped()))
+        durations = HistogramMetricFamily(
+            "gpuobs_block_duration_seconds",
+            "Leader thread's block enter to exit (processes that record block exits), per kernel",
+            labels=["pid", "kernel"])
         with self.lock:
-            for family, series in zip((launches, blocks, accesses), self._kernel_series()):
+            *counts, histograms = self._kernel_series()
+            for family, series in zip((launches, blocks, accesses), counts):
                 for (pid, name), total in series.items():
                     family.add_metric([str(pid), name], float(total))
+            for (pid, name), (cumulative, total_ns) in histograms.items():
+                durations.add_metric([str(pid), name], buckets=[
+                    *((f"{edge * 1e-9:.9g}", float(cumulative[i])) for i, edge in enumerate(DURATION_EDGES_NS)),
+                    ("+Inf", float(cumulative[-1]))], sum_value=total_ns * 1e-9)
         processes.add_metric([], float(alive))
         build = InfoMetricFamily("gpuobs_build", "The daemon's version and the segment layout it reads",
                                  value={"version": gpuobs.__version__, "layout_version": str(LAYOUT_VERSION)})
         lag = GaugeMetricFamily("gpuobs_drain_lag_seconds",
                                 "Time since the drain last went over every segment (grows while it stalls)")
         lag.add_metric([], self.service.drain_age_seconds())
-        yield from (build, processes, mode, shift, fill, launches, blocks, accesses, events, dropped, launch_dropped,
-                    unreadable, stream_dropped, errors, in_flight, oldest, steps, callbacks, lag)
+        yield from (build, processes, mode, shift, fill, launches, blocks, accesses, durations, events, dropped,
+                    launch_dropped, unreadable, stream_dropped, errors, in_flight, oldest, steps, callbacks, lag)
 
-    def _kernel_series(self) -> tuple[dict[tuple[int, str], int], ...]:
+    def _duration_series(self, process: ObservedProcess, labels: "StickyLabels",
+                         out: dict[tuple[int, str], tuple[np.ndarray, int]]) -> None:
+        """Adds this process's block-duration histograms, per kernel label, cumulative at
+        DURATION_EDGES_NS and in total (the last entry), with their sums in ns."""
+        for slot, (histogram, total_ns) in self.service.block_duration_histograms(process).items():
+            index = int(labels.kernel_label[slot]) if slot < len(labels.kernel_label) else 0
+            cumulative = np.cumsum(histogram)
+            at_edges = np.append(cumulative[DURATION_EDGE_BUCKETS - 1], cumulative[-1])
+            key = (process.pid, labels.names[index])
+            before, before_ns = out.get(key, (np.zeros(len(at_edges), dtype=np.uint64), 0))
+            out[key] = (before + at_edges, before_ns + total_ns)
+
+    def _kernel_series(self) -> tuple[dict, ...]:
         """(launches, blocks, accesses) per (pid, label): a pid reused while its predecessor is
         still shown sums both processes into one series, as Prometheus wants series unique. A
         process whose counters could not be copied this time shows its last sums again."""
-        out: tuple[dict[tuple[int, str], int], ...] = ({}, {}, {})
+        out: tuple[dict, ...] = ({}, {}, {}, {})
         shown = set()
         for process, counters in self.service.kernel_counters():
             segment = str(process.path)
@@ -178,6 +206,8 @@ class GpuobsCollector(Collector):
                               lambda first, count, p=process: self.service.kernel_names(p, first, count))
                 self.last_sums[segment] = [labels.sums(counters[column]) for column in
                                            ("launches", "blocks_observed", "memory_accesses")]
+            if segment in self.labels:
+                self._duration_series(process, self.labels[segment], out[3])
             for series, sums in zip(out, self.last_sums.get(segment, ())):
                 for name, total in sums:
                     key = (process.pid, name)

@@ -181,6 +181,15 @@ class ObserverService:
         return out
 
     @staticmethod
+    def block_duration_histograms(process: ObservedProcess) -> dict[int, tuple[np.ndarray, int]]:
+        """Per kernel slot with block durations (exits hooked): its log2 histogram of durations
+        in ns (block_pairing.BUCKETS_PER_OCTAVE buckets an octave) and their sum, copied under
+        the process's lock."""
+        with process.lock:
+            return {slot: (durations.histogram.copy(), durations.total_ns)
+                    for slot, durations in process.analyses.block_pairing.durations.items() if durations.count}
+
+    @staticmethod
     def kernel_names(process: ObservedProcess, first_slot: int, count: int) -> list[str]:
         """Demangled names of slots first_slot.. (fewer when not all are published yet)."""
         return [entry["demangled"] for entry in process.segment.kernels(first_slot, count)]

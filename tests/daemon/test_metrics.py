@@ -121,6 +121,9 @@ def test_a_scrape_without_a_copy_of_the_counters_shows_the_last_sums() -> None:
         def kernel_names(self, process, first: int, count: int) -> list[str]:
             return ["a", "b", "c"][first:first + count]
 
+        def block_duration_histograms(self, process) -> dict:
+            return {}
+
     service = Service()
     collector = GpuobsCollector(service, kernel_label_limit=2)
     service.counters["launches"] = [5, 3, 1]
@@ -179,3 +182,30 @@ def test_the_metrics_reference_names_every_gpuobs_metric(finished_run) -> None:
     reference = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
     documented = {family(name) for name in re.findall(r"`(gpuobs_\w+)`", reference)}
     assert exported == documented, (exported - documented, documented - exported)
+
+
+def test_block_durations_are_a_histogram_per_kernel_that_agrees_with_the_api(start_synth, start_daemon) -> None:
+    """gpuobs-synth records an exit for every enter: each kernel's histogram counts its blocks'
+    durations, cumulative and monotonic, as many as ListKernels reports, with the same mean."""
+    from gpuobs.api.v1 import observer_pb2 as pb
+
+    synth = start_synth("--mode", "blocks", "--kernels", "3", "--launches", "300", "--rate", "100000")
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait(timeout=60) == 0
+    daemon.wait_all_gone(20)
+    text = scrape(daemon)
+    # (a kernel label is its name cut to 200 characters)
+    kernels = {k.name[:200]: k for k in daemon.stub.ListKernels(pb.ListKernelsRequest(), timeout=10).kernels}
+    series: dict[str, dict[str, float]] = {}
+    for name, le, value in re.findall(r'^gpuobs_block_duration_seconds_bucket\{kernel="([^"]*)",le="([^"]+)",pid="\d+"\} (\S+)$',
+                                      text, re.M):
+        series.setdefault(name, {})[le] = float(value)
+    assert series and set(series) <= set(kernels)
+    for name, buckets in series.items():
+        counts = list(buckets.values())
+        assert counts == sorted(counts) and len(counts) == 12, buckets  # 11 edges and +Inf, cumulative
+        durations = kernels[name].block_durations
+        assert buckets["+Inf"] == durations.count > 0, name
+        total = float(re.search(rf'^gpuobs_block_duration_seconds_sum\{{kernel="{re.escape(name)}",pid="\d+"\}} (\S+)$',
+                                text, re.M).group(1))
+        assert abs(total / durations.count - durations.mean_ns * 1e-9) < 1e-12, name
