@@ -22,8 +22,37 @@ def address_of(flag: str | None) -> str:
     return flag or os.environ.get("GPUOBS_ADDRESS") or DEFAULT_ADDRESS
 
 
+# A TCP address (gpuobsd --listen) is TLS with a bearer token: the CA that signed the daemon's
+# certificate and the token's file, from --tls-ca / --token-file or GPUOBS_TLS_CA / GPUOBS_TOKEN_FILE.
+_tcp = {"ca": None, "token_file": None}
+
+
+def configure_tcp(ca: str | None, token_file: str | None) -> None:
+    _tcp["ca"] = ca or os.environ.get("GPUOBS_TLS_CA") or None
+    _tcp["token_file"] = token_file or os.environ.get("GPUOBS_TOKEN_FILE") or None
+
+
+def is_unix(address: str) -> bool:
+    return address.startswith("unix:")
+
+
+def tcp_credentials(address: str) -> grpc.ChannelCredentials:
+    if not _tcp["ca"] or not _tcp["token_file"]:
+        raise CommandError(f"{address} is a TCP address: gpuobsd serves it over TLS to clients with its token; "
+                           f"give --tls-ca CA.pem and --token-file FILE (or GPUOBS_TLS_CA, GPUOBS_TOKEN_FILE)")
+    try:
+        ca = open(_tcp["ca"], "rb").read()
+        token = open(_tcp["token_file"]).read().strip()
+    except OSError as error:
+        raise CommandError(f"reading the TLS settings: {error}") from None
+    return grpc.composite_channel_credentials(grpc.ssl_channel_credentials(root_certificates=ca),
+                                              grpc.access_token_call_credentials(token))
+
+
 def stub(address: str) -> observer_pb2_grpc.ObserverStub:
-    channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)])
+    options = [("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)]
+    channel = grpc.insecure_channel(address, options=options) if is_unix(address) else \
+        grpc.secure_channel(address, tcp_credentials(address), options=options)
     return observer_pb2_grpc.ObserverStub(channel)
 
 
@@ -50,6 +79,8 @@ def call(address: str, method: str, request, timeout: float = 10.0):
         code = error.code()
         if code == grpc.StatusCode.UNAVAILABLE:
             raise CommandError(unreachable(address, error.details())) from None
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            raise CommandError(f"gpuobsd at {address} refused the token (--token-file): {error.details()}") from None
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             raise CommandError(f"gpuobsd at {address} did not answer within {timeout:g} s (busy, or stopped): "
                                f"`gpuobsctl status` to see whether it answers at all") from None

@@ -10,7 +10,7 @@ import sys
 from gpuobs import version_line
 
 from .commands import COMMANDS
-from .connection import CommandError, address_of
+from .connection import CommandError, address_of, configure_tcp
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,6 +29,10 @@ def add_global_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
                         **({"default": None} if defaults else keep))
     parser.add_argument("--output", choices=["table", "json"], help="table for people, json for programs",
                         **({"default": "table"} if defaults else keep))
+    parser.add_argument("--tls-ca", help="a TCP address: the CA of gpuobsd's certificate [GPUOBS_TLS_CA]",
+                        **({"default": None} if defaults else keep))
+    parser.add_argument("--token-file", help="a TCP address: the file holding gpuobsd's token [GPUOBS_TOKEN_FILE]",
+                        **({"default": None} if defaults else keep))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"argument {bad.replace('_', '-')}: not valid UTF-8")
     args.address = address_of(args.address)
+    configure_tcp(args.tls_ca, args.token_file)
     try:
         return args.run(args)
     except CommandError as error:

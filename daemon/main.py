@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
 
-from . import logging_setup, settings, systemd
+from . import logging_setup, settings, systemd, tcp_access
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
 from gpuobs import version_line
@@ -49,10 +49,13 @@ class Daemon:
         socket_path.unlink(missing_ok=True)  # ours to replace: we hold the runtime dir's lock
         server.add_insecure_port(f"unix://{socket_path}")
         servers = [server]
-        if self.config.listen:  # a server of its own: its servicer refuses what changes anything
-            servers.append(self._server(read_only=True))
+        if self.config.listen:  # a server of its own: its servicer refuses what changes anything, and
+            # only clients with the token get that far, over TLS
+            token = tcp_access.read_token(self.config.token_file)
+            credentials = tcp_access.server_credentials(self.config.tls_cert, self.config.tls_key)
+            servers.append(self._server(read_only=True, interceptors=[tcp_access.TokenCheck(token)]))
             try:
-                servers[-1].add_insecure_port(self.config.listen)
+                servers[-1].add_secure_port(self.config.listen, credentials)
             except RuntimeError as error:  # grpc's way of saying it could not bind
                 raise OSError(f"cannot listen on {self.config.listen} (--listen): {error}") from None
         for each in servers:
@@ -81,8 +84,9 @@ class Daemon:
         self.service.close()
         return 0
 
-    def _server(self, *, read_only: bool) -> grpc.aio.Server:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+    def _server(self, *, read_only: bool, interceptors: list | None = None) -> grpc.aio.Server:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+                                 interceptors=interceptors or [])
         add_to_server(ObserverServicer(self.service, read_only=read_only), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
 
         return uvloop.run(Daemon(config).run())
-    except OSError as error:
+    except (OSError, ValueError) as error:  # a port that cannot be bound, a TLS file or token not usable
         print(f"gpuobsd: {error}", file=sys.stderr)
         return 1
 

@@ -86,8 +86,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cubin_dir", "", "where injected processes keep module cubins (default: <segment dir>/gpuobs-cubins, "
             "as GPUOBS_CUBIN_DIR defaults in the injector)"),
     Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)", _address),
-    Setting("listen", "", "extra gRPC address (e.g. 127.0.0.1:50061), read-only: queries and streams, no set-mode "
-            "nor record (unauthenticated: anyone who reaches the port may call it); the unix socket is always served"),
+    Setting("listen", "", "extra gRPC address (e.g. 0.0.0.0:50061), read-only: queries and streams, no set-mode "
+            "nor record; served over TLS to clients that present the token (--tls-cert, --tls-key and --token-file "
+            "are required with it); the unix socket is always served"),
+    Setting("tls_cert", "", "PEM certificate (chain) the --listen port presents"),
+    Setting("tls_key", "", "PEM private key of --tls-cert"),
+    Setting("token_file", "", "file holding the token a --listen client must send (authorization: Bearer TOKEN; "
+            "at least 16 characters)"),
     Setting("socket_group", "gpuobs", "group given the control socket (0660) when it exists"),
     Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", _count(0)),
     Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", _count(1)),
@@ -166,4 +171,9 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
                 values[setting.name] = setting.parse(text)
             except ValueError as error:
                 raise ValueError(f"{source}={text!r}: {error}") from error
+    if values["listen"]:
+        missing = [f"--{name.replace('_', '-')}" for name in ("tls_cert", "tls_key", "token_file") if not values[name]]
+        if missing:
+            raise ValueError(f"--listen needs {', '.join(missing)}: a TCP port is reachable by others, so it is "
+                             f"served only over TLS to clients that present a token")
     return Config(values)

@@ -30,7 +30,7 @@ _gpuobsctl() {{
     for ((i = 1; i < COMP_CWORD; i++)); do
         word=${{COMP_WORDS[i]}}
         case "$word" in
-            --address|--output) ((i++)) ;;
+            --address|--output|--tls-ca|--token-file) ((i++)) ;;
             -*) ;;
             *) command=$word; break ;;
         esac

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import gpuobs
 from gpuobs._native import LAYOUT_VERSION
+from gpuobs_testing.daemon import free_port
 from gpuobs_testing.synth import synth_binary
+from gpuobs_testing.tls import make_tcp_access
 
 
 def gpuobsctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -78,10 +80,13 @@ def test_an_unreachable_daemon_is_named_with_the_next_step(tmp_path: Path) -> No
     port.bind(("127.0.0.1", 0))
     closed = port.getsockname()[1]
     port.close()
-    tcp = gpuobsctl("--address", f"127.0.0.1:{closed}", "status")
+    bare = gpuobsctl("--address", f"127.0.0.1:{closed}", "status")
+    assert bare.returncode == 1 and "--tls-ca CA.pem and --token-file FILE" in bare.stderr, bare.stderr
+    access = make_tcp_access(tmp_path / "tls")
+    tcp = gpuobsctl("--address", f"127.0.0.1:{closed}", *access.client_flags(), "status")
     assert tcp.returncode == 1 and "--listen" in tcp.stderr, tcp.stderr
-    assert not any("Traceback" in done.stderr for done in (missing, refused, tcp))
-    assert os.listdir(tmp_path) == ["stale.sock"]
+    assert not any("Traceback" in done.stderr for done in (missing, refused, bare, tcp))
+    assert sorted(os.listdir(tmp_path)) == ["stale.sock", "tls"]
 
 
 def test_injector_path_prints_the_library_a_drop_in_needs() -> None:
@@ -113,3 +118,39 @@ def test_bash_completion_knows_every_subcommand_and_its_flags() -> None:
     assert "--top" in complete("kernels", "--") and "--output" in complete("kernels", "--")
     assert complete("--output", "json", "tr") == ["trace"]  # a global flag's value is not the subcommand
     assert complete("set-mode", "--sh") == ["--shift"]
+
+
+def test_the_tcp_port_serves_tls_clients_with_the_token_and_only_them(start_synth, start_daemon,
+                                                                      tmp_path: Path) -> None:
+    access = make_tcp_access(tmp_path / "tls")
+    address = f"127.0.0.1:{free_port()}"
+    synth = start_synth("--mode", "counter", "--rate", "20000", "--kernels", "2")
+    daemon = start_daemon(*access.daemon_flags(address))
+    daemon.wait_processes(1)
+    done = gpuobsctl("--address", address, *access.client_flags(), "--output", "json", "status")
+    assert done.returncode == 0, done.stderr
+    assert [p["pid"] for p in json.loads(done.stdout)["processes"]] == [synth.pid]
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("x" * 40)
+    refused = gpuobsctl("--address", address, "--tls-ca", str(access.cert), "--token-file", str(wrong), "status")
+    assert refused.returncode == 1 and "refused the token" in refused.stderr, refused.stderr
+    # in the clear, a client gets nothing through (the handshake fails)
+    import grpc
+
+    from gpuobs.api.v1 import observer_pb2 as pb
+    from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
+
+    plain = pb_grpc.ObserverStub(grpc.insecure_channel(address))
+    try:
+        plain.GetStatus(pb.GetStatusRequest(), timeout=5)
+        raise AssertionError("a plaintext call was answered")
+    except grpc.RpcError as error:
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+    # streams are refused without the token too
+    no_token = pb_grpc.ObserverStub(grpc.secure_channel(
+        address, grpc.ssl_channel_credentials(root_certificates=access.cert.read_bytes())))
+    try:
+        next(no_token.StreamEvents(pb.StreamEventsRequest()))
+        raise AssertionError("a stream without the token was answered")
+    except grpc.RpcError as error:
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -184,16 +184,22 @@ def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(star
 
 
 def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, start_daemon, tmp_path) -> None:
-    """Through the unauthenticated --listen port an unprivileged local user
-    switched modes and made the daemon write a file where only it may. That port is read-only."""
+    """Through an unauthenticated --listen port an unprivileged local user switched modes and made
+    the daemon write a file where only it may. That port is read-only (and TLS with a token)."""
     from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
     from gpuobs_testing.daemon import free_port
 
+    from gpuobs_testing.tls import make_tcp_access
+
     port = free_port()
+    access = make_tcp_access(tmp_path / "tls")
     synth = start_synth("--mode", "blocks", "--rate", "20000", "--kernels", "2")
-    daemon = start_daemon("--listen", f"127.0.0.1:{port}")
+    daemon = start_daemon(*access.daemon_flags(f"127.0.0.1:{port}"))
     daemon.wait_processes(1)
-    tcp = pb_grpc.ObserverStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    credentials = grpc.composite_channel_credentials(
+        grpc.ssl_channel_credentials(root_certificates=access.cert.read_bytes()),
+        grpc.access_token_call_credentials(access.token_file.read_text().strip()))
+    tcp = pb_grpc.ObserverStub(grpc.secure_channel(f"127.0.0.1:{port}", credentials))
     assert [p.pid for p in tcp.GetStatus(pb.GetStatusRequest(), timeout=10).processes] == [synth.pid]
     assert tcp.ListKernels(pb.ListKernelsRequest(top=5), timeout=10).kernels
     target = tmp_path / "private"

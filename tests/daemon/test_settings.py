@@ -75,13 +75,33 @@ def test_a_taken_metrics_port_is_named(tmp_path: Path, segment_dir: Path) -> Non
 
 
 def test_a_taken_listen_port_is_named(tmp_path: Path, segment_dir: Path) -> None:
+    from gpuobs_testing.tls import make_tcp_access
+
+    access = make_tcp_access(tmp_path / "tls")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         done = run_daemon(tmp_path, "--segment-dir", str(segment_dir), "--metrics-address", "",
-                          "--listen", f"127.0.0.1:{port}")
+                          *access.daemon_flags(f"127.0.0.1:{port}"))
     assert done.returncode == 1 and f"127.0.0.1:{port} (--listen)" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_listen_port_without_tls_and_a_token_is_refused(tmp_path: Path, segment_dir: Path) -> None:
+    """A TCP port is reachable by others: the daemon will not serve one in the clear, nor with a
+    token too short to guess hard."""
+    from gpuobs_testing.tls import make_tcp_access
+
+    access = make_tcp_access(tmp_path / "tls")
+    done = run_daemon(tmp_path, "--segment-dir", str(segment_dir), "--metrics-address", "", "--listen", "127.0.0.1:1",
+                      "--tls-cert", str(access.cert))
+    assert done.returncode == 2 and "--listen needs --tls-key, --token-file" in done.stderr, done.stderr
+    short = tmp_path / "short-token"
+    short.write_text("guessable\n")
+    done = run_daemon(tmp_path, "--segment-dir", str(segment_dir), "--metrics-address", "", "--listen",
+                      f"127.0.0.1:{free_port()}", "--tls-cert", str(access.cert), "--tls-key", str(access.key),
+                      "--token-file", str(short))
+    assert done.returncode == 1 and "at least 16 characters" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_stale_notify_socket_is_logged_once_and_the_daemon_serves(tmp_path: Path, segment_dir: Path,
