@@ -72,19 +72,32 @@ def unreachable(address: str, details: str) -> str:
             f"and does a firewall let the port through?")
 
 
+def failure(address: str, error: grpc.RpcError, timeout: float) -> CommandError:
+    """A failed call as the one line gpuobsctl prints."""
+    code = error.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return CommandError(unreachable(address, error.details()))
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return CommandError(f"gpuobsd at {address} refused the token (--token-file): {error.details()}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return CommandError(f"gpuobsd at {address} did not answer within {timeout:g} s (busy, or stopped): "
+                            f"`gpuobsctl status` to see whether it answers at all")
+    return CommandError(f"{code.name.lower()}: {error.details()}")
+
+
 def call(address: str, method: str, request, timeout: float = 10.0):
     try:
         return getattr(stub(address), method)(request, timeout=timeout)
     except grpc.RpcError as error:
-        code = error.code()
-        if code == grpc.StatusCode.UNAVAILABLE:
-            raise CommandError(unreachable(address, error.details())) from None
-        if code == grpc.StatusCode.UNAUTHENTICATED:
-            raise CommandError(f"gpuobsd at {address} refused the token (--token-file): {error.details()}") from None
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise CommandError(f"gpuobsd at {address} did not answer within {timeout:g} s (busy, or stopped): "
-                               f"`gpuobsctl status` to see whether it answers at all") from None
-        raise CommandError(f"{code.name.lower()}: {error.details()}") from None
+        raise failure(address, error, timeout) from None
+
+
+def each_reply(address: str, method: str, request, timeout: float):
+    """The replies of a streaming call, its failure as one line."""
+    try:
+        yield from getattr(stub(address), method)(request, timeout=timeout)
+    except grpc.RpcError as error:
+        raise failure(address, error, timeout) from None
 
 
 def all_pages(address: str, method: str, request, field: str, timeout: float = 30.0):

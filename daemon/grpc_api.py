@@ -136,6 +136,23 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return messages.record_response(await self._guard(context, call))
 
 
+    async def RecordStream(self, request: pb.RecordRequest, context: Context) -> AsyncIterator[pb.RecordChunk]:
+        if self.read_only:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
+        async def call():
+            return await self.service.record_to_temporary(request.duration_ms / 1000.0, request.max_events,
+                                                          list(request.pids))
+
+        folder, files = await self._guard(context, call)
+        try:
+            for file in files:
+                for data in self.service.file_chunks(file.path):
+                    yield pb.RecordChunk(pid=file.pid, data=data)
+                yield pb.RecordChunk(pid=file.pid, file=messages.recorded_file(file, path=""))
+        finally:
+            self.service.discard_temporary(folder)
+
+
 class _Malformed:
     """Stands in for a request whose bytes did not parse (answered INVALID_ARGUMENT)."""
 

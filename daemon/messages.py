@@ -89,3 +89,8 @@ def set_mode_response(answers: list[results.ModeResult]) -> pb.SetModeResponse:
 
 def record_response(files: list[results.RecordedFile]) -> pb.RecordResponse:
     return pb.RecordResponse(files=fields_of(files))
+
+
+def recorded_file(file: results.RecordedFile, path: str) -> pb.RecordedFile:
+    """One recorded file's figures, under the path the caller sees it by."""
+    return pb.RecordedFile(pid=file.pid, path=path, events=file.events, launches=file.launches, dropped=file.dropped)

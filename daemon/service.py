@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -32,6 +35,7 @@ BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
 MAX_PIDS = 4096
+RECORD_CHUNK_BYTES = 1 << 20  # a streamed recording's chunk: under every client's default message limit
 MAX_REJECTED_SHOWN = 32  # rejected segments named in a status reply (all are counted)
 QUERY_THREADS = 4
 MAX_TOP = 100_000
@@ -524,6 +528,29 @@ class ObserverService:
                 message=control["status_message"] if acknowledged else "no acknowledgement before the timeout",
                 generation=generation))
         return answers
+
+    async def record_to_temporary(self, duration_s: float, max_events: int,
+                                  pids: list[int]) -> tuple[Path, list[results.RecordedFile]]:
+        """A recording into a folder of the daemon's own (its private temporary folder), for
+        streaming back to the caller: (the folder, which the caller removes, its files)."""
+        folder = Path(tempfile.mkdtemp(prefix="gpuobs-record-"))
+        try:
+            return folder, await self.record(str(folder / "recording.gpuobs"), duration_s, max_events, pids)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    @staticmethod
+    def discard_temporary(folder: Path) -> None:
+        """A streamed recording's folder, once it is sent (or the caller went away)."""
+        shutil.rmtree(folder, ignore_errors=True)
+
+    @staticmethod
+    def file_chunks(path: str, chunk_bytes: int = RECORD_CHUNK_BYTES) -> Iterator[bytes]:
+        """A recorded file's bytes, in order."""
+        with open(path, "rb") as handle:
+            while chunk := handle.read(chunk_bytes):
+                yield chunk
 
     async def record(self, path: str, duration_s: float, max_events: int, pids: list[int]) -> list[results.RecordedFile]:
         if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:

@@ -44,6 +44,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordResponse.FromString,
                 )
+        self.RecordStream = channel.unary_stream(
+                '/gpuobs.v1.Observer/RecordStream',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordChunk.FromString,
+                )
         self.ListGraphs = channel.unary_unary(
                 '/gpuobs.v1.Observer/ListGraphs',
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListGraphsRequest.SerializeToString,
@@ -108,6 +113,15 @@ class ObserverServicer(object):
     def Record(self, request, context):
         """Records events, launches and the kernel table of each targeted process to a file of its
         own (gpuobs.recording), for a duration or a number of events, whichever comes first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordStream(self, request, context):
+        """The same recordings streamed back to the caller instead of written where the daemon runs
+        (RecordRequest.path is not used): per process the bytes of its event file, in order, then
+        a chunk with its figures. For a client that cannot read what the daemon writes, or the other way round.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -179,6 +193,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.Record,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordResponse.SerializeToString,
+            ),
+            'RecordStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.RecordStream,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.RecordRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.RecordChunk.SerializeToString,
             ),
             'ListGraphs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListGraphs,
@@ -309,6 +328,23 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/Record',
             gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.RecordResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RecordStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/gpuobs.v1.Observer/RecordStream',
+            gpuobs_dot_v1_dot_observer__pb2.RecordRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.RecordChunk.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

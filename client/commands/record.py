@@ -1,14 +1,18 @@
-"""gpuobsctl record PATH [--duration S] [--count N] [--pid PID]: write events to event files."""
+"""gpuobsctl record PATH [--duration S] [--count N] [--pid PID] [--on-daemon]: events, launches and
+kernel names to event files, written where gpuobsctl runs (streamed back by the daemon), or by the
+daemon where it runs."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint64
 from ..connection import call
+from ..local_recording import record_here
 from ..output import emit, table
 
 NAME = "record"
@@ -16,7 +20,9 @@ HELP = "record events, launches and kernel names to event files (one per process
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="output file (the daemon writes it); several processes: PATH-<pid>")
+    parser.add_argument("path", help="output file, written here (several processes: PATH-<pid>)")
+    parser.add_argument("--on-daemon", action="store_true",
+                        help="the daemon writes PATH on its own machine and file system (with its permissions)")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds to record")
     parser.add_argument("--count", type=uint64, default=0, help="events to record per process")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
@@ -25,9 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     request = pb.RecordRequest(path=os.path.abspath(args.path), duration_ms=int(args.duration * 1000),
                                max_events=max(0, args.count), pids=args.pid)
-    response = call(args.address, "Record", request, timeout=args.duration + 30)
-    rows = [{"pid": f.pid, "path": f.path, "events": f.events, "launches": f.launches, "dropped": f.dropped}
-            for f in response.files]
+    if args.on_daemon:
+        files = call(args.address, "Record", request, timeout=args.duration + 30).files
+    else:  # streamed back and written here, with this user's permissions
+        files = record_here(args.address, Path(request.path), request, timeout=args.duration + 120)
+    rows = [{"pid": f.pid, "path": str(f.path), "events": f.events, "launches": f.launches, "dropped": f.dropped}
+            for f in files]
     if args.output == "json":
         emit("json", {"files": rows})
     else:

@@ -10,8 +10,9 @@ from pathlib import Path
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint64
-from ..connection import CommandError, call
+from ..connection import CommandError
 from ..exporting import export_files
+from ..local_recording import record_here
 from ..output import emit
 
 NAME = "trace"
@@ -33,11 +34,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(os.path.abspath(args.out))
     if not out.parent.is_dir():
         raise CommandError(f"{out.parent}: no such folder")
-    # the daemon writes the event files (it refuses to write over one): beside the trace
+    # the event files, streamed back by the daemon, beside the trace
     request = pb.RecordRequest(path=f"{out}.events", duration_ms=int(args.duration * 1000),
                                max_events=max(0, args.count), pids=args.pid)
-    response = call(args.address, "Record", request, timeout=args.duration + 30)
-    files = [Path(f.path) for f in response.files]
+    recorded = record_here(args.address, Path(request.path), request, timeout=args.duration + 120)
+    files = [f.path for f in recorded]
     if not files:
         raise CommandError("no observed process to trace")
     try:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.keep_events:
             for path in files:
                 path.unlink(missing_ok=True)
-    rows = [{"pid": f.pid, "events": f.events, "launches": f.launches, "dropped": f.dropped} for f in response.files]
+    rows = [{"pid": f.pid, "events": f.events, "launches": f.launches, "dropped": f.dropped} for f in recorded]
     if args.output == "json":
         emit("json", {"trace": str(out), "slices": slices, "processes": rows})
     else:

@@ -205,7 +205,8 @@ def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, sta
     target = tmp_path / "private"
     target.mkdir(mode=0o700)
     for call in (lambda: tcp.SetMode(pb.SetModeRequest(mode="counter"), timeout=10),
-                 lambda: tcp.Record(pb.RecordRequest(path=str(target / "x.gpuobs"), max_events=10), timeout=10)):
+                 lambda: tcp.Record(pb.RecordRequest(path=str(target / "x.gpuobs"), max_events=10), timeout=10),
+                 lambda: next(tcp.RecordStream(pb.RecordRequest(max_events=10), timeout=10))):
         with pytest.raises(grpc.RpcError) as caught:
             call()
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED and "unix socket" in caught.value.details()

@@ -248,3 +248,37 @@ def test_trace_refuses_what_it_cannot_do(start_daemon, tmp_path: Path) -> None:
         done = gpuobsctl(daemon.address, "trace", *args)
         assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
     assert list(folder.iterdir()) == []
+
+
+def test_a_recording_is_streamed_back_and_written_by_the_client(start_synth, start_daemon, tmp_path: Path) -> None:
+    """By default the daemon streams the event files back (RecordStream) and gpuobsctl writes them
+    with its own permissions, one per process; the daemon keeps nothing. --on-daemon has the daemon
+    write them; both give the same kind of file."""
+    import tempfile
+
+    daemon = start_daemon()
+    first = start_synth("--mode", "blocks", "--rate", "20000", "--kernels", "3", "--duration", "30")
+    second = start_synth("--mode", "blocks", "--rate", "20000", "--kernels", "2", "--duration", "30")
+    daemon.wait_processes(2)
+    kept = set(Path(tempfile.gettempdir()).glob("gpuobs-record-*"))
+    here = tmp_path / "here"
+    here.mkdir()
+    done = gpuobsctl(daemon.address, "--output", "json", "record", str(here / "w.gpuobs"), "--count", "2000",
+                     "--duration", "20")
+    assert done.returncode == 0, done.stderr
+    files = json.loads(done.stdout)["files"]
+    assert sorted(f["pid"] for f in files) == sorted([first.pid, second.pid])
+    assert sorted(p.name for p in here.iterdir()) == sorted(f"w-{f['pid']}.gpuobs" for f in files)
+    for file in files:
+        recording = Recording.open(file["path"])
+        assert recording.pid == file["pid"] and len(recording.events) == file["events"] == 2000
+        assert len(recording.launches) == file["launches"] and recording.kernels
+    assert set(Path(tempfile.gettempdir()).glob("gpuobs-record-*")) == kept  # the daemon kept nothing
+    again = gpuobsctl(daemon.address, "record", str(here / "w.gpuobs"), "--count", "10", "--pid", str(first.pid))
+    assert again.returncode == 0  # one process: PATH itself
+    refused = gpuobsctl(daemon.address, "record", str(here / "w.gpuobs"), "--count", "10", "--pid", str(first.pid))
+    assert refused.returncode == 1 and "exists: not written over" in refused.stderr
+    on_daemon = gpuobsctl(daemon.address, "--output", "json", "record", str(tmp_path / "d.gpuobs"), "--count", "10",
+                          "--pid", str(second.pid), "--on-daemon")
+    assert on_daemon.returncode == 0, on_daemon.stderr
+    assert Recording.open(tmp_path / "d.gpuobs").pid == second.pid

@@ -1,0 +1,62 @@
+"""A recording that gpuobsd streams back (RecordStream) written where gpuobsctl runs, with the
+caller's permissions: one file per process, PATH for one, PATH-<pid> for several (as the
+daemon names them), each written beside as PATH.part-<pid> and renamed only once complete."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from gpuobs.api.v1 import observer_pb2 as pb
+
+from .connection import CommandError, each_reply
+
+
+@dataclasses.dataclass
+class LocalFile:
+    pid: int
+    path: Path
+    events: int
+    launches: int
+    dropped: int
+
+
+def check_target(path: Path) -> None:
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise CommandError(f"{path.parent}: not a folder this user can write to")
+    if path.exists():
+        raise CommandError(f"{path} exists: not written over")
+
+
+def record_here(address: str, path: Path, request: pb.RecordRequest, timeout: float) -> list[LocalFile]:
+    check_target(path)
+    parts: dict[int, Path] = {}
+    figures: dict[int, pb.RecordedFile] = {}
+    handles = {}
+    try:
+        for chunk in each_reply(address, "RecordStream", request, timeout):
+            if chunk.pid not in handles and chunk.pid not in figures:
+                parts[chunk.pid] = path.with_name(f"{path.name}.part-{chunk.pid}")
+                handles[chunk.pid] = open(parts[chunk.pid], "xb")
+            if chunk.data:
+                handles[chunk.pid].write(chunk.data)
+            if chunk.HasField("file"):
+                handles.pop(chunk.pid).close()
+                figures[chunk.pid] = chunk.file
+        if handles or set(figures) != set(parts):
+            raise CommandError("the recording stream ended before every file was complete")
+        finals = {pid: path if len(parts) == 1 else path.with_name(f"{path.stem}-{pid}{path.suffix}") for pid in parts}
+        for pid, final in finals.items():
+            if final.exists():
+                raise CommandError(f"{final} exists: not written over")
+        for pid, final in finals.items():
+            parts[pid].rename(final)
+        return [LocalFile(pid, finals[pid], f.events, f.launches, f.dropped) for pid, f in figures.items()]
+    except OSError as error:
+        raise CommandError(f"writing the recording: {error}") from None
+    finally:
+        for handle in handles.values():
+            handle.close()
+        for part in parts.values():
+            part.unlink(missing_ok=True)  # gone where renamed; what is left was not complete
