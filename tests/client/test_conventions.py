@@ -56,10 +56,13 @@ def test_ctrl_c_ends_a_command_without_a_traceback(start_synth, start_daemon, tm
     start_synth("--mode", "blocks", "--rate", "20000")
     daemon = start_daemon()
     daemon.wait_processes(1)
+    window = tmp_path / "window.gpuobs"
     record = subprocess.Popen([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "record",
-                               str(tmp_path / "window.gpuobs"), "--duration", "60"],
+                               str(window), "--duration", "60", "--on-daemon"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)  # past Python's start-up: the call is in flight
+    deadline = time.monotonic() + 60
+    while not window.exists() and time.monotonic() < deadline:  # the daemon began it: the call is in flight
+        time.sleep(0.05)
     record.send_signal(signal.SIGINT)
     out, err = record.communicate(timeout=30)
     assert record.returncode == 128 + signal.SIGINT and err.strip() == "gpuobsctl: interrupted", err
