@@ -58,8 +58,8 @@ def stub(address: str) -> observer_pb2_grpc.ObserverStub:
 
 def unreachable(address: str, details: str) -> str:
     """Why gpuobsd cannot be reached at this address, in plain words, with what to do next."""
-    if address.startswith("unix://") or address.startswith("unix:"):
-        path = address.split("unix://", 1)[1] if address.startswith("unix://") else address[len("unix:"):]
+    if is_unix(address):
+        path = address.removeprefix("unix://") if address.startswith("unix://") else address.removeprefix("unix:")
         if not os.path.exists(path):
             return (f"gpuobsd is not running: no socket at {path} (start it: `systemctl start gpuobsd`, or "
                     f"`gpuobsd --runtime-dir DIR`; another address: --address or GPUOBS_ADDRESS)")

@@ -19,7 +19,7 @@ def add_export_arguments(parser: argparse.ArgumentParser, out_help: str) -> None
     parser.add_argument("--out", required=True, help=out_help)
 
 
-def export_files(converter: str, files: list[str], out: str) -> Any:
+def export_files(converter: str, files: list[str] | list[Path], out: str | Path) -> Any:
     """`converter`'s export(files, out), e.g. gpuobs.trace_export."""
     try:
         return importlib.import_module(converter).export([Path(f) for f in files], Path(out))

@@ -135,7 +135,6 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
         return messages.record_response(await self._guard(context, call))
 
-
     async def RecordStream(self, request: pb.RecordRequest, context: Context) -> AsyncIterator[pb.RecordChunk]:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)

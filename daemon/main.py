@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import signal
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -73,7 +72,7 @@ class Daemon:
         log.info("ready", socket=str(socket_path), socket_mode=applied, metrics=metrics_at,
                  segment_dir=self.config.segment_dir)
         systemd.notify("READY=1")
-        systemd.notify(f"STATUS={self._status_line()}")
+        systemd.notify(f"STATUS={self._status_line(self.service.drain_age_seconds())}")
         await self.stop.wait()
         systemd.notify("STOPPING=1")
         log.info("stopping")
@@ -109,12 +108,15 @@ class Daemon:
             raise OSError(error.errno, f"cannot serve metrics on {address}: {error.strerror}") from error
         return address
 
-    def _status_line(self) -> str:
-        """What `systemctl status gpuobsd` shows on its Status: line."""
-        lag = self.service.drain_age_seconds()
-        if lag > self.config.watchdog_stall_ms / 1000.0:
+    def _stalled(self, lag: float) -> bool:
+        return lag > self.config.watchdog_stall_ms / 1000.0
+
+    def _status_line(self, lag: float) -> str:
+        """What `systemctl status gpuobsd` shows on its Status: line (`lag`: since the drain's
+        last pass)."""
+        if self._stalled(lag):
             return f"drain stalled for {lag:.0f} s"
-        processes = self.service.processes()
+        processes = list(self.registry.processes.values())
         alive = sum(p.alive for p in processes)
         return f"observing {alive} process(es) ({len(processes) - alive} exited kept)"
 
@@ -125,12 +127,12 @@ class Daemon:
         serving = True
         shown = ""
         while True:
-            line = self._status_line()
+            line = self._status_line(self.service.drain_age_seconds())
             if line != shown:
                 shown = line
                 systemd.notify(f"STATUS={line}")
             await asyncio.sleep(min(interval, 1.0))
-            stalled = time.monotonic() - self.registry.last_pass_at > self.config.watchdog_stall_ms / 1000.0
+            stalled = self._stalled(self.service.drain_age_seconds())
             if stalled == serving:
                 serving = not stalled
                 status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING

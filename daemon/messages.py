@@ -93,4 +93,4 @@ def record_response(files: list[results.RecordedFile]) -> pb.RecordResponse:
 
 def recorded_file(file: results.RecordedFile, path: str) -> pb.RecordedFile:
     """One recorded file's figures, under the path the caller sees it by."""
-    return pb.RecordedFile(pid=file.pid, path=path, events=file.events, launches=file.launches, dropped=file.dropped)
+    return pb.RecordedFile(**{**fields_of(file), "path": path})

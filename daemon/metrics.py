@@ -29,8 +29,9 @@ from .service import ObserverService
 
 # Block-duration histogram edges: every factor of 4 from 1.024 us to 1.07 s, which are edges of
 # the daemon's own log2 buckets (BUCKETS_PER_OCTAVE an octave), so the counts are exact.
-DURATION_EDGES_NS = [2 ** (10 + 2 * k) for k in range(11)]
-DURATION_EDGE_BUCKETS = np.array([BUCKETS_PER_OCTAVE * (10 + 2 * k) for k in range(11)])
+DURATION_EDGE_OCTAVES = np.arange(10, 31, 2)  # log2 of each edge in ns
+DURATION_EDGES_NS = (1 << DURATION_EDGE_OCTAVES).tolist()
+DURATION_EDGE_BUCKETS = BUCKETS_PER_OCTAVE * DURATION_EDGE_OCTAVES
 
 log = structlog.get_logger("gpuobsd.metrics")
 OTHER = "other"
@@ -192,8 +193,9 @@ class GpuobsCollector(Collector):
             out[key] = (before + at_edges, before_ns + total_ns)
 
     def _kernel_series(self) -> tuple[dict, ...]:
-        """(launches, blocks, accesses) per (pid, label): a pid reused while its predecessor is
-        still shown sums both processes into one series, as Prometheus wants series unique. A
+        """(launches, blocks, accesses, block-duration histograms) per (pid, label): a pid reused
+        while its predecessor is still shown sums both processes into one series, as Prometheus
+        wants series unique. A
         process whose counters could not be copied this time shows its last sums again."""
         out: tuple[dict, ...] = ({}, {}, {}, {})
         shown = set()

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         raise CommandError("no observed process to trace")
     try:
-        slices = export_files("gpuobs.trace_export", [str(f) for f in files], str(out))
+        slices = export_files("gpuobs.trace_export", files, out)
     finally:
         if not args.keep_events:
             for path in files:
