@@ -92,6 +92,7 @@ def main() -> int:
     status(args.status, f"engine ready in {engine_ready_s:.1f} s")
     single = SamplingParams(temperature=0, max_tokens=args.single_tokens, ignore_eos=True)
     batched = SamplingParams(temperature=0, max_tokens=args.batch_tokens, ignore_eos=True)
+    warm = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     prompt = "The quick brown fox jumps over the lazy dog, and then"
     prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(args.batch)]
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
@@ -122,6 +123,9 @@ def main() -> int:
             row = result["modes"][mode]
             if mode != "none":
                 row["set_mode_s"].append(set_mode(args.address, mode, pids))
+            # untimed: the GPU back at its clocks after the pause of the switch, the first
+            # replays after a mode switch (the device reads the new word) out of the window
+            llm.generate([prompt], warm, use_tqdm=False)
             # Wall time per token, and the CPU time of the whole process per token (every thread:
             # the engine's and the injector's, callbacks included), which a neighbour that takes
             # the cores away for a while does not lengthen.

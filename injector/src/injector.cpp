@@ -71,7 +71,18 @@ Injector::Injector()
 
 void Injector::enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable) {
   std::lock_guard<std::mutex> lock(callbacks_mutex_);
+  if (stepped_aside_) return;
   sanitizerEnableCallback(enable ? 1 : 0, subscriber_, domain, cbid);
+}
+
+int Injector::step_aside() {
+  std::lock_guard<std::mutex> lock(callbacks_mutex_);
+  if (stepped_aside_ || subscriber_ == nullptr) return 0;
+  const SanitizerResult result = sanitizerUnsubscribe(subscriber_);
+  stepped_aside_ = result == SANITIZER_SUCCESS;
+  log_line("stepping aside for a profiler: sanitizerUnsubscribe returned %d; patched kernels keep their patches, "
+           "modules loaded from now on are not patched", int(result));
+  return int(result);
 }
 
 bool Injector::subscribe() {
@@ -624,6 +635,14 @@ extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_
                                                                          uint32_t ids_bytes, uint32_t flags) {
   try {
     return g_injector ? g_injector->record_step(step, requests, tokens, ids, ids_bytes, flags) : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_step_aside() {
+  try {
+    return g_injector ? g_injector->step_aside() : -1;
   } catch (...) {
     return -1;
   }

@@ -65,6 +65,9 @@ class Injector : private ControlTarget {
   int record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
                   uint32_t flags);
   int set_label(const char* label);
+  // Unsubscribes from the Sanitizer API so that a CUPTI client (torch.profiler, Nsight) can
+  // attach: the driver admits one tool. Patched code keeps running; no callback comes after.
+  int step_aside();
 
  private:
   static void SANITIZERAPI callback(void* userdata, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid,
@@ -128,6 +131,7 @@ class Injector : private ControlTarget {
   CubinStore cubins_;
   Sanitizer_SubscriberHandle subscriber_ = nullptr;
   std::mutex callbacks_mutex_;  // sanitizerEnableCallback calls
+  bool stepped_aside_ = false;  // under callbacks_mutex_: the subscriber is gone
 
   std::mutex segment_mutex_;
   std::atomic<bool> segment_ready_{false};

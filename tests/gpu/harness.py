@@ -187,3 +187,11 @@ def find_kernel(table: dict[str, dict], prefix: str) -> dict:
     matches = [row for name, row in table.items() if name.startswith(prefix) or row["mangled"].startswith(prefix)]
     assert len(matches) == 1, f"{prefix}: {list(table)}"
     return matches[0]
+
+
+def keep_report(name: str, report: object) -> None:
+    """Writes a report into $GPUOBS_REPORT_DIR (the GPU suite archives it), when that is set."""
+    report_dir = os.environ.get("GPUOBS_REPORT_DIR")
+    if report_dir:
+        Path(report_dir).mkdir(parents=True, exist_ok=True)
+        (Path(report_dir) / name).write_text(json.dumps(report, indent=1, sort_keys=True))

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from gpuobs_testing.daemon import DaemonProcess, device_stage, free_port, gpuobsctl
-from harness import WORKLOADS, InjectedRun
+from harness import WORKLOADS, InjectedRun, keep_report
 
 DECODE = [sys.executable, str(WORKLOADS / "decode_graph40.py")]
 CACHE_KERNEL = "kv_cache_write_kernel"
@@ -38,14 +38,6 @@ def unexplained_blocks(kernels: list[dict]) -> dict[str, int]:
         if missing:
             out[kernel["name"]] = missing
     return out
-
-
-def keep_report(name: str, report: object) -> None:
-    """Writes a report into $GPUOBS_REPORT_DIR (the GPU suite archives it), when that is set."""
-    report_dir = os.environ.get("GPUOBS_REPORT_DIR")
-    if report_dir:
-        Path(report_dir).mkdir(parents=True, exist_ok=True)
-        (Path(report_dir) / name).write_text(json.dumps(report, indent=1, sort_keys=True))
 
 
 def the_graph(graphs: list[dict]) -> dict:

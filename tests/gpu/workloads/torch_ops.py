@@ -3,8 +3,8 @@ a Triton kernel, and (with --graph) the same step captured into a CUDA graph and
 
 Prints one JSON line: a checksum of every output (to compare runs with and without the
 injector) and, with --profile, the kernels torch.profiler saw (name, grid, block) as an
-independent oracle for launches and blocks. The profiler run is made without the injector:
-one CUPTI-based tool and one sanitizer subscriber are not tested together.
+independent oracle for launches and blocks. With --step-aside the injector is asked to
+unsubscribe first (tests/gpu/test_profiler_coexistence.py: what a profiler then records).
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ def main() -> int:
     parser.add_argument("--graph", action="store_true", help="capture the step and replay it")
     parser.add_argument("--replays", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--step-aside", action="store_true",
+                        help="before profiling, ask the injector to unsubscribe so that CUPTI can attach")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -78,6 +80,13 @@ def main() -> int:
         result["replays"] = args.replays
     elif args.profile:
         from torch.profiler import ProfilerActivity, profile
+
+        if args.step_aside:
+            import ctypes
+            import os
+
+            injector = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])  # the loaded one: same path
+            result["step_aside_rc"] = injector.gpuobs_step_aside()
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(args.iters):
