@@ -98,6 +98,13 @@ DECOMPOSE: list[Config] = DECODE[:5] + [
      {"GPUOBS_CONFIG_WORD": "bound"}),
 ]
 
+# The same question without any call in the patch (no frame for any thread): the thread index
+# alone, the leader's reduction alone, load + reduction, then production.
+INLINE_STEPS = ("tid_inline", "red_inline", "count_inline")
+INLINE: list[Config] = DECODE[:3] + [DECODE[4]] + [
+    (f"block-entry diagnostic patch: {step} (GPUOBS_DEBUG_PATCHES={step})", "counter", "block", 0,
+     {"GPUOBS_DEBUG_PATCHES": step}) for step in INLINE_STEPS] + [("counter", "counter", "block", 0, {})]
+
 
 class Drainer(threading.Thread):
     """Drains every segment that appears in a directory until stopped."""
@@ -222,7 +229,7 @@ def check_targets(rows: list[dict]) -> list[str]:
     return lines
 
 
-WORKLOADS = ("silu", "gemm", "decode", "decompose")
+WORKLOADS = ("silu", "gemm", "decode", "decompose", "inline")
 
 
 def write_report(out: Path, commit: str, device: str, rows: list[dict], workloads: list[str]) -> None:
@@ -308,10 +315,11 @@ def main() -> int:
         elif name == "gemm":
             rows += measure("cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM,
                             max(2, args.rounds - 1))
-        else:  # decode, decompose: the same graph, a run of its own each
-            rows += measure("decode_graph" if name == "decode" else "decode_graph_decomposed",
-                            [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"],
-                            DECODE if name == "decode" else DECOMPOSE, args.rounds, deterministic=False)
+        else:  # decode, decompose, inline: the same graph, a run of its own each
+            workload, configs = {"decode": ("decode_graph", DECODE), "decompose": ("decode_graph_decomposed", DECOMPOSE),
+                                 "inline": ("decode_graph_inline", INLINE)}[name]
+            rows += measure(workload, [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"],
+                            configs, args.rounds, deterministic=False)
         write_report(out, args.commit, device, rows, workloads)
     print_report(rows, check_targets(rows))
     return 0

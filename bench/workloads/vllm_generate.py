@@ -147,6 +147,13 @@ def main() -> int:
                 result["tokens"][mode] = {"sha256": digest, "single_first": list(out[0].outputs[0].token_ids[:16]),
                                           "batch_tokens": produced}
         status(args.status, f"repeat {repeat + 1} done")
+    # The process ends with os._exit (no exit hook, so no last snapshot from the injector): wait
+    # for the GPU to finish what vLLM queued and for the tool thread's next snapshot, so that the
+    # counters the bench reads afterwards hold no launch whose blocks were still running.
+    import torch
+
+    torch.cuda.synchronize()
+    time.sleep(0.5)
     temporary = args.result.with_suffix(".tmp")
     temporary.write_text(json.dumps(result))
     temporary.rename(args.result)

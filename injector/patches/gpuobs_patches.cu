@@ -427,6 +427,9 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_empty_access(void
 //   red:          the leader test and the block's count (a reduction), no load;
 //   count:        load + count, what every block but the first does in `counter`;
 //   count_inline: load + count with no call anywhere, so no frame for any thread;
+//   tid_inline:   only the leader test's inputs (the thread index, read and kept), no branch,
+//                 no memory, no call: what a patch costs once it does anything at all;
+//   red_inline:   the leader test and the block's count, no load, no call;
 //   census:       only block (0,0,0)'s launch census (no load).
 // The counts these leave are wrong by design: for the overhead benchmark, never for a service.
 namespace {
@@ -480,5 +483,16 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_census(void
   count_launch(kernel_of(userdata), pack_grid(gridDim.x, gridDim.y, gridDim.z),
                pack_block(blockDim.x, blockDim.y, blockDim.z));
   if (pc == 0) never_called(kernel_of(userdata));
+  return SANITIZER_PATCH_SUCCESS;
+}
+
+extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_tid_inline(void* userdata, uint64_t pc) {
+  asm volatile("" ::"r"(threadIdx.x | threadIdx.y | threadIdx.z));  // kept, though nothing uses it
+  return SANITIZER_PATCH_SUCCESS;
+}
+
+extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_debug_red_inline(void* userdata, uint64_t pc) {
+  if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
+  count_block(kernel_of(userdata), true, sm_id());
   return SANITIZER_PATCH_SUCCESS;
 }

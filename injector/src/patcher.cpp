@@ -22,7 +22,9 @@ const struct {
                      {"red", "gpuobs_debug_red"},
                      {"count", "gpuobs_debug_count"},
                      {"count_inline", "gpuobs_debug_count_inline"},
-                     {"census", "gpuobs_debug_census"}};
+                     {"census", "gpuobs_debug_census"},
+                     {"tid_inline", "gpuobs_debug_tid_inline"},
+                     {"red_inline", "gpuobs_debug_red_inline"}};
 
 const char* debug_entry_function(const char* step) {
   if (step == nullptr) return nullptr;
