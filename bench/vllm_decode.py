@@ -4,7 +4,7 @@ the GPU machine: single-stream ms per token (1 request x 256 greedy tokens) and 
 each other so a reader sees what the method can resolve.
 
 Method: offline vLLM (the engine in the measured process), a random-weight Qwen3 of 24 layers,
-hidden 2048, vocabulary 8192 (GPU time per decode step large enough to resolve 2%),
+hidden 2048, vocabulary 8192, or with --model-size gpu-bound 32 layers of hidden 5120 (MODELS),
 FULL_AND_PIECEWISE CUDA graphs for batch sizes 1..64. One fresh process per configuration and
 round; configurations interleaved over ROUNDS rounds (the order rotates each round, so no
 configuration always runs in the same position); in each process every measurement REPEATS
@@ -60,7 +60,15 @@ from vllm_overhead import drop_in_environment, payload_environment
 ROOT = Path(__file__).resolve().parent.parent
 LIB = Path(gpuobs.__file__).parent / "lib"
 WORKER = Path(__file__).resolve().parent / "workloads" / "vllm_generate.py"
-MODEL_ARGS = ["--layers", "24", "--hidden", "2048", "--vocab", "8192"]
+# The model, by what bounds its single-stream decode on the H200: the 24 x 2048 model reads
+# 2.4 GB of weights per token (~0.6 ms of GPU) against ~2 ms of host work per step, so its wall
+# time follows the host's speed, which varied 1.5x inside one process (no-tool CPU time per token
+# tracked wall time within 3%); 32 x 5120 reads ~15 GB per token (~3.6 ms), so the GPU sets the
+# pace and a device-side cost shows in wall time.
+MODELS = {
+    "host-bound": ["--layers", "24", "--hidden", "2048", "--vocab", "8192"],
+    "gpu-bound": ["--layers", "32", "--hidden", "5120", "--vocab", "8192"],
+}
 GPUOBS_MODES = "off,noop,counter,blocks"
 
 # name -> (library, environment over the base, modes measured in the process)
@@ -225,7 +233,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--payload", type=Path, required=True, help="a vllm-device chunk folder (device_unpack.sh)")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--model", default="/tmp/qwen3-24x2048")
+    parser.add_argument("--model-size", choices=sorted(MODELS), default="host-bound")
+    parser.add_argument("--model", help="where the model is made (default /tmp/qwen3-<size>)")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
@@ -234,6 +243,8 @@ def main() -> int:
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
     args = parser.parse_args()
     t0 = time.monotonic()
+    model_args = MODELS[args.model_size]
+    args.model = args.model or f"/tmp/qwen3-{args.model_size}"
     configs = args.configs.split(",")
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or "none" not in configs:
@@ -247,7 +258,7 @@ def main() -> int:
     base_env.pop("CUDA_INJECTION64_PATH", None)
     if not Path(args.model).exists():
         began = time.monotonic()
-        subprocess.run([sys.executable, str(args.payload / "make_tiny_qwen3.py"), args.model, *MODEL_ARGS],
+        subprocess.run([sys.executable, str(args.payload / "make_tiny_qwen3.py"), args.model, *model_args],
                        env=base_env, check=True, capture_output=True, timeout=300)
         print(f"model made in {time.monotonic() - began:.0f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-"))
@@ -270,7 +281,7 @@ def main() -> int:
     report: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": args.commit,
         "device": device[0] if device else "unknown", "vllm": "0.25.1",
-        "model": "random-weight Qwen3, make_tiny_qwen3.py " + " ".join(MODEL_ARGS),
+        "model": "random-weight Qwen3, make_tiny_qwen3.py " + " ".join(model_args), "model_size": args.model_size,
         "command": "python bench/vllm_decode.py " + " ".join(sys.argv[1:]),
         "method": __doc__.split("\n\n")[1].replace("\n", " "), "rounds": args.rounds, "repeats": args.repeats,
         "configs": {c: {"library": CONFIGS[c][0].name if CONFIGS[c][0] else None, "environment": CONFIGS[c][1],

@@ -131,6 +131,9 @@ class GpuobsCollector(Collector):
         oldest = GaugeMetricFamily("gpuobs_oldest_block_in_flight_age_seconds",
                                    "Age of the oldest block in flight (0 when none)", labels=["pid"])
         steps = CounterMetricFamily("gpuobs_engine_steps", "Engine steps recorded (vLLM plugin)", labels=["pid"])
+        profilers = CounterMetricFamily(
+            "gpuobs_profiler_starts", "Profilers started in an observed process: each recorded no GPU activity "
+            "(the driver admits one tool)", labels=["pid"])
         callbacks = CounterMetricFamily("gpuobs_injector_callback_seconds",
                                         "Wall time the injector spent in its own callbacks", labels=["pid", "callback"])
         alive = 0
@@ -143,6 +146,7 @@ class GpuobsCollector(Collector):
             fill.add_metric([pid], view.ring_fill_ratio)
             errors.add_metric([pid], float(view.accounting_errors))
             steps.add_metric([pid], float(view.engine_steps))
+            profilers.add_metric([pid], float(view.injector.profiler_starts))
             callbacks.add_metric([pid, "resource"], view.injector.resource_callback_seconds)
             callbacks.add_metric([pid, "launch"], view.injector.launch_callback_seconds)
             callbacks.add_metric([pid, "graph"], view.injector.graph_callback_seconds)
@@ -178,7 +182,7 @@ class GpuobsCollector(Collector):
                                 "Time since the drain last went over every segment (grows while it stalls)")
         lag.add_metric([], self.service.drain_age_seconds())
         yield from (build, processes, mode, shift, fill, launches, blocks, accesses, durations, events, dropped,
-                    launch_dropped, unreadable, stream_dropped, errors, in_flight, oldest, steps, callbacks, lag)
+                    launch_dropped, unreadable, stream_dropped, errors, in_flight, oldest, steps, profilers, callbacks, lag)
 
     def _duration_series(self, process: ObservedProcess, labels: "StickyLabels",
                          out: dict[tuple[int, str], tuple[np.ndarray, int]]) -> None:

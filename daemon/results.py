@@ -26,6 +26,7 @@ class InjectorStats:
     patch_failures: int
     cubins_kept: int
     cubins_skipped: int
+    profiler_starts: int
     resource_callback_seconds: float
     launch_callback_seconds: float
     graph_callback_seconds: float

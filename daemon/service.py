@@ -76,7 +76,8 @@ def check_top_or_page(top: int, page_size: int, page_token: str, max_page: int, 
 def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
     """The injector's own work from its global counters: exact counts, and callback time in seconds."""
     counts = {name: counters.get(name, 0) for name in
-              ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped")}
+              ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped",
+               "profiler_starts")}
     seconds = {f"{name}_seconds": counters.get(f"{name}_ns", 0) / 1e9 for name in
                ("resource_callback", "launch_callback", "graph_callback", "patch", "cubin")}
     return results.InjectorStats(**counts, **seconds)

@@ -35,7 +35,7 @@ void print_usage(std::FILE* out) {
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
                "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
                "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
-               "  [--device-lag LAUNCHES] [--help] [--version]\n",
+               "  [--device-lag LAUNCHES] [--profiler-starts N] [--help] [--version]\n",
                choices(kModes).c_str(), choices(kPatchSetNames).c_str());
 }
 }  // namespace
@@ -72,7 +72,7 @@ void apply_environment(Options* o) {
 
 Options parse_options(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kHelp, kVersion };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kHelp, kVersion };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -91,6 +91,7 @@ Options parse_options(int argc, char** argv) {
       {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
       {"launch-trace", no_argument, nullptr, kLaunchTrace},
       {"device-lag", required_argument, nullptr, kDeviceLag},
+      {"profiler-starts", required_argument, nullptr, kProfilerStarts},
       {"help", no_argument, nullptr, kHelp}, {"version", no_argument, nullptr, kVersion},
       {nullptr, 0, nullptr, 0}};
   Options o;
@@ -126,6 +127,7 @@ Options parse_options(int argc, char** argv) {
       case kSteps: o.steps = true; break;
       case kLaunchTrace: o.launch_trace = true; break;
       case kDeviceLag: o.device_lag = uint32_t(parse_number(optarg, "--device-lag")); break;
+      case kProfilerStarts: o.profiler_starts = uint32_t(parse_number(optarg, "--profiler-starts")); break;
       case kHelp:
         print_usage(stdout);
         std::exit(0);

@@ -96,6 +96,7 @@ int run(const Options& options) {
                          1, __ATOMIC_RELAXED);
     slots.push_back(slot < 0 ? UINT32_MAX : uint32_t(slot));
   }
+  for (uint32_t i = 0; i < options.profiler_starts; ++i) writer.note_profiler_start();
   std::fprintf(stderr, "gpuobs-synth: pid %d segment %s\n", int(::getpid()), writer.segment().path().c_str());
 
   SimulatedDevice device(&writer, uint32_t(catalog.size()));

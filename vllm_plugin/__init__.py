@@ -3,8 +3,9 @@
 vLLM calls `register()` in every process it starts (API server, engine core, workers), maybe
 more than once. In a process the injector observes (CUDA_INJECTION64_PATH names it), the plugin
 wraps the GPU worker's `execute_model` so that each engine step is written into the process's
-segment (step number, requests and tokens scheduled, request ids), and names the process (role,
-rank, model). Elsewhere it does nothing. It never raises into vLLM: a hook that is missing or
+segment (step number, requests and tokens scheduled, request ids), names the process (role,
+rank, model), and notes each profiler started in it (vLLM's start_profile: it records no GPU
+activity beside the injector, gpuobs.profiler_notice says why). Elsewhere it does nothing. It never raises into vLLM: a hook that is missing or
 fails disables it with one log line, and the engine runs on.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 import logging
 import os
 
-from .annotations import InjectorAnnotations
+from ..injector_functions import InjectorAnnotations
+from ..profiler_notice import install_profiler_notice
 from .engine_hook import install_step_hook
 from .step_recorder import StepRecorder
 
@@ -29,7 +31,12 @@ def register() -> None:
     injector = os.environ.get("CUDA_INJECTION64_PATH", "")
     if not injector:
         return  # not observed: nothing to annotate
+    annotations = InjectorAnnotations(injector)
     try:
-        install_step_hook(StepRecorder(InjectorAnnotations(injector)))
+        install_step_hook(StepRecorder(annotations))
     except Exception as error:  # noqa: BLE001 - vLLM must start whatever went wrong here
         log.warning("gpuobs: engine steps are not recorded (%s: %s)", type(error).__name__, error)
+    try:  # vLLM's start_profile (and any torch.profiler in the process) goes through torch's
+        install_profiler_notice(annotations)
+    except Exception as error:  # noqa: BLE001
+        log.warning("gpuobs: a profiler's start will not be noted (%s: %s)", type(error).__name__, error)

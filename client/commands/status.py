@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
               f"modules {i.resource_callback_seconds:.2f} s (patching {i.patch_seconds:.2f} s, cubins "
               f"{i.cubin_seconds:.2f} s), launches {i.launch_callback_seconds:.2f} s, graphs "
               f"{i.graph_callback_seconds:.2f} s")
+        if i.profiler_starts:
+            print(f"pid {p.pid}: {i.profiler_starts} profiler start(s) recorded no GPU activity: CUPTI cannot attach "
+                  f"beside gpuobs (the driver admits one tool); `gpuobsctl trace` records this process's kernels")
     for rejected in response.rejected_segments:
         print(f"rejected: {rejected}")
     if response.rejected_segments_total > len(response.rejected_segments):

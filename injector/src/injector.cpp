@@ -629,12 +629,31 @@ int gpuobs::Injector::set_label(const char* label) {
   return 0;
 }
 
+int gpuobs::Injector::note_profiler(const char* who) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  writer_->note_profiler_start();
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    log_line("%s started in this process: it records no GPU activity while gpuobs observes it (the driver "
+             "admits one tool: CUPTI fails with error 39); gpuobs keeps counting (gpuobsctl status, kernels, "
+             "trace)", who && *who ? who : "a profiler");
+  return 0;
+}
+
 // The served program's side (ctypes from the vLLM plugin): never throws, never blocks.
 extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_t step, uint32_t requests,
                                                                          uint32_t tokens, const char* ids,
                                                                          uint32_t ids_bytes, uint32_t flags) {
   try {
     return g_injector ? g_injector->record_step(step, requests, tokens, ids, ids_bytes, flags) : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_note_profiler(const char* who) {
+  try {
+    return g_injector ? g_injector->note_profiler(who) : -1;
   } catch (...) {
     return -1;
   }

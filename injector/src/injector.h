@@ -65,6 +65,9 @@ class Injector : private ControlTarget {
   int record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
                   uint32_t flags);
   int set_label(const char* label);
+  // A profiler started in the process (the vLLM plugin or gpuobs.profiler_notice says so before
+  // it reaches CUPTI): counted in the segment, and said once in the process's log.
+  int note_profiler(const char* who);
   // Unsubscribes from the Sanitizer API so that a CUPTI client (torch.profiler, Nsight) can
   // attach: the driver admits one tool. Patched code keeps running; no callback comes after.
   int step_aside();

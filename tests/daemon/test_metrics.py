@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuobs_testing.prometheus import PrometheusServer, require
 
@@ -143,7 +144,9 @@ def test_the_shipped_rules_pass_promtool_and_their_unit_tests() -> None:
     promtool = require("promtool")
     checked = subprocess.run([promtool, "check", "rules", str(RULES / "gpuobs-rules.yml")], capture_output=True,
                              text=True)
-    assert checked.returncode == 0 and "SUCCESS: 8 rules found" in checked.stdout, checked.stdout + checked.stderr
+    shipped = sum(len(group["rules"]) for group in yaml.safe_load((RULES / "gpuobs-rules.yml").read_text())["groups"])
+    assert checked.returncode == 0 and f"SUCCESS: {shipped} rules found" in checked.stdout, \
+        checked.stdout + checked.stderr
     tested = subprocess.run([promtool, "test", "rules", "gpuobs-rules.test.yml"], cwd=RULES, capture_output=True,
                             text=True)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr

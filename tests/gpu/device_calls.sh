@@ -4,18 +4,22 @@
 # suite 235 s + build 30 s, 60-90 s more with the profiler cases; overhead.py SiLU and GEMM ~190 s, decode graph ~150 s; the decode
 # bench ~450 s; the serve bench ~330 s; a cold start ~80 s of device time). The vLLM payload
 # comes in two chunk folders that must be carried by calls back to back on a warm machine (it
-# stays warm ~30 s after a call): make the next call at once.
+# stays warm ~30 s after a call): make the next call at once. Build them with
+# `CHUNK_MB=42 build_payload.sh .vllm`: a 62 MiB chunk and this repository's tracked files pass
+# the 64 MiB a call carries.
 #
 #   call 1 (carry .whl .vllm/c1):  bash tests/gpu/device_calls.sh 1 COMMIT [overhead workloads: silu,gemm]
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
 #   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [overhead workloads after it]
+#   call 4 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 4 COMMIT   (the decode bench on the
+#                                  GPU-bound model: no tool and gpuobs, 3 rounds; not a test)
 #
 # Everything goes under $OUT; what lies deeper than the device returns is also in $OUT/*.tgz.
 # Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-call=${1:?usage: device_calls.sh 1|2|3 COMMIT}
-commit=${2:?usage: device_calls.sh 1|2|3 COMMIT}
+call=${1:?usage: device_calls.sh 1|2|3|4 COMMIT}
+commit=${2:?usage: device_calls.sh 1|2|3|4 COMMIT}
 out=${OUT:?OUT: the output folder of the device call}
 export PATH="/usr/local/cuda/bin:$PATH" GPUOBS_COMMIT="$commit"
 left() { echo $(( $1 - SECONDS )); }  # seconds left of a call that must end by $1
@@ -48,5 +52,13 @@ case "$call" in
     fi
     grep -E "passed|failed" "$out/vllm-tests-$call.log" | tail -1
     ;;
-  *) echo "usage: device_calls.sh 1|2|3 COMMIT" >&2; exit 2 ;;
+  4)
+    payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
+    eval "$payload_env"
+    timeout "$(left 575)" python3 bench/vllm_decode.py --payload .vllm/c2 --model-size gpu-bound --configs none,gpuobs \
+      --budget-s 480 --out "$out/vllm-decode-gpu-bound" --commit "$commit" > "$out/vllm-decode-gpu-bound.txt" 2>&1
+    echo "gpu-bound decode bench rc $? at $SECONDS s"
+    tail -12 "$out/vllm-decode-gpu-bound.txt"
+    ;;
+  *) echo "usage: device_calls.sh 1|2|3|4 COMMIT" >&2; exit 2 ;;
 esac

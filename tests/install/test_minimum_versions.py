@@ -37,7 +37,7 @@ def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) ->
     env_dir = tmp_path / "floor"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", *floors(), "pytest>=8"],
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", *floors(), "pytest>=8", "PyYAML>=6"],
                                capture_output=True, text=True, timeout=900)
     assert installed.returncode == 0, installed.stderr[-3000:]
     (wheel,) = wheels.glob("gpuobs-*.whl")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import gpuobs
-from gpuobs.vllm_plugin.annotations import NOT_OBSERVING, InjectorAnnotations
+from gpuobs.injector_functions import NOT_OBSERVING, InjectorAnnotations
 from gpuobs.vllm_plugin.engine_hook import install_step_hook
 from gpuobs.vllm_plugin.step_recorder import MAX_ATTEMPTS, SAME_REQUESTS, StepRecorder
 
@@ -91,6 +91,7 @@ def test_a_missing_hook_is_an_error_register_logs_once(monkeypatch: pytest.Monke
     monkeypatch.setenv("CUDA_INJECTION64_PATH", str(INJECTOR))
     monkeypatch.setattr(plugin, "install_step_hook",
                         lambda recorder: install_step_hook(recorder, "no_such_vllm.worker"))
+    monkeypatch.setattr(plugin, "install_profiler_notice", lambda annotations: True)  # torch is not here
     with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
         plugin.register()
         plugin.register()  # vLLM may call it again: nothing more happens
@@ -136,15 +137,16 @@ def test_the_real_injector_exports_the_annotation_functions() -> None:
     loaded but never initialised by CUDA (no GPU here) -> the calls answer 'not observing'."""
     script = f"""
 import ctypes
-from gpuobs.vllm_plugin.annotations import InjectorAnnotations
+from gpuobs.injector_functions import InjectorAnnotations
 annotations = InjectorAnnotations({str(INJECTOR)!r})
 print(annotations.available())
 ctypes.CDLL({str(INJECTOR)!r})
-print(annotations.available(), annotations.record_step(1, 2, 3, b"a\\nb", 0), annotations.set_label("x"))
+print(annotations.available(), annotations.record_step(1, 2, 3, b"a\\nb", 0), annotations.set_label("x"),
+      annotations.note_profiler("torch.profiler"))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True", str(NOT_OBSERVING), str(NOT_OBSERVING)]
+    assert done.stdout.split() == ["False", "True", str(NOT_OBSERVING), str(NOT_OBSERVING), str(NOT_OBSERVING)]
 
 
 def test_the_plugin_is_an_entry_point_vllm_finds() -> None:

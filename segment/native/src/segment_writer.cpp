@@ -133,6 +133,10 @@ void SegmentWriter::set_label(const std::string& label) {
   copy_bounded(header.label, sizeof(header.label), label, nullptr);  // a reader may see a mix for a moment
 }
 
+void SegmentWriter::note_profiler_start() {
+  __atomic_fetch_add(&view().counters->profiler_starts, 1, __ATOMIC_RELAXED);
+}
+
 ring::ProducerView SegmentWriter::event_ring_producer(uint32_t index, uint64_t* head, uint64_t* reserved,
                                                      uint64_t* limit) const {
   const SegmentView& v = view();

@@ -528,7 +528,12 @@ struct GlobalCounters {
   // replayed does not count); 0 before any replay began. The daemon finishes judging a replay only
   // below it: a replay out of its window may not have run yet when the host is far ahead.
   uint64_t device_replay_begun;
-  uint64_t reserved[8];
+  // Profilers started in this process (torch.profiler, vLLM's start_profile), as the vLLM plugin
+  // or gpuobs.profiler_notice tells the injector: CUPTI records no GPU activity beside a Sanitizer
+  // subscriber (the driver admits one tool), so each of them got an empty trace. 0 in segments of
+  // injectors that predate it (the word was reserved).
+  uint64_t profiler_starts;
+  uint64_t reserved[7];
 };
 static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
 inline constexpr Field kGlobalCountersFields[] = {
@@ -556,6 +561,7 @@ inline constexpr Field kGlobalCountersFields[] = {
     GPUOBS_FIELD(GlobalCounters, patch_ns),
     GPUOBS_FIELD(GlobalCounters, cubin_ns),
     GPUOBS_FIELD(GlobalCounters, device_replay_begun),
+    GPUOBS_FIELD(GlobalCounters, profiler_starts),
     GPUOBS_RESERVED(GlobalCounters, reserved),
 };
 static_assert(covers(kGlobalCountersFields, sizeof(GlobalCounters)), "kGlobalCountersFields lists every member");

@@ -56,6 +56,8 @@ class SegmentWriter {
                   uint32_t flags);
   // Names the process for operators (role, rank, model); cut to the header's 63 bytes.
   void set_label(const std::string& label);
+  // Counts a profiler started in the process (GlobalCounters::profiler_starts); never blocks.
+  void note_profiler_start();
 
   // The producer's view of event ring `index` for a device whose head/reserved/limit words
   // live at the given addresses (device memory for the GPU, process memory for gpuobs-synth).

@@ -1,4 +1,5 @@
-"""The injector's two annotation functions, reached through ctypes in the process it observes."""
+"""The functions the injector exports to the program it observes (engine steps, the process's
+label, a profiler's start), reached through ctypes from the vLLM plugin and gpuobs.profiler_notice."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class InjectorAnnotations:
             library.gpuobs_record_step.restype = ctypes.c_int
             library.gpuobs_set_label.argtypes = [ctypes.c_char_p]
             library.gpuobs_set_label.restype = ctypes.c_int
+            library.gpuobs_note_profiler.argtypes = [ctypes.c_char_p]
+            library.gpuobs_note_profiler.restype = ctypes.c_int
             self._library = library
         return True
 
@@ -37,3 +40,7 @@ class InjectorAnnotations:
     def set_label(self, label: str) -> int:
         assert self._library is not None
         return int(self._library.gpuobs_set_label(label.encode("utf-8", "replace")[:63]))
+
+    def note_profiler(self, who: str) -> int:
+        assert self._library is not None
+        return int(self._library.gpuobs_note_profiler(who.encode("utf-8", "replace")[:63]))
