@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up gpuobs on a fresh machine: a virtual environment in .venv with the package, its
 # native parts (reader, gpuobs-synth) and, where nvcc is found, the injector and its patches.
-# GPUOBS_REQUIRE_INJECTOR=1 turns a missing injector toolchain into an error (CI sets it).
+# Without nvcc it builds daemon-only and says so, since the demo needs no injector;
+# GPUOBS_REQUIRE_INJECTOR=1 turns that into the build's error instead (CI sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -12,8 +13,21 @@ fi
 # Build requirements installed up front so that the build can see the sanitizer package.
 .venv/bin/python -m pip install -q "scikit-build-core>=0.11" "pybind11>=2.13" "numpy>=1.26" \
   "nvidia-cuda-sanitizer-api==13.0.*" "nvidia-cuda-nvdisasm" "pytest>=8" "hypothesis>=6.100"
-require=OFF
-if [ "${GPUOBS_REQUIRE_INJECTOR:-0}" = "1" ]; then require=ON; fi
+# Where cmake/injector.cmake looks for nvcc: $CUDA_HOME/bin (/usr/local/cuda/bin without it), PATH.
+has_nvcc() {
+  [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || command -v nvcc >/dev/null
+}
+# Passed every time, ON or OFF: the build directory's CMake cache would keep an earlier value.
+daemon_only=OFF
+if [ "${GPUOBS_REQUIRE_INJECTOR:-0}" != "1" ] && ! has_nvcc; then
+  daemon_only=ON
+  echo "scripts/setup.sh: no nvcc found (CUDA_HOME/bin, /usr/local/cuda/bin, PATH): building without the injector," \
+    "enough for the demo and the CPU tests (README, \"Install\", says how to add it)"
+fi
 .venv/bin/python -m pip install -q --no-build-isolation \
-  -C cmake.define.GPUOBS_REQUIRE_INJECTOR=$require -C build-dir=build/{wheel_tag} ".[test]"
-echo "gpuobs installed in .venv"
+  -C cmake.define.GPUOBS_DAEMON_ONLY=$daemon_only -C build-dir=build/{wheel_tag} ".[test]"
+if [ "$daemon_only" = ON ]; then
+  echo "gpuobs installed in .venv, without the injector"
+else
+  echo "gpuobs installed in .venv"
+fi

@@ -27,7 +27,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   $python -m pip install -q --no-index --no-deps .whl/*.whl >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 fi
 if ! $python -m pip install -q --no-build-isolation --no-index --no-deps \
-    -C cmake.define.GPUOBS_REQUIRE_INJECTOR=ON -C cmake.define.GPUOBS_PATCH_ARCHS=90 . > "$out/build.log" 2>&1; then
+    -C cmake.define.GPUOBS_PATCH_ARCHS=90 . > "$out/build.log" 2>&1; then
   tail -50 "$out/build.log"
   exit 1
 fi

@@ -46,6 +46,15 @@ def test_injector_loads_and_finds_the_sanitizer_library() -> None:
     assert library.InitializeInjection is not None
 
 
+def test_the_sanitizer_library_is_found_beside_the_injector_only() -> None:
+    """Where the build found it may be gone once installed (pip's isolated build environment)."""
+    assert (LIB_DIR / "libsanitizer-public.so").is_file()
+    readelf = shutil.which("readelf")
+    assert readelf, "binutils' readelf is needed"
+    dynamic = subprocess.run([readelf, "-d", str(INJECTOR)], check=True, capture_output=True, text=True).stdout
+    assert re.findall(r"\((?:RUNPATH|RPATH)\).*\[(.*)\]", dynamic) == ["$ORIGIN"], dynamic
+
+
 def test_patch_fatbin_is_a_fatbin_with_our_patch_functions() -> None:
     data = FATBIN.read_bytes()
     assert int.from_bytes(data[:4], "little") == FATBIN_MAGIC
