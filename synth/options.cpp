@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <getopt.h>
+#include <grp.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -65,6 +66,10 @@ void apply_environment(Options* o) {
   if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_number(shift, "GPUOBS_SHIFT"));
   if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set) parse_name(kPatchSetNames, set, &o->patch_set);
   if (const char* label = std::getenv("GPUOBS_LABEL"); label && *label) o->label = label;
+  if (const char* group = std::getenv("GPUOBS_GROUP"); group && *group) {  // as the injector: 0660, that group
+    if (const struct group* entry = getgrnam(group)) o->group = entry->gr_gid;
+    else std::fprintf(stderr, "gpuobs-synth: GPUOBS_GROUP=%s: no such group; the segment stays 0600\n", group);
+  }
   if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0) o->launch_trace = true;
 }
 

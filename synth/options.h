@@ -37,6 +37,7 @@ struct Options {
   uint32_t publish_us = 2000;
   uint32_t control_poll_us = 500;
   std::string label;
+  uint32_t group = UINT32_MAX;  // GPUOBS_GROUP's gid: the segment is made 0660 with it (as the injector)
   std::string filter;
   bool unlink_at_exit = false;
   bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace

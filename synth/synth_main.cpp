@@ -76,6 +76,7 @@ int run(const Options& options) {
   segment_options.initial_shift = options.shift;
   segment_options.producer = "gpuobs-synth";
   segment_options.label = options.label;
+  segment_options.group = gid_t(options.group);
   segment_options.producer_flags = kBlockExitsHooked | (options.launch_trace ? kLaunchTrace : 0u);  // both edges
   std::string error;
   const std::unique_ptr<SegmentWriter> producer = start_producer(segment_options, options.filter, &error);
