@@ -60,6 +60,11 @@ def unreachable(address: str, details: str) -> str:
     """Why gpuobsd cannot be reached at this address, in plain words, with what to do next."""
     if is_unix(address):
         path = address.removeprefix("unix://") if address.startswith("unix://") else address.removeprefix("unix:")
+        directory = os.path.dirname(path) or "."
+        if os.path.isdir(directory) and not os.access(directory, os.X_OK):  # the socket may be there: unseen
+            return (f"permission denied on {directory}: gpuobsd's runtime directory is for its owner and group "
+                    f"(`ls -ld {directory}`); run as a member of that group, e.g. `sudo usermod -aG gpuobs $USER`, "
+                    f"then log in again")
         if not os.path.exists(path):
             return (f"gpuobsd is not running: no socket at {path} (start it: `systemctl start gpuobsd`, or "
                     f"`gpuobsd --runtime-dir DIR`; another address: --address or GPUOBS_ADDRESS)")

@@ -92,6 +92,20 @@ def test_an_unreachable_daemon_is_named_with_the_next_step(tmp_path: Path) -> No
     assert sorted(os.listdir(tmp_path)) == ["stale.sock", "tls"]
 
 
+def test_a_runtime_directory_the_user_cannot_enter_is_named_as_such(tmp_path: Path, monkeypatch) -> None:
+    """As the unit's 0750 /run/gpuobs looks to a user outside its group (seen on a clean machine:
+    the socket exists but cannot be seen, which must not read as "not running")."""
+    from gpuobs.client.connection import unreachable
+
+    directory = tmp_path / "run"
+    directory.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == str(directory) and mode & os.X_OK
+                        else real_access(path, mode))
+    said = unreachable(f"unix://{directory}/gpuobsd.sock", "connect failed")
+    assert said.startswith(f"permission denied on {directory}: gpuobsd's runtime directory") and "usermod" in said
+
+
 def test_injector_path_prints_the_library_a_drop_in_needs() -> None:
     done = gpuobsctl("injector-path")
     library = Path(done.stdout.strip())
