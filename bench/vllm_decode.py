@@ -69,6 +69,9 @@ MODELS = {
     "host-bound": ["--layers", "24", "--hidden", "2048", "--vocab", "8192"],
     "gpu-bound": ["--layers", "32", "--hidden", "5120", "--vocab", "8192"],
 }
+# What each process generates per repeat: (single-stream tokens, batch, tokens per request). The
+# GPU-bound model's steps are ~6x longer, so it generates less to keep 9 processes in one call.
+WORKLOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64)}
 GPUOBS_MODES = "off,noop,counter,blocks"
 
 # name -> (library, environment over the base, modes measured in the process)
@@ -282,6 +285,7 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": args.commit,
         "device": device[0] if device else "unknown", "vllm": "0.25.1",
         "model": "random-weight Qwen3, make_tiny_qwen3.py " + " ".join(model_args), "model_size": args.model_size,
+        "workload": dict(zip(("single_tokens", "batch", "batch_tokens"), WORKLOAD[args.model_size])),
         "command": "python bench/vllm_decode.py " + " ".join(sys.argv[1:]),
         "method": __doc__.split("\n\n")[1].replace("\n", " "), "rounds": args.rounds, "repeats": args.repeats,
         "configs": {c: {"library": CONFIGS[c][0].name if CONFIGS[c][0] else None, "environment": CONFIGS[c][1],
@@ -300,7 +304,9 @@ def main() -> int:
                 env.update(drop_in)
                 env.update(local_paths)
             env.update({"CUDA_INJECTION64_PATH": str(library), **overrides})
-        argv = [sys.executable, str(WORKER), "--model", args.model, "--modes", modes, "--repeats", str(args.repeats)]
+        single, batch, batch_tokens = WORKLOAD[args.model_size]
+        argv = [sys.executable, str(WORKER), "--model", args.model, "--modes", modes, "--repeats", str(args.repeats),
+                "--single-tokens", str(single), "--batch", str(batch), "--batch-tokens", str(batch_tokens)]
         if name.startswith("gpuobs"):
             argv += ["--address", daemon.address]
         return Worker(name, round_index, logs, argv, env)

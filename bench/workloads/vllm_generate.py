@@ -86,7 +86,7 @@ def main() -> int:
     while not args.go.exists():
         time.sleep(0.05)
     status(args.status, "go")
-    sizes = [int(size) for size in args.capture_sizes.split(",")]
+    sizes = [int(size) for size in args.capture_sizes.split(",") if int(size) <= args.batch]  # graphs vLLM can use
     began = time.perf_counter()
     llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.25, max_num_seqs=args.batch,
               seed=0, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes})

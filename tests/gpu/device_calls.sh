@@ -12,7 +12,8 @@
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
 #   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [overhead workloads after it]
 #   call 4 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 4 COMMIT   (the decode bench on the
-#                                  GPU-bound model: no tool and gpuobs, 3 rounds; not a test)
+#                                  GPU-bound model, 3 rounds; not a test; call 2 runs it as the test
+#                                  with GPUOBS_DECODE_MODEL_SIZE=gpu-bound in the environment)
 #
 # Everything goes under $OUT; what lies deeper than the device returns is also in $OUT/*.tgz.
 # Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
@@ -38,7 +39,7 @@ case "$call" in
   2|3)
     payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
     eval "$payload_env"
-    export GPUOBS_VLLM_PAYLOAD=.vllm/c2 GPUOBS_REPORT_DIR="$out/r"
+    export GPUOBS_VLLM_PAYLOAD=.vllm/c2 GPUOBS_REPORT_DIR="$out/r" GPUOBS_DECODE_MODEL_SIZE=${GPUOBS_DECODE_MODEL_SIZE:-host-bound}
     test=$([ "$call" = 2 ] && echo tests/gpu/test_vllm_decode.py || echo tests/gpu/test_vllm.py)
     limit=$([ "$call" = 2 ] && echo 570 || echo 400)
     timeout "$(left "$limit")" python3 -m pytest -v -p no:cacheprovider "$test" --junitxml="$out/junit-$call.xml" \
@@ -55,7 +56,7 @@ case "$call" in
   4)
     payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
     eval "$payload_env"
-    timeout "$(left 575)" python3 bench/vllm_decode.py --payload .vllm/c2 --model-size gpu-bound --configs none,gpuobs \
+    timeout "$(left 575)" python3 bench/vllm_decode.py --payload .vllm/c2 --model-size gpu-bound --configs none,floor-steady,gpuobs \
       --budget-s 480 --out "$out/vllm-decode-gpu-bound" --commit "$commit" > "$out/vllm-decode-gpu-bound.txt" 2>&1
     echo "gpu-bound decode bench rc $? at $SECONDS s"
     tail -12 "$out/vllm-decode-gpu-bound.txt"

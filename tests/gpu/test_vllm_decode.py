@@ -27,8 +27,9 @@ pytestmark = pytest.mark.skipif(not PAYLOAD and not JUDGES_SAVED_RUN, reason=VLL
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return vllm_bench("vllm-decode", "vllm_decode.py", ["--configs", "none,floor-steady,gpuobs", "--budget-s", "480"],
-                      590, tmp_path_factory)
+    size = os.environ.get("GPUOBS_DECODE_MODEL_SIZE", "host-bound")  # bench/vllm_decode.py MODELS
+    return vllm_bench("vllm-decode", "vllm_decode.py", ["--configs", "none,floor-steady,gpuobs", "--budget-s", "480",
+                                                         "--model-size", size], 590, tmp_path_factory)
 
 
 def view(bench: Path, name: str):
