@@ -19,7 +19,9 @@ has_nvcc() {
 }
 # Passed every time, ON or OFF: the build directory's CMake cache would keep an earlier value.
 daemon_only=OFF
-if [ "${GPUOBS_REQUIRE_INJECTOR:-0}" != "1" ] && ! has_nvcc; then
+if [ "${GPUOBS_DAEMON_ONLY:-0}" = "1" ]; then
+  daemon_only=ON  # asked for
+elif [ "${GPUOBS_REQUIRE_INJECTOR:-0}" != "1" ] && ! has_nvcc; then
   daemon_only=ON
   echo "scripts/setup.sh: no nvcc found (CUDA_HOME/bin, /usr/local/cuda/bin, PATH): building without the injector," \
     "enough for the demo and the CPU tests (README, \"Install\", says how to add it)"

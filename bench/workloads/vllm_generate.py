@@ -59,7 +59,7 @@ def set_mode(address: str, mode: str, pids: list[int]) -> float:
 
     began = time.perf_counter()
     response = call(address, "SetMode", pb.SetModeRequest(mode=mode, pids=pids, timeout_ms=2000), timeout=10)
-    if not response.results or not all(r.acknowledged for r in response.results):
+    if not response.results or not all(r.acknowledged and r.status == "ok" for r in response.results):
         raise SystemExit(f"set-mode {mode}: {response}")
     return time.perf_counter() - began
 

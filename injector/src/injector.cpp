@@ -76,10 +76,14 @@ void Injector::enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_Callba
 }
 
 int Injector::step_aside() {
-  std::lock_guard<std::mutex> lock(callbacks_mutex_);
-  if (stepped_aside_ || subscriber_ == nullptr) return 0;
+  if (!config_.step_aside_allowed) return -2;  // a probe only: it ends observation
+  {
+    std::lock_guard<std::mutex> lock(callbacks_mutex_);
+    if (stepped_aside_ || subscriber_ == nullptr) return 0;
+    stepped_aside_ = true;  // no enable_callback from now on: the subscriber is going
+  }
+  // outside the lock: a callback on another thread may be waiting for it inside the Sanitizer
   const SanitizerResult result = sanitizerUnsubscribe(subscriber_);
-  stepped_aside_ = result == SANITIZER_SUCCESS;
   log_line("stepping aside for a profiler: sanitizerUnsubscribe returned %d; patched kernels keep their patches, "
            "modules loaded from now on are not patched", int(result));
   return int(result);

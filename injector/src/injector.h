@@ -68,8 +68,9 @@ class Injector : private ControlTarget {
   // A profiler started in the process (the vLLM plugin or gpuobs.profiler_notice says so before
   // it reaches CUPTI): counted in the segment, and said once in the process's log.
   int note_profiler(const char* who);
-  // Unsubscribes from the Sanitizer API so that a CUPTI client (torch.profiler, Nsight) can
-  // attach: the driver admits one tool. Patched code keeps running; no callback comes after.
+  // A probe (GPUOBS_STEP_ASIDE=1, else -2): unsubscribes from the Sanitizer API, to see whether a
+  // CUPTI client can then attach (on r580 it cannot). Patched code keeps running; no callback
+  // comes after, so modules loaded later are neither patched nor counted.
   int step_aside();
 
  private:
@@ -134,7 +135,7 @@ class Injector : private ControlTarget {
   CubinStore cubins_;
   Sanitizer_SubscriberHandle subscriber_ = nullptr;
   std::mutex callbacks_mutex_;  // sanitizerEnableCallback calls
-  bool stepped_aside_ = false;  // under callbacks_mutex_: the subscriber is gone
+  bool stepped_aside_ = false;  // under callbacks_mutex_: the subscriber is gone or going
 
   std::mutex segment_mutex_;
   std::atomic<bool> segment_ready_{false};

@@ -28,8 +28,10 @@ class InjectorAnnotations:
             library.gpuobs_record_step.restype = ctypes.c_int
             library.gpuobs_set_label.argtypes = [ctypes.c_char_p]
             library.gpuobs_set_label.restype = ctypes.c_int
-            library.gpuobs_note_profiler.argtypes = [ctypes.c_char_p]
-            library.gpuobs_note_profiler.restype = ctypes.c_int
+            notice = getattr(library, "gpuobs_note_profiler", None)  # an older injector has none
+            if notice is not None:
+                notice.argtypes = [ctypes.c_char_p]
+                notice.restype = ctypes.c_int
             self._library = library
         return True
 
@@ -43,4 +45,5 @@ class InjectorAnnotations:
 
     def note_profiler(self, who: str) -> int:
         assert self._library is not None
-        return int(self._library.gpuobs_note_profiler(who.encode("utf-8", "replace")[:63]))
+        notice = getattr(self._library, "gpuobs_note_profiler", None)
+        return int(notice(who.encode("utf-8", "replace")[:63])) if notice is not None else NOT_OBSERVING

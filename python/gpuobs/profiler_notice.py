@@ -54,8 +54,9 @@ def install_profiler_notice(notes: Notes, module_name: str = PROFILER_MODULE) ->
 
     @functools.wraps(original)
     def _prepare_trace(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            if wants_gpu_activity(self) and notes.available():
+        try:  # once per profile object: a schedule prepares again at every cycle
+            if not getattr(self, "_gpuobs_noted", False) and wants_gpu_activity(self) and notes.available():
+                self._gpuobs_noted = True
                 notes.note_profiler("torch.profiler")
         except Exception as error:  # noqa: BLE001 - the profiler must start whatever happened here
             log.debug("gpuobs: profiler start not noted (%s)", error)

@@ -70,13 +70,18 @@ def test_the_injector_the_pods_are_told_to_load_is_the_one_the_image_ships() -> 
     volumes = {v["name"]: v for v in spec["volumes"]}
     (init,) = spec["initContainers"]
     copy = shlex.split(init["command"][-1])
-    assert copy[:2] == ["cp", "/opt/gpuobs/injector/*.so"]
+    assert copy[:2] == ["cp", "/opt/gpuobs/injector/*"]  # the injector and what it loads from beside itself
     mounted = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
     node_folder = volumes[mounted[copy[2].rstrip("/")]]["hostPath"]["path"]
     told = re.search(r"CUDA_INJECTION64_PATH=(\S+)", text).group(1)
     assert told == f"{node_folder}/libgpuobs_injector.so"
-    assert "cp /opt/gpuobs/venv/lib/python3*/site-packages/gpuobs/lib/libgpuobs_injector.so /opt/gpuobs/injector/" in \
-        (DEPLOY / "container" / "Dockerfile").read_text()
+    dockerfile = (DEPLOY / "container" / "Dockerfile").read_text().replace("\\\n", " ")
+    copied = re.search(r"cp ((?:/opt/gpuobs/venv/lib/python3\*/site-packages/gpuobs/lib/\S+\s+)+)/opt/gpuobs/injector/",
+                       dockerfile)
+    assert copied, "the image copies the package's library folder into /opt/gpuobs/injector"
+    names = {path.rsplit("/", 1)[1] for path in copied.group(1).split()}
+    # the injector finds the sanitizer library and its patches beside itself (cmake/injector.cmake)
+    assert names == {"libgpuobs_injector.so", "libsanitizer-public.so", "gpuobs_patches.fatbin"}
     (container,) = spec["containers"]
     segments = container["args"][container["args"].index("--segment-dir") + 1]
     assert f"GPUOBS_SEGMENT_DIR={segments}" in text

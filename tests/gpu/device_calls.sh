@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU suite, the vLLM tests and the overhead benchmarks of one commit in three device calls,
-# each under the device's 600 s limit and all three in its 30 minutes (measured on the H200:
-# suite 235 s + build 30 s, 60-90 s more with the profiler cases; overhead.py SiLU and GEMM ~190 s, decode graph ~150 s; the decode
-# bench ~450 s; the serve bench ~330 s; a cold start ~80 s of device time). The vLLM payload
+# each under the device's 600 s limit and all three in its 30 minutes (measured on the H200 at
+# 9317789: call 1 with the decode graph 538 s (suite and build 329 s, of which the profiler
+# probe 67 s; decode graph 209 s), call 2 532 s, call 3 302 s; a cold start ~80 s of device
+# time). Call 4 is a fourth that does not fit beside the other three: run it instead of call 2
+# (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after call 1. The vLLM payload
 # comes in two chunk folders that must be carried by calls back to back on a warm machine (it
 # stays warm ~30 s after a call): make the next call at once. Build them with
 # `CHUNK_MB=42 build_payload.sh .vllm`: a 62 MiB chunk and this repository's tracked files pass

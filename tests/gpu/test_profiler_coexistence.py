@@ -27,8 +27,8 @@ FLOOR_TOOL = INJECTOR.parent / "libgpuobs_floor_tool.so"
 CASES = {
     "gpuobs": ({}, False, True),
     "gpuobs+KINETO_USE_DAEMON": ({"KINETO_USE_DAEMON": "1"}, False, True),
-    "gpuobs, stepped aside": ({}, True, True),
-    "gpuobs, stepped aside+KINETO_USE_DAEMON": ({"KINETO_USE_DAEMON": "1"}, True, True),
+    "gpuobs, stepped aside": ({"GPUOBS_STEP_ASIDE": "1"}, True, True),
+    "gpuobs, stepped aside+KINETO_USE_DAEMON": ({"KINETO_USE_DAEMON": "1", "GPUOBS_STEP_ASIDE": "1"}, True, True),
     "bare subscriber (floor tool, no callback, no patch)": (
         {"CUDA_INJECTION64_PATH": str(FLOOR_TOOL), "GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": ""}, False,
         False),

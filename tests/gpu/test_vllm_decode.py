@@ -42,6 +42,8 @@ def test_every_process_measured_the_same_tokens(bench: Path) -> None:
     assert {(r["config"], r["round"]) for r in data["runs"]} == {
         (config, round_index) for config in ("none", "floor-steady", "gpuobs") for round_index in range(3)}
     assert data["summary"]["tokens_identical"], data["summary"]["token_groups"]
+    # a saved run is judged for the model it was asked for
+    assert data.get("model_size", "host-bound") == os.environ.get("GPUOBS_DECODE_MODEL_SIZE", "host-bound")
 
 
 def test_no_host_callback_per_launch_and_every_block_accounted_for(bench: Path) -> None:

@@ -45,15 +45,18 @@ def fake_profiler_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return module
 
 
-def test_a_gpu_profile_is_noted_once_per_start_and_still_prepared(fake_profiler_module) -> None:
+def test_a_gpu_profile_is_noted_once_per_profile_and_still_prepared(fake_profiler_module) -> None:
     notes = Notes()
     assert install_profiler_notice(notes, fake_profiler_module.__name__)
     assert not install_profiler_notice(notes, fake_profiler_module.__name__)  # once per process
     gpu = fake_profiler_module.profile({"ProfilerActivity.CPU", "ProfilerActivity.CUDA"})
     assert gpu._prepare_trace() == "prepared"
+    assert gpu._prepare_trace() == "prepared"  # a schedule's next cycle: the same profile, not noted again
     assert fake_profiler_module.profile({"ProfilerActivity.CPU"})._prepare_trace() == "prepared"
     assert notes.noted == ["torch.profiler"]  # the CPU-only profile loses nothing: not noted
-    assert len(fake_profiler_module.prepared) == 2
+    fake_profiler_module.profile({"ProfilerActivity.CUDA"})._prepare_trace()
+    assert notes.noted == ["torch.profiler"] * 2  # another profile, another start
+    assert len(fake_profiler_module.prepared) == 4
 
 
 @pytest.mark.parametrize("notes", [Notes(available=False), Notes(fail=True)])

@@ -55,7 +55,10 @@ def main() -> int:
     for _, op in ops:  # warm up: module loads, cuBLAS handle
         op()
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
+    try:  # keep the captured graph: destroyed at instantiation, its node addresses could be reused
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:  # a torch without the option
+        graph = torch.cuda.CUDAGraph()
     seen: list[dict] = []
     with torch.cuda.graph(graph):
         stream = torch.cuda.current_stream().cuda_stream
@@ -67,6 +70,8 @@ def main() -> int:
             added = sorted(set(everything) - known) if isinstance(everything, list) else everything
             known |= set(everything) if isinstance(everything, list) else set()
             seen.append({"op": name, "leaves": leaves, "added": added})
+    if hasattr(graph, "instantiate"):
+        graph.instantiate()  # kept graphs are instantiated here, not at the end of capture
     torch.cuda.synchronize()
     replays = 3
     for _ in range(replays):
