@@ -112,6 +112,10 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return await self._guard(context, lambda: messages.steps_response(
             self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)))
 
+    async def ListOps(self, request: pb.ListOpsRequest, context: Context) -> pb.ListOpsResponse:
+        return await self._guard(context, lambda: messages.ops_response(
+            self.service.ops(list(request.pids), request.top or 50)))
+
     async def ListHangs(self, request: pb.ListHangsRequest, context: Context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
         pids = list(request.pids)

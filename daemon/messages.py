@@ -73,6 +73,10 @@ def steps_response(steps: results.Steps) -> pb.ListStepsResponse:
     return pb.ListStepsResponse(**fields_of(steps))
 
 
+def ops_response(ops: results.Ops) -> pb.ListOpsResponse:
+    return pb.ListOpsResponse(**fields_of(ops))
+
+
 def hangs_response(page: results.Page[results.HungLaunch],
                    evidence: list[results.HangEvidence]) -> pb.ListHangsResponse:
     return pb.ListHangsResponse(launches=fields_of(page.rows), processes=fields_of(evidence),

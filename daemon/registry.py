@@ -33,6 +33,7 @@ from .block_pairing import BlockPairing
 from .errors import Busy
 from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
+from .op_attribution import OpAttribution
 from .step_attribution import StepAttribution
 from .time_budget import TimeBudget
 
@@ -132,6 +133,7 @@ class ProcessAnalyses:
     graph_join: GraphJoin
     block_pairing: BlockPairing
     steps: StepAttribution
+    ops: OpAttribution
     hot_pcs: HotPcs
 
     @classmethod
@@ -140,7 +142,7 @@ class ProcessAnalyses:
         budget = budget or AnalysisBudget()
         graph_join = GraphJoin(budget)
         return cls(graph_join, BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
-                   StepAttribution(graph_join.replay_shape), HotPcs(budget))
+                   StepAttribution(graph_join.replay_shape), OpAttribution(), HotPcs(budget))
 
     def __iter__(self) -> Iterator[Analysis]:
         return (getattr(self, field.name) for field in dataclasses.fields(self))

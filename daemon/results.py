@@ -201,6 +201,31 @@ class StepTotals:
 
 
 @dataclasses.dataclass
+class OpKernel:
+    pid: int
+    op: str
+    kernel: str
+    launches: int
+    blocks: int
+
+
+@dataclasses.dataclass
+class OpTotals:
+    pid: int
+    ops: int
+    launches_attributed: int
+    launches_without_op: int
+    labels: int
+    launches_other: int
+
+
+@dataclasses.dataclass
+class Ops:
+    ops: list[OpKernel]
+    totals: list[OpTotals]
+
+
+@dataclasses.dataclass
 class Steps:
     steps: list[Step]
     totals: list[StepTotals]

@@ -364,6 +364,27 @@ class ObserverService:
                                       function_pc=int(entry.get("function_pc", 0)), cubin=self.cubin_path(entry)))
         return rows
 
+    def ops(self, pids: list[int], top: int = 50) -> results.Ops:
+        """Op labels and the kernels each launched, the `top` rows with the most launches over the
+        targeted processes, and every process's totals (ops seen, launches without an op)."""
+        if not 0 < top <= MAX_TOP:
+            raise InvalidArgument(f"top must be within 1..{MAX_TOP}")
+        rows: list[results.OpKernel] = []
+        totals: list[results.OpTotals] = []
+        for process in sorted(self._targets(pids, live_only=False), key=process_order):
+            with process.lock:
+                ops = process.analyses.ops
+                seen = ops.report()
+                totals.append(results.OpTotals(process.pid, seen.ops, seen.launches_attributed,
+                                               seen.launches_without_op, seen.labels, seen.launches_other))
+                held = [(label, slot, counts[0], counts[1]) for label, kernels in ops.labels.items()
+                        for slot, counts in kernels.items()]
+            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s for _, s, _, _ in held}))}
+            rows.extend(results.OpKernel(process.pid, label, names.get(slot, f"slot {slot}"), launches, blocks)
+                        for label, slot, launches, blocks in held)
+        rows.sort(key=lambda row: (-row.launches, row.pid, row.op, row.kernel))
+        return results.Ops(rows[:top], totals)
+
     def steps(self, pids: list[int], last: int = 20, replay: int | None = None, page_token: str = "") -> results.Steps:
         """The last engine steps of each process (or the one that launched `replay`), with the
         replays they launched and what the graph join joined to those; STEPS_PAGE at most per

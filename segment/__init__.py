@@ -43,7 +43,8 @@ def _struct_dtype(name: str) -> np.dtype:
 EVENT_DTYPE: np.dtype = _struct_dtype("event_record")
 LAUNCH_DTYPE: np.dtype = _struct_dtype("launch_record")
 STEP_DTYPE: np.dtype = _struct_dtype("step_record")  # a launch ring row
-STEP_TEXT_DTYPE: np.dtype = _struct_dtype("step_text_record")
+STEP_TEXT_DTYPE: np.dtype = _struct_dtype("step_text_record")  # also an op's label (kind op_text)
+OP_DTYPE: np.dtype = _struct_dtype("op_record")
 STEP_SAME_REQUESTS: int = int(_native.STEP_SAME_REQUESTS)
 GRAPH_NODES_RECORDED: int = int(_native.GRAPH_NODES_RECORDED)  # graph launch record flag
 LAUNCH_CAPTURED: int = int(_native.LAUNCH_CAPTURED)  # launch record flag: the kernel filter let it record

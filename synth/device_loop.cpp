@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <string>
 #include <thread>
@@ -33,7 +34,20 @@ LaunchRecord kernel_launch_record(const LaunchShape& shape, LaunchKind kind, Mod
   record.mode = uint32_t(mode);
   record.shift = shift;
   record.flags = captured ? kLaunchCaptured : 0;
+  record.thread = uint64_t(::gettid());  // as the injector: the launching thread
   return record;
+}
+
+// --ops N: a framework op before every N launches, as a plugin records them; its label is one of
+// a few (the test's oracle: op k has label (k - 1) % 3 and launches kernel (k - 1) % catalog size).
+constexpr const char* kOpLabels[] = {
+    "model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
+    "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
+    "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]",
+};
+void write_op(SegmentWriter& writer, uint64_t op) {
+  const char* label = kOpLabels[(op - 1) % (sizeof(kOpLabels) / sizeof(kOpLabels[0]))];
+  writer.write_op(op, label, uint32_t(std::strlen(label)));
 }
 
 // An engine step as the vLLM plugin records it before the step's graph replay: its requests
@@ -128,6 +142,10 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
       index = node_index % catalog.size();
       if (node_grid_ids.size() <= node_index) node_grid_ids.push_back(++grid_id);
       launch_grid_id = node_grid_ids[node_index];
+    } else if (options.ops) {
+      if (launches % options.ops == 0) write_op(writer, launches / options.ops + 1);
+      index = size_t(launches / options.ops) % catalog.size();
+      launch_grid_id = ++grid_id;
     } else {
       index = pick(rng);
       launch_grid_id = ++grid_id;

@@ -36,7 +36,7 @@ void print_usage(std::FILE* out) {
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
                "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
                "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
-               "  [--device-lag LAUNCHES] [--profiler-starts N] [--help] [--version]\n",
+               "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N] [--help] [--version]\n",
                choices(kModes).c_str(), choices(kPatchSetNames).c_str());
 }
 }  // namespace
@@ -77,7 +77,7 @@ void apply_environment(Options* o) {
 
 Options parse_options(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kHelp, kVersion };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kHelp, kVersion };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -97,6 +97,7 @@ Options parse_options(int argc, char** argv) {
       {"launch-trace", no_argument, nullptr, kLaunchTrace},
       {"device-lag", required_argument, nullptr, kDeviceLag},
       {"profiler-starts", required_argument, nullptr, kProfilerStarts},
+      {"ops", required_argument, nullptr, kOps},
       {"help", no_argument, nullptr, kHelp}, {"version", no_argument, nullptr, kVersion},
       {nullptr, 0, nullptr, 0}};
   Options o;
@@ -133,6 +134,7 @@ Options parse_options(int argc, char** argv) {
       case kLaunchTrace: o.launch_trace = true; break;
       case kDeviceLag: o.device_lag = uint32_t(parse_number(optarg, "--device-lag")); break;
       case kProfilerStarts: o.profiler_starts = uint32_t(parse_number(optarg, "--profiler-starts")); break;
+      case kOps: o.ops = uint32_t(parse_number(optarg, "--ops")); break;
       case kHelp:
         print_usage(stdout);
         std::exit(0);
@@ -162,6 +164,7 @@ Options parse_options(int argc, char** argv) {
   }
   if (optind != argc) usage("unexpected argument");
   if (o.kernels == 0) usage("--kernels must be at least 1");
+  if (o.ops && (!o.launch_trace || o.graph_nodes)) usage("--ops needs --launch-trace and eager launches (no --graph-nodes)");
   const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
   if (!problem.empty()) usage(problem.c_str());
   if (mode_needs_memory_set(o.mode) && o.patch_set != PatchSet::Memory) o.patch_set = PatchSet::Memory;

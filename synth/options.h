@@ -41,6 +41,7 @@ struct Options {
   std::string filter;
   bool unlink_at_exit = false;
   bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
+  uint32_t ops = 0;              // with --launch-trace: a framework op record before every N launches
   uint32_t profiler_starts = 0;  // profilers the program says it started (as the vLLM plugin notes them)
   uint32_t device_lag = 0;    // launches the device runs behind the host, as a GPU's queue: a launch's
                               // records are written when it is issued, its kernel runs this many

@@ -69,6 +69,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.FromString,
                 )
+        self.ListOps = channel.unary_unary(
+                '/gpuobs.v1.Observer/ListOps',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsResponse.FromString,
+                )
 
 
 class ObserverServicer(object):
@@ -161,6 +166,14 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListOps(self, request, context):
+        """Framework ops (recorded by a plugin with the launch trace on) and the kernels each launched:
+        per op label (module path, op, dtypes and shapes) and kernel, launches and blocks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -218,6 +231,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.ListSteps,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.SerializeToString,
+            ),
+            'ListOps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOps,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -413,5 +431,22 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListSteps',
             gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListOps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListOps',
+            gpuobs_dot_v1_dot_observer__pb2.ListOpsRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.ListOpsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,5 +1,7 @@
 #include "injector.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -500,6 +502,7 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
   record.mode = config_mode(config);
   record.shift = config_shift(config);
   record.flags = slot >= 0 && slot_captured_[slot].load(std::memory_order_relaxed) ? kLaunchCaptured : 0;
+  record.thread = uint64_t(::gettid());  // the callback runs on the launching thread
   writer_->write_launch(record);
 }
 
@@ -633,6 +636,12 @@ int gpuobs::Injector::set_label(const char* label) {
   return 0;
 }
 
+int gpuobs::Injector::record_op(const char* label, uint32_t label_bytes) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  const uint64_t op = next_op_.fetch_add(1, std::memory_order_relaxed) + 1;
+  return writer_->write_op(op, label, label_bytes) ? 0 : 1;
+}
+
 int gpuobs::Injector::note_profiler(const char* who) {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
   writer_->note_profiler_start();
@@ -650,6 +659,14 @@ extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_
                                                                          uint32_t ids_bytes, uint32_t flags) {
   try {
     return g_injector ? g_injector->record_step(step, requests, tokens, ids, ids_bytes, flags) : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_record_op(const char* label, uint32_t label_bytes) {
+  try {
+    return g_injector ? g_injector->record_op(label, label_bytes) : -1;
   } catch (...) {
     return -1;
   }

@@ -65,6 +65,9 @@ class Injector : private ControlTarget {
   int record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
                   uint32_t flags);
   int set_label(const char* label);
+  // A framework op about to launch its kernels on this thread (its label: module path, op,
+  // dtypes and shapes): 0 recorded, 1 dropped (counted), -1 not observing.
+  int record_op(const char* label, uint32_t label_bytes);
   // A profiler started in the process (the vLLM plugin or gpuobs.profiler_notice says so before
   // it reaches CUPTI): counted in the segment, and said once in the process's log.
   int note_profiler(const char* who);
@@ -135,6 +138,7 @@ class Injector : private ControlTarget {
   CubinStore cubins_;
   Sanitizer_SubscriberHandle subscriber_ = nullptr;
   std::mutex callbacks_mutex_;  // sanitizerEnableCallback calls
+  std::atomic<uint64_t> next_op_{0};  // op records' numbers
   bool stepped_aside_ = false;  // under callbacks_mutex_: the subscriber is gone or going
 
   std::mutex segment_mutex_;

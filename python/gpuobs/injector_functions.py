@@ -47,3 +47,12 @@ class InjectorAnnotations:
         assert self._library is not None
         notice = getattr(self._library, "gpuobs_note_profiler", None)
         return int(notice(who.encode("utf-8", "replace")[:63])) if notice is not None else NOT_OBSERVING
+
+    def record_op(self, label: str) -> int:
+        """An op about to launch its kernels on this thread (an older injector has no such record)."""
+        assert self._library is not None
+        record = getattr(self._library, "gpuobs_record_op", None)
+        if record is None:
+            return NOT_OBSERVING
+        data = label.encode("utf-8", "replace")
+        return int(record(ctypes.c_char_p(data), ctypes.c_uint32(len(data))))

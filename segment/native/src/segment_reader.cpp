@@ -235,8 +235,10 @@ size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
   const uint32_t slots = view_.caps.kernel_slots;
   auto validate = [slots](const LaunchRecord& record) {
     if (is_kernel_launch(record.kind)) return record.kernel_slot == UINT32_MAX || record.kernel_slot < slots;
-    // step annotations share the ring but not the launch fields (StepRecord, StepTextRecord)
-    if (record.kind == uint32_t(LaunchKind::Step) || record.kind == uint32_t(LaunchKind::StepText)) return true;
+    // annotations share the ring but not the launch fields (StepRecord, OpRecord, StepTextRecord)
+    if (record.kind == uint32_t(LaunchKind::Step) || record.kind == uint32_t(LaunchKind::StepText) ||
+        record.kind == uint32_t(LaunchKind::Op) || record.kind == uint32_t(LaunchKind::OpText))
+      return true;
     return record.kind > 0 && record.kind < kLaunchKindCount && record.kernel_slot == UINT32_MAX;
   };
   return read_ring(*view_.launch_ring_control, view_.launch_ring, view_.caps.launch_ring_records, out, max_records,

@@ -114,16 +114,35 @@ bool SegmentWriter::write_step(uint64_t step, uint32_t requests, uint32_t tokens
   record.text_records = (ids_bytes + kStepTextBytes - 1) / kStepTextBytes;
   record.kind = uint32_t(LaunchKind::Step);
   record.flags = flags;
-  bool all = put_launch_ring(as_launch_record(record));
-  for (uint32_t offset = 0; offset < ids_bytes; offset += kStepTextBytes) {
-    StepTextRecord text{};
-    text.host_time_ns = record.host_time_ns;
-    text.step = step;
-    text.offset = offset;
-    text.length = std::min(kStepTextBytes, ids_bytes - offset);
-    std::memcpy(text.text, ids + offset, text.length);
-    text.kind = uint32_t(LaunchKind::StepText);
-    all = put_launch_ring(as_launch_record(text)) && all;
+  const bool all = put_launch_ring(as_launch_record(record));
+  return put_text(LaunchKind::StepText, step, record.host_time_ns, ids, ids_bytes) && all;
+}
+
+bool SegmentWriter::write_op(uint64_t op, const char* label, uint32_t label_bytes) {
+  if (label == nullptr) label_bytes = 0;
+  OpRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.op = op;
+  record.thread = uint64_t(::gettid());
+  record.text_bytes = label_bytes;
+  record.text_records = (label_bytes + kStepTextBytes - 1) / kStepTextBytes;
+  record.kind = uint32_t(LaunchKind::Op);
+  const bool all = put_launch_ring(as_launch_record(record));
+  return put_text(LaunchKind::OpText, op, record.host_time_ns, label, label_bytes) && all;
+}
+
+bool SegmentWriter::put_text(LaunchKind kind, uint64_t owner, uint64_t host_time_ns, const char* text,
+                             uint32_t bytes) {
+  bool all = true;
+  for (uint32_t offset = 0; offset < bytes; offset += kStepTextBytes) {
+    StepTextRecord piece{};
+    piece.host_time_ns = host_time_ns;
+    piece.step = owner;
+    piece.offset = offset;
+    piece.length = std::min(kStepTextBytes, bytes - offset);
+    std::memcpy(piece.text, text + offset, piece.length);
+    piece.kind = uint32_t(kind);
+    all = put_launch_ring(as_launch_record(piece)) && all;
   }
   return all;
 }

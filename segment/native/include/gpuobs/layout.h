@@ -161,6 +161,8 @@ enum class LaunchKind : uint32_t {
   GraphExecDestroyed = 5,  // GRAPHEXEC_DESTROYING: graph_exec
   Step = 6,                // a serving engine's step (StepRecord), written by a framework plugin
   StepText = 7,            // request ids of the step before it (StepTextRecord)
+  Op = 8,                  // a framework op about to launch its kernels (OpRecord), from a plugin
+  OpText = 9,              // the op's label (StepTextRecord's layout, `step` = the op's number)
 };
 inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
     {LaunchKind::Eager, "eager"},
@@ -170,6 +172,8 @@ inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
     {LaunchKind::GraphExecDestroyed, "graph_exec_destroyed"},
     {LaunchKind::Step, "step"},
     {LaunchKind::StepText, "step_text"},
+    {LaunchKind::Op, "op"},
+    {LaunchKind::OpText, "op_text"},
 };
 static_assert(dense_from(kLaunchKindNames, 1), "launch kinds from 1 (0 is invalid), in wire order");
 constexpr uint32_t kLaunchKindCount = 1 + uint32_t(sizeof(kLaunchKindNames) / sizeof(kLaunchKindNames[0]));
@@ -272,7 +276,9 @@ struct alignas(64) LaunchRecord {
   uint64_t replay;         // graph nodes and graph launches: the replay sequence the host pushed
                            // to the device for this replay (its low 32 bits are EventRecord::replay);
                            // 0 for eager launches and for a node whose replay was not seen
-  uint64_t reserved[2];
+  uint64_t thread;         // OS thread id of the launching thread (eager launches; 0 where unknown):
+                           // an op record of that thread names the launches it makes after it
+  uint64_t reserved[1];
   uint64_t seq;  // ticket + 1, stored last
 };
 static_assert(sizeof(LaunchRecord) == kLaunchRecordBytes, "LaunchRecord is two cache lines");
@@ -287,8 +293,8 @@ inline constexpr Field kLaunchRecordFields[] = {
     GPUOBS_FIELD(LaunchRecord, block_z),       GPUOBS_FIELD(LaunchRecord, context_index),
     GPUOBS_FIELD(LaunchRecord, kind),          GPUOBS_FIELD(LaunchRecord, mode),
     GPUOBS_FIELD(LaunchRecord, shift),         GPUOBS_FIELD(LaunchRecord, flags),
-    GPUOBS_FIELD(LaunchRecord, replay),        GPUOBS_RESERVED(LaunchRecord, reserved),
-    GPUOBS_FIELD(LaunchRecord, seq),
+    GPUOBS_FIELD(LaunchRecord, replay),        GPUOBS_FIELD(LaunchRecord, thread),
+    GPUOBS_RESERVED(LaunchRecord, reserved),   GPUOBS_FIELD(LaunchRecord, seq),
 };
 static_assert(covers(kLaunchRecordFields, sizeof(LaunchRecord)), "kLaunchRecordFields lists every member");
 constexpr uint32_t kLaunchCaptured = 0x1;
@@ -328,10 +334,37 @@ inline constexpr Field kStepRecordFields[] = {
 static_assert(covers(kStepRecordFields, sizeof(StepRecord)), "kStepRecordFields lists every member");
 constexpr uint32_t kStepSameRequests = 0x2;  // the same requests as the step before: no text follows
 
+// A framework op (a PyTorch op: its module path, op name, input dtypes and shapes, as one label)
+// about to launch its kernels on `thread`: the eager launch records of that thread that follow,
+// up to its next op record, are the op's. Its label follows in OpText records.
+struct alignas(64) OpRecord {
+  uint64_t host_time_ns;  // CLOCK_MONOTONIC when the op began
+  uint64_t op;            // the op's number in this process (from 1)
+  uint64_t thread;        // OS thread id of the thread that runs it
+  uint32_t text_bytes;    // bytes of label in the OpText records that follow
+  uint32_t text_records;  // how many OpText records follow
+  uint8_t unused[48];
+  uint32_t kind;  // LaunchKind::Op
+  uint32_t flags;
+  uint64_t reserved[4];
+  uint64_t seq;
+};
+static_assert(sizeof(OpRecord) == kLaunchRecordBytes, "OpRecord is a launch ring record");
+static_assert(offsetof(OpRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
+static_assert(offsetof(OpRecord, seq) == 120, "seq is the last word");
+inline constexpr Field kOpRecordFields[] = {
+    GPUOBS_FIELD(OpRecord, host_time_ns), GPUOBS_FIELD(OpRecord, op),
+    GPUOBS_FIELD(OpRecord, thread),       GPUOBS_FIELD(OpRecord, text_bytes),
+    GPUOBS_FIELD(OpRecord, text_records), GPUOBS_RESERVED(OpRecord, unused),
+    GPUOBS_FIELD(OpRecord, kind),         GPUOBS_FIELD(OpRecord, flags),
+    GPUOBS_RESERVED(OpRecord, reserved),  GPUOBS_FIELD(OpRecord, seq),
+};
+static_assert(covers(kOpRecordFields, sizeof(OpRecord)), "kOpRecordFields lists every member");
+
 constexpr uint32_t kStepTextBytes = 56;
 struct alignas(64) StepTextRecord {
   uint64_t host_time_ns;
-  uint64_t step;    // the step these ids belong to
+  uint64_t step;    // the step these ids belong to (for OpText: the op this label belongs to)
   uint32_t offset;  // of this piece within the step's text
   uint32_t length;  // bytes of text in this record
   char text[kStepTextBytes];
@@ -749,6 +782,7 @@ inline constexpr FieldTable kWireStructs[] = {
     GPUOBS_TABLE("launch_record", LaunchRecord, kLaunchRecordFields),
     GPUOBS_TABLE("step_record", StepRecord, kStepRecordFields),
     GPUOBS_TABLE("step_text_record", StepTextRecord, kStepTextRecordFields),
+    GPUOBS_TABLE("op_record", OpRecord, kOpRecordFields),
 };
 
 // Empty string when the capacities are acceptable, else the reason.

@@ -54,6 +54,9 @@ class SegmentWriter {
   // when flags has kStepSameRequests). False when any record was dropped (each one counted).
   bool write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
                   uint32_t flags);
+  // Appends an op record for the calling thread and its label (OpText records). False when any
+  // record was dropped (each one counted).
+  bool write_op(uint64_t op, const char* label, uint32_t label_bytes);
   // Names the process for operators (role, rank, model); cut to the header's 63 bytes.
   void set_label(const std::string& label);
   // Counts a profiler started in the process (GlobalCounters::profiler_starts); never blocks.
@@ -75,6 +78,8 @@ class SegmentWriter {
 
  private:
   bool put_launch_ring(const LaunchRecord& record);
+  // The text records (StepText or OpText) of the record numbered `owner`.
+  bool put_text(LaunchKind kind, uint64_t owner, uint64_t host_time_ns, const char* text, uint32_t bytes);
 
   std::unique_ptr<MappedSegment> segment_;
   std::mutex registration_mutex_;  // kernel registration only: never on the launch path

@@ -1,0 +1,107 @@
+"""Which layer's op launched each kernel: op records (as a plugin writes them through the injector)
+joined to the eager launch records of their thread. gpuobs-synth writes an op before every N
+launches with the injector's writer: op k has label (k - 1) % 3 of its three and launches kernel
+(k - 1) % K, so the expected table follows from the launches it made."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+
+from gpuobs.daemon.op_attribution import LABEL_LOST, OpAttribution
+from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, OP_DTYPE, STEP_TEXT_DTYPE
+from gpuobs_testing.daemon import gpuobsctl
+
+LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
+          "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
+          "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]"]
+PER_OP, LAUNCHES, KERNELS = 4, 600, 5
+
+
+def test_every_launch_is_its_ops_and_the_table_is_exact(start_synth, start_daemon) -> None:
+    synth = start_synth("--mode", "counter", "--launch-trace", "--ops", str(PER_OP), "--launches", str(LAUNCHES),
+                        "--kernels", str(KERNELS), "--launch-ring-records", str(1 << 14))
+    daemon = start_daemon()
+    assert synth.wait() == 0
+    daemon.wait_all_gone(10)
+    done = gpuobsctl(daemon.address, "--output", "json", "ops", "--top", "1000")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    (totals,) = out["totals"]
+    ops = -(-LAUNCHES // PER_OP)
+    assert (totals["ops"], totals["launches_attributed"], totals["launches_without_op"], totals["labels"]) == \
+        (ops, LAUNCHES, 0, len(LABELS))
+    kernels = {k["slot"]: k for k in json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top",
+                                                          "0").stdout)["kernels"]}
+    names = [k["name"] for k in sorted(kernels.values(), key=lambda k: k["slot"])]
+    per_launch_blocks = {k["name"]: k["blocks_expected"] // k["launches"] for k in kernels.values()}
+    expected: collections.Counter = collections.Counter()
+    for launch in range(LAUNCHES):
+        op = launch // PER_OP + 1
+        expected[(LABELS[(op - 1) % 3], names[(op - 1) % KERNELS])] += 1
+    got = {(row["op"], row["kernel"]): row for row in out["ops"]}
+    assert {key: row["launches"] for key, row in got.items()} == dict(expected)
+    for (label, kernel), row in got.items():
+        assert row["blocks"] == row["launches"] * per_launch_blocks[kernel]
+    text = gpuobsctl(daemon.address, "ops", "--top", "3")
+    assert text.returncode == 0 and f"{ops} ops recorded, {LAUNCHES} launches attributed" in text.stdout
+    assert len([line for line in text.stdout.splitlines() if "model.layers." in line]) == 3
+
+
+def rows_of(*records: np.ndarray) -> np.ndarray:
+    """Launch ring rows as the drain hands them over (whole 128-byte records; np.concatenate would
+    drop the padding of the structured dtypes)."""
+    rows = np.zeros(len(records), dtype=LAUNCH_DTYPE)
+    raw = rows.view(np.uint8).reshape(len(records), LAUNCH_DTYPE.itemsize)
+    for index, record in enumerate(records):
+        raw[index] = record.view(np.uint8)
+    return rows
+
+
+def op_row(op: int, thread: int, label: bytes, text_bytes: int | None = None) -> list[np.ndarray]:
+    head = np.zeros(1, dtype=OP_DTYPE)
+    head["kind"], head["op"], head["thread"] = LAUNCH_KINDS["op"], op, thread
+    head["text_bytes"] = len(label) if text_bytes is None else text_bytes
+    pieces = [head]
+    for offset in range(0, len(label), 56):
+        text = np.zeros(1, dtype=STEP_TEXT_DTYPE)
+        text["kind"], text["step"], text["offset"] = LAUNCH_KINDS["op_text"], op, offset
+        text["length"] = len(label[offset:offset + 56])
+        text["text"] = label[offset:offset + 56]
+        pieces.append(text)
+    return pieces
+
+
+def launch(thread: int, slot: int, grid: int = 2) -> np.ndarray:
+    row = np.zeros(1, dtype=LAUNCH_DTYPE)
+    row["kind"], row["thread"], row["kernel_slot"] = LAUNCH_KINDS["eager"], thread, slot
+    row["grid_x"], row["grid_y"], row["grid_z"] = grid, 1, 1
+    return row
+
+
+def test_threads_are_kept_apart_and_a_lost_label_is_named() -> None:
+    ops = OpAttribution()
+    long_label = b"model.layers.7.mlp.down_proj aten::mm " + b"x" * 100  # three text records
+    ops.on_launches(rows_of(launch(1, 0), *op_row(1, 1, long_label), *op_row(2, 2, b"other thread"),
+                            launch(2, 5), launch(1, 3), launch(1, 3, grid=4)))
+    ops.on_launches(rows_of(*op_row(3, 1, b"lost", text_bytes=200)[:1], launch(1, 9)))  # its text dropped
+    assert ops.labels == {long_label.decode(): {3: [2, 6]}, "other thread": {5: [1, 2]}, LABEL_LOST: {9: [1, 2]}}
+    totals = ops.report()
+    assert (totals.ops, totals.launches_attributed, totals.launches_without_op, totals.labels) == (3, 4, 1, 3)
+
+
+def test_labels_beyond_the_bound_go_to_other() -> None:
+    ops = OpAttribution()
+    ops.MAX_LABELS = 2
+    for op in range(1, 5):
+        ops.on_launches(rows_of(*op_row(op, 7, f"label {op}".encode()), launch(7, op)))
+    assert set(ops.labels) == {"label 1", "label 2", "(other ops)"}
+    assert ops.report().launches_other == 2
+
+
+def test_ops_refuses_a_bad_top(start_daemon) -> None:
+    daemon = start_daemon()
+    done = gpuobsctl(daemon.address, "ops", "--top", "100001")
+    assert done.returncode == 1 and "top must be within" in done.stderr
