@@ -71,6 +71,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 list(request.pids),
                 request.kernel_regex if request.HasField("kernel_regex") else None,
                 (request.timeout_ms or 2000) / 1000.0,
+                ranks=list(request.ranks), gpus=list(request.gpus),
             )
 
         return messages.set_mode_response(await self._guard(context, call))

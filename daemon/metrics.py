@@ -136,6 +136,10 @@ class GpuobsCollector(Collector):
             "(the driver admits one tool)", labels=["pid"])
         callbacks = CounterMetricFamily("gpuobs_injector_callback_seconds",
                                         "Wall time the injector spent in its own callbacks", labels=["pid", "callback"])
+        info = GaugeMetricFamily(
+            "gpuobs_process_info", "Who an observed process is: its label, the role, rank and model its plugin set, "
+            "and a GPU of its contexts (one series per GPU; gpu is the ordinal as the process sees it)",
+            labels=["pid", "label", "role", "rank", "world_size", "model", "gpu", "gpu_uuid", "pci_bus_id"])
         alive = 0
         for view in self.service.processes():
             pid = str(view.pid)
@@ -146,6 +150,10 @@ class GpuobsCollector(Collector):
             fill.add_metric([pid], view.ring_fill_ratio)
             errors.add_metric([pid], float(view.accounting_errors))
             steps.add_metric([pid], float(view.engine_steps))
+            who = [view.role, str(view.rank), str(view.world_size), view.model] if view.identity_set else ["", "", "", ""]
+            for gpu in view.gpus or [None]:
+                where = [str(gpu.ordinal), gpu.uuid, gpu.pci_bus_id] if gpu else ["", "", ""]
+                info.add_metric([str(view.pid), view.label, *who, *where], 1.0)
             profilers.add_metric([pid], float(view.injector.profiler_starts))
             callbacks.add_metric([pid, "resource"], view.injector.resource_callback_seconds)
             callbacks.add_metric([pid, "launch"], view.injector.launch_callback_seconds)
@@ -181,7 +189,7 @@ class GpuobsCollector(Collector):
         lag = GaugeMetricFamily("gpuobs_drain_lag_seconds",
                                 "Time since the drain last went over every segment (grows while it stalls)")
         lag.add_metric([], self.service.drain_age_seconds())
-        yield from (build, processes, mode, shift, fill, launches, blocks, accesses, durations, events, dropped,
+        yield from (build, processes, info, mode, shift, fill, launches, blocks, accesses, durations, events, dropped,
                     launch_dropped, unreadable, stream_dropped, errors, in_flight, oldest, steps, profilers, callbacks, lag)
 
     def _duration_series(self, process: ObservedProcess, labels: "StickyLabels",

@@ -35,6 +35,14 @@ class InjectorStats:
 
 
 @dataclasses.dataclass
+class Gpu:
+    ordinal: int
+    context: int
+    pci_bus_id: str
+    uuid: str
+
+
+@dataclasses.dataclass
 class Process:
     pid: int
     producer: str
@@ -55,6 +63,14 @@ class Process:
     accounting_errors: int
     injector: InjectorStats
     engine_steps: int
+    identity_set: bool
+    role: str
+    rank: int
+    world_size: int
+    local_rank: int
+    model: str
+    gpus: list[Gpu]
+    gpu_count: int
 
 
 @dataclasses.dataclass

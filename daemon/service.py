@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from gpuobs import __version__, _native
-from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, MODE_NAMES, MODES, PATCH_SETS
+from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, IDENTITY_SET, MODE_NAMES, MODES, PATCH_SETS, PROCESS_ROLES
 
 from gpuobs.recording import RecordingWriter
 
@@ -34,6 +34,7 @@ STATUS_NAMES = {value: name for name, value in CONTROL_STATUS.items()}
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
+ROLE_NAMES = {value: name for name, value in PROCESS_ROLES.items()}
 MAX_PIDS = 4096
 RECORD_CHUNK_BYTES = 1 << 20  # a streamed recording's chunk: under every client's default message limit
 MAX_REJECTED_SHOWN = 32  # rejected segments named in a status reply (all are counted)
@@ -73,6 +74,25 @@ def check_top_or_page(top: int, page_size: int, page_token: str, max_page: int, 
         raise InvalidArgument(f"a page_token pages through every {row} (top 0); it does not go with top")
 
 
+def identity_of(header: dict) -> dict:
+    """Who a process is, from its segment's header: the fields its plugin set, the GPUs of its
+    contexts (a header names the first two; gpu_count counts them all)."""
+    named = min(header.get("gpu_count", 0), len(header.get("gpus", [])))
+    return {
+        "identity_set": bool(header.get("identity_flags", 0) & IDENTITY_SET),
+        "role": ROLE_NAMES.get(header.get("role", 0), "unknown"),
+        "rank": header.get("rank", 0), "world_size": header.get("world_size", 0),
+        "local_rank": header.get("local_rank", 0), "model": header.get("model", ""),
+        "gpus": [results.Gpu(g["ordinal"], g["context"], g["pci_bus_id"], g["uuid"]) for g in header["gpus"][:named]],
+        "gpu_count": header.get("gpu_count", 0),
+    }
+
+
+def matches_gpu(gpus: list[results.Gpu], wanted: str) -> bool:
+    """A GPU named by its ordinal, PCI bus id or UUID (as nvidia-smi and CUDA_VISIBLE_DEVICES name them)."""
+    return any(wanted in (str(g.ordinal), g.pci_bus_id.lower(), g.uuid.lower()) for g in gpus) if wanted else False
+
+
 def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
     """The injector's own work from its global counters: exact counts, and callback time in seconds."""
     counts = {name: counters.get(name, 0) for name in
@@ -110,10 +130,11 @@ class ObserverService:
             stats = segment.reader.event_ring_stats(ring)
             backlog = max(0, stats["head"] - stats["tail"])
             fill = max(fill, min(1.0, backlog / stats["capacity"]))
+        header = segment.reader.header()  # live: a plugin may name the process later
         return results.Process(
             pid=process.pid,
             producer=segment.header["producer"],
-            label=segment.reader.header()["label"],  # live: a plugin may name the process later
+            label=header["label"],
             segment=str(process.path),
             alive=process.alive,
             mode=MODE_NAMES.get(control["applied_mode"], "unknown"),
@@ -130,6 +151,7 @@ class ObserverService:
             accounting_errors=process.accounting_errors,
             injector=injector_stats(counters),
             engine_steps=process.analyses.steps.report().steps,
+            **identity_of(header),
         )
 
     def status(self) -> results.Status:
@@ -512,7 +534,8 @@ class ObserverService:
 
     # -- control -----------------------------------------------------------------------------
     async def set_mode(self, mode: str, shift: int | None, pids: list[int], kernel_regex: str | None,
-                       timeout_s: float) -> list[results.ModeResult]:
+                       timeout_s: float, *, ranks: list[int] | None = None,
+                       gpus: list[str] | None = None) -> list[results.ModeResult]:
         if mode not in MODES:
             raise InvalidArgument(f"unknown mode {quoted(mode)}; modes are {', '.join(MODES)}")
         if shift is not None and not 0 <= shift <= _native.MAX_SHIFT:
@@ -523,7 +546,7 @@ class ObserverService:
                 raise InvalidArgument(problem)
         if not 0 < timeout_s <= 60:
             raise InvalidArgument("timeout must be within (0, 60] seconds")
-        targets = self._targets(pids, live_only=True)  # NotFound before anything is written
+        targets = self._selected(pids, ranks or [], gpus or [])  # NotFound before anything is written
         generations: dict[int, tuple[ObservedProcess, int]] = {}
         for process in targets:
             with process.lock:
@@ -684,6 +707,29 @@ class ObserverService:
                     break
             elif not max_events or writer.event_count < max_events:
                 writer.add_events(payload, count)
+
+    def _selected(self, pids: list[int], ranks: list[int], gpus: list[str]) -> list[ObservedProcess]:
+        """Live processes by pid, by the rank their plugin set, or by a GPU of theirs (ordinal, PCI
+        bus id or UUID): the union; every live process when none is given. A rank or GPU that no
+        live process has is NotFound, as an unknown pid is."""
+        if len(ranks) > MAX_PIDS or len(gpus) > MAX_PIDS:
+            raise InvalidArgument(f"at most {MAX_PIDS} ranks and {MAX_PIDS} gpus")
+        if not ranks and not gpus:
+            return self._targets(pids, live_only=True)
+        chosen = {id(p): p for p in (self._targets(pids, live_only=True) if pids else [])}
+        live = self.registry.live()
+        identities = {id(p): identity_of(p.segment.reader.header()) for p in live}
+        for rank in dict.fromkeys(ranks):
+            found = [p for p in live if identities[id(p)]["identity_set"] and identities[id(p)]["rank"] == rank]
+            if not found:
+                raise NotFound(f"no live observed process has rank {rank} (set by its framework plugin)")
+            chosen.update((id(p), p) for p in found)
+        for gpu in dict.fromkeys(gpus):
+            found = [p for p in live if matches_gpu(identities[id(p)]["gpus"], gpu.lower())]
+            if not found:
+                raise NotFound(f"no live observed process has a context on GPU {quoted(gpu)}")
+            chosen.update((id(p), p) for p in found)
+        return list(chosen.values())
 
     def _targets(self, pids: list[int], *, live_only: bool) -> list[ObservedProcess]:
         if len(pids) > MAX_PIDS:

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <grp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -36,7 +37,9 @@ void print_usage(std::FILE* out) {
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
                "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
                "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
-               "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N] [--help] [--version]\n",
+               "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N]\n"
+               "  [--rank R --world-size W [--local-rank L] [--model NAME]] [--gpu ORDINAL,PCI_BUS_ID,UUID ...]\n"
+               "  [--help] [--version]\n",
                choices(kModes).c_str(), choices(kPatchSetNames).c_str());
 }
 }  // namespace
@@ -77,7 +80,7 @@ void apply_environment(Options* o) {
 
 Options parse_options(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kHelp, kVersion };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kRank, kWorldSize, kLocalRank, kModel, kGpu, kHelp, kVersion };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -98,6 +101,9 @@ Options parse_options(int argc, char** argv) {
       {"device-lag", required_argument, nullptr, kDeviceLag},
       {"profiler-starts", required_argument, nullptr, kProfilerStarts},
       {"ops", required_argument, nullptr, kOps},
+      {"rank", required_argument, nullptr, kRank}, {"world-size", required_argument, nullptr, kWorldSize},
+      {"local-rank", required_argument, nullptr, kLocalRank}, {"model", required_argument, nullptr, kModel},
+      {"gpu", required_argument, nullptr, kGpu},
       {"help", no_argument, nullptr, kHelp}, {"version", no_argument, nullptr, kVersion},
       {nullptr, 0, nullptr, 0}};
   Options o;
@@ -135,6 +141,11 @@ Options parse_options(int argc, char** argv) {
       case kDeviceLag: o.device_lag = uint32_t(parse_number(optarg, "--device-lag")); break;
       case kProfilerStarts: o.profiler_starts = uint32_t(parse_number(optarg, "--profiler-starts")); break;
       case kOps: o.ops = uint32_t(parse_number(optarg, "--ops")); break;
+      case kRank: o.rank = int64_t(parse_number(optarg, "--rank")); break;
+      case kWorldSize: o.world_size = uint32_t(parse_number(optarg, "--world-size")); break;
+      case kLocalRank: o.local_rank = uint32_t(parse_number(optarg, "--local-rank")); break;
+      case kModel: o.model = optarg; break;
+      case kGpu: o.gpus.push_back(optarg); break;
       case kHelp:
         print_usage(stdout);
         std::exit(0);
@@ -164,6 +175,8 @@ Options parse_options(int argc, char** argv) {
   }
   if (optind != argc) usage("unexpected argument");
   if (o.kernels == 0) usage("--kernels must be at least 1");
+  for (const std::string& gpu : o.gpus)
+    if (std::count(gpu.begin(), gpu.end(), ',') != 2) usage("--gpu is ORDINAL,PCI_BUS_ID,UUID");
   if (o.ops && (!o.launch_trace || o.graph_nodes)) usage("--ops needs --launch-trace and eager launches (no --graph-nodes)");
   const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
   if (!problem.empty()) usage(problem.c_str());

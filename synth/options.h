@@ -41,6 +41,11 @@ struct Options {
   std::string filter;
   bool unlink_at_exit = false;
   bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
+  int64_t rank = -1;             // --rank R --world-size W [--local-rank L] [--model NAME]: the identity a
+  uint32_t world_size = 1;       // plugin sets (role engine)
+  uint32_t local_rank = 0;
+  std::string model;
+  std::vector<std::string> gpus;  // --gpu ORDINAL,PCI_BUS_ID,UUID (repeatable): a context's GPU
   uint32_t ops = 0;              // with --launch-trace: a framework op record before every N launches
   uint32_t profiler_starts = 0;  // profilers the program says it started (as the vLLM plugin notes them)
   uint32_t device_lag = 0;    // launches the device runs behind the host, as a GPU's queue: a launch's

@@ -98,6 +98,14 @@ int run(const Options& options) {
     slots.push_back(slot < 0 ? UINT32_MAX : uint32_t(slot));
   }
   for (uint32_t i = 0; i < options.profiler_starts; ++i) writer.note_profiler_start();
+  if (options.rank >= 0)
+    writer.set_identity(ProcessRole::Engine, uint32_t(options.rank), options.world_size, options.local_rank, options.model);
+  for (size_t context = 0; context < options.gpus.size(); ++context) {  // as the injector at context creation
+    const std::string& gpu = options.gpus[context];
+    const size_t first = gpu.find(','), second = gpu.find(',', first + 1);
+    writer.add_gpu(uint32_t(context), uint32_t(std::strtoul(gpu.c_str(), nullptr, 10)),
+                   gpu.substr(first + 1, second - first - 1), gpu.substr(second + 1));
+  }
   std::fprintf(stderr, "gpuobs-synth: pid %d segment %s\n", int(::getpid()), writer.segment().path().c_str());
 
   SimulatedDevice device(&writer, uint32_t(catalog.size()));

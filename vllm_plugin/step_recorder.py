@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any, Protocol
 
-from gpuobs._native import STEP_SAME_REQUESTS
+from gpuobs._native import PROCESS_ROLES, STEP_SAME_REQUESTS
 
 log = logging.getLogger("gpuobs.vllm_plugin")
 
@@ -18,6 +18,7 @@ class Annotations(Protocol):
     def available(self) -> bool: ...
     def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int: ...
     def set_label(self, label: str) -> int: ...
+    def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int: ...
 
 
 class StepRecorder:
@@ -47,6 +48,7 @@ class StepRecorder:
             if not self.labelled:
                 self.labelled = True
                 self.annotations.set_label(process_label(worker))
+                self.annotations.set_identity(*process_identity(worker))
             scheduled = scheduler_output.num_scheduled_tokens
             ids = list(scheduled)
             tokens = int(scheduler_output.total_num_scheduled_tokens)
@@ -62,11 +64,22 @@ class StepRecorder:
             self.disable(f"{type(error).__name__}: {error}")
 
 
-def process_label(worker: Any) -> str:
-    """role, rank, model: what an operator needs to tell the segments of one server apart."""
-    rank = getattr(worker, "rank", "?")
+def model_name(worker: Any) -> str:
     model = getattr(getattr(worker, "model_config", None), "served_model_name", None) or \
         getattr(getattr(worker, "model_config", None), "model", "?")
     if isinstance(model, (list, tuple)):
         model = model[0] if model else "?"
-    return f"vllm engine rank {rank} {os.path.basename(str(model).rstrip('/'))}"
+    return os.path.basename(str(model).rstrip("/"))
+
+
+def process_label(worker: Any) -> str:
+    """role, rank, model: what an operator needs to tell the segments of one server apart."""
+    return f"vllm engine rank {getattr(worker, 'rank', '?')} {model_name(worker)}"
+
+
+def process_identity(worker: Any) -> tuple[int, int, int, int, str]:
+    """(role, rank, world size, local rank, model) as segment fields, from vLLM's GPU worker."""
+    parallel = getattr(worker, "parallel_config", None)
+    return (PROCESS_ROLES["engine"], int(getattr(worker, "rank", 0) or 0),
+            int(getattr(parallel, "world_size", 1) or 1), int(getattr(worker, "local_rank", 0) or 0),
+            model_name(worker))

@@ -31,13 +31,16 @@ def run(args: argparse.Namespace) -> int:
         device = next((s for s in p.stages if s.stage == "device"), None)
         rows.append({
             "pid": p.pid, "label": p.label or "-", "alive": "yes" if p.alive else "gone",
+            "rank": f"{p.rank}/{p.world_size}" if p.identity_set else "-",
+            "gpu": (p.gpus[0].pci_bus_id + (f" +{p.gpu_count - 1}" if p.gpu_count > 1 else "")) if p.gpus else "-",
             "mode": p.mode + (f" (shift {p.shift})" if p.mode in SAMPLED_MODES else ""), "set": p.patch_set,
             "gen": p.generation, "control": p.control_status, "launches": p.launches, "kernels": p.kernels,
             "events": device.delivered if device else 0, "dropped": device.dropped if device else 0,
             "errors": p.accounting_errors,
         })
     if rows:
-        table([("pid", "PID"), ("label", "LABEL"), ("alive", "ALIVE"), ("mode", "MODE"), ("set", "SET"),
+        table([("pid", "PID"), ("label", "LABEL"), ("rank", "RANK"), ("gpu", "GPU"), ("alive", "ALIVE"),
+               ("mode", "MODE"), ("set", "SET"),
                ("gen", "GEN"), ("control", "CONTROL"), ("launches", "LAUNCHES"), ("kernels", "KERNELS"),
                ("events", "EVENTS"), ("dropped", "DROPPED"), ("errors", "ACCT_ERRORS")], rows)
     for p in response.processes:

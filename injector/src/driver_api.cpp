@@ -50,6 +50,8 @@ bool DriverApi::load(const char** missing) {
     module_get_function_count = nullptr;
   if (!resolve(get, "cuModuleEnumerateFunctions", &module_enumerate_functions, &optional))
     module_enumerate_functions = nullptr;
+  if (!resolve(get, "cuDeviceGetPCIBusId", &device_get_pci_bus_id, &optional)) device_get_pci_bus_id = nullptr;
+  if (!resolve(get, "cuDeviceGetUuid", &device_get_uuid, &optional)) device_get_uuid = nullptr;
   return loaded;
 }
 

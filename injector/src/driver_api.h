@@ -21,6 +21,9 @@ struct DriverApi {
   CUresult (*module_get_loading_mode)(CUmoduleLoadingMode*) = nullptr;
   CUresult (*module_get_function_count)(unsigned int*, CUmodule) = nullptr;
   CUresult (*module_enumerate_functions)(CUfunction*, unsigned int, CUmodule) = nullptr;
+  // ... and naming the GPU of each context
+  CUresult (*device_get_pci_bus_id)(char*, int, CUdevice) = nullptr;
+  CUresult (*device_get_uuid)(CUuuid*, CUdevice) = nullptr;
 
   bool loaded = false;
   // Resolves every required entry point; false (and the name that failed in *missing) otherwise.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -262,6 +263,21 @@ bool Injector::ensure_segment() {
   return true;
 }
 
+// The GPU a new context runs on, named as nvidia-smi names it, into the segment's header.
+void Injector::record_gpu(uint32_t context_index, CUdevice device) {
+  char pci[16] = "";
+  if (!driver().device_get_pci_bus_id || driver().device_get_pci_bus_id(pci, sizeof(pci), device) != CUDA_SUCCESS)
+    pci[0] = '\0';
+  char uuid[48] = "";
+  CUuuid id{};
+  if (driver().device_get_uuid && driver().device_get_uuid(&id, device) == CUDA_SUCCESS) {
+    const auto* b = reinterpret_cast<const unsigned char*>(id.bytes);
+    std::snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  }
+  writer_->add_gpu(context_index, uint32_t(device), pci, uuid);
+}
+
 void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
   if (!ensure_segment()) return;
   ScopedContext current(data.context);
@@ -288,6 +304,7 @@ void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
     log_line("context %u: %s; its kernels run unobserved", index, error.c_str());
     return;
   }
+  record_gpu(index, data.device);
   context_storage_[index] = std::move(state);
   contexts_[index].store(context_storage_[index].get(), std::memory_order_release);
   context_count_.store(index + 1, std::memory_order_release);
@@ -636,6 +653,14 @@ int gpuobs::Injector::set_label(const char* label) {
   return 0;
 }
 
+int gpuobs::Injector::set_identity(uint32_t role, uint32_t rank, uint32_t world_size, uint32_t local_rank,
+                                   const char* model) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  const ProcessRole known = role <= uint32_t(ProcessRole::Other) ? ProcessRole(role) : ProcessRole::Other;
+  writer_->set_identity(known, rank, world_size, local_rank, model ? model : "");
+  return 0;
+}
+
 int gpuobs::Injector::record_op(const char* label, uint32_t label_bytes) {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
   const uint64_t op = next_op_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -659,6 +684,16 @@ extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_
                                                                          uint32_t ids_bytes, uint32_t flags) {
   try {
     return g_injector ? g_injector->record_step(step, requests, tokens, ids, ids_bytes, flags) : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_set_identity(uint32_t role, uint32_t rank,
+                                                                           uint32_t world_size, uint32_t local_rank,
+                                                                           const char* model) {
+  try {
+    return g_injector ? g_injector->set_identity(role, rank, world_size, local_rank, model) : -1;
   } catch (...) {
     return -1;
   }

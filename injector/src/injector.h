@@ -65,6 +65,9 @@ class Injector : private ControlTarget {
   int record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
                   uint32_t flags);
   int set_label(const char* label);
+  // Who the process is, as its framework plugin says (ProcessRole, rank, world size, local rank,
+  // model): fields of the segment's header. 0 set, -1 not observing.
+  int set_identity(uint32_t role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const char* model);
   // A framework op about to launch its kernels on this thread (its label: module path, op,
   // dtypes and shapes): 0 recorded, 1 dropped (counted), -1 not observing.
   int record_op(const char* label, uint32_t label_bytes);
@@ -86,6 +89,7 @@ class Injector : private ControlTarget {
   void enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable);
 
   // resource callbacks
+  void record_gpu(uint32_t context_index, CUdevice device);
   void on_context_created(const Sanitizer_ResourceContextData& data);
   void on_context_destroying(const Sanitizer_ResourceContextData& data);
   void on_module_loaded(const Sanitizer_ResourceModuleData& data);

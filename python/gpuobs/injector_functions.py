@@ -56,3 +56,13 @@ class InjectorAnnotations:
             return NOT_OBSERVING
         data = label.encode("utf-8", "replace")
         return int(record(ctypes.c_char_p(data), ctypes.c_uint32(len(data))))
+
+    def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int:
+        """Who this process is (segment fields that views and metrics select by); an older
+        injector has no such fields."""
+        assert self._library is not None
+        identify = getattr(self._library, "gpuobs_set_identity", None)
+        if identify is None:
+            return NOT_OBSERVING
+        return int(identify(ctypes.c_uint32(role), ctypes.c_uint32(rank), ctypes.c_uint32(world_size),
+                            ctypes.c_uint32(local_rank), ctypes.c_char_p(model.encode("utf-8", "replace")[:63])))

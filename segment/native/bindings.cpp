@@ -367,6 +367,8 @@ void bind_schema(py::module_& m) {
   m.attr("SEGMENT_STATES") = names_dict(kSegmentStateNames);
   m.attr("PRODUCER_KINDS") = names_dict(kProducerKindNames);
   m.attr("PRODUCER_FLAGS") = names_dict(kProducerFlagNames);
+  m.attr("PROCESS_ROLES") = names_dict(kProcessRoleNames);
+  m.attr("IDENTITY_SET") = kIdentitySet;
 }
 
 // The checks and computations Python shares with the producers (one implementation: the segment library's).

@@ -13,6 +13,7 @@ import pytest
 
 import gpuobs
 from gpuobs.injector_functions import NOT_OBSERVING, InjectorAnnotations
+from gpuobs.segment import PROCESS_ROLES
 from gpuobs.vllm_plugin.engine_hook import install_step_hook
 from gpuobs.vllm_plugin.step_recorder import MAX_ATTEMPTS, SAME_REQUESTS, StepRecorder
 
@@ -25,6 +26,7 @@ class FakeAnnotations:
         self.fail_on_step = fail_on_step
         self.steps: list[tuple[int, int, int, bytes | None, int]] = []
         self.labels: list[str] = []
+        self.identities: list[tuple[int, int, int, int, str]] = []
 
     def available(self) -> bool:
         return self.is_available
@@ -37,6 +39,10 @@ class FakeAnnotations:
 
     def set_label(self, label: str) -> int:
         self.labels.append(label)
+        return 0
+
+    def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int:
+        self.identities.append((role, rank, world_size, local_rank, model))
         return 0
 
 
@@ -72,6 +78,16 @@ def test_steps_carry_requests_and_ids_only_when_they_change() -> None:
     record(worker(rank=1), scheduled(b=1))       # a finished
     assert sink.steps == [(1, 2, 8, b"a\nb", 0), (2, 2, 2, None, SAME_REQUESTS), (3, 1, 1, b"b", 0)]
     assert sink.labels == ["vllm engine rank 1 tiny"]  # once, at the first step
+    assert sink.identities == [(PROCESS_ROLES["engine"], 1, 1, 0, "tiny")]  # no parallel config: one rank
+
+
+def test_the_identity_has_the_workers_rank_world_size_and_local_rank() -> None:
+    sink = FakeAnnotations()
+    tensor_parallel = worker(rank=3, model="/models/Qwen3-8B/")
+    tensor_parallel.local_rank = 1
+    tensor_parallel.parallel_config = types.SimpleNamespace(world_size=4)
+    StepRecorder(sink)(tensor_parallel, scheduled(a=1))
+    assert sink.identities == [(PROCESS_ROLES["engine"], 3, 4, 1, "Qwen3-8B")]
 
 
 def test_the_hook_wraps_once_and_records_before_the_step(fake_worker_module: types.ModuleType) -> None:
@@ -142,11 +158,12 @@ annotations = InjectorAnnotations({str(INJECTOR)!r})
 print(annotations.available())
 ctypes.CDLL({str(INJECTOR)!r})
 print(annotations.available(), annotations.record_step(1, 2, 3, b"a\\nb", 0), annotations.set_label("x"),
-      annotations.note_profiler("torch.profiler"))
+      annotations.note_profiler("torch.profiler"), annotations.set_identity(1, 0, 1, 0, "m"),
+      annotations.record_op("model.layers.0 aten::mm"))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True", str(NOT_OBSERVING), str(NOT_OBSERVING), str(NOT_OBSERVING)]
+    assert done.stdout.split() == ["False", "True", *[str(NOT_OBSERVING)] * 5]
 
 
 def test_the_plugin_is_an_entry_point_vllm_finds() -> None:

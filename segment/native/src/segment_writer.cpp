@@ -152,6 +152,31 @@ void SegmentWriter::set_label(const std::string& label) {
   copy_bounded(header.label, sizeof(header.label), label, nullptr);  // a reader may see a mix for a moment
 }
 
+void SegmentWriter::set_identity(ProcessRole role, uint32_t rank, uint32_t world_size, uint32_t local_rank,
+                                 const std::string& model) {
+  SegmentHeader& header = *view().header;
+  header.role = uint32_t(role);
+  header.rank = rank;
+  header.world_size = world_size;
+  header.local_rank = local_rank;
+  copy_bounded(header.model, sizeof(header.model), model, nullptr);
+  __atomic_store_n(&header.identity_flags, kIdentitySet, __ATOMIC_RELEASE);
+}
+
+void SegmentWriter::add_gpu(uint32_t context, uint32_t ordinal, const std::string& pci_bus_id,
+                            const std::string& uuid) {
+  SegmentHeader& header = *view().header;
+  const uint32_t index = __atomic_load_n(&header.gpu_count, __ATOMIC_ACQUIRE);
+  if (index < kSegmentGpus) {
+    GpuIdentity& gpu = header.gpus[index];
+    gpu.ordinal = ordinal;
+    gpu.context = context;
+    copy_bounded(gpu.pci_bus_id, sizeof(gpu.pci_bus_id), pci_bus_id, nullptr);
+    copy_bounded(gpu.uuid, sizeof(gpu.uuid), uuid, nullptr);
+  }
+  __atomic_store_n(&header.gpu_count, index + 1, __ATOMIC_RELEASE);  // contexts are created one at a time
+}
+
 void SegmentWriter::note_profiler_start() {
   __atomic_fetch_add(&view().counters->profiler_starts, 1, __ATOMIC_RELAXED);
 }

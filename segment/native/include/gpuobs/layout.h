@@ -400,6 +400,33 @@ constexpr uint32_t kMaxRingRecords = 1u << 26;
 constexpr uint32_t kMaxKernelSlots = 1u << 20;
 constexpr uint32_t kMaxNameArenaBytes = 256u << 20;
 
+// The GPU one of the process's contexts runs on, as the injector reads it when the context is
+// created (the device as the process sees it, after CUDA_VISIBLE_DEVICES).
+struct GpuIdentity {
+  uint32_t ordinal;     // CUdevice
+  uint32_t context;     // the context's index (its event ring)
+  char pci_bus_id[16];  // "0000:3b:00.0"
+  char uuid[48];        // "GPU-..." (cuDeviceGetUuid_v2: a MIG instance's own UUID under MIG)
+};
+static_assert(sizeof(GpuIdentity) == 72, "GpuIdentity is 72 bytes");
+inline constexpr Field kGpuIdentityFields[] = {
+    GPUOBS_FIELD(GpuIdentity, ordinal), GPUOBS_FIELD(GpuIdentity, context),
+    GPUOBS_FIELD(GpuIdentity, pci_bus_id), GPUOBS_FIELD(GpuIdentity, uuid),
+};
+static_assert(covers(kGpuIdentityFields, sizeof(GpuIdentity)), "kGpuIdentityFields lists every member");
+constexpr uint32_t kSegmentGpus = 2;  // GPUs named in the header; gpu_count counts them all
+
+// Who the process is in a serving deployment, as a framework plugin says (vLLM: the engine's
+// worker with its rank): fields, so that views and metrics can select and group by them.
+enum class ProcessRole : uint32_t { Unknown = 0, Engine = 1, ApiServer = 2, Other = 3 };
+inline constexpr Named<ProcessRole> kProcessRoleNames[] = {
+    {ProcessRole::Unknown, "unknown"},
+    {ProcessRole::Engine, "engine"},
+    {ProcessRole::ApiServer, "api_server"},
+    {ProcessRole::Other, "other"},
+};
+constexpr uint32_t kIdentitySet = 0x1;  // identity_flags: role, rank, world size and model were set
+
 struct SegmentHeader {
   uint64_t magic;
   uint32_t layout_version;
@@ -433,7 +460,15 @@ struct SegmentHeader {
   uint32_t producer_flags;   // ProducerFlags, set at creation
   char producer[32];  // "gpuobs-injector", "gpuobs-synth"
   char label[64];     // free text: role, rank, model
-  uint8_t reserved[240];
+  uint32_t identity_flags;  // kIdentitySet
+  uint32_t role;            // ProcessRole
+  uint32_t rank;            // in the serving job (tensor/pipeline parallel ranks)
+  uint32_t world_size;
+  uint32_t local_rank;      // on this host
+  uint32_t gpu_count;       // contexts whose GPU was recorded (the first kSegmentGpus are in gpus)
+  char model[64];           // the served model's name
+  GpuIdentity gpus[kSegmentGpus];
+  uint8_t reserved[8];
 };
 static_assert(sizeof(SegmentHeader) == 512, "SegmentHeader is 512 bytes");
 inline constexpr Field kSegmentHeaderFields[] = {
@@ -469,6 +504,14 @@ inline constexpr Field kSegmentHeaderFields[] = {
     GPUOBS_FIELD(SegmentHeader, producer_flags),
     GPUOBS_FIELD(SegmentHeader, producer),
     GPUOBS_FIELD(SegmentHeader, label),
+    GPUOBS_FIELD(SegmentHeader, identity_flags),
+    GPUOBS_FIELD(SegmentHeader, role),
+    GPUOBS_FIELD(SegmentHeader, rank),
+    GPUOBS_FIELD(SegmentHeader, world_size),
+    GPUOBS_FIELD(SegmentHeader, local_rank),
+    GPUOBS_FIELD(SegmentHeader, gpu_count),
+    GPUOBS_FIELD(SegmentHeader, model),
+    GPUOBS_RECORDS(SegmentHeader, gpus, kGpuIdentityFields),
     GPUOBS_RESERVED(SegmentHeader, reserved),
 };
 static_assert(covers(kSegmentHeaderFields, sizeof(SegmentHeader)), "kSegmentHeaderFields lists every member");

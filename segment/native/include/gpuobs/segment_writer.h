@@ -59,6 +59,11 @@ class SegmentWriter {
   bool write_op(uint64_t op, const char* label, uint32_t label_bytes);
   // Names the process for operators (role, rank, model); cut to the header's 63 bytes.
   void set_label(const std::string& label);
+  // Who the process is (a plugin says: role, rank, world size, local rank, model); a reader may
+  // see a mix for a moment, as with the label.
+  void set_identity(ProcessRole role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const std::string& model);
+  // The GPU of context `context` (the first kSegmentGpus are named, every one counted).
+  void add_gpu(uint32_t context, uint32_t ordinal, const std::string& pci_bus_id, const std::string& uuid);
   // Counts a profiler started in the process (GlobalCounters::profiler_starts); never blocks.
   void note_profiler_start();
 
