@@ -70,7 +70,8 @@ def test_a_process_that_exits_is_drained_retained_and_then_forgotten(tmp_path: P
 def test_every_result_has_exactly_its_messages_fields() -> None:
     """A field added to the proto and not to its result (or the other way round) would go
     missing from replies or fail them: each result class names its message's fields."""
-    replies = {"Status": "GetStatusResponse", "Steps": "ListStepsResponse", "HotPcs": "ListHotPcsResponse"}
+    replies = {"Status": "GetStatusResponse", "Steps": "ListStepsResponse", "HotPcs": "ListHotPcsResponse",
+               "Ops": "ListOpsResponse"}
     checked = 0
     for name, cls in vars(results).items():
         if not dataclasses.is_dataclass(cls) or cls is results.Page:

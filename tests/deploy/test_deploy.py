@@ -122,7 +122,11 @@ def test_the_dashboard_follows_its_conventions() -> None:
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "gpuobs.json").read_text())
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
-    assert {"instance", "pid"} <= set(variables) and all(variables[v]["includeAll"] for v in ("instance", "pid"))
+    assert {"instance", "gpu", "rank", "pid"} <= set(variables)
+    assert all(variables[v]["includeAll"] for v in ("instance", "gpu", "rank", "pid"))
+    # a GPU or a rank narrows the processes, and so every panel, which selects by pid
+    assert all(f'{label}=~"${name}"' in variables["pid"]["query"]["query"]
+               for name, label in (("instance", "instance"), ("rank", "rank"), ("gpu", "gpu_uuid")))
     for panel in dashboard["panels"]:
         unit = panel["fieldConfig"]["defaults"]["unit"]
         for target in panel["targets"]:
@@ -143,9 +147,9 @@ def test_the_dashboard_follows_its_conventions() -> None:
 def test_every_dashboard_query_returns_data(start_synth, start_daemon, tmp_path: Path) -> None:
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "gpuobs.json").read_text())
     exprs = dashboard_queries(dashboard, instance=".*", pid=".*", __rate_interval="1m")
-    variables = [v["query"]["query"].replace("$instance", ".*") for v in dashboard["templating"]["list"]
-                 if v["type"] == "query"]
-    assert len(exprs) >= 15 and len(variables) == 2
+    variables = [v["query"]["query"].replace("$instance", ".*").replace("$rank", ".*").replace("$gpu", ".*")
+                 for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert len(exprs) >= 15 and len(variables) == 4
     # a producer that drops (small ring, fast) so the drop panels have something to show
     start_synth("--mode", "blocks", "--rate", "0", "--kernels", "12", "--ring-records", "1024")
     daemon = start_daemon("--drain-interval-ms", "20")

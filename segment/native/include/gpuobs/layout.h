@@ -23,7 +23,8 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 3;  // 2: graph launch and graph exec records; 3: the launch census
+constexpr uint32_t kLayoutVersion = 4;  // 2: graph launch and graph exec records; 3: the launch census;
+                                        // 4: op records, a launch's thread, identity and GPUs in the header
                                         // moved to the device (launch events, kernel shapes section)
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
