@@ -14,9 +14,10 @@ mkdir -p "$work/segments"
 port=${GPUOBS_DEMO_METRICS_PORT:-$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 .venv/bin/gpuobsd --runtime-dir "$work/run" --segment-dir "$work/segments" --metrics-address "127.0.0.1:$port" \
   --log-format console 2> "$work/gpuobsd.log" & pids+=($!)
-.venv/bin/gpuobs-synth --segment-dir "$work/segments" --mode counter --rate 2000000 --label rank0 2>/dev/null & pids+=($!)
+.venv/bin/gpuobs-synth --segment-dir "$work/segments" --mode counter --rate 2000000 --label rank0 \
+  --rank 0 --world-size 2 --model Qwen3-8B 2>/dev/null & pids+=($!)
 .venv/bin/gpuobs-synth --segment-dir "$work/segments" --mode memory --patch-set memory --kernels 12 --rate 2000000 \
-  --label rank1 --seed 2 2>/dev/null & pids+=($!)
+  --label rank1 --rank 1 --world-size 2 --model Qwen3-8B --seed 2 2>/dev/null & pids+=($!)
 export GPUOBS_ADDRESS="unix://$work/run/gpuobsd.sock"
 for _ in $(seq 100); do [ -S "$work/run/gpuobsd.sock" ] && break; sleep 0.1; done
 [ -S "$work/run/gpuobsd.sock" ] || { cat "$work/gpuobsd.log"; exit 1; }
