@@ -2,11 +2,11 @@
 input dtypes and shapes) and the kernels each launched: which layer's op runs a kernel.
 
 A plugin writes an op record on the thread that runs the op, before the op launches anything, into
-the same ring as the launch records; so the eager launch records of that thread that follow, up
-to its next op record, are the op's (the ring orders one thread's records as it wrote them). An
+the same ring as the launch records, and an op record with an empty label when the op is over; so
+the eager launch records of that thread in between are the op's (the ring orders one thread's
+records as it wrote them), and those outside any op are counted apart. An
 eager launch leaves a record only while the injector's launch trace is on: ops are attributed in
-the windows where both are recorded, never in steady state. Launches of a thread before its first
-op are counted apart; an op whose label was lost (launch ring full: counted there) is named so.
+the windows where both are recorded, never in steady state. An op whose label was lost (launch ring full: counted there) is named so.
 
 Bounded: at most MAX_LABELS labels keep rows of their own, then the rest go to OTHER; per label,
 the kernels it launched (a label names one op of one layer: a handful of kernels).
@@ -47,7 +47,7 @@ class PendingOp:
 class OpTotals:
     ops: int                   # op records seen
     launches_attributed: int   # eager launch records that followed an op of their thread
-    launches_without_op: int   # eager launch records of a thread that had recorded no op yet
+    launches_without_op: int   # eager launch records of a thread outside any op (before its first, between two)
     labels: int                # labels with rows of their own
     launches_other: int        # attributed to OTHER: their label came after MAX_LABELS others
 
@@ -85,10 +85,12 @@ class OpAttribution(Analysis):
 
     def _begin(self, record: np.void) -> None:
         op, thread = int(record["op"]), int(record["thread"])
-        self.ops_seen += 1
-        previous = self.current.get(thread)
+        previous = self.current.pop(thread, None)
         if previous is not None:
             self.pending.pop(previous, None)
+        if int(record["text_bytes"]) == 0:
+            return  # an empty label: the thread's op is over, its next launches belong to none
+        self.ops_seen += 1
         self.current[thread] = op
         self.pending[op] = PendingOp(bytearray(int(record["text_bytes"])), int(record["text_bytes"]))
         while len(self.pending) > self.MAX_PENDING:  # threads that ended: their last op is over

@@ -143,7 +143,10 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
       if (node_grid_ids.size() <= node_index) node_grid_ids.push_back(++grid_id);
       launch_grid_id = node_grid_ids[node_index];
     } else if (options.ops) {
-      if (launches % options.ops == 0) write_op(writer, launches / options.ops + 1);
+      if (launches % options.ops == 0) {
+        if (launches) writer.write_op(0, nullptr, 0);  // the op before is over (an empty label)
+        write_op(writer, launches / options.ops + 1);
+      }
       index = size_t(launches / options.ops) % catalog.size();
       launch_grid_id = ++grid_id;
     } else {

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for total in response.totals:
         print(f"pid {total.pid}: {total.ops} ops recorded, {total.launches_attributed} launches attributed, "
-              f"{total.launches_without_op} before any op of their thread")
+              f"{total.launches_without_op} outside any op of their thread")
     rows = [{"pid": row.pid, "op": row.op, "launches": row.launches, "blocks": row.blocks, "kernel": row.kernel}
             for row in response.ops]
     if rows:

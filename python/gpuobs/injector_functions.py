@@ -49,8 +49,10 @@ class InjectorAnnotations:
         return int(notice(who.encode("utf-8", "replace")[:63])) if notice is not None else NOT_OBSERVING
 
     def record_op(self, label: str) -> int:
-        """An op about to launch its kernels on this thread (an older injector has no such record)."""
-        assert self._library is not None
+        """An op about to launch its kernels on this thread; an empty label: the op is over (an
+        older injector has no such record)."""
+        if self._library is None and not self.available():
+            return NOT_OBSERVING
         record = getattr(self._library, "gpuobs_record_op", None)
         if record is None:
             return NOT_OBSERVING

@@ -106,7 +106,7 @@ def test_a_missing_hook_is_an_error_register_logs_once(monkeypatch: pytest.Monke
     monkeypatch.setattr(plugin, "_registered", False)
     monkeypatch.setenv("CUDA_INJECTION64_PATH", str(INJECTOR))
     monkeypatch.setattr(plugin, "install_step_hook",
-                        lambda recorder: install_step_hook(recorder, "no_such_vllm.worker"))
+                        lambda recorder, **kwargs: install_step_hook(recorder, "no_such_vllm.worker"))
     monkeypatch.setattr(plugin, "install_profiler_notice", lambda annotations: True)  # torch is not here
     with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
         plugin.register()

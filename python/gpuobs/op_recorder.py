@@ -1,0 +1,99 @@
+"""Which layer's op launches each kernel, recorded in the process for a bounded window: each
+PyTorch op that reaches the dispatcher (an aten op, or a custom op such as vLLM's attention and
+cache writes) is written through the injector as one label, the module it runs in (its path in
+the model, e.g. model.layers.7.mlp.down_proj), the op and its inputs' dtypes and shapes, right
+before it runs, and an empty label right after; gpuobsd gives the op every eager launch its
+thread makes in between (daemon/op_attribution.py; the launch trace must be on, as only then is
+there a record per eager launch). Launches between ops (fused kernels a compiled graph launches
+itself, without the dispatcher) belong to no op rather than to the op before them.
+
+It costs a Python call and two ring records per op while it is on: a window, never steady state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+MAX_LABEL = 4096  # bytes of one label (a few hundred in practice)
+SHORT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32", torch.float64: "f64",
+                torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+                torch.bool: "bool"}
+
+
+def describe(args: Any) -> str:
+    """The tensors among an op's inputs, in order, as dtype[shape]."""
+    return " ".join(f"{SHORT_DTYPES.get(leaf.dtype, str(leaf.dtype).removeprefix('torch.'))}"
+                    f"[{','.join(str(size) for size in leaf.shape)}]"
+                    for leaf in tree_leaves(args) if isinstance(leaf, torch.Tensor))
+
+
+def op_name(func: Any) -> str:
+    """aten::mm, vllm::unified_attention: the op's namespace and name, without its overload."""
+    namespace = getattr(func, "namespace", None)
+    name = getattr(func, "_opname", None)
+    return f"{namespace}::{name}" if namespace and name else str(func)
+
+
+class ModulePaths:
+    """The path of the module that runs now on this thread, from global forward hooks on every
+    module (paths of `model`'s modules; other modules by their class name)."""
+
+    def __init__(self, model: torch.nn.Module | None) -> None:
+        self.names = {id(module): name or "model" for name, module in model.named_modules()} if model else {}
+        self.stack: list[str] = []
+
+    @contextlib.contextmanager
+    def hooked(self) -> Iterator["ModulePaths"]:
+        hooks = torch.nn.modules.module
+        pre = hooks.register_module_forward_pre_hook(self._enter)
+        post = hooks.register_module_forward_hook(self._leave)
+        try:
+            yield self
+        finally:
+            pre.remove()
+            post.remove()
+            self.stack.clear()
+
+    def _enter(self, module: torch.nn.Module, args: Any) -> None:
+        self.stack.append(self.names.get(id(module), type(module).__name__))
+
+    def _leave(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self.stack:
+            self.stack.pop()
+
+    def current(self) -> str:
+        return self.stack[-1] if self.stack else "-"
+
+
+class OpRecorder(TorchDispatchMode):
+    """Labels each op with `record` before it runs and closes it after (an empty label)."""
+
+    def __init__(self, record: Callable[[str], object], paths: ModulePaths) -> None:
+        super().__init__()
+        self.record = record
+        self.paths = paths
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        label = f"{self.paths.current()} {op_name(func)} {describe((args, kwargs))}".rstrip()
+        self.record(label[:MAX_LABEL])
+        self.ops += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.record("")
+
+
+@contextlib.contextmanager
+def recording_ops(record: Callable[[str], object], model: torch.nn.Module | None = None) -> Iterator[OpRecorder]:
+    """Every op of the block labelled, with module paths of `model` (for a plain PyTorch program:
+    `with recording_ops(InjectorAnnotations(path).record_op, model): ...`)."""
+    paths = ModulePaths(model)
+    with paths.hooked(), OpRecorder(record, paths) as recorder:
+        yield recorder

@@ -1,0 +1,62 @@
+"""The op recorder on a small model on the CPU: what it labels (module path, op, dtypes and shapes),
+that it closes every op, and that it leaves the results and the model as they were. Needs torch
+(skipped without it: the GPU machine's suite runs it, and any machine with torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuobs.op_recorder import ModulePaths, describe, op_name, recording_ops  # noqa: E402
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up_proj = torch.nn.Linear(8, 16, bias=False)
+        self.down_proj = torch.nn.Linear(16, 8, bias=False)
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        return self.down_proj(torch.nn.functional.silu(self.up_proj(x)))
+
+
+def model() -> "torch.nn.Module":
+    torch.manual_seed(0)
+    return torch.nn.Sequential(Block(), Block()).to(torch.bfloat16)
+
+
+def test_each_op_is_labelled_with_its_module_path_and_inputs_then_closed() -> None:
+    net, labels = model(), []
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        expected = net(x)
+        with recording_ops(labels.append, net) as recorder:
+            got = net(x)
+    assert torch.equal(got, expected)
+    opened = [label for label in labels if label]
+    assert labels == [item for label in opened for item in (label, "")]  # every op closed before the next
+    assert recorder.ops == len(opened) > 0
+    first_mm = next(label for label in opened if label.startswith("0.up_proj "))
+    assert first_mm.split()[1] in ("aten::mm", "aten::addmm", "aten::linear")
+    assert "bf16[4,8]" in first_mm and "bf16[16,8]" in first_mm, first_mm
+    assert any(label.startswith("1.down_proj ") for label in opened)
+    assert any(label.startswith("0 aten::silu") for label in opened), opened  # an op of the block itself
+
+
+def test_hooks_are_gone_afterwards_and_other_modules_go_by_class_name() -> None:
+    net, labels = model(), []
+    stranger = torch.nn.Linear(8, 8).to(torch.bfloat16)
+    with torch.inference_mode(), recording_ops(labels.append, net):
+        stranger(torch.randn(2, 8, dtype=torch.bfloat16))
+    assert any(label.startswith("Linear ") for label in labels), labels
+    labels.clear()
+    net(torch.randn(2, 8, dtype=torch.bfloat16))
+    assert labels == []  # nothing recorded once the block is left
+
+
+def test_describe_and_op_name() -> None:
+    assert describe(([torch.zeros(2, 3, dtype=torch.float16)], {"b": torch.ones(5, dtype=torch.int64), "n": 3})) == \
+        "f16[2,3] i64[5]"
+    assert op_name(torch.ops.aten.mm.default) == "aten::mm"
+    assert ModulePaths(None).current() == "-"
