@@ -1,0 +1,37 @@
+"""Which layer runs this kernel, on the GPU: a small PyTorch model under the op recorder, the
+injector's launch trace on; the op attribution (the daemon's own code, fed the drained launch
+records) gives each op its kernels: the projections cuBLAS GEMMs, silu and the residual add
+elementwise kernels, every eager launch inside the recorded forward attributed to one op."""
+
+from __future__ import annotations
+
+import sys
+
+from gpuobs.daemon.op_attribution import OpAttribution
+from gpuobs.segment import LAUNCH_KINDS
+from harness import WORKLOADS, InjectedRun
+
+
+def test_each_op_of_a_small_model_gets_its_kernels(shm_dir) -> None:
+    run = InjectedRun([sys.executable, str(WORKLOADS / "torch_ops_labelled.py")], shm_dir, mode="counter",
+                      env={"GPUOBS_LAUNCH_TRACE": "1"})
+    out = run.finish(timeout=120)
+    launches = run.all_launches()
+    ops = OpAttribution()
+    ops.on_launches(launches)
+    names = {int(row["slot"]): name for name, row in run.kernel_table().items()}
+    table = {label: {names.get(slot, "?"): counts for slot, counts in kernels.items()}
+             for label, kernels in ops.labels.items()}
+    recorded = set(out["labels"])
+    assert recorded and set(table) <= recorded, (set(table) - recorded)
+    projections = [label for label in table if ".mlp.up_proj " in label or ".mlp.down_proj " in label]
+    assert len(projections) == 4, table  # two layers, two projections each
+    for label in projections:
+        assert any("nvjet" in k or "gemm" in k.lower() or "cutlass" in k.lower() for k in table[label]), table[label]
+        assert "bf16[64," in label, label
+    silu = [label for label in table if "aten::silu" in label]
+    assert silu and all(any("elementwise" in k or "silu" in k.lower() for k in table[l]) for l in silu), table
+    totals = ops.report()
+    eager = int((launches["kind"] == LAUNCH_KINDS["eager"]).sum())
+    assert totals.launches_attributed + totals.launches_without_op == eager
+    assert totals.launches_attributed > 0 and totals.ops == len(out["labels"])
