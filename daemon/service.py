@@ -88,9 +88,22 @@ def identity_of(header: dict) -> dict:
     }
 
 
+def pci_address(text: str) -> tuple[int, int, int, int] | None:
+    """domain:bus:device.function as numbers: CUDA writes 0000:3b:00.0, nvidia-smi 00000000:3B:00.0."""
+    try:
+        domain, bus, rest = text.split(":")
+        device, function = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
+
+
 def matches_gpu(gpus: list[results.Gpu], wanted: str) -> bool:
-    """A GPU named by its ordinal, PCI bus id or UUID (as nvidia-smi and CUDA_VISIBLE_DEVICES name them)."""
-    return any(wanted in (str(g.ordinal), g.pci_bus_id.lower(), g.uuid.lower()) for g in gpus) if wanted else False
+    """A GPU named by its UUID or its PCI bus id, as nvidia-smi names it; not by an ordinal, which
+    is each process's own (CUDA_VISIBLE_DEVICES renumbers them) and would select across GPUs."""
+    address = pci_address(wanted)
+    return any(wanted.lower() == g.uuid.lower() or (address is not None and address == pci_address(g.pci_bus_id))
+               for g in gpus)
 
 
 def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
@@ -725,7 +738,7 @@ class ObserverService:
                 raise NotFound(f"no live observed process has rank {rank} (set by its framework plugin)")
             chosen.update((id(p), p) for p in found)
         for gpu in dict.fromkeys(gpus):
-            found = [p for p in live if matches_gpu(identities[id(p)]["gpus"], gpu.lower())]
+            found = [p for p in live if matches_gpu(identities[id(p)]["gpus"], gpu)]
             if not found:
                 raise NotFound(f"no live observed process has a context on GPU {quoted(gpu)}")
             chosen.update((id(p), p) for p in found)

@@ -34,7 +34,7 @@ LaunchRecord kernel_launch_record(const LaunchShape& shape, LaunchKind kind, Mod
   record.mode = uint32_t(mode);
   record.shift = shift;
   record.flags = captured ? kLaunchCaptured : 0;
-  record.thread = uint64_t(::gettid());  // as the injector: the launching thread
+  if (kind == LaunchKind::Eager) record.thread = uint64_t(::gettid());  // as the injector: the launching thread
   return record;
 }
 
@@ -143,10 +143,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
       if (node_grid_ids.size() <= node_index) node_grid_ids.push_back(++grid_id);
       launch_grid_id = node_grid_ids[node_index];
     } else if (options.ops) {
-      if (launches % options.ops == 0) {
-        if (launches) writer.write_op(0, nullptr, 0);  // the op before is over (an empty label)
-        write_op(writer, launches / options.ops + 1);
-      }
+      if (launches % options.ops == 0) write_op(writer, launches / options.ops + 1);
       index = size_t(launches / options.ops) % catalog.size();
       launch_grid_id = ++grid_id;
     } else {
@@ -158,6 +155,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
                       launch_grid_id, uint32_t(launches % options.contexts), options.graph_nodes ? replay : 0};
     LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
                                                in_force.mode, in_force.shift, captured[index] != 0);
+    if (options.ops) record.op = launches / options.ops + 1;  // as the injector: the op open on the thread
     if (options.graph_nodes) {
       record.graph_exec = graph_exec;
       record.graph_node = 0xa000 + node_index;

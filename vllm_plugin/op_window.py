@@ -18,12 +18,16 @@ def window_steps() -> int:
     text = os.environ.get("GPUOBS_OPS_STEPS", "")
     if not text:
         return 0
-    if not text.isdigit():
+    try:
+        steps = int(text)
+    except ValueError:
+        steps = -1
+    if steps < 0:
         log.warning("gpuobs: GPUOBS_OPS_STEPS=%s is not a number of steps; no ops are recorded", text)
         return 0
     if os.environ.get("GPUOBS_LAUNCH_TRACE") != "1":
         log.warning("gpuobs: GPUOBS_OPS_STEPS without GPUOBS_LAUNCH_TRACE=1: ops are recorded, but no launch joins to them")
-    return int(text)
+    return steps
 
 
 def model_of(worker: Any) -> Any:
@@ -57,7 +61,9 @@ class OpWindow:
                 return contextlib.nullcontext()
             from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded
 
-            return recording_ops(self.record, model_of(worker))
+            entered = contextlib.ExitStack()  # entered here, where a failure leaves the step unrecorded
+            entered.enter_context(recording_ops(self.record, model_of(worker)))
+            return entered
         except Exception as error:  # noqa: BLE001 - the step runs unrecorded
             self.left = 0
             log.warning("gpuobs: ops are not recorded (%s: %s)", type(error).__name__, error)

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank", type=uint32, action="append", default=[],
                         help="also the processes of this rank, as their plugin set it (repeatable)")
     parser.add_argument("--gpu", action="append", default=[],
-                        help="also the processes with a context on this GPU: ordinal, PCI bus id or UUID (repeatable)")
+                        help="also the processes with a context on this GPU: its UUID or PCI bus id (repeatable)")
     parser.add_argument("--kernel", help="record events only for kernels matching this regex ('' for all)")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for acknowledgements")
 

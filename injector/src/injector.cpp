@@ -17,6 +17,7 @@ namespace {
 
 // Set on the tool thread: the CUDA calls it makes must not feed back into our own callbacks.
 thread_local bool t_tool_thread = false;
+thread_local uint64_t t_current_op = 0;  // the framework op open on this thread: stamped into its launches
 
 // The graph launch this thread is inside (between GRAPHS_LAUNCH_BEGIN and _END): its node
 // launch callbacks come on the same thread and take the replay number from here.
@@ -519,7 +520,10 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
   record.mode = config_mode(config);
   record.shift = config_shift(config);
   record.flags = slot >= 0 && slot_captured_[slot].load(std::memory_order_relaxed) ? kLaunchCaptured : 0;
-  record.thread = uint64_t(::gettid());  // the callback runs on the launching thread
+  if (kind == LaunchKind::Eager) {  // the callback runs on the launching thread
+    record.thread = uint64_t(::gettid());
+    record.op = t_current_op;
+  }
   writer_->write_launch(record);
 }
 
@@ -663,8 +667,13 @@ int gpuobs::Injector::set_identity(uint32_t role, uint32_t rank, uint32_t world_
 
 int gpuobs::Injector::record_op(const char* label, uint32_t label_bytes) {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  if (label == nullptr || label_bytes == 0) {  // the op is over: nothing to record but that
+    t_current_op = 0;
+    return 0;
+  }
   const uint64_t op = next_op_.fetch_add(1, std::memory_order_relaxed) + 1;
-  return writer_->write_op(op, label, label_bytes) ? 0 : 1;
+  t_current_op = op;  // before the write: a dropped op record still keeps its launches apart
+  return writer_->write_op(op, label, std::min(label_bytes, kMaxOpLabelBytes)) ? 0 : 1;
 }
 
 int gpuobs::Injector::note_profiler(const char* who) {

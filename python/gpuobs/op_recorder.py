@@ -13,6 +13,7 @@ It costs a Python call and two ring records per op while it is on: a window, nev
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Callable, Iterator
 
 import torch
@@ -43,9 +44,16 @@ class ModulePaths:
     """The path of the module that runs now on this thread, from global forward hooks on every
     module (paths of `model`'s modules; other modules by their class name)."""
 
-    def __init__(self, model: torch.nn.Module | None) -> None:
-        self.names = {id(module): name or "model" for name, module in model.named_modules()} if model else {}
-        self.stack: list[str] = []
+    def __init__(self, model: Any) -> None:
+        modules = model.named_modules() if isinstance(model, torch.nn.Module) else ()
+        self.names = {id(module): name or "model" for name, module in modules}
+        self.local = threading.local()
+
+    @property
+    def stack(self) -> list[str]:
+        if not hasattr(self.local, "stack"):
+            self.local.stack = []
+        return self.local.stack
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator["ModulePaths"]:
@@ -81,13 +89,19 @@ class OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        label = f"{self.paths.current()} {op_name(func)} {describe((args, kwargs))}".rstrip()
-        self.record(label[:MAX_LABEL])
+        self._say(lambda: f"{self.paths.current()} {op_name(func)} {describe((args, kwargs))}".rstrip())
         self.ops += 1
         try:
-            return func(*args, **kwargs)
+            return func(*args, **kwargs)  # the only thing here that may raise into the model
         finally:
-            self.record("")
+            self._say(lambda: "")
+
+    def _say(self, label: Callable[[], str]) -> None:
+        """A label that cannot be built (a tensor without sizes) or recorded is skipped."""
+        try:
+            self.record(label()[:MAX_LABEL])
+        except Exception:  # noqa: BLE001 - the op runs whatever happened to its label
+            pass
 
 
 @contextlib.contextmanager

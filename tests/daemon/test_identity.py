@@ -64,15 +64,15 @@ def test_set_mode_selects_by_rank_gpu_and_pid(tensor_parallel) -> None:
     daemon, ranks, plain = tensor_parallel
     assert gpuobsctl(daemon.address, "set-mode", "noop", "--rank", "1").returncode == 0
     assert modes(daemon) == {ranks[0].pid: "counter", ranks[1].pid: "noop", plain.pid: "counter"}
-    for gpu in (UUIDS[0], PCI[0].upper(), "0"):  # as nvidia-smi or CUDA_VISIBLE_DEVICES name it
+    for gpu in (UUIDS[0], UUIDS[0].upper(), PCI[0], "00000000:3B:00.0"):  # as CUDA and nvidia-smi write them
         assert gpuobsctl(daemon.address, "set-mode", "off", "--gpu", gpu).returncode == 0
-        assert modes(daemon)[ranks[0].pid] == "off"
+        assert modes(daemon) == {ranks[0].pid: "off", ranks[1].pid: "noop", plain.pid: "counter"}
         assert gpuobsctl(daemon.address, "set-mode", "counter", "--gpu", gpu).returncode == 0
     both = gpuobsctl(daemon.address, "set-mode", "off", "--rank", "0", "--pid", str(plain.pid))
     assert both.returncode == 0, both.stderr
     assert modes(daemon) == {ranks[0].pid: "off", ranks[1].pid: "noop", plain.pid: "off"}
     before = modes(daemon)
-    for flag, value in (("--rank", "7"), ("--gpu", "GPU-none")):
+    for flag, value in (("--rank", "7"), ("--gpu", "GPU-none"), ("--gpu", "0")):  # an ordinal is each process's own
         refused = gpuobsctl(daemon.address, "set-mode", "blocks", flag, value)
         assert refused.returncode == 1 and "no live observed process has" in refused.stderr, refused.stderr
     assert modes(daemon) == before  # refused: nothing was switched

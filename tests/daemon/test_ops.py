@@ -1,5 +1,5 @@
 """Which layer's op launched each kernel: op records (as a plugin writes them through the injector)
-joined to the eager launch records of their thread. gpuobs-synth writes an op before every N
+joined to the eager launch records that name them. gpuobs-synth writes an op before every N
 launches with the injector's writer: op k has label (k - 1) % 3 of its three and launches kernel
 (k - 1) % K, so the expected table follows from the launches it made."""
 
@@ -61,6 +61,7 @@ def rows_of(*records: np.ndarray) -> np.ndarray:
 
 
 def op_row(op: int, thread: int, label: bytes, text_bytes: int | None = None) -> list[np.ndarray]:
+    """An op record and its label's text records, as the injector writes them."""
     head = np.zeros(1, dtype=OP_DTYPE)
     head["kind"], head["op"], head["thread"] = LAUNCH_KINDS["op"], op, thread
     head["text_bytes"] = len(label) if text_bytes is None else text_bytes
@@ -74,31 +75,42 @@ def op_row(op: int, thread: int, label: bytes, text_bytes: int | None = None) ->
     return pieces
 
 
-def launch(thread: int, slot: int, grid: int = 2) -> np.ndarray:
+def launch(op: int, slot: int, grid: int = 2, thread: int = 7) -> np.ndarray:
     row = np.zeros(1, dtype=LAUNCH_DTYPE)
-    row["kind"], row["thread"], row["kernel_slot"] = LAUNCH_KINDS["eager"], thread, slot
+    row["kind"], row["op"], row["thread"], row["kernel_slot"] = LAUNCH_KINDS["eager"], op, thread, slot
     row["grid_x"], row["grid_y"], row["grid_z"] = grid, 1, 1
     return row
 
 
-def test_threads_are_kept_apart_and_a_lost_label_is_named() -> None:
+def test_each_launch_goes_to_the_op_it_names_whatever_the_ring_dropped() -> None:
     ops = OpAttribution()
     long_label = b"model.layers.7.mlp.down_proj aten::mm " + b"x" * 100  # three text records
-    ops.on_launches(rows_of(launch(1, 0), *op_row(1, 1, long_label), *op_row(2, 2, b"other thread"),
-                            launch(2, 5), launch(1, 3), launch(1, 3, grid=4)))
-    ops.on_launches(rows_of(*op_row(3, 1, b"lost", text_bytes=200)[:1], launch(1, 9)))  # its text dropped
-    assert ops.labels == {long_label.decode(): {3: [2, 6]}, "other thread": {5: [1, 2]}, LABEL_LOST: {9: [1, 2]}}
+    ops.on_launches(rows_of(launch(0, 0), *op_row(1, 1, long_label), *op_row(2, 2, b"other thread"),
+                            launch(2, 5, thread=2), launch(1, 3), launch(0, 4), launch(1, 3, grid=4)))
+    # op 3's text was dropped; op 4's record itself was dropped; op 5 claims a 1 MiB label
+    ops.on_launches(rows_of(*op_row(3, 1, b"lost", text_bytes=200)[:1], launch(3, 9), launch(4, 9),
+                            *op_row(5, 1, b"huge", text_bytes=1 << 20), launch(5, 9)))
+    assert ops.labels == {long_label.decode(): {3: [2, 6]}, "other thread": {5: [1, 2]}, LABEL_LOST: {9: [3, 6]}}
     totals = ops.report()
-    assert (totals.ops, totals.launches_attributed, totals.launches_without_op, totals.labels) == (3, 4, 1, 3)
+    assert (totals.ops, totals.launches_attributed, totals.launches_without_op, totals.labels) == (4, 6, 2, 3)
 
 
 def test_labels_beyond_the_bound_go_to_other() -> None:
     ops = OpAttribution()
     ops.MAX_LABELS = 2
     for op in range(1, 5):
-        ops.on_launches(rows_of(*op_row(op, 7, f"label {op}".encode()), launch(7, op)))
+        ops.on_launches(rows_of(*op_row(op, 7, f"label {op}".encode()), launch(op, op)))
     assert set(ops.labels) == {"label 1", "label 2", "(other ops)"}
     assert ops.report().launches_other == 2
+
+
+def test_only_the_last_ops_labels_are_kept() -> None:
+    ops = OpAttribution()
+    ops.KEEP_OPS = 3
+    ops.on_launches(rows_of(*[piece for op in range(1, 6) for piece in op_row(op, 7, f"op {op}".encode())]))
+    assert list(ops.ops) == [3, 4, 5]
+    ops.on_launches(rows_of(launch(1, 0), launch(5, 0)))  # op 1's label is no longer held
+    assert ops.labels == {LABEL_LOST: {0: [1, 2]}, "op 5": {0: [1, 2]}}
 
 
 def test_ops_refuses_a_bad_top(start_daemon) -> None:

@@ -33,7 +33,7 @@ int main() {
   F(LaunchRecord, graph_node) F(LaunchRecord, graph_launch_id) F(LaunchRecord, kernel_slot) F(LaunchRecord, grid_x)
   F(LaunchRecord, grid_y) F(LaunchRecord, grid_z) F(LaunchRecord, block_x) F(LaunchRecord, block_y)
   F(LaunchRecord, block_z) F(LaunchRecord, context_index) F(LaunchRecord, kind) F(LaunchRecord, mode)
-  F(LaunchRecord, shift) F(LaunchRecord, flags) F(LaunchRecord, replay) F(LaunchRecord, thread) F(LaunchRecord, seq)
+  F(LaunchRecord, shift) F(LaunchRecord, flags) F(LaunchRecord, replay) F(LaunchRecord, thread) F(LaunchRecord, op) F(LaunchRecord, seq)
   F(KernelCounters, launches) F(KernelCounters, blocks_expected) F(KernelCounters, blocks_observed)
   F(KernelCounters, blocks_unpatched) F(KernelCounters, memory_accesses) F(KernelCounters, events_produced)
   F(KernelCounters, events_dropped) F(KernelCounters, blocks_unobserved)

@@ -60,3 +60,21 @@ def test_describe_and_op_name() -> None:
         "f16[2,3] i64[5]"
     assert op_name(torch.ops.aten.mm.default) == "aten::mm"
     assert ModulePaths(None).current() == "-"
+
+
+def test_nothing_in_the_recorder_can_stop_an_op() -> None:
+    """A record that fails (the injector gone), a tensor whose shape cannot be read, a 'model'
+    that is not a module: the ops run and give what they give without the recorder."""
+    def failing(label: str) -> None:
+        raise OSError("ring gone")
+
+    net, x = model(), torch.randn(4, 8, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        expected = net(x)
+        with recording_ops(failing, net):
+            assert torch.equal(net(x), expected)
+    labels: list[str] = []
+    nested = torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(4, 3)])
+    with recording_ops(labels.append, object()):  # not a module: no paths
+        doubled = nested * 2
+    assert doubled.is_nested and all(label.startswith("- ") or not label for label in labels)

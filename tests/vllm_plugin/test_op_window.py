@@ -90,3 +90,14 @@ def test_the_first_steps_are_recorded_and_no_more() -> None:
             linear(torch.zeros(2, 4))
     assert any(label.startswith("model aten::") for label in recorded), recorded
     assert notes.labels == recorded and window.left == 0
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_a_model_that_is_not_a_module_leaves_the_step_running() -> None:
+    import torch
+
+    notes = Notes()
+    worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(get_model=lambda: object()))
+    with OpWindow(notes, 1)(worker):
+        torch.zeros(2) + 1
+    assert any(label.startswith("- aten::") for label in notes.labels), notes.labels

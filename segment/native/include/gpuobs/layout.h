@@ -277,9 +277,10 @@ struct alignas(64) LaunchRecord {
   uint64_t replay;         // graph nodes and graph launches: the replay sequence the host pushed
                            // to the device for this replay (its low 32 bits are EventRecord::replay);
                            // 0 for eager launches and for a node whose replay was not seen
-  uint64_t thread;         // OS thread id of the launching thread (eager launches; 0 where unknown):
-                           // an op record of that thread names the launches it makes after it
-  uint64_t reserved[1];
+  uint64_t thread;         // OS thread id of the launching thread (eager launches; 0 otherwise)
+  uint64_t op;             // the framework op open on the launching thread (its OpRecord's number),
+                           // 0 for none: set per thread by gpuobs_record_op, so a dropped record
+                           // never shifts the launches of one op onto another
   uint64_t seq;  // ticket + 1, stored last
 };
 static_assert(sizeof(LaunchRecord) == kLaunchRecordBytes, "LaunchRecord is two cache lines");
@@ -295,7 +296,7 @@ inline constexpr Field kLaunchRecordFields[] = {
     GPUOBS_FIELD(LaunchRecord, kind),          GPUOBS_FIELD(LaunchRecord, mode),
     GPUOBS_FIELD(LaunchRecord, shift),         GPUOBS_FIELD(LaunchRecord, flags),
     GPUOBS_FIELD(LaunchRecord, replay),        GPUOBS_FIELD(LaunchRecord, thread),
-    GPUOBS_RESERVED(LaunchRecord, reserved),   GPUOBS_FIELD(LaunchRecord, seq),
+    GPUOBS_FIELD(LaunchRecord, op),            GPUOBS_FIELD(LaunchRecord, seq),
 };
 static_assert(covers(kLaunchRecordFields, sizeof(LaunchRecord)), "kLaunchRecordFields lists every member");
 constexpr uint32_t kLaunchCaptured = 0x1;
@@ -336,8 +337,9 @@ static_assert(covers(kStepRecordFields, sizeof(StepRecord)), "kStepRecordFields 
 constexpr uint32_t kStepSameRequests = 0x2;  // the same requests as the step before: no text follows
 
 // A framework op (a PyTorch op: its module path, op name, input dtypes and shapes, as one label)
-// about to launch its kernels on `thread`: the eager launch records of that thread that follow,
-// up to its next op record, are the op's. Its label follows in OpText records.
+// about to launch its kernels on `thread`: the launch records whose `op` is its number are the
+// op's. Its label follows in OpText records.
+constexpr uint32_t kMaxOpLabelBytes = 4096;
 struct alignas(64) OpRecord {
   uint64_t host_time_ns;  // CLOCK_MONOTONIC when the op began
   uint64_t op;            // the op's number in this process (from 1)
