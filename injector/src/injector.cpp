@@ -687,55 +687,43 @@ int gpuobs::Injector::note_profiler(const char* who) {
   return 0;
 }
 
-// The served program's side (ctypes from the vLLM plugin): never throws, never blocks.
-extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_t step, uint32_t requests,
-                                                                         uint32_t tokens, const char* ids,
-                                                                         uint32_t ids_bytes, uint32_t flags) {
+// The served program's side (ctypes from the vLLM plugin): never throws, never blocks; -1 where
+// the injector is not running.
+namespace {
+template <class Call>
+int on_injector(Call call) noexcept {
   try {
-    return g_injector ? g_injector->record_step(step, requests, tokens, ids, ids_bytes, flags) : -1;
+    return g_injector ? call(*g_injector) : -1;
   } catch (...) {
     return -1;
   }
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_t step, uint32_t requests,
+                                                                         uint32_t tokens, const char* ids,
+                                                                         uint32_t ids_bytes, uint32_t flags) {
+  return on_injector([&](gpuobs::Injector& i) { return i.record_step(step, requests, tokens, ids, ids_bytes, flags); });
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_set_identity(uint32_t role, uint32_t rank,
                                                                            uint32_t world_size, uint32_t local_rank,
                                                                            const char* model) {
-  try {
-    return g_injector ? g_injector->set_identity(role, rank, world_size, local_rank, model) : -1;
-  } catch (...) {
-    return -1;
-  }
+  return on_injector([&](gpuobs::Injector& i) { return i.set_identity(role, rank, world_size, local_rank, model); });
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_record_op(const char* label, uint32_t label_bytes) {
-  try {
-    return g_injector ? g_injector->record_op(label, label_bytes) : -1;
-  } catch (...) {
-    return -1;
-  }
+  return on_injector([&](gpuobs::Injector& i) { return i.record_op(label, label_bytes); });
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_note_profiler(const char* who) {
-  try {
-    return g_injector ? g_injector->note_profiler(who) : -1;
-  } catch (...) {
-    return -1;
-  }
+  return on_injector([&](gpuobs::Injector& i) { return i.note_profiler(who); });
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_step_aside() {
-  try {
-    return g_injector ? g_injector->step_aside() : -1;
-  } catch (...) {
-    return -1;
-  }
+  return on_injector([](gpuobs::Injector& i) { return i.step_aside(); });
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_set_label(const char* label) {
-  try {
-    return g_injector ? g_injector->set_label(label) : -1;
-  } catch (...) {
-    return -1;
-  }
+  return on_injector([&](gpuobs::Injector& i) { return i.set_label(label); });
 }

@@ -9,62 +9,64 @@ import os
 RECORDED, DROPPED, NOT_OBSERVING = 0, 1, -1
 
 
+# What each exported function takes. The last three came later: an older injector lacks them, and
+# a call then answers NOT_OBSERVING instead of failing (which would stop the caller's other records).
+SIGNATURES = {
+    "gpuobs_record_step": [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32,
+                           ctypes.c_uint32],
+    "gpuobs_set_label": [ctypes.c_char_p],
+    "gpuobs_note_profiler": [ctypes.c_char_p],
+    "gpuobs_record_op": [ctypes.c_char_p, ctypes.c_uint32],
+    "gpuobs_set_identity": [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p],
+}
+REQUIRED = ("gpuobs_record_step", "gpuobs_set_label")
+
+
 class InjectorAnnotations:
     """Finds the injector already loaded by CUDA (never loads a second copy: RTLD_NOLOAD)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._library: ctypes.CDLL | None = None
+        self._functions: dict[str, ctypes._CFuncPtr] | None = None
 
     def available(self) -> bool:
         """True once CUDA has loaded the injector in this process (it does at the first CUDA call)."""
-        if self._library is None:
+        if self._functions is None:
             try:
                 library = ctypes.CDLL(self.path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
             except OSError:
                 return False
-            library.gpuobs_record_step.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
-                                                   ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
-            library.gpuobs_record_step.restype = ctypes.c_int
-            library.gpuobs_set_label.argtypes = [ctypes.c_char_p]
-            library.gpuobs_set_label.restype = ctypes.c_int
-            notice = getattr(library, "gpuobs_note_profiler", None)  # an older injector has none
-            if notice is not None:
-                notice.argtypes = [ctypes.c_char_p]
-                notice.restype = ctypes.c_int
-            self._library = library
+            functions = {}
+            for name, argtypes in SIGNATURES.items():
+                function = getattr(library, name) if name in REQUIRED else getattr(library, name, None)
+                if function is not None:
+                    function.argtypes, function.restype = argtypes, ctypes.c_int
+                    functions[name] = function
+            self._functions = functions
         return True
 
+    def _call(self, name: str, *args: object) -> int:
+        assert self._functions is not None
+        function = self._functions.get(name)
+        return int(function(*args)) if function is not None else NOT_OBSERVING
+
     def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int:
-        assert self._library is not None
-        return int(self._library.gpuobs_record_step(step, requests, tokens, ids, len(ids or b""), flags))
+        return self._call("gpuobs_record_step", step, requests, tokens, ids, len(ids or b""), flags)
 
     def set_label(self, label: str) -> int:
-        assert self._library is not None
-        return int(self._library.gpuobs_set_label(label.encode("utf-8", "replace")[:63]))
+        return self._call("gpuobs_set_label", label.encode("utf-8", "replace")[:63])
 
     def note_profiler(self, who: str) -> int:
-        assert self._library is not None
-        notice = getattr(self._library, "gpuobs_note_profiler", None)
-        return int(notice(who.encode("utf-8", "replace")[:63])) if notice is not None else NOT_OBSERVING
+        return self._call("gpuobs_note_profiler", who.encode("utf-8", "replace")[:63])
 
     def record_op(self, label: str) -> int:
-        """An op about to launch its kernels on this thread; an empty label: the op is over (an
-        older injector has no such record)."""
-        if self._library is None and not self.available():
-            return NOT_OBSERVING
-        record = getattr(self._library, "gpuobs_record_op", None)
-        if record is None:
+        """An op about to launch its kernels on this thread; an empty label: the op is over."""
+        if self._functions is None and not self.available():
             return NOT_OBSERVING
         data = label.encode("utf-8", "replace")
-        return int(record(ctypes.c_char_p(data), ctypes.c_uint32(len(data))))
+        return self._call("gpuobs_record_op", data, len(data))
 
     def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int:
-        """Who this process is (segment fields that views and metrics select by); an older
-        injector has no such fields."""
-        assert self._library is not None
-        identify = getattr(self._library, "gpuobs_set_identity", None)
-        if identify is None:
-            return NOT_OBSERVING
-        return int(identify(ctypes.c_uint32(role), ctypes.c_uint32(rank), ctypes.c_uint32(world_size),
-                            ctypes.c_uint32(local_rank), ctypes.c_char_p(model.encode("utf-8", "replace")[:63])))
+        """Who this process is (segment fields that views and metrics select by)."""
+        return self._call("gpuobs_set_identity", role, rank, world_size, local_rank,
+                          model.encode("utf-8", "replace")[:63])
