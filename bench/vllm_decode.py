@@ -55,7 +55,8 @@ from pathlib import Path
 import gpuobs
 
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd)
-from vllm_overhead import drop_in_environment, payload_environment
+from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
+from vllm_overhead import DROP_IN
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB = Path(gpuobs.__file__).parent / "lib"
@@ -255,18 +256,14 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     logs = args.out / "logs"
     logs.mkdir(exist_ok=True)
-    base_env = {**os.environ, **payload_environment(args.payload), "VLLM_USE_FLASHINFER_SAMPLER": "0",
-                "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    base_env.pop("CUDA_INJECTION64_PATH", None)
-    if not Path(args.model).exists():
-        began = time.monotonic()
-        subprocess.run([sys.executable, str(args.payload / "make_tiny_qwen3.py"), args.model, *model_args],
-                       env=base_env, check=True, capture_output=True, timeout=300)
+    base_env = {**offline_environment(args.payload), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                "TOKENIZERS_PARALLELISM": "false"}
+    began = time.monotonic()
+    if make_model(args.payload, Path(args.model), base_env, model_args):
         print(f"model made in {time.monotonic() - began:.0f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-"))
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-", dir="/dev/shm"))
-    drop_in = drop_in_environment()
+    drop_in = drop_in_environment(DROP_IN)
     local_paths = {"GPUOBS_SEGMENT_DIR": str(segments), "GPUOBS_CUBIN_DIR": str(work / "cubins")}
     # --analysis-share 1: the daemon judges every replay's join (the test of this run checks it);
     # it runs beside the measured process on cores of its own

@@ -32,7 +32,6 @@ import datetime
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import statistics
@@ -48,6 +47,7 @@ from pathlib import Path
 import gpuobs
 
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd, as daemon_drain.py)
+from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP_IN = ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"
@@ -65,31 +65,6 @@ SERVERS: dict[str, tuple[bool, dict[str, str], list[str]]] = {
     "none": (False, {}, ["none"]),
 }
 SWITCHES = ["counter", "off", "blocks", "noop", "counter", "blocks"]
-
-
-def drop_in_environment(path: Path = DROP_IN) -> dict[str, str]:
-    """The Environment= lines of a systemd drop-in ('%%' is systemd's escaped '%')."""
-    env: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line.startswith("Environment="):
-            for item in shlex.split(line[len("Environment="):]):
-                key, _, value = item.partition("=")
-                env[key] = value.replace("%%", "%")
-    return env
-
-
-def payload_environment(payload: Path) -> dict[str, str]:
-    """PYTHONPATH of the unpacked vLLM payload (device_unpack.sh --env prints an export line)."""
-    done = subprocess.run(["bash", str(payload / "device_unpack.sh"), str(payload), "--env"], capture_output=True,
-                          text=True, timeout=600)
-    if done.returncode != 0:
-        raise SystemExit(f"vLLM payload not ready: {done.stdout[-500:]} {done.stderr[-500:]}")
-    match = re.search(r"export PYTHONPATH=([^$\s]+)", done.stdout)
-    if not match:
-        raise SystemExit(f"no PYTHONPATH from device_unpack.sh: {done.stdout[-500:]}")
-    site = match.group(1)
-    return {"PYTHONPATH": site + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
 
 
 def post(port: int, path: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
@@ -294,16 +269,11 @@ def main() -> int:
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
-    base_env = {**os.environ, **payload_environment(args.payload), "VLLM_USE_FLASHINFER_SAMPLER": "0",
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                "PYTHONUNBUFFERED": "1"}
-    base_env.pop("CUDA_INJECTION64_PATH", None)
-    if not Path(args.model).exists():
-        subprocess.run([sys.executable, str(args.payload / "make_tiny_qwen3.py"), args.model], env=base_env,
-                       check=True, capture_output=True, timeout=300)
+    base_env = offline_environment(args.payload)
+    make_model(args.payload, Path(args.model), base_env)
     work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-"))
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-", dir="/dev/shm"))
-    drop_in = drop_in_environment()
+    drop_in = drop_in_environment(DROP_IN)
     # this machine's paths for the drop-in's three paths; every other variable as deployed
     local_paths = {"CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": str(segments),
                    "GPUOBS_CUBIN_DIR": str(work / "cubins")}

@@ -56,7 +56,7 @@ def report():
 @pytest.mark.parametrize("case", list(CASES))
 def test_profiler_beside_the_injector(case: str, without_tool: dict, shm_dir) -> None:
     env, step_aside, injected = CASES[case]
-    argv = TORCH_OPS + (["--step-aside"] if step_aside else [])
+    argv = TORCH_OPS + (["--step-aside"] if step_aside else []) + (["--notice"] if injected else [])
     run = InjectedRun(argv, shm_dir, mode="counter", env={"KINETO_LOG_LEVEL": "1", **env}, inject=True,
                       drain=injected)
     out = run.finish(timeout=120)  # a profiler that cannot attach must not hang the program either
@@ -72,6 +72,12 @@ def test_profiler_beside_the_injector(case: str, without_tool: dict, shm_dir) ->
     FINDINGS[case] = finding
     if not injected:
         return
+    # the profiler's start was noted: counted in the segment once, said once in the process's log
+    assert out["notice_installed"] is True
+    finding["profiler_starts"] = int(run.global_counters()["profiler_starts"])
+    said = [line for line in run.stderr.splitlines() if "started in this process" in line]
+    if not step_aside:  # stepped aside, the injector has left: what it notes then is not asked for
+        assert finding["profiler_starts"] == 1 and len(said) == 1, (finding["profiler_starts"], said)
     table = run.kernel_table()
     ours = collections.Counter({(name, grid, block): launches for name, row in table.items()
                                 for (grid, block), launches in row["shapes"].items()})

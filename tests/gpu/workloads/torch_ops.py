@@ -49,6 +49,8 @@ def main() -> int:
     parser.add_argument("--graph", action="store_true", help="capture the step and replay it")
     parser.add_argument("--replays", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--notice", action="store_true",
+                        help="install gpuobs's profiler notice first (gpuobs.profiler_notice.install_here)")
     parser.add_argument("--step-aside", action="store_true",
                         help="before profiling, ask the injector to unsubscribe so that CUPTI can attach")
     args = parser.parse_args()
@@ -81,6 +83,10 @@ def main() -> int:
     elif args.profile:
         from torch.profiler import ProfilerActivity, profile
 
+        if args.notice:
+            import gpuobs.profiler_notice
+
+            result["notice_installed"] = gpuobs.profiler_notice.install_here()
         if args.step_aside:
             import ctypes
             import os

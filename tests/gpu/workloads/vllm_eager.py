@@ -1,0 +1,65 @@
+"""Offline vLLM with enforce_eager (no CUDA graph, no torch.compile): every kernel is an eager
+launch that names the op it ran under, which the vLLM plugin records for the first
+GPUOBS_OPS_STEPS engine steps (tests/gpu/test_vllm_ops.py). It generates once for the window,
+then keeps generating until --stop exists, so a daemon can switch it beside another observed
+process. --status gets a line per phase, --result the tokens (JSON, written atomically): the
+parent never reads our stdout, which vLLM's children may keep open."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+STARTED = time.perf_counter()
+
+
+def status(path: Path, text: str) -> None:
+    with path.open("a") as out:
+        out.write(f"{time.perf_counter() - STARTED:.1f} {text}\n")
+
+
+def write_json(path: Path, data: dict) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data))
+    temporary.rename(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--status", type=Path, required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--stop", type=Path, required=True)
+    args = parser.parse_args()
+
+    from vllm import LLM, SamplingParams
+
+    status(args.status, "imported")
+    llm = LLM(model=args.model, enforce_eager=True, max_model_len=512, gpu_memory_utilization=0.2, max_num_seqs=8,
+              seed=0)
+    status(args.status, "engine ready")
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(4)]
+    outs = llm.generate(prompts, greedy, use_tqdm=False)  # the op window: its first steps
+    result = {"pid": os.getpid(), "tokens": [list(o.outputs[0].token_ids) for o in outs], "loops": 0}
+    write_json(args.result, result)
+    status(args.status, "generated")
+    while not args.stop.exists():  # running while the daemon switches it
+        llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+        result["loops"] += 1
+    import torch
+
+    torch.cuda.synchronize()  # every queued kernel done before the injector's last snapshot
+    time.sleep(0.5)
+    write_json(args.result, result)
+    status(args.status, "done")
+    sys.stdout.flush()
+    os._exit(0)  # vLLM's engine teardown can hang on exit; everything is written
+
+
+if __name__ == "__main__":
+    sys.exit(main())
