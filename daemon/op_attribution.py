@@ -9,25 +9,38 @@ a record only while the injector's launch trace is on: ops are attributed in the
 both are recorded, never in steady state. Launches outside any op are counted apart; a launch
 whose op record (or part of its label) was lost to a full ring goes under LABEL_LOST.
 
+Graph nodes: while a stream captures a graph, the plugin reports after each op the nodes it
+added (op nodes records: the op's number, the graph, node handles). A graph exec created from
+that graph (its creation record names the graph) gets those nodes' labels, and every execution
+of a labelled node (the graph join's exact census: replays times the exec's nodes, with no
+record per replay) counts for its label. The node handles the Sanitizer gives at replay are the
+ones seen at capture (measured on the H200).
+
 Bounded: labels of the last KEEP_OPS ops are held (a launch follows its op closely in the ring);
 at most MAX_LABELS labels keep rows of their own, the rest go to OTHER; a label longer than
-MAX_LABEL_BYTES is taken as lost.
+MAX_LABEL_BYTES is taken as lost; the captured nodes of the last KEEP_GRAPHS graphs wait for an
+exec, and the labels of the last KEEP_EXECS execs made are kept.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Callable, Iterator
 
 import numpy as np
 
-from gpuobs.segment import LAUNCH_KINDS, OP_DTYPE, STEP_TEXT_DTYPE
+from gpuobs.segment import LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
 
 from .analysis import Analysis
+from .graph_exec import GraphExec
 
 OP = LAUNCH_KINDS["op"]
 OP_TEXT = LAUNCH_KINDS["op_text"]
+OP_NODES = LAUNCH_KINDS["op_nodes"]
+EXEC_CREATED = LAUNCH_KINDS["graph_exec_created"]
 EAGER = LAUNCH_KINDS["eager"]
+ANNOTATIONS = (OP, OP_TEXT, OP_NODES, EXEC_CREATED)  # read one by one, in ring order
 OTHER = "(other ops)"
 LABEL_LOST = "(label lost: launch ring full)"
 MAX_LABEL_BYTES = 8192  # the injector cuts labels to 4096
@@ -53,30 +66,56 @@ class OpTotals:
     launches_without_op: int   # eager launch records made outside any op
     labels: int                # labels with rows of their own
     launches_other: int        # attributed to OTHER: their label came after MAX_LABELS others
+    nodes_captured: int = 0    # graph nodes an op added under capture (op nodes records)
+    nodes_without_op: int = 0  # graph nodes added under capture outside any op
+
+
+@dataclasses.dataclass
+class NodeRow:
+    """A label's kernel in graphs: its nodes in execs made from labelled graphs, their executions."""
+
+    nodes: int = 0
+    executions: int = 0
+    blocks: int = 0
 
 
 class OpAttribution(Analysis):
     MAX_LABELS = 4096
     KEEP_OPS = 65536
+    KEEP_GRAPHS = 1024
+    KEEP_EXECS = 4096
 
-    def __init__(self) -> None:
+    def __init__(self, exec_of: Callable[[int], GraphExec | None] = lambda handle: None) -> None:
+        """`exec_of`: the graph join's exec for a handle (the join reads each batch first)."""
         self.ops: collections.OrderedDict[int, OpLabel] = collections.OrderedDict()  # op number -> label
         self.labels: dict[str, dict[int, list[int]]] = {}  # label -> kernel slot -> [launches, blocks]
         self.ops_seen = 0
         self.launches_attributed = 0
         self.launches_without_op = 0
         self.launches_other = 0
+        self.exec_of = exec_of
+        # graph -> node -> op number, until an exec is made from the graph
+        self.captured: collections.OrderedDict[int, dict[int, int]] = collections.OrderedDict()
+        # exec instance -> (the exec, node -> label)
+        self.exec_labels: collections.OrderedDict[int, tuple[GraphExec, dict[int, str]]] = collections.OrderedDict()
+        self.nodes_captured = 0
+        self.nodes_without_op = 0
 
     def on_launches(self, rows: np.ndarray) -> None:
         if not len(rows):
             return
         kinds = rows["kind"]
-        for index in np.flatnonzero((kinds == OP) | (kinds == OP_TEXT)).tolist():  # before the launches they name
+        for index in np.flatnonzero(np.isin(kinds, ANNOTATIONS)).tolist():  # before the launches they name
             raw = rows[index:index + 1]
-            if int(kinds[index]) == OP:
+            kind = int(kinds[index])
+            if kind == OP:
                 self._begin(raw.view(OP_DTYPE)[0])
-            else:
+            elif kind == OP_TEXT:
                 self._text(raw.view(STEP_TEXT_DTYPE)[0])
+            elif kind == OP_NODES:
+                self._nodes(raw.view(OP_NODES_DTYPE)[0])
+            else:
+                self._exec_created(int(raw["graph_exec"][0]), int(raw["graph_node"][0]))
         eager = rows[kinds == EAGER]
         if not len(eager):
             return
@@ -122,6 +161,58 @@ class OpAttribution(Analysis):
         known.text[offset:offset + length] = bytes(record["text"])[:length].ljust(length, b"\0")
         known.received += length
 
+    def _nodes(self, record: np.void) -> None:
+        op, graph, count = int(record["op"]), int(record["graph"]), int(record["count"])
+        nodes = record["nodes"]["node"][:count].tolist()
+        if op == 0:
+            self.nodes_without_op += len(nodes)
+            return
+        self.nodes_captured += len(nodes)
+        held = self.captured.get(graph)
+        if held is None:
+            held = self.captured[graph] = {}
+            while len(self.captured) > self.KEEP_GRAPHS:
+                self.captured.popitem(last=False)
+        for node in nodes:
+            held[node] = op
+
+    def _exec_created(self, handle: int, graph: int) -> None:
+        """An exec made from `graph`: its nodes take the labels its ops had (resolved now, while
+        the ops are held); an exec of a graph captured without ops gets none."""
+        made = self.exec_of(handle)
+        if made is None:
+            return
+        self.exec_labels.pop(made.instance, None)
+        captured = self.captured.get(graph)
+        if not captured:
+            return
+        texts: dict[str, str] = {}  # one string per label, shared by its nodes
+        labels = {}
+        for node, op in captured.items():
+            known = self.ops.get(op)
+            text = known.label() if known else LABEL_LOST
+            labels[node] = texts.setdefault(text, text)
+        self.exec_labels[made.instance] = (made, labels)
+        while len(self.exec_labels) > self.KEEP_EXECS:
+            self.exec_labels.popitem(last=False)
+
+    def graph_rows(self) -> Iterator[tuple[str, int, NodeRow]]:
+        """(label, kernel slot, its nodes, executions and blocks) over the execs made from
+        labelled graphs, from the graph join's exact census of each node."""
+        rows: dict[tuple[str, int], NodeRow] = {}
+        for made, labels in self.exec_labels.values():
+            for census in made.nodes.values():
+                label = labels.get(census.node)
+                if label is None:
+                    continue
+                executions = made.executions_of(census)  # recorded and implied replays
+                row = rows.setdefault((label, census.slot), NodeRow())
+                row.nodes += 1
+                row.executions += executions
+                row.blocks += executions * census.blocks_per_execution
+        return ((label, slot, row) for (label, slot), row in rows.items())
+
     def report(self) -> OpTotals:
         return OpTotals(self.ops_seen, self.launches_attributed, self.launches_without_op,
-                        len(self.labels) - (OTHER in self.labels), self.launches_other)
+                        len(self.labels) - (OTHER in self.labels), self.launches_other, self.nodes_captured,
+                        self.nodes_without_op)

@@ -142,7 +142,7 @@ class ProcessAnalyses:
         budget = budget or AnalysisBudget()
         graph_join = GraphJoin(budget)
         return cls(graph_join, BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
-                   StepAttribution(graph_join.replay_shape), OpAttribution(), HotPcs(budget))
+                   StepAttribution(graph_join.replay_shape), OpAttribution(graph_join.by_handle.get), HotPcs(budget))
 
     def __iter__(self) -> Iterator[Analysis]:
         return (getattr(self, field.name) for field in dataclasses.fields(self))

@@ -221,8 +221,10 @@ class OpKernel:
     pid: int
     op: str
     kernel: str
-    launches: int
-    blocks: int
+    launches: int  # eager launches
+    blocks: int  # of the launches and of the node executions
+    node_executions: int = 0  # executions of graph nodes captured under the op
+    graph_nodes: int = 0  # those nodes (in every exec made from the graphs)
 
 
 @dataclasses.dataclass
@@ -233,6 +235,8 @@ class OpTotals:
     launches_without_op: int
     labels: int
     launches_other: int
+    nodes_captured: int = 0
+    nodes_without_op: int = 0
 
 
 @dataclasses.dataclass

@@ -400,8 +400,9 @@ class ObserverService:
         return rows
 
     def ops(self, pids: list[int], top: int = 50) -> results.Ops:
-        """Op labels and the kernels each launched, the `top` rows with the most launches over the
-        targeted processes, and every process's totals (ops seen, launches without an op)."""
+        """Op labels and the kernels each launched (eager launches, and executions of the graph
+        nodes captured under the op), the `top` rows with the most of both over the targeted
+        processes, and every process's totals (ops seen, launches without an op)."""
         if not 0 < top <= MAX_TOP:
             raise InvalidArgument(f"top must be within 1..{MAX_TOP}")
         rows: list[results.OpKernel] = []
@@ -411,13 +412,22 @@ class ObserverService:
                 ops = process.analyses.ops
                 seen = ops.report()
                 totals.append(results.OpTotals(process.pid, seen.ops, seen.launches_attributed,
-                                               seen.launches_without_op, seen.labels, seen.launches_other))
-                held = [(label, slot, counts[0], counts[1]) for label, kernels in ops.labels.items()
-                        for slot, counts in kernels.items()]
-            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s for _, s, _, _ in held}))}
-            rows.extend(results.OpKernel(process.pid, label, names.get(slot, f"slot {slot}"), launches, blocks)
-                        for label, slot, launches, blocks in held)
-        rows.sort(key=lambda row: (-row.launches, row.pid, row.op, row.kernel))
+                                               seen.launches_without_op, seen.labels, seen.launches_other,
+                                               seen.nodes_captured, seen.nodes_without_op))
+                held: dict[tuple[str, int], list[int]] = {}  # (label, slot) -> launches, blocks, executions, nodes
+                for label, kernels in ops.labels.items():
+                    for slot, counts in kernels.items():
+                        held[(label, slot)] = [counts[0], counts[1], 0, 0]
+                for label, slot, node in ops.graph_rows():
+                    row = held.setdefault((label, slot), [0, 0, 0, 0])
+                    row[1] += node.blocks
+                    row[2] += node.executions
+                    row[3] += node.nodes
+            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s for _, s in held}))}
+            rows.extend(results.OpKernel(process.pid, label, names.get(slot, f"slot {slot}"), launches, blocks,
+                                         executions, nodes)
+                        for (label, slot), (launches, blocks, executions, nodes) in held.items())
+        rows.sort(key=lambda row: (-(row.launches + row.node_executions), row.pid, row.op, row.kernel))
         return results.Ops(rows[:top], totals)
 
     def steps(self, pids: list[int], last: int = 20, replay: int | None = None, page_token: str = "") -> results.Steps:

@@ -45,6 +45,7 @@ LAUNCH_DTYPE: np.dtype = _struct_dtype("launch_record")
 STEP_DTYPE: np.dtype = _struct_dtype("step_record")  # a launch ring row
 STEP_TEXT_DTYPE: np.dtype = _struct_dtype("step_text_record")  # also an op's label (kind op_text)
 OP_DTYPE: np.dtype = _struct_dtype("op_record")
+OP_NODES_DTYPE: np.dtype = _struct_dtype("op_nodes_record")  # graph nodes an op captured
 STEP_SAME_REQUESTS: int = int(_native.STEP_SAME_REQUESTS)
 GRAPH_NODES_RECORDED: int = int(_native.GRAPH_NODES_RECORDED)  # graph launch record flag
 LAUNCH_CAPTURED: int = int(_native.LAUNCH_CAPTURED)  # launch record flag: the kernel filter let it record

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <thread>
@@ -45,9 +46,24 @@ constexpr const char* kOpLabels[] = {
     "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
     "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]",
 };
+constexpr uint64_t kFirstNode = 0xa000;  // graph node handles: kFirstNode + node index
 void write_op(SegmentWriter& writer, uint64_t op) {
   const char* label = kOpLabels[(op - 1) % (sizeof(kOpLabels) / sizeof(kOpLabels[0]))];
   writer.write_op(op, label, uint32_t(std::strlen(label)));
+}
+
+// --graph-nodes N --ops K: the graph was captured with an op for every K nodes (op k added nodes
+// (k - 1) * K up to k * K, with write_op's label for k), as the op recorder reports them, before
+// the exec is made from it.
+void write_capture(SegmentWriter& writer, uint64_t graph, uint32_t nodes, uint32_t per_op) {
+  std::vector<uint64_t> added;
+  for (uint32_t first = 0; first < nodes; first += per_op) {
+    const uint64_t op = first / per_op + 1;
+    write_op(writer, op);
+    added.clear();
+    for (uint32_t node = first; node < std::min(nodes, first + per_op); ++node) added.push_back(kFirstNode + node);
+    writer.write_op_nodes(op, graph, added.data(), added.size());
+  }
 }
 
 // An engine step as the vLLM plugin records it before the step's graph replay: its requests
@@ -125,8 +141,13 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     if (options.graph_nodes) {
       node_index = uint32_t(launches % options.graph_nodes);
       if (node_index == 0) {
-        if (replay == 0)  // the exec is instantiated before its first replay
-          writer.write_launch(graph_event_record(LaunchKind::GraphExecCreated, graph_exec));
+        if (replay == 0) {  // captured, and the exec instantiated from the graph before its first replay
+          const uint64_t graph = 0x9a0000000000ULL + uint64_t(::getpid());
+          if (options.ops) write_capture(writer, graph, options.graph_nodes, options.ops);
+          LaunchRecord created = graph_event_record(LaunchKind::GraphExecCreated, graph_exec);
+          created.graph_node = graph;
+          writer.write_launch(created);
+        }
         ++replay;
         if (options.steps) write_engine_step(writer, replay);
         LaunchRecord graph_record = graph_event_record(LaunchKind::GraphLaunch, graph_exec);
@@ -155,10 +176,10 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
                       launch_grid_id, uint32_t(launches % options.contexts), options.graph_nodes ? replay : 0};
     LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
                                                in_force.mode, in_force.shift, captured[index] != 0);
-    if (options.ops) record.op = launches / options.ops + 1;  // as the injector: the op open on the thread
+    if (options.ops && !options.graph_nodes) record.op = launches / options.ops + 1;  // as the injector: the op open on the thread
     if (options.graph_nodes) {
       record.graph_exec = graph_exec;
-      record.graph_node = 0xa000 + node_index;
+      record.graph_node = kFirstNode + node_index;
       record.graph_launch_id = replay;
       record.replay = replay;
     }

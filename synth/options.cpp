@@ -177,7 +177,7 @@ Options parse_options(int argc, char** argv) {
   if (o.kernels == 0) usage("--kernels must be at least 1");
   for (const std::string& gpu : o.gpus)
     if (std::count(gpu.begin(), gpu.end(), ',') != 2) usage("--gpu is ORDINAL,PCI_BUS_ID,UUID");
-  if (o.ops && (!o.launch_trace || o.graph_nodes)) usage("--ops needs --launch-trace and eager launches (no --graph-nodes)");
+  if (o.ops && !o.launch_trace && !o.graph_nodes) usage("--ops needs --launch-trace (eager launches) or --graph-nodes");
   const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
   if (!problem.empty()) usage(problem.c_str());
   if (mode_needs_memory_set(o.mode) && o.patch_set != PatchSet::Memory) o.patch_set = PatchSet::Memory;

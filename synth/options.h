@@ -46,7 +46,8 @@ struct Options {
   uint32_t local_rank = 0;
   std::string model;
   std::vector<std::string> gpus;  // --gpu ORDINAL,PCI_BUS_ID,UUID (repeatable): a context's GPU
-  uint32_t ops = 0;              // with --launch-trace: a framework op record before every N launches
+  uint32_t ops = 0;              // a framework op record before every N launches (--launch-trace), or
+                                 // for every N graph nodes captured (--graph-nodes)
   uint32_t profiler_starts = 0;  // profilers the program says it started (as the vLLM plugin notes them)
   uint32_t device_lag = 0;    // launches the device runs behind the host, as a GPU's queue: a launch's
                               // records are written when it is issued, its kernel runs this many

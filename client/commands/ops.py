@@ -26,12 +26,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for total in response.totals:
         print(f"pid {total.pid}: {total.ops} ops recorded, {total.launches_attributed} launches attributed, "
-              f"{total.launches_without_op} outside any op of their thread")
-    rows = [{"pid": row.pid, "op": row.op, "launches": row.launches, "blocks": row.blocks, "kernel": row.kernel}
+              f"{total.launches_without_op} outside any op of their thread"
+              + (f"; {total.nodes_captured} graph nodes captured under an op, {total.nodes_without_op} outside any"
+                 if total.nodes_captured or total.nodes_without_op else ""))
+    rows = [{"pid": row.pid, "op": row.op, "launches": row.launches, "nodes": row.graph_nodes,
+             "executions": row.node_executions, "blocks": row.blocks, "kernel": row.kernel}
             for row in response.ops]
     if rows:
-        table([("pid", "PID"), ("launches", "LAUNCHES"), ("blocks", "BLOCKS"), ("op", "OP"), ("kernel", "KERNEL")],
-              rows)
+        table([("pid", "PID"), ("launches", "LAUNCHES"), ("nodes", "GRAPH NODES"), ("executions", "NODE RUNS"),
+               ("blocks", "BLOCKS"), ("op", "OP"), ("kernel", "KERNEL")], rows)
     elif response.totals:
         print("no ops recorded: a plugin records them through the injector's gpuobs_record_op, while the launch "
               "trace (GPUOBS_LAUNCH_TRACE=1) records the launches they make")

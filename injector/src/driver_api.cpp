@@ -52,7 +52,25 @@ bool DriverApi::load(const char** missing) {
     module_enumerate_functions = nullptr;
   if (!resolve(get, "cuDeviceGetPCIBusId", &device_get_pci_bus_id, &optional)) device_get_pci_bus_id = nullptr;
   if (!resolve(get, "cuDeviceGetUuid", &device_get_uuid, &optional)) device_get_uuid = nullptr;
+  if (!resolve(get, "cuStreamGetCaptureInfo", &stream_get_capture_info, &optional)) stream_get_capture_info = nullptr;
+  if (!resolve(get, "cuGraphGetNodes", &graph_get_nodes, &optional)) graph_get_nodes = nullptr;
   return loaded;
+}
+
+bool stream_capture(CUstream stream, uint64_t* capture_id, CUgraph* graph) {
+  const DriverApi& api = driver();
+  if (!api.stream_get_capture_info) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  *graph = nullptr;
+  // cuGetProcAddress gave the entry point of this header's CUDA_VERSION: with edge data from 12.3
+#if CUDA_VERSION >= 12030
+  const CUresult result = api.stream_get_capture_info(stream, &status, &id, graph, nullptr, nullptr, nullptr);
+#else
+  const CUresult result = api.stream_get_capture_info(stream, &status, &id, graph, nullptr, nullptr);
+#endif
+  *capture_id = id;
+  return result == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE && *graph != nullptr;
 }
 
 const char* DriverApi::error_text(CUresult result) const {

@@ -24,6 +24,9 @@ struct DriverApi {
   // ... and naming the GPU of each context
   CUresult (*device_get_pci_bus_id)(char*, int, CUdevice) = nullptr;
   CUresult (*device_get_uuid)(CUuuid*, CUdevice) = nullptr;
+  // ... and the graph a stream is capturing, with its nodes (op labels for graph nodes)
+  decltype(&::cuStreamGetCaptureInfo) stream_get_capture_info = nullptr;  // the ABI of this cuda.h
+  CUresult (*graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
 
   bool loaded = false;
   // Resolves every required entry point; false (and the name that failed in *missing) otherwise.
@@ -32,6 +35,10 @@ struct DriverApi {
 };
 
 DriverApi& driver();
+
+// The capture `stream` is in: its id (unique per capture) and the graph it builds; false when
+// the stream is not capturing or the driver cannot say.
+bool stream_capture(CUstream stream, uint64_t* capture_id, CUgraph* graph);
 
 // Makes `context` current on this thread for the scope (no-op when it already is).
 class ScopedContext {

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
+#include <vector>
 
 #include "driver_api.h"
 #include "gpuobs/shm_segment.h"
@@ -18,6 +20,16 @@ namespace {
 // Set on the tool thread: the CUDA calls it makes must not feed back into our own callbacks.
 thread_local bool t_tool_thread = false;
 thread_local uint64_t t_current_op = 0;  // the framework op open on this thread: stamped into its launches
+// The nodes of the capture this thread last reported ops of (record_capture): the graph's node
+// list less these is what the op just added. One capture at a time per thread, so it is bounded
+// by one graph's nodes; a new capture id starts afresh (a graph handle may be reused, its id not).
+struct CaptureSeen {
+  uint64_t capture_id = 0;
+  std::unordered_set<uint64_t> nodes;
+  std::vector<CUgraphNode> listed;
+  std::vector<uint64_t> added;
+};
+thread_local CaptureSeen t_capture;
 
 // The graph launch this thread is inside (between GRAPHS_LAUNCH_BEGIN and _END): its node
 // launch callbacks come on the same thread and take the replay number from here.
@@ -521,7 +533,7 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
   record.shift = config_shift(config);
   record.flags = slot >= 0 && slot_captured_[slot].load(std::memory_order_relaxed) ? kLaunchCaptured : 0;
   if (kind == LaunchKind::Eager) {  // the callback runs on the launching thread
-    record.thread = uint64_t(::gettid());
+    record.thread = current_thread_id();
     record.op = t_current_op;
   }
   writer_->write_launch(record);
@@ -613,7 +625,10 @@ void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kin
       graph_execs_.erase(graph_exec);
     }
   }
-  writer_->write_launch(graph_event_record(kind, graph_exec));
+  LaunchRecord record = graph_event_record(kind, graph_exec);
+  // the graph it was made from: the nodes an op captured into that graph are this exec's nodes
+  if (kind == LaunchKind::GraphExecCreated) record.graph_node = reinterpret_cast<uint64_t>(data.graph);
+  writer_->write_launch(record);
 }
 
 void Injector::shutdown() {
@@ -676,6 +691,31 @@ int gpuobs::Injector::record_op(const char* label, uint32_t label_bytes) {
   return writer_->write_op(op, label, std::min(label_bytes, kMaxOpLabelBytes)) ? 0 : 1;
 }
 
+int gpuobs::Injector::record_capture(uint64_t stream) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  uint64_t capture_id = 0;
+  CUgraph graph = nullptr;
+  if (!driver().graph_get_nodes || !stream_capture(reinterpret_cast<CUstream>(stream), &capture_id, &graph)) return 2;
+  CaptureSeen& seen = t_capture;
+  if (seen.capture_id != capture_id) {
+    seen.capture_id = capture_id;
+    seen.nodes.clear();
+  }
+  size_t count = 0;
+  if (driver().graph_get_nodes(graph, nullptr, &count) != CUDA_SUCCESS) return 2;
+  seen.listed.resize(count);
+  if (count && driver().graph_get_nodes(graph, seen.listed.data(), &count) != CUDA_SUCCESS) return 2;
+  seen.listed.resize(std::min(count, seen.listed.size()));
+  seen.added.clear();
+  for (CUgraphNode node : seen.listed) {
+    const uint64_t handle = reinterpret_cast<uint64_t>(node);
+    if (seen.nodes.insert(handle).second) seen.added.push_back(handle);
+  }
+  if (seen.added.empty()) return 0;
+  return writer_->write_op_nodes(t_current_op, reinterpret_cast<uint64_t>(graph), seen.added.data(),
+                                 seen.added.size()) ? 0 : 1;
+}
+
 int gpuobs::Injector::note_profiler(const char* who) {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
   writer_->note_profiler_start();
@@ -714,6 +754,10 @@ extern "C" __attribute__((visibility("default"))) int gpuobs_set_identity(uint32
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_record_op(const char* label, uint32_t label_bytes) {
   return on_injector([&](gpuobs::Injector& i) { return i.record_op(label, label_bytes); });
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_record_capture(uint64_t stream) {
+  return on_injector([&](gpuobs::Injector& i) { return i.record_capture(stream); });
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_note_profiler(const char* who) {

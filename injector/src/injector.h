@@ -71,6 +71,11 @@ class Injector : private ControlTarget {
   // A framework op about to launch its kernels on this thread (its label: module path, op,
   // dtypes and shapes): 0 recorded, 1 dropped (counted), -1 not observing.
   int record_op(const char* label, uint32_t label_bytes);
+  // After an op ran on a stream that captures a graph: the graph nodes it added (those of the
+  // capture this thread has not reported yet), recorded for the op open on this thread, so that
+  // the nodes of every exec made from the graph carry its label. 0 recorded (or nothing new),
+  // 1 dropped (counted), 2 the stream is not capturing, -1 not observing.
+  int record_capture(uint64_t stream);
   // A profiler started in the process (the vLLM plugin or gpuobs.profiler_notice says so before
   // it reaches CUPTI): counted in the segment, and said once in the process's log.
   int note_profiler(const char* who);

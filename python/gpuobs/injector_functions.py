@@ -9,7 +9,7 @@ import os
 RECORDED, DROPPED, NOT_OBSERVING = 0, 1, -1
 
 
-# What each exported function takes. The last three came later: an older injector lacks them, and
+# What each exported function takes. All but the first two came later: an older injector lacks them, and
 # a call then answers NOT_OBSERVING instead of failing (which would stop the caller's other records).
 SIGNATURES = {
     "gpuobs_record_step": [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32,
@@ -18,6 +18,7 @@ SIGNATURES = {
     "gpuobs_note_profiler": [ctypes.c_char_p],
     "gpuobs_record_op": [ctypes.c_char_p, ctypes.c_uint32],
     "gpuobs_set_identity": [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p],
+    "gpuobs_record_capture": [ctypes.c_uint64],
 }
 REQUIRED = ("gpuobs_record_step", "gpuobs_set_label")
 
@@ -65,6 +66,11 @@ class InjectorAnnotations:
             return NOT_OBSERVING
         data = label.encode("utf-8", "replace")
         return self._call("gpuobs_record_op", data, len(data))
+
+    def record_capture(self, stream: int) -> int:
+        """After an op ran on `stream` while it captures a graph: the graph nodes the op added
+        take its label (2 when the stream is not capturing)."""
+        return self._call("gpuobs_record_capture", stream)
 
     def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int:
         """Who this process is (segment fields that views and metrics select by)."""

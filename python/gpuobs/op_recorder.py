@@ -47,6 +47,7 @@ class ModulePaths:
     def __init__(self, model: Any) -> None:
         modules = model.named_modules() if isinstance(model, torch.nn.Module) else ()
         self.names = {id(module): name or "model" for name, module in modules}
+        self.known = frozenset(self.names.values())
         self.local = threading.local()
 
     @property
@@ -77,24 +78,46 @@ class ModulePaths:
     def current(self) -> str:
         return self.stack[-1] if self.stack else "-"
 
+    def of_op(self, args: Any) -> str:
+        """The op's module: one its arguments name (a layer name given as a string, or as an
+        object holding one in `value`), else the module running now."""
+        for leaf in tree_leaves(args):
+            text = leaf if isinstance(leaf, str) else getattr(leaf, "value", None)
+            if isinstance(text, str) and text in self.known:
+                return text
+        return self.current()
+
 
 class OpRecorder(TorchDispatchMode):
-    """Labels each op with `record` before it runs and closes it after (an empty label)."""
+    """Labels each op with `record` before it runs and closes it after (an empty label); under
+    graph capture, `capture` gets the capturing stream after the op ran, while it is still open."""
 
-    def __init__(self, record: Callable[[str], object], paths: ModulePaths) -> None:
+    def __init__(self, record: Callable[[str], object], paths: ModulePaths,
+                 capture: Callable[[int], object] | None = None) -> None:
         super().__init__()
         self.record = record
+        self.capture = capture
         self.paths = paths
         self.ops = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        self._say(lambda: f"{self.paths.current()} {op_name(func)} {describe((args, kwargs))}".rstrip())
+        self._say(lambda: f"{self.paths.of_op((args, kwargs))} {op_name(func)} {describe((args, kwargs))}".rstrip())
         self.ops += 1
         try:
-            return func(*args, **kwargs)  # the only thing here that may raise into the model
+            result = func(*args, **kwargs)  # the only thing here that may raise into the model
+            if self.capture is not None:
+                self._captured()
+            return result
         finally:
             self._say(lambda: "")
+
+    def _captured(self) -> None:
+        try:
+            if torch.cuda.is_current_stream_capturing():
+                self.capture(torch.cuda.current_stream().cuda_stream)
+        except Exception:  # noqa: BLE001 - the graph is captured whatever happened to its labels
+            pass
 
     def _say(self, label: Callable[[], str]) -> None:
         """A label that cannot be built (a tensor without sizes) or recorded is skipped."""
@@ -105,9 +128,11 @@ class OpRecorder(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def recording_ops(record: Callable[[str], object], model: torch.nn.Module | None = None) -> Iterator[OpRecorder]:
-    """Every op of the block labelled, with module paths of `model` (for a plain PyTorch program:
-    `with recording_ops(InjectorAnnotations(path).record_op, model): ...`)."""
+def recording_ops(record: Callable[[str], object], model: torch.nn.Module | None = None,
+                  capture: Callable[[int], object] | None = None) -> Iterator[OpRecorder]:
+    """Every op of the block labelled, with module paths of `model`, and the graph nodes of ops
+    under capture (for a plain PyTorch program: `notes = InjectorAnnotations(path)`, then
+    `with recording_ops(notes.record_op, model, notes.record_capture): ...`)."""
     paths = ModulePaths(model)
-    with paths.hooked(), OpRecorder(record, paths) as recorder:
+    with paths.hooked(), OpRecorder(record, paths, capture) as recorder:
         yield recorder

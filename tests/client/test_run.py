@@ -49,6 +49,24 @@ def test_run_passes_the_exit_status_through() -> None:
     assert "created no segment" in done.stderr
 
 
+def read_or_empty(path: str) -> str:
+    """A /proc file, or '' when its thread or process ended meanwhile."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def children_of(pid: int) -> list[int]:
+    """The child processes of every thread of `pid` (threads come and go while we look)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [int(c) for t in tasks for c in read_or_empty(f"/proc/{pid}/task/{t}/children").split()]
+
+
 def test_run_exits_as_a_shell_does_when_a_signal_ends_the_command() -> None:
     """128 + N (143 for SIGTERM), not Python's negative status turned into 241."""
     process = subprocess.Popen([sys.executable, "-m", "gpuobs.client.main", "--address", NO_DAEMON, "run", "--",
@@ -57,9 +75,8 @@ def test_run_exits_as_a_shell_does_when_a_signal_ends_the_command() -> None:
     deadline = time.monotonic() + 60
     synth = None
     while synth is None and time.monotonic() < deadline:
-        children = [int(c) for t in os.listdir(f"/proc/{process.pid}/task")
-                    for c in open(f"/proc/{process.pid}/task/{t}/children").read().split()]
-        synth = next((c for c in children if "gpuobs-synth" in open(f"/proc/{c}/cmdline").read()), None)
+        synth = next((c for c in children_of(process.pid) if "gpuobs-synth" in read_or_empty(f"/proc/{c}/cmdline")),
+                     None)
         time.sleep(0.05)
     assert synth is not None
     time.sleep(0.5)

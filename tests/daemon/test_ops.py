@@ -10,8 +10,10 @@ import json
 
 import numpy as np
 
+from gpuobs.daemon.graph_exec import GraphExec
+from gpuobs.daemon.graph_join import GraphJoin
 from gpuobs.daemon.op_attribution import LABEL_LOST, OpAttribution
-from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, OP_DTYPE, STEP_TEXT_DTYPE
+from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
 from gpuobs_testing.daemon import gpuobsctl
 
 LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
@@ -117,3 +119,99 @@ def test_ops_refuses_a_bad_top(start_daemon) -> None:
     daemon = start_daemon()
     done = gpuobsctl(daemon.address, "ops", "--top", "100001")
     assert done.returncode == 1 and "top must be within" in done.stderr
+
+
+GRAPH_NODES, NODES_PER_OP, REPLAYS = 10, 3, 40
+
+
+def test_graph_nodes_carry_the_labels_of_the_ops_that_captured_them(start_synth, start_daemon) -> None:
+    """gpuobs-synth captures its graph with an op for every NODES_PER_OP nodes (op k: nodes
+    (k - 1) * 3 to k * 3, label (k - 1) % 3), then replays it: every node execution goes to the
+    label of its node's op, with no record per replay."""
+    synth = start_synth("--mode", "counter", "--graph-nodes", str(GRAPH_NODES), "--ops", str(NODES_PER_OP),
+                        "--launches", str(GRAPH_NODES * REPLAYS), "--kernels", str(KERNELS))
+    daemon = start_daemon()
+    assert synth.wait() == 0
+    daemon.wait_all_gone(10)
+    out = json.loads(gpuobsctl(daemon.address, "--output", "json", "ops", "--top", "1000").stdout)
+    (totals,) = out["totals"]
+    ops = -(-GRAPH_NODES // NODES_PER_OP)
+    assert (totals["ops"], totals["nodes_captured"], totals["nodes_without_op"], totals["launches_attributed"]) == \
+        (ops, GRAPH_NODES, 0, 0)
+    kernels = {k["slot"]: k for k in json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top",
+                                                          "0").stdout)["kernels"]}
+    names = [k["name"] for k in sorted(kernels.values(), key=lambda k: k["slot"])]
+    per_launch_blocks = {k["name"]: k["blocks_expected"] // k["launches"] for k in kernels.values()}
+    expected: dict[tuple[str, str], list[int]] = {}
+    for node in range(GRAPH_NODES):  # node i runs kernel i % KERNELS in every replay
+        op = node // NODES_PER_OP + 1
+        row = expected.setdefault((LABELS[(op - 1) % 3], names[node % KERNELS]), [0, 0])
+        row[0] += 1
+        row[1] += REPLAYS
+    got = {(row["op"], row["kernel"]): row for row in out["ops"]}
+    assert {key: [row["graph_nodes"], row["node_executions"]] for key, row in got.items()} == expected
+    for (label, kernel), row in got.items():
+        assert row["launches"] == 0 and row["blocks"] == row["node_executions"] * per_launch_blocks[kernel]
+    text = gpuobsctl(daemon.address, "ops")
+    assert f"{GRAPH_NODES} graph nodes captured under an op" in text.stdout and "NODE RUNS" in text.stdout
+
+
+def op_nodes(op: int, graph: int, nodes: list[int]) -> np.ndarray:
+    row = np.zeros(1, dtype=OP_NODES_DTYPE)
+    row["kind"], row["op"], row["graph"], row["count"] = LAUNCH_KINDS["op_nodes"], op, graph, len(nodes)
+    row["nodes"]["node"][0, :len(nodes)] = nodes
+    return row
+
+
+def exec_created(graph_exec: int, graph: int) -> np.ndarray:
+    row = np.zeros(1, dtype=LAUNCH_DTYPE)
+    row["kind"], row["graph_exec"], row["graph_node"] = LAUNCH_KINDS["graph_exec_created"], graph_exec, graph
+    return row
+
+
+def test_an_exec_takes_the_labels_of_the_graph_it_was_made_from() -> None:
+    """Through the real graph join: labels go to the exec made from the labelled graph, not to an
+    exec of another graph with the same node handles, nor to a later exec that reuses the handle."""
+    join = GraphJoin()
+    ops = OpAttribution(join.by_handle.get)
+
+    def feed(*records: np.ndarray) -> None:
+        rows = rows_of(*records)
+        join.on_launches(rows)
+        ops.on_launches(rows)
+
+    def node_launch(graph_exec: int, node: int, slot: int) -> np.ndarray:
+        row = np.zeros(1, dtype=LAUNCH_DTYPE)
+        row["kind"], row["graph_exec"], row["graph_node"], row["kernel_slot"] = \
+            LAUNCH_KINDS["graph_node"], graph_exec, node, slot
+        row["grid_x"] = row["grid_y"] = row["grid_z"] = 1
+        row["grid_id"] = graph_exec * 100 + node
+        return row
+
+    def replay(graph_exec: int, number: int, nodes: list[tuple[int, int]], recorded: bool) -> list[np.ndarray]:
+        row = np.zeros(1, dtype=LAUNCH_DTYPE)
+        row["kind"], row["graph_exec"], row["replay"] = LAUNCH_KINDS["graph_launch"], graph_exec, number
+        row["flags"] = GRAPH_NODES_RECORDED if recorded else 0
+        return [row] + ([node_launch(graph_exec, node, slot) for node, slot in nodes] if recorded else [])
+
+    feed(*op_row(1, 7, b"layer.0 aten::mm"), op_nodes(1, 0x900, [0xa1]), *op_row(2, 7, b"layer.0 aten::silu"),
+         op_nodes(2, 0x900, [0xa2, 0xa3]), exec_created(0xe1, 0x900), exec_created(0xe2, 0x901))
+    nodes = [(0xa1, 4), (0xa2, 5), (0xa3, 5)]
+    feed(*replay(0xe1, 1, nodes, True), *replay(0xe1, 2, nodes, False), *replay(0xe2, 3, nodes, True))
+    rows = {(label, slot): (row.nodes, row.executions) for label, slot, row in ops.graph_rows()}
+    assert rows == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
+    feed(exec_created(0xe1, 0x902), *replay(0xe1, 4, nodes, True))  # the handle reused for another graph
+    rows = {(label, slot): (row.nodes, row.executions) for label, slot, row in ops.graph_rows()}
+    assert rows == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
+    assert (ops.report().nodes_captured, ops.report().nodes_without_op) == (3, 0)
+
+
+def test_captured_graphs_and_labelled_execs_are_bounded() -> None:
+    ops = OpAttribution(lambda handle: GraphExec(handle, instance=handle))
+    ops.KEEP_GRAPHS, ops.KEEP_EXECS = 2, 3
+    records = [piece for op in range(1, 4) for piece in op_row(op, 7, f"op {op}".encode())]
+    records += [op_nodes(op, 0x900 + op, [op]) for op in range(1, 4)] + [op_nodes(0, 0x900, [9])]
+    ops.on_launches(rows_of(*records))
+    assert list(ops.captured) == [0x902, 0x903] and ops.report().nodes_without_op == 1
+    ops.on_launches(rows_of(*[exec_created(0xe0 + n, 0x903) for n in range(5)]))
+    assert list(ops.exec_labels) == [0xe2, 0xe3, 0xe4]

@@ -30,7 +30,7 @@ left() { echo $(( $1 - SECONDS )); }  # seconds left of a call that must end by 
 case "$call" in
   1)
     bash .vllm/c1/device_unpack.sh .vllm/c1 > "$out/unpack-c1.txt" 2>&1
-    timeout 420 bash tests/gpu/run_gpu_suite.sh "$out/gpu" > "$out/suite-console.txt" 2>&1
+    timeout 450 bash tests/gpu/run_gpu_suite.sh "$out/gpu" > "$out/suite-console.txt" 2>&1
     echo "suite rc $? at $SECONDS s"
     workloads=${3:-silu,gemm}
     timeout "$(left 570)" python3 bench/overhead.py --rounds 3 --workloads "$workloads" \

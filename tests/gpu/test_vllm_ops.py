@@ -1,13 +1,17 @@
-"""vLLM beside a PyTorch job on one GPU under one gpuobsd: which layer's op runs each of vLLM's
-kernels, and two observed processes switched separately and together.
+"""Two vLLM engines and a PyTorch job on one GPU under one gpuobsd: which layer's op runs each of
+vLLM's kernels, eager and in CUDA graphs, and three observed processes switched separately and
+together.
 
-vLLM runs offline with enforce_eager (tests/gpu/workloads/vllm_eager.py) under the drop-in's
-environment, with the launch trace on and the plugin's op window over its first steps
-(GPUOBS_OPS_STEPS); a PyTorch loop (torch_loop.py) runs under the injector beside it. `gpuobsctl
-ops` must name, for every layer of the random Qwen3, the projections' GEMMs with bf16 inputs of the
-layer's shapes, and FlashAttention and the KV-cache write under the attention module. Switches by
-pid, by rank (only vLLM's plugin names a rank) and by GPU (both run on it) must reach exactly the
-processes they select.
+Both engines run offline (tests/gpu/workloads/vllm_generate_loop.py) under the drop-in's
+environment, each with a share of the GPU's memory: one with enforce_eager, the launch trace on
+and the plugin's op window over its first steps (GPUOBS_OPS_STEPS), one with torch.compile and
+CUDA graphs whose capture the plugin labels (GPUOBS_OPS_CAPTURE=1); a PyTorch loop (torch_loop.py)
+runs under the injector beside them. `gpuobsctl ops` must name, for every layer of the random
+Qwen3, the eager engine's projection GEMMs with bf16 inputs of the layer's shapes, and
+FlashAttention and the KV-cache write under the attention module; in the graph engine, the
+attention and cache-write nodes of every layer carry their layer's labels, executed at every
+replay. Switches by pid, by rank (only the engines have one) and by GPU (all run on it) must
+reach exactly the processes they select.
 
 Needs the vLLM payload: GPUOBS_VLLM_PAYLOAD names an unpacked chunk folder (skipped otherwise);
 reports go to $GPUOBS_REPORT_DIR/vllm-ops when that is set."""
@@ -40,14 +44,41 @@ OPS_STEPS = 3  # the prefill of the first generate and two decodes
 pytestmark = pytest.mark.skipif(not PAYLOAD, reason=VLLM_SKIP_REASON)
 
 
-def wait_for(path: Path, phase: str, process: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and any(line.endswith(f" {phase}") for line in path.read_text().splitlines()):
-            return
-        assert process.poll() is None, f"vLLM exited ({process.returncode}) before '{phase}'"
-        time.sleep(0.2)
-    raise AssertionError(f"no '{phase}' within {timeout} s: {path.read_text() if path.exists() else ''}")
+class Engine:
+    """One vLLM process in a session of its own, followed through its status file."""
+
+    def __init__(self, name: str, work: Path, model: Path, env: dict[str, str], *extra: str) -> None:
+        self.name = name
+        self.status, self.result, self.stop = (work / f"{name}{suffix}" for suffix in (".status", ".json", ".stop"))
+        for stale in (self.status, self.result, self.stop):
+            stale.unlink(missing_ok=True)
+        with (work / f"{name}.log").open("w") as log:  # a file, never a pipe: vLLM's children outlive it
+            self.process = subprocess.Popen(
+                [sys.executable, str(WORKLOADS / "vllm_generate_loop.py"), "--model", str(model), "--status",
+                 str(self.status), "--result", str(self.result), "--stop", str(self.stop), *extra],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self.process.pid
+
+    def reached(self, phase: str) -> bool:
+        return self.status.exists() and any(line.endswith(f" {phase}") for line in self.status.read_text().splitlines())
+
+    def wait_for(self, phase: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.reached(phase):
+                return
+            assert self.process.poll() is None, f"{self.name} exited ({self.process.returncode}) before '{phase}'"
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: no '{phase}' within {timeout} s")
+
+    def kill(self) -> None:
+        self.stop.touch()
+        for sig in (15, 9):
+            try:
+                os.killpg(self.pid, sig)
+                self.process.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
 
 
 def ctl_json(daemon: DaemonProcess, *args: str) -> dict:
@@ -79,39 +110,44 @@ def run_scene(tmp_path_factory: pytest.TempPathFactory, segments: Path) -> dict:
     make_model(payload, model, env, SHAPE)
     env.update(drop_in_environment(ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"))
     env.update({"CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": str(segments),
-                "GPUOBS_CUBIN_DIR": str(work / "cubins"), "GPUOBS_LAUNCH_TRACE": "1",
-                "GPUOBS_OPS_STEPS": str(OPS_STEPS)})
+                "GPUOBS_CUBIN_DIR": str(work / "cubins")})
     daemon = DaemonProcess(work / "run", segments, free_port())
-    status, result, stop = work / "vllm.status", work / "vllm.json", work / "vllm.stop"
-    for stale in (status, result, stop):
-        stale.unlink(missing_ok=True)
-    with (work / "vllm.log").open("w") as log:  # a file, never a pipe: vLLM's children outlive it
-        vllm = subprocess.Popen([sys.executable, str(WORKLOADS / "vllm_eager.py"), "--model", str(model),
-                                 "--status", str(status), "--result", str(result), "--stop", str(stop)],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+    stop = work / "job.stop"
+    stop.unlink(missing_ok=True)
+    eager = Engine("eager", work, model, {**env, "GPUOBS_LAUNCH_TRACE": "1", "GPUOBS_OPS_STEPS": str(OPS_STEPS)})
+    graphs = Engine("graphs", work, model, {**env, "GPUOBS_OPS_CAPTURE": "1"}, "--graphs")
     job = None
-    seen: dict = {"switches": []}
+    seen: dict = {"switches": [], "engine_pids": {"eager": eager.pid, "graphs": graphs.pid}}
     try:
-        wait_for(status, "generated", vllm, 300)
+        eager.wait_for("generated", 300)
+        try:  # the graph engine's failure fails its own test, not the others
+            graphs.wait_for("generated", 300)
+        except AssertionError as error:
+            seen["graphs_error"] = f"{error}: {(work / 'graphs.log').read_text(errors='replace')[-3000:]}"
+            graphs.kill()
         job = InjectedRun([sys.executable, str(WORKLOADS / "torch_loop.py"), "--seconds", "600", "--stop", str(stop)],
                           segments, mode="counter", drain=False)
-        daemon.wait_processes(2, timeout=120)
+        seen["job_pid"] = job.process.pid
+        daemon.wait_processes(2 if "graphs_error" in seen else 3, timeout=120)
         time.sleep(1.0)
         processes = ctl_json(daemon, "status")["processes"]
         seen["status"] = processes
-        (engine,) = [p for p in processes if int(p["pid"]) == vllm.pid]
-        uuid = engine["gpus"][0]["uuid"]
+        uuid = next(p for p in processes if int(p["pid"]) == eager.pid)["gpus"][0]["uuid"]
         for selector in (["--pid", str(job.process.pid), "blocks"], ["--gpu", uuid, "counter"],
                          ["--rank", "0", "blocks"], ["off"], ["--gpu", uuid, "counter"]):
             done = gpuobsctl(daemon.address, "set-mode", *selector, timeout=60)
             seen["switches"].append({"set-mode": selector, "rc": done.returncode, "stderr": done.stderr[-500:],
                                      "modes": {str(pid): mode for pid, mode in modes(daemon).items()}})
-        seen["ops"] = ctl_json(daemon, "ops", "--pid", str(vllm.pid), "--top", "10000")
-        seen["kernels"] = ctl_json(daemon, "kernels", "--top", "0")
+        seen["ops_eager"] = ctl_json(daemon, "ops", "--pid", str(eager.pid), "--top", "10000")
+        if "graphs_error" not in seen:
+            seen["ops_graphs"] = ctl_json(daemon, "ops", "--pid", str(graphs.pid), "--top", "10000")
+        running = [eager] if "graphs_error" in seen else [eager, graphs]
+        for engine in running:
+            engine.stop.touch()
         stop.touch()
-        wait_for(status, "done", vllm, 120)
-        seen["vllm"] = json.loads(result.read_text())
+        for engine in running:
+            engine.wait_for("done", 120)
+            seen[engine.name] = json.loads(engine.result.read_text())
         seen["job"] = job.finish(timeout=60)  # it ends at the stop file too, after a synchronize
         job = None
         daemon.wait_all_gone(60)
@@ -119,44 +155,42 @@ def run_scene(tmp_path_factory: pytest.TempPathFactory, segments: Path) -> dict:
         seen["status_final"] = ctl_json(daemon, "status")["processes"]
     finally:
         stop.touch()
-        for sig in (15, 9):
-            try:
-                os.killpg(vllm.pid, sig)
-                vllm.wait(timeout=20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
+        for engine in (eager, graphs):
+            engine.kill()
         if job is not None:
             job.process.kill()
         daemon.stop()
         keep_report("vllm-ops.json", seen)
-    seen["engine_pid"] = vllm.pid
     return seen
 
 
 def test_switches_reach_exactly_the_processes_they_select(scene: dict) -> None:
-    engine = str(scene["engine_pid"])
+    assert "graphs_error" not in scene, scene["graphs_error"]
     steps = scene["switches"]
     assert [s["rc"] for s in steps] == [0] * len(steps), steps
-    (job,) = [pid for pid in steps[0]["modes"] if pid != engine]
-    expected = [("counter", "blocks"),  # --pid the job
-                ("counter", "counter"),  # --gpu: both run on it
-                ("blocks", "counter"),  # --rank 0: only the engine has one
-                ("off", "off"),  # everyone
-                ("counter", "counter")]
-    assert [(s["modes"][engine], s["modes"][job]) for s in steps] == expected, steps
+    order = [str(scene["engine_pids"]["eager"]), str(scene["engine_pids"]["graphs"]), str(scene["job_pid"])]
+    expected = [("counter", "counter", "blocks"),  # --pid the job
+                ("counter", "counter", "counter"),  # --gpu: all run on it
+                ("blocks", "blocks", "counter"),  # --rank 0: only the engines have one
+                ("off", "off", "off"),  # everyone
+                ("counter", "counter", "counter")]
+    assert [tuple(s["modes"][pid] for pid in order) for s in steps] == expected, steps
 
 
-def test_both_processes_name_the_same_gpu_and_only_the_engine_a_rank(scene: dict) -> None:
+def test_every_process_names_the_same_gpu_and_only_the_engines_a_rank(scene: dict) -> None:
     processes = {int(p["pid"]): p for p in scene["status"]}
-    engine = processes[scene["engine_pid"]]
-    (job,) = [p for pid, p in processes.items() if pid != scene["engine_pid"]]
-    assert engine["identity_set"] and engine["role"] == "engine" and int(engine["rank"]) == 0, engine
-    assert engine["model"].endswith("qwen3-eager-ops"), engine["model"]
+    for pid in scene["engine_pids"].values():
+        if pid not in processes:
+            continue  # an engine that did not start (test_switches_reach... says why)
+        engine = processes[pid]
+        assert engine["identity_set"] and engine["role"] == "engine" and int(engine["rank"]) == 0, engine
+        assert engine["model"].endswith("qwen3-eager-ops"), engine["model"]
+    job = processes[scene["job_pid"]]
     assert not job["identity_set"]
-    assert engine["gpus"][0]["uuid"] == job["gpus"][0]["uuid"] and engine["gpus"][0]["uuid"].startswith("GPU-")
+    assert len({p["gpus"][0]["uuid"] for p in processes.values()}) == 1 and job["gpus"][0]["uuid"].startswith("GPU-")
 
 
-def test_every_block_of_both_processes_accounted_for(scene: dict) -> None:
+def test_every_block_of_every_process_accounted_for(scene: dict) -> None:
     for process in scene["status_final"]:
         assert int(process["accounting_errors"]) == 0, process
     for kernel in scene["kernels_final"]["kernels"]:
@@ -164,13 +198,14 @@ def test_every_block_of_both_processes_accounted_for(scene: dict) -> None:
         assert int(kernel["blocks_expected"]) == accounted, kernel["name"]
 
 
-def rows_for(scene: dict, path: str) -> list[dict]:
+def rows_for(ops: dict, path: str) -> list[dict]:
     """The ops table's rows whose label begins with this module path."""
-    return [row for row in scene["ops"]["ops"] if row["op"].startswith(path + " ")]
+    return [row for row in ops["ops"] if row["op"].startswith(path + " ")]
 
 
 def test_ops_name_each_layers_gemms_attention_and_cache_write(scene: dict) -> None:
-    (totals,) = scene["ops"]["totals"]
+    ops = scene["ops_eager"]
+    (totals,) = ops["totals"]
     assert int(totals["ops"]) > 0 and int(totals["launches_attributed"]) > 0, totals
     intermediate, q_heads = 2 * HIDDEN, HIDDEN // 64
     qkv = 64 * (q_heads + 2 * max(1, q_heads // 2))
@@ -180,13 +215,29 @@ def test_ops_name_each_layers_gemms_attention_and_cache_write(scene: dict) -> No
         for projection, inputs, outputs in (("self_attn.qkv_proj", HIDDEN, qkv), ("self_attn.o_proj", HIDDEN, HIDDEN),
                                             ("mlp.gate_up_proj", HIDDEN, 2 * intermediate),
                                             ("mlp.down_proj", intermediate, HIDDEN)):
-            rows = rows_for(scene, f"{prefix}.{projection}")
+            rows = rows_for(ops, f"{prefix}.{projection}")
             gemms = [row for row in rows if gemm.search(row["kernel"])]
             assert gemms, (projection, layer, rows)
-            # the activations (tokens x inputs) and the weight transposed for the matmul, bf16
-            assert all(re.search(rf"bf16\[\d+,{inputs}\] bf16\[{inputs},{outputs}\]", row["op"]) for row in gemms), gemms
-        attention = rows_for(scene, f"{prefix}.self_attn.attn")
+            # the activations (tokens x inputs), and the weight as aten::linear takes it (outputs x
+            # inputs) or transposed for aten::mm, all bf16
+            weight = rf"bf16\[({outputs},{inputs}|{inputs},{outputs})\]"
+            assert all(re.search(rf"bf16\[\d+,{inputs}\] {weight}", row["op"]) for row in gemms), gemms
+        attention = rows_for(ops, f"{prefix}.self_attn.attn")
         kernels = " ".join(row["kernel"] for row in attention)
         assert re.search(r"flash", kernels, re.I), (layer, attention)
         assert re.search(r"cache", kernels, re.I), (layer, attention)
         assert all(int(row["launches"]) > 0 and int(row["blocks"]) > 0 for row in attention)
+
+
+def test_graph_nodes_carry_each_layers_attention_and_cache_write_labels(scene: dict) -> None:
+    """Captured under torch.compile: the attention and cache-write ops take their layer from
+    their layer-name argument; each of their nodes ran at every replay of its graph."""
+    assert "graphs_error" not in scene, scene["graphs_error"]
+    ops = scene["ops_graphs"]
+    (totals,) = ops["totals"]
+    assert int(totals["nodes_captured"]) > 0, totals
+    for layer in range(LAYERS):
+        attention = [row for row in rows_for(ops, f"model.layers.{layer}.self_attn.attn") if int(row["graph_nodes"])]
+        kernels = " ".join(row["kernel"] for row in attention)
+        assert re.search(r"flash", kernels, re.I) and re.search(r"cache", kernels, re.I), (layer, attention)
+        assert all(int(row["node_executions"]) >= int(row["graph_nodes"]) > 0 for row in attention), attention

@@ -46,11 +46,12 @@ int main() {
     (unsigned long long)g.kernel_shapes_offset, (unsigned long long)g.kernel_table_offset, (unsigned long long)g.name_arena_offset,
     (unsigned long long)g.launch_ring_offset, (unsigned long long)g.event_rings_offset,
     (unsigned long long)g.segment_bytes);
-  std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, "
+  std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, "
     "\"magic\": %llu}",
     sizeof(SegmentHeader), sizeof(ControlBlock), sizeof(GlobalCounters), sizeof(RingControl),
     sizeof(KernelCounters), sizeof(KernelShapes), sizeof(KernelEntry), sizeof(EventRecord), sizeof(LaunchRecord),
-    sizeof(StepRecord), sizeof(StepTextRecord), sizeof(ShapeCount), sizeof(OpRecord), kLayoutVersion,
+    sizeof(StepRecord), sizeof(StepTextRecord), sizeof(ShapeCount), sizeof(OpRecord), sizeof(OpNodesRecord),
+    kLayoutVersion,
     (unsigned long long)kMagic);
 }
 """
@@ -84,7 +85,7 @@ def test_numpy_dtypes_match_cxx_offsets(cxx_layout: dict, struct: str, dtype: np
 
 def test_record_sizes_and_version(cxx_layout: dict) -> None:
     header, control, counters, ring_control, kernel_counters, kernel_shapes, kernel_entry, event, launch, step, \
-        step_text, shape_count, op = cxx_layout["sizes"]
+        step_text, shape_count, op, op_nodes = cxx_layout["sizes"]
     assert EVENT_DTYPE.itemsize == event == 64
     assert LAUNCH_DTYPE.itemsize == launch == 128
     assert KERNEL_COUNTERS_DTYPE.itemsize == kernel_counters == 64
@@ -102,6 +103,7 @@ def test_record_sizes_and_version(cxx_layout: dict) -> None:
         "step_text_record": step_text,
         "shape_count": shape_count,
         "op_record": op,
+        "op_nodes_record": op_nodes,
     }
     assert _native.LAYOUT_VERSION == cxx_layout["version"]
     assert _native.MAGIC == cxx_layout["magic"]

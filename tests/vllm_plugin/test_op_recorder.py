@@ -78,3 +78,45 @@ def test_nothing_in_the_recorder_can_stop_an_op() -> None:
     with recording_ops(labels.append, object()):  # not a module: no paths
         doubled = nested * 2
     assert doubled.is_nested and all(label.startswith("- ") or not label for label in labels)
+
+
+def test_an_op_that_names_a_layer_of_the_model_takes_its_path() -> None:
+    """vLLM's attention and cache ops take their layer's name (a string, or an object holding it
+    in `value`): under torch.compile no module hook runs, and that name is the op's path."""
+    net, labels = model(), []
+
+    class LayerName:
+        def __init__(self, value: str) -> None:
+            self.value = value
+
+    paths = ModulePaths(net)
+    assert paths.of_op(((torch.zeros(1), "1.down_proj"), {})) == "1.down_proj"
+    assert paths.of_op(((torch.zeros(1), LayerName("0.up_proj")), {})) == "0.up_proj"
+    assert paths.of_op(((torch.zeros(1), "not a module"), {})) == "-"
+    with recording_ops(labels.append, net):
+        torch.ops.aten.div.Tensor_mode(torch.ones(2), torch.ones(2), rounding_mode="floor")
+    assert any(label.startswith("- aten::div") for label in labels), labels
+
+
+def test_under_capture_each_op_reports_its_stream_before_it_closes(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+
+    class Stream:
+        cuda_stream = 0x5eed
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
+    with recording_ops(lambda label: events.append(label or "close"), model(),
+                       lambda stream: events.append(f"capture {stream:#x}")):
+        torch.ones(2) + 1
+    assert events[-3:] == [events[-3], "capture 0x5eed", "close"] and "aten::add" in events[-3], events
+
+
+def test_a_failing_capture_report_does_not_stop_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(stream: int) -> None:
+        raise OSError("injector gone")
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: None)  # no cuda_stream either
+    with recording_ops(lambda label: None, model(), failing):
+        assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))

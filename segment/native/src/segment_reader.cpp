@@ -235,10 +235,15 @@ size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
   const uint32_t slots = view_.caps.kernel_slots;
   auto validate = [slots](const LaunchRecord& record) {
     if (is_kernel_launch(record.kind)) return record.kernel_slot == UINT32_MAX || record.kernel_slot < slots;
-    // annotations share the ring but not the launch fields (StepRecord, OpRecord, StepTextRecord)
+    // annotations share the ring but not the launch fields (StepRecord, OpRecord, StepTextRecord,
+    // OpNodesRecord)
     if (record.kind == uint32_t(LaunchKind::Step) || record.kind == uint32_t(LaunchKind::StepText) ||
         record.kind == uint32_t(LaunchKind::Op) || record.kind == uint32_t(LaunchKind::OpText))
       return true;
+    if (record.kind == uint32_t(LaunchKind::OpNodes)) {
+      const uint32_t count = reinterpret_cast<const OpNodesRecord&>(record).count;
+      return count > 0 && count <= kOpNodesPerRecord;
+    }
     return record.kind > 0 && record.kind < kLaunchKindCount && record.kernel_slot == UINT32_MAX;
   };
   return read_ring(*view_.launch_ring_control, view_.launch_ring, view_.caps.launch_ring_records, out, max_records,

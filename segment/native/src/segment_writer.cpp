@@ -101,13 +101,18 @@ LaunchRecord as_launch_record(const Record& record) {
 }
 }  // namespace
 
+uint64_t current_thread_id() {
+  thread_local const uint64_t id = uint64_t(::gettid());  // a system call once per thread, not per record
+  return id;
+}
+
 bool SegmentWriter::write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
                                uint32_t ids_bytes, uint32_t flags) {
   if (flags & kStepSameRequests || ids == nullptr) ids_bytes = 0;
   StepRecord record{};
   record.host_time_ns = monotonic_ns();
   record.step = step;
-  record.thread = uint64_t(::gettid());
+  record.thread = current_thread_id();
   record.requests = requests;
   record.tokens = tokens;
   record.text_bytes = ids_bytes;
@@ -123,12 +128,28 @@ bool SegmentWriter::write_op(uint64_t op, const char* label, uint32_t label_byte
   OpRecord record{};
   record.host_time_ns = monotonic_ns();
   record.op = op;
-  record.thread = uint64_t(::gettid());
+  record.thread = current_thread_id();
   record.text_bytes = label_bytes;
   record.text_records = (label_bytes + kStepTextBytes - 1) / kStepTextBytes;
   record.kind = uint32_t(LaunchKind::Op);
   const bool all = put_launch_ring(as_launch_record(record));
   return put_text(LaunchKind::OpText, op, record.host_time_ns, label, label_bytes) && all;
+}
+
+bool SegmentWriter::write_op_nodes(uint64_t op, uint64_t graph, const uint64_t* nodes, size_t count) {
+  bool all = true;
+  const uint64_t now = monotonic_ns();
+  for (size_t first = 0; first < count; first += kOpNodesPerRecord) {
+    OpNodesRecord record{};
+    record.host_time_ns = now;
+    record.op = op;
+    record.graph = graph;
+    record.count = uint32_t(std::min<size_t>(kOpNodesPerRecord, count - first));
+    for (uint32_t i = 0; i < record.count; ++i) record.nodes[i].node = nodes[first + i];
+    record.kind = uint32_t(LaunchKind::OpNodes);
+    all = put_launch_ring(as_launch_record(record)) && all;
+  }
+  return all;
 }
 
 bool SegmentWriter::put_text(LaunchKind kind, uint64_t owner, uint64_t host_time_ns, const char* text,

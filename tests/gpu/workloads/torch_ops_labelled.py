@@ -1,10 +1,13 @@
-"""torch_ops.py's step (a cuBLAS matmul, elementwise ops, a Triton kernel) in a small module tree,
-run under the op recorder (gpuobs.op_recorder) with the injector's launch trace on: the segment
-gets an op record before each op and an eager launch record per kernel, which the op attribution
-joins (tests/gpu/test_ops_gpu.py). Prints one JSON line: the labels recorded."""
+"""A small module tree (two layers of up projection, silu, down projection and a residual add, in
+bf16) run under the op recorder (gpuobs.op_recorder) with the injector's launch trace on: the
+segment gets an op record before each op and an eager launch record per kernel, which the op
+attribution joins (tests/gpu/test_ops_gpu.py). With --graph N the forward is captured into a CUDA
+graph under the recorder instead (each op reports the nodes it added) and replayed N times.
+Prints one JSON line: the labels recorded (and the replays)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -35,6 +38,9 @@ class Layer(torch.nn.Module):
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--graph", type=int, default=0, help="capture the forward and replay it this many times")
+    args = parser.parse_args()
     torch.manual_seed(0)
     model = torch.nn.Sequential(Layer(), Layer()).cuda().to(torch.bfloat16)
     x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
@@ -48,10 +54,18 @@ def main() -> int:
             labels.append(label)
             notes.record_op(label)
 
-        with recording_ops(record, model):
-            model(x)
+        if args.graph:
+            graph = torch.cuda.CUDAGraph()
+            with recording_ops(record, model, notes.record_capture), torch.cuda.graph(graph):
+                model(x)
+            torch.cuda.synchronize()
+            for _ in range(args.graph):
+                graph.replay()
+        else:
+            with recording_ops(record, model):
+                model(x)
         torch.cuda.synchronize()
-    print(json.dumps({"labels": [label for label in labels if label]}))
+    print(json.dumps({"labels": [label for label in labels if label], "replays": args.graph}))
     return 0
 
 

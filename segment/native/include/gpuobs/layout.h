@@ -23,8 +23,9 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 4;  // 2: graph launch and graph exec records; 3: the launch census;
-                                        // 4: op records, a launch's thread, identity and GPUs in the header
+constexpr uint32_t kLayoutVersion = 5;  // 2: graph launch and graph exec records; 3: the launch census;
+                                        // 4: op records, a launch's thread, identity and GPUs in the header;
+                                        // 5: graph nodes an op captured, the graph an exec was made from
                                         // moved to the device (launch events, kernel shapes section)
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
@@ -164,6 +165,7 @@ enum class LaunchKind : uint32_t {
   StepText = 7,            // request ids of the step before it (StepTextRecord)
   Op = 8,                  // a framework op about to launch its kernels (OpRecord), from a plugin
   OpText = 9,              // the op's label (StepTextRecord's layout, `step` = the op's number)
+  OpNodes = 10,            // graph nodes an op added to a graph being captured (OpNodesRecord)
 };
 inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
     {LaunchKind::Eager, "eager"},
@@ -175,6 +177,7 @@ inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
     {LaunchKind::StepText, "step_text"},
     {LaunchKind::Op, "op"},
     {LaunchKind::OpText, "op_text"},
+    {LaunchKind::OpNodes, "op_nodes"},
 };
 static_assert(dense_from(kLaunchKindNames, 1), "launch kinds from 1 (0 is invalid), in wire order");
 constexpr uint32_t kLaunchKindCount = 1 + uint32_t(sizeof(kLaunchKindNames) / sizeof(kLaunchKindNames[0]));
@@ -260,7 +263,8 @@ struct alignas(64) LaunchRecord {
   uint64_t grid_id;          // Sanitizer_LaunchData.gridId (== device %gridid)
   uint64_t stream;           // stream handle as an integer
   uint64_t graph_exec;       // graph exec handle, 0 for eager launches
-  uint64_t graph_node;       // graph node handle, 0 for eager launches
+  uint64_t graph_node;       // graph node handle (GraphNode); for GraphExecCreated the CUgraph the exec
+                             // was instantiated from (what OpNodes records name); 0 otherwise
   uint64_t graph_launch_id;  // replay launch id of the graph exec, 0 for eager launches
   uint32_t kernel_slot;
   uint32_t grid_x;
@@ -363,6 +367,40 @@ inline constexpr Field kOpRecordFields[] = {
     GPUOBS_RESERVED(OpRecord, reserved),  GPUOBS_FIELD(OpRecord, seq),
 };
 static_assert(covers(kOpRecordFields, sizeof(OpRecord)), "kOpRecordFields lists every member");
+
+// Graph nodes that the op `op` added to the graph `graph` while a stream captured it: the nodes
+// of graph execs instantiated from that graph (GraphExecCreated names it) carry the op's label.
+// Node handles are the ones the Sanitizer's node-launch callbacks give at replay (the same
+// values, measured on the H200: tests/gpu/test_ops_graph_gpu.py).
+constexpr uint32_t kOpNodesPerRecord = 6;
+struct CapturedNode {
+  uint64_t node;  // CUgraphNode
+};
+inline constexpr Field kCapturedNodeFields[] = {GPUOBS_FIELD(CapturedNode, node)};
+static_assert(covers(kCapturedNodeFields, sizeof(CapturedNode)), "kCapturedNodeFields lists every member");
+struct alignas(64) OpNodesRecord {
+  uint64_t host_time_ns;
+  uint64_t op;     // the op's number (its OpRecord), 0 when no op was open on the thread
+  uint64_t graph;  // the CUgraph being captured
+  uint32_t count;  // nodes in this record (1..kOpNodesPerRecord)
+  uint32_t unused;
+  CapturedNode nodes[kOpNodesPerRecord];
+  uint32_t kind;  // LaunchKind::OpNodes
+  uint32_t flags;
+  uint64_t reserved[4];
+  uint64_t seq;
+};
+static_assert(sizeof(OpNodesRecord) == kLaunchRecordBytes, "OpNodesRecord is a launch ring record");
+static_assert(offsetof(OpNodesRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
+static_assert(offsetof(OpNodesRecord, seq) == 120, "seq is the last word");
+inline constexpr Field kOpNodesRecordFields[] = {
+    GPUOBS_FIELD(OpNodesRecord, host_time_ns), GPUOBS_FIELD(OpNodesRecord, op),
+    GPUOBS_FIELD(OpNodesRecord, graph),        GPUOBS_FIELD(OpNodesRecord, count),
+    GPUOBS_RESERVED(OpNodesRecord, unused),    GPUOBS_RECORDS(OpNodesRecord, nodes, kCapturedNodeFields),
+    GPUOBS_FIELD(OpNodesRecord, kind),         GPUOBS_FIELD(OpNodesRecord, flags),
+    GPUOBS_RESERVED(OpNodesRecord, reserved),  GPUOBS_FIELD(OpNodesRecord, seq),
+};
+static_assert(covers(kOpNodesRecordFields, sizeof(OpNodesRecord)), "kOpNodesRecordFields lists every member");
 
 constexpr uint32_t kStepTextBytes = 56;
 struct alignas(64) StepTextRecord {
@@ -829,6 +867,7 @@ inline constexpr FieldTable kWireStructs[] = {
     GPUOBS_TABLE("step_record", StepRecord, kStepRecordFields),
     GPUOBS_TABLE("step_text_record", StepTextRecord, kStepTextRecordFields),
     GPUOBS_TABLE("op_record", OpRecord, kOpRecordFields),
+    GPUOBS_TABLE("op_nodes_record", OpNodesRecord, kOpNodesRecordFields),
 };
 
 // Empty string when the capacities are acceptable, else the reason.

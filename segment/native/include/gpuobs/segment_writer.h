@@ -35,6 +35,9 @@ struct DeviceSnapshot {
 // Sums the per-kernel figures of a snapshot into its totals.
 void total_snapshot(DeviceSnapshot* snapshot);
 
+// The calling thread's OS id (what records name a thread by).
+uint64_t current_thread_id();
+
 class SegmentWriter {
  public:
   explicit SegmentWriter(std::unique_ptr<MappedSegment> segment);
@@ -57,6 +60,9 @@ class SegmentWriter {
   // Appends an op record for the calling thread and its label (OpText records). False when any
   // record was dropped (each one counted).
   bool write_op(uint64_t op, const char* label, uint32_t label_bytes);
+  // Appends the graph nodes op `op` added to `graph` under capture (OpNodes records of
+  // kOpNodesPerRecord nodes). False when any record was dropped (each one counted).
+  bool write_op_nodes(uint64_t op, uint64_t graph, const uint64_t* nodes, size_t count);
   // Names the process for operators (role, rank, model); cut to the header's 63 bytes.
   void set_label(const std::string& label);
   // Who the process is (a plugin says: role, rank, world size, local rank, model); a reader may

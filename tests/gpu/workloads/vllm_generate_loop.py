@@ -1,8 +1,9 @@
-"""Offline vLLM with enforce_eager (no CUDA graph, no torch.compile): every kernel is an eager
-launch that names the op it ran under, which the vLLM plugin records for the first
-GPUOBS_OPS_STEPS engine steps (tests/gpu/test_vllm_ops.py). It generates once for the window,
-then keeps generating until --stop exists, so a daemon can switch it beside another observed
-process. --status gets a line per phase, --result the tokens (JSON, written atomically): the
+"""Offline vLLM (tests/gpu/test_vllm_ops.py): with enforce_eager (no CUDA graph, no torch.compile)
+every kernel is an eager launch that names the op it ran under, which the vLLM plugin records for
+the first GPUOBS_OPS_STEPS engine steps; with --graphs, torch.compile and CUDA graphs of batch
+sizes 1 to 8 (FULL_AND_PIECEWISE), whose capture the plugin labels with GPUOBS_OPS_CAPTURE=1. It
+generates once, then keeps generating until --stop exists, so a daemon can switch it beside other
+observed processes. --status gets a line per phase, --result the tokens (JSON, written atomically): the
 parent never reads our stdout, which vLLM's children may keep open."""
 
 from __future__ import annotations
@@ -34,18 +35,23 @@ def main() -> int:
     parser.add_argument("--status", type=Path, required=True)
     parser.add_argument("--result", type=Path, required=True)
     parser.add_argument("--stop", type=Path, required=True)
+    parser.add_argument("--graphs", action="store_true", help="torch.compile and CUDA graphs instead of eager")
     args = parser.parse_args()
 
     from vllm import LLM, SamplingParams
 
     status(args.status, "imported")
-    llm = LLM(model=args.model, enforce_eager=True, max_model_len=512, gpu_memory_utilization=0.2, max_num_seqs=8,
-              seed=0)
+    execution = ({"compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}}
+                 if args.graphs else {"enforce_eager": True})
+    began = time.perf_counter()
+    llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.2, max_num_seqs=8, seed=0, **execution)
+    engine_ready_s = time.perf_counter() - began
     status(args.status, "engine ready")
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(4)]
     outs = llm.generate(prompts, greedy, use_tqdm=False)  # the op window: its first steps
-    result = {"pid": os.getpid(), "tokens": [list(o.outputs[0].token_ids) for o in outs], "loops": 0}
+    result = {"pid": os.getpid(), "tokens": [list(o.outputs[0].token_ids) for o in outs], "loops": 0,
+              "engine_ready_s": engine_ready_s}
     write_json(args.result, result)
     status(args.status, "generated")
     while not args.stop.exists():  # running while the daemon switches it

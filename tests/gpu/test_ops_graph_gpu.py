@@ -1,0 +1,50 @@
+"""Which layer runs this kernel, for CUDA graph nodes, on the GPU: a small bf16 model captured into
+a graph under the op recorder (each op reports the nodes it added, through the injector's
+gpuobs_record_capture), then replayed. The daemon's own join (the graph join's census, the op
+attribution's labels, fed the drained launch records) must give every kernel node of the exec a
+label, the projections' GEMMs their module paths, and each node as many executions as replays,
+with no record per replay. This holds only if the node handles seen while capturing are the ones
+the Sanitizer gives at replay (the first run of a probe of it found them equal, on the H200)."""
+
+from __future__ import annotations
+
+import sys
+
+from gpuobs.daemon.graph_join import GraphJoin
+from gpuobs.daemon.op_attribution import OpAttribution
+from gpuobs.segment import LAUNCH_KINDS
+from harness import WORKLOADS, InjectedRun
+
+REPLAYS = 6
+
+
+def test_graph_nodes_carry_the_labels_recorded_at_capture(shm_dir) -> None:
+    run = InjectedRun([sys.executable, str(WORKLOADS / "torch_ops_labelled.py"), "--graph", str(REPLAYS)], shm_dir,
+                      mode="counter")
+    out = run.finish(timeout=120)
+    launches = run.all_launches()
+    join = GraphJoin()
+    ops = OpAttribution(join.by_handle.get)
+    join.on_launches(launches)
+    ops.on_launches(launches)
+    names = {int(entry["slot"]): entry["demangled"] for entry in run.segment.kernels()}
+    assert int((launches["kind"] == LAUNCH_KINDS["graph_launch"]).sum()) == REPLAYS
+    (made,) = join.execs.values()
+    rows = list(ops.graph_rows())
+    totals = ops.report()
+    # every kernel node of the exec took a label, and ran once per replay
+    assert sum(row.nodes for _, _, row in rows) == len(made.nodes) > 0, (rows, made.nodes)
+    assert all(row.executions == row.nodes * REPLAYS for _, _, row in rows), rows
+    assert totals.nodes_without_op == 0 and totals.nodes_captured >= len(made.nodes)
+    recorded = set(out["labels"])
+    assert {label for label, _, _ in rows} <= recorded
+    table = {}
+    for label, slot, row in rows:
+        table.setdefault(label, []).append(names.get(slot, "?"))
+    projections = [label for label in table if ".mlp.up_proj " in label or ".mlp.down_proj " in label]
+    assert len(projections) == 4, table  # two layers, two projections each
+    for label in projections:
+        assert any("nvjet" in k or "gemm" in k.lower() or "cutlass" in k.lower() for k in table[label]), table[label]
+        assert "bf16[64," in label, label
+    silu = [label for label in table if "aten::silu" in label]
+    assert len(silu) == 2 and all(any("silu" in k.lower() for k in table[label]) for label in silu), table

@@ -1,0 +1,60 @@
+"""Labels for the kernels vLLM's CUDA graphs run: GPUOBS_OPS_CAPTURE=1 records the ops of the
+model while vLLM captures its graphs (gpuobs.op_recorder, with the graph nodes each op adds),
+so that every replay's node executions count for the layer and op that captured them in
+`gpuobsctl ops`, with nothing recorded per replay. It costs start-up time (a Python call per
+op while graphs are captured), never steady state. Under torch.compile, ops the compiled code
+reaches through the dispatcher are labelled (GEMMs, vLLM's custom ops such as attention and the
+KV-cache write, with the layer their arguments name); kernels Inductor generated and launches
+itself are not, and count as graph nodes captured outside any op."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+from typing import Any, Callable
+
+log = logging.getLogger("gpuobs.vllm_plugin")
+
+RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # vLLM 0.25: GPUModelRunner.capture_model
+
+
+def wanted() -> bool:
+    return os.environ.get("GPUOBS_OPS_CAPTURE") == "1"
+
+
+def install_capture_labels(annotations: Any, module_name: str = RUNNER_MODULE) -> bool:
+    """Wraps GPUModelRunner.capture_model once per process; False when it was already wrapped.
+    Raises (for register() to log) when vLLM has no such method. Whatever fails in the
+    recorder, the capture runs as it would."""
+    runner = importlib.import_module(module_name).GPUModelRunner
+    original: Callable[..., Any] = runner.capture_model
+    if getattr(original, "__gpuobs_wrapped__", False):
+        return False
+
+    @functools.wraps(original)
+    def capture_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder = None
+        try:
+            if annotations.available():
+                from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded
+
+                model = self.get_model() if hasattr(self, "get_model") else getattr(self, "model", None)
+                recorder = recording_ops(annotations.record_op, model, annotations.record_capture)
+                recorder.__enter__()
+        except Exception as error:  # noqa: BLE001 - the graphs are captured unlabelled
+            recorder = None
+            log.warning("gpuobs: graph nodes are not labelled (%s: %s)", type(error).__name__, error)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            if recorder is not None:
+                try:
+                    recorder.__exit__(None, None, None)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    capture_model.__gpuobs_wrapped__ = True  # type: ignore[attr-defined]
+    runner.capture_model = capture_model
+    return True
