@@ -42,8 +42,8 @@ case "$call" in
     payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
     eval "$payload_env"
     export GPUOBS_VLLM_PAYLOAD=.vllm/c2 GPUOBS_REPORT_DIR="$out/r" GPUOBS_DECODE_MODEL_SIZE=${GPUOBS_DECODE_MODEL_SIZE:-host-bound}
-    test=$([ "$call" = 2 ] && echo tests/gpu/test_vllm_decode.py || echo "tests/gpu/test_vllm.py tests/gpu/test_vllm_ops.py")
-    limit=$([ "$call" = 2 ] && echo 570 || echo 540)
+    test=$([ "$call" = 2 ] && echo tests/gpu/test_vllm_decode.py || echo "tests/gpu/test_vllm_ops.py tests/gpu/test_vllm.py")
+    limit=$([ "$call" = 2 ] && echo 570 || echo 575)
     # shellcheck disable=SC2086 # call 3 runs two test files
     timeout "$(left "$limit")" python3 -m pytest -v -p no:cacheprovider $test --junitxml="$out/junit-$call.xml" \
       > "$out/vllm-tests-$call.log" 2>&1
