@@ -14,7 +14,9 @@ added (op nodes records: the op's number, the graph, node handles). A graph exec
 that graph (its creation record names the graph) gets those nodes' labels, and every execution
 of a labelled node (the graph join's exact census: replays times the exec's nodes, with no
 record per replay) counts for its label. The node handles the Sanitizer gives at replay are the
-ones seen at capture (measured on the H200).
+ones seen at capture (measured on the H200). An exec whose creation record names no captured
+graph (should the Sanitizer's graph handle not be the capture's) takes the labels of the graph
+captured just before it was made.
 
 Bounded: labels of the last KEEP_OPS ops are held (a launch follows its op closely in the ring);
 at most MAX_LABELS labels keep rows of their own, the rest go to OTHER; a label longer than
@@ -94,12 +96,15 @@ class OpAttribution(Analysis):
         self.launches_without_op = 0
         self.launches_other = 0
         self.exec_of = exec_of
-        # graph -> node -> op number, until an exec is made from the graph
-        self.captured: collections.OrderedDict[int, dict[int, int]] = collections.OrderedDict()
+        # graph -> node -> label: the nodes each op added to the graph while it was captured
+        self.captured: collections.OrderedDict[int, dict[int, str]] = collections.OrderedDict()
         # exec instance -> (the exec, node -> label)
         self.exec_labels: collections.OrderedDict[int, tuple[GraphExec, dict[int, str]]] = collections.OrderedDict()
+        self.pending_graph: int | None = None  # the graph nodes were last reported for, until an exec is made
         self.nodes_captured = 0
         self.nodes_without_op = 0
+        self.bound_by_graph = 0  # execs whose creation record named a captured graph
+        self.bound_by_order = 0  # execs made right after a capture whose graph they did not name
 
     def on_launches(self, rows: np.ndarray) -> None:
         if not len(rows):
@@ -162,6 +167,8 @@ class OpAttribution(Analysis):
         known.received += length
 
     def _nodes(self, record: np.void) -> None:
+        """Nodes an op added under capture, with the op's label as it stands now (its text
+        records come right after its op record, before any node of it)."""
         op, graph, count = int(record["op"]), int(record["graph"]), int(record["count"])
         nodes = record["nodes"]["node"][:count].tolist()
         if op == 0:
@@ -173,26 +180,32 @@ class OpAttribution(Analysis):
             held = self.captured[graph] = {}
             while len(self.captured) > self.KEEP_GRAPHS:
                 self.captured.popitem(last=False)
+        known = self.ops.get(op)
+        text = known.label() if known else LABEL_LOST
         for node in nodes:
-            held[node] = op
+            held[node] = text
+        self.pending_graph = graph
 
     def _exec_created(self, handle: int, graph: int) -> None:
-        """An exec made from `graph`: its nodes take the labels its ops had (resolved now, while
-        the ops are held); an exec of a graph captured without ops gets none."""
+        """An exec made from `graph`: its nodes take the labels of that graph's nodes. When the
+        creation record names no graph held here, the exec takes the labels of the graph whose
+        nodes were reported since the last exec was made, if any: a framework instantiates a graph
+        right after capturing it (PyTorch does), so that is the graph it was made from."""
         made = self.exec_of(handle)
+        pending, self.pending_graph = self.pending_graph, None
         if made is None:
             return
-        self.exec_labels.pop(made.instance, None)
         captured = self.captured.get(graph)
+        if captured:
+            self.bound_by_graph += 1
+        elif pending is not None and self.captured.get(pending):
+            captured = self.captured[pending]
+            self.bound_by_order += 1
         if not captured:
+            self.exec_labels.pop(made.instance, None)
             return
-        texts: dict[str, str] = {}  # one string per label, shared by its nodes
-        labels = {}
-        for node, op in captured.items():
-            known = self.ops.get(op)
-            text = known.label() if known else LABEL_LOST
-            labels[node] = texts.setdefault(text, text)
-        self.exec_labels[made.instance] = (made, labels)
+        self.exec_labels[made.instance] = (made, dict(captured))
+        self.exec_labels.move_to_end(made.instance)
         while len(self.exec_labels) > self.KEEP_EXECS:
             self.exec_labels.popitem(last=False)
 

@@ -215,3 +215,14 @@ def test_captured_graphs_and_labelled_execs_are_bounded() -> None:
     assert list(ops.captured) == [0x902, 0x903] and ops.report().nodes_without_op == 1
     ops.on_launches(rows_of(*[exec_created(0xe0 + n, 0x903) for n in range(5)]))
     assert list(ops.exec_labels) == [0xe2, 0xe3, 0xe4]
+
+
+def test_an_exec_whose_creation_names_no_captured_graph_takes_the_graph_captured_before_it() -> None:
+    """If the graph in the creation record is not the capture's, the exec made right after a
+    capture takes that capture's labels; an exec made after it, with no capture between, none."""
+    ops = OpAttribution(lambda handle: GraphExec(handle, instance=handle))
+    ops.on_launches(rows_of(*op_row(1, 7, b"a aten::mm"), op_nodes(1, 0x900, [0xa1, 0xa2]), exec_created(0xe1, 0),
+                            exec_created(0xe2, 0)))
+    assert {instance: labels for instance, (_, labels) in ops.exec_labels.items()} == \
+        {0xe1: {0xa1: "a aten::mm", 0xa2: "a aten::mm"}}
+    assert (ops.bound_by_graph, ops.bound_by_order) == (0, 1)

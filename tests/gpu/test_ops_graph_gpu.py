@@ -12,8 +12,8 @@ import sys
 
 from gpuobs.daemon.graph_join import GraphJoin
 from gpuobs.daemon.op_attribution import OpAttribution
-from gpuobs.segment import LAUNCH_KINDS
-from harness import WORKLOADS, InjectedRun
+from gpuobs.segment import LAUNCH_KINDS, OP_NODES_DTYPE
+from harness import WORKLOADS, InjectedRun, keep_report
 
 REPLAYS = 6
 
@@ -23,6 +23,16 @@ def test_graph_nodes_carry_the_labels_recorded_at_capture(shm_dir) -> None:
                       mode="counter")
     out = run.finish(timeout=120)
     launches = run.all_launches()
+    # each step of the path, so that a failure says where it broke: the injector's answers
+    # under capture, the op nodes records, the graph the exec's creation names
+    kinds = launches["kind"]
+    op_nodes = launches[kinds == LAUNCH_KINDS["op_nodes"]].view(OP_NODES_DTYPE)
+    created = launches[kinds == LAUNCH_KINDS["graph_exec_created"]]
+    path = {"captures": out["captures"], "op_nodes": [(int(r["op"]), int(r["graph"]), int(r["count"])) for r in op_nodes],
+            "exec_created_graphs": [int(g) for g in created["graph_node"]]}
+    keep_report("ops-graph-path.json", path)
+    assert out["captures"] and set(out["captures"]) == {0}, path  # 0: recorded (2: not capturing; -1: not observing)
+    assert len(op_nodes) > 0 and all(op for op, _, _ in path["op_nodes"]), path
     join = GraphJoin()
     ops = OpAttribution(join.by_handle.get)
     join.on_launches(launches)
@@ -30,6 +40,9 @@ def test_graph_nodes_carry_the_labels_recorded_at_capture(shm_dir) -> None:
     names = {int(entry["slot"]): entry["demangled"] for entry in run.segment.kernels()}
     assert int((launches["kind"] == LAUNCH_KINDS["graph_launch"]).sum()) == REPLAYS
     (made,) = join.execs.values()
+    assert ops.bound_by_graph + ops.bound_by_order == 1, path
+    path["bound_by_graph"] = ops.bound_by_graph
+    keep_report("ops-graph-path.json", path)
     rows = list(ops.graph_rows())
     totals = ops.report()
     # every kernel node of the exec took a label, and ran once per replay

@@ -54,9 +54,14 @@ def main() -> int:
             labels.append(label)
             notes.record_op(label)
 
+        captures: list[int] = []  # what the injector answered each op under capture
+
+        def capture(stream: int) -> None:
+            captures.append(notes.record_capture(stream))
+
         if args.graph:
             graph = torch.cuda.CUDAGraph()
-            with recording_ops(record, model, notes.record_capture), torch.cuda.graph(graph):
+            with recording_ops(record, model, capture), torch.cuda.graph(graph):
                 model(x)
             torch.cuda.synchronize()
             for _ in range(args.graph):
@@ -65,7 +70,7 @@ def main() -> int:
             with recording_ops(record, model):
                 model(x)
         torch.cuda.synchronize()
-    print(json.dumps({"labels": [label for label in labels if label], "replays": args.graph}))
+    print(json.dumps({"labels": [label for label in labels if label], "replays": args.graph, "captures": captures}))
     return 0
 
 

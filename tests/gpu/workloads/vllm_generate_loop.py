@@ -44,7 +44,10 @@ def main() -> int:
     execution = ({"compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}}
                  if args.graphs else {"enforce_eager": True})
     began = time.perf_counter()
-    llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.2, max_num_seqs=8, seed=0, **execution)
+    # a KV cache of a fixed size: vLLM's memory profiling reads the GPU's free memory, which an
+    # engine starting beside this one changes (two at once left one a negative KV cache on the H200)
+    llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.2, kv_cache_memory_bytes=2 << 30,
+              max_num_seqs=8, seed=0, **execution)
     engine_ready_s = time.perf_counter() - began
     status(args.status, "engine ready")
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
