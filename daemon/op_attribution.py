@@ -14,9 +14,13 @@ added (op nodes records: the op's number, the graph, node handles). A graph exec
 that graph (its creation record names the graph) gets those nodes' labels, and every execution
 of a labelled node (the graph join's exact census: replays times the exec's nodes, with no
 record per replay) counts for its label. The node handles the Sanitizer gives at replay are the
-ones seen at capture (measured on the H200). An exec whose creation record names no captured
-graph (should the Sanitizer's graph handle not be the capture's) takes the labels of the graph
-captured just before it was made.
+ones seen at capture (measured on the H200 with the captured graph kept alive). Two fallbacks
+cover what was not measured: an exec whose creation record names no captured graph (should the
+Sanitizer's graph handle not be the capture's) takes the capture made just before it; and an
+exec none of whose node handles is a captured one (should the handles differ once the captured
+graph is destroyed, as PyTorch does after instantiating it) is matched by position: the k-th
+kernel node of its first recorded replay is the k-th kernel node the capture added, when both
+have as many. Each binding is counted by the way it was made.
 
 Bounded: labels of the last KEEP_OPS ops are held (a launch follows its op closely in the ring);
 at most MAX_LABELS labels keep rows of their own, the rest go to OTHER; a label longer than
@@ -32,7 +36,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from gpuobs.segment import LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
+from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
 
 from .analysis import Analysis
 from .graph_exec import GraphExec
@@ -42,6 +46,8 @@ OP_TEXT = LAUNCH_KINDS["op_text"]
 OP_NODES = LAUNCH_KINDS["op_nodes"]
 EXEC_CREATED = LAUNCH_KINDS["graph_exec_created"]
 EAGER = LAUNCH_KINDS["eager"]
+GRAPH_NODE = LAUNCH_KINDS["graph_node"]
+GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 ANNOTATIONS = (OP, OP_TEXT, OP_NODES, EXEC_CREATED)  # read one by one, in ring order
 OTHER = "(other ops)"
 LABEL_LOST = "(label lost: launch ring full)"
@@ -73,6 +79,26 @@ class OpTotals:
 
 
 @dataclasses.dataclass
+class Capture:
+    """One capture as the op recorder reported it."""
+
+    graph: int
+    labels: dict[int, str] = dataclasses.field(default_factory=dict)  # node -> its op's label
+    kernels: list[int] = dataclasses.field(default_factory=list)  # kernel nodes in the order they were added
+
+
+@dataclasses.dataclass
+class BoundExec:
+    """An exec made from a labelled capture, and its nodes' labels once known."""
+
+    made: GraphExec
+    capture: Capture
+    labels: dict[int, str] | None = None  # None until its nodes are learned
+    first_replay: int = 0  # the replay whose node records give its launch order
+    order: list[int] = dataclasses.field(default_factory=list)  # its kernel nodes in launch order
+
+
+@dataclasses.dataclass
 class NodeRow:
     """A label's kernel in graphs: its nodes in execs made from labelled graphs, their executions."""
 
@@ -96,15 +122,15 @@ class OpAttribution(Analysis):
         self.launches_without_op = 0
         self.launches_other = 0
         self.exec_of = exec_of
-        # graph -> node -> label: the nodes each op added to the graph while it was captured
-        self.captured: collections.OrderedDict[int, dict[int, str]] = collections.OrderedDict()
-        # exec instance -> (the exec, node -> label)
-        self.exec_labels: collections.OrderedDict[int, tuple[GraphExec, dict[int, str]]] = collections.OrderedDict()
-        self.pending_graph: int | None = None  # the graph nodes were last reported for, until an exec is made
+        self.captured: collections.OrderedDict[int, Capture] = collections.OrderedDict()  # by capture id
+        self.pending_capture: int | None = None  # nodes were last reported for it, until an exec is made
+        self.bound: collections.OrderedDict[int, BoundExec] = collections.OrderedDict()  # by exec instance
+        self.ordering: dict[int, BoundExec] = {}  # exec handle -> bound exec still taking its launch order
         self.nodes_captured = 0
         self.nodes_without_op = 0
         self.bound_by_graph = 0  # execs whose creation record named a captured graph
         self.bound_by_order = 0  # execs made right after a capture whose graph they did not name
+        self.matched_by_position = 0  # execs whose node handles were not the captured ones
 
     def on_launches(self, rows: np.ndarray) -> None:
         if not len(rows):
@@ -121,6 +147,8 @@ class OpAttribution(Analysis):
                 self._nodes(raw.view(OP_NODES_DTYPE)[0])
             else:
                 self._exec_created(int(raw["graph_exec"][0]), int(raw["graph_node"][0]))
+        if self.ordering:
+            self._launch_order(rows[(kinds == GRAPH_NODE) | (kinds == GRAPH_LAUNCH)])
         eager = rows[kinds == EAGER]
         if not len(eager):
             return
@@ -169,51 +197,94 @@ class OpAttribution(Analysis):
     def _nodes(self, record: np.void) -> None:
         """Nodes an op added under capture, with the op's label as it stands now (its text
         records come right after its op record, before any node of it)."""
-        op, graph, count = int(record["op"]), int(record["graph"]), int(record["count"])
+        op, count, mask = int(record["op"]), int(record["count"]), int(record["kernel_mask"])
+        capture_id = int(record["capture_id"])
         nodes = record["nodes"]["node"][:count].tolist()
+        capture = self.captured.get(capture_id)
+        if capture is None:
+            capture = self.captured[capture_id] = Capture(int(record["graph"]))
+            while len(self.captured) > self.KEEP_GRAPHS:
+                self.captured.popitem(last=False)
+        self.pending_capture = capture_id
+        capture.kernels.extend(node for index, node in enumerate(nodes) if mask >> index & 1)
         if op == 0:
             self.nodes_without_op += len(nodes)
             return
         self.nodes_captured += len(nodes)
-        held = self.captured.get(graph)
-        if held is None:
-            held = self.captured[graph] = {}
-            while len(self.captured) > self.KEEP_GRAPHS:
-                self.captured.popitem(last=False)
         known = self.ops.get(op)
         text = known.label() if known else LABEL_LOST
         for node in nodes:
-            held[node] = text
-        self.pending_graph = graph
+            capture.labels[node] = text
 
     def _exec_created(self, handle: int, graph: int) -> None:
-        """An exec made from `graph`: its nodes take the labels of that graph's nodes. When the
-        creation record names no graph held here, the exec takes the labels of the graph whose
-        nodes were reported since the last exec was made, if any: a framework instantiates a graph
-        right after capturing it (PyTorch does), so that is the graph it was made from."""
+        """An exec made from `graph` takes the newest capture of that graph; when no capture held
+        here names it, the capture reported since the last exec was made, if any (a framework
+        instantiates a graph right after capturing it, as PyTorch does). A capture binds one exec."""
         made = self.exec_of(handle)
-        pending, self.pending_graph = self.pending_graph, None
+        pending, self.pending_capture = self.pending_capture, None
         if made is None:
             return
-        captured = self.captured.get(graph)
-        if captured:
+        self.bound.pop(made.instance, None)
+        self.ordering.pop(handle, None)
+        key = next((key for key, capture in reversed(self.captured.items()) if capture.graph == graph), None)
+        if key is not None:
             self.bound_by_graph += 1
-        elif pending is not None and self.captured.get(pending):
-            captured = self.captured[pending]
+        elif pending is not None and pending in self.captured:
+            key = pending
             self.bound_by_order += 1
-        if not captured:
-            self.exec_labels.pop(made.instance, None)
+        if key is None:
             return
-        self.exec_labels[made.instance] = (made, dict(captured))
-        self.exec_labels.move_to_end(made.instance)
-        while len(self.exec_labels) > self.KEEP_EXECS:
-            self.exec_labels.popitem(last=False)
+        bound = self.bound[made.instance] = BoundExec(made, self.captured.pop(key))
+        self.ordering[handle] = bound
+        while len(self.bound) > self.KEEP_EXECS:
+            _, oldest = self.bound.popitem(last=False)
+            if self.ordering.get(oldest.made.graph_exec) is oldest:
+                del self.ordering[oldest.made.graph_exec]
+
+    def _launch_order(self, rows: np.ndarray) -> None:
+        """The kernel nodes of each bound exec's first replay recorded node by node, in launch
+        order (for the match by position): its launch record, then its node records, until a
+        launch of another replay says it is over."""
+        rows = rows[np.isin(rows["graph_exec"], np.fromiter(self.ordering, dtype=np.uint64))]
+        for kind, handle, node, replay, flags in rows[["kind", "graph_exec", "graph_node", "replay", "flags"]].tolist():
+            bound = self.ordering.get(handle)
+            if bound is None:
+                continue
+            if kind == GRAPH_LAUNCH:
+                if bound.first_replay and replay != bound.first_replay:
+                    del self.ordering[handle]  # the first recorded replay is over: its order is whole
+                elif flags & GRAPH_NODES_RECORDED:
+                    bound.first_replay = replay
+            elif bound.first_replay and replay == bound.first_replay:
+                bound.order.append(node)
+
+    def labels_of(self, bound: BoundExec) -> dict[int, str]:
+        """node -> label for a bound exec: by handle, or by position when none of its handles is
+        a captured one (once its first recorded replay is over); settled once it is over."""
+        if bound.labels is not None:
+            return bound.labels
+        made, capture = bound.made, bound.capture
+        labels = {node: capture.labels[node] for node in made.nodes if node in capture.labels}
+        if made.graph_exec in self.ordering and self.ordering[made.graph_exec] is bound:
+            return labels  # the first replay may still be arriving: nothing settled yet
+        if not labels and bound.order and len(bound.order) == len(capture.kernels):
+            labels = {node: capture.labels[captured] for node, captured in zip(bound.order, capture.kernels)
+                      if captured in capture.labels}
+            self.matched_by_position += 1
+        bound.labels = labels
+        bound.capture = Capture(capture.graph)  # its labels are the exec's now: the rest is not kept
+        bound.order = []
+        return labels
 
     def graph_rows(self) -> Iterator[tuple[str, int, NodeRow]]:
         """(label, kernel slot, its nodes, executions and blocks) over the execs made from
-        labelled graphs, from the graph join's exact census of each node."""
+        labelled captures, from the graph join's exact census of each node."""
         rows: dict[tuple[str, int], NodeRow] = {}
-        for made, labels in self.exec_labels.values():
+        for bound in self.bound.values():
+            labels = self.labels_of(bound)
+            if not labels:
+                continue
+            made = bound.made
             for census in made.nodes.values():
                 label = labels.get(census.node)
                 if label is None:

@@ -57,12 +57,14 @@ void write_op(SegmentWriter& writer, uint64_t op) {
 // the exec is made from it.
 void write_capture(SegmentWriter& writer, uint64_t graph, uint32_t nodes, uint32_t per_op) {
   std::vector<uint64_t> added;
+  std::vector<uint8_t> kernel;
   for (uint32_t first = 0; first < nodes; first += per_op) {
     const uint64_t op = first / per_op + 1;
     write_op(writer, op);
     added.clear();
     for (uint32_t node = first; node < std::min(nodes, first + per_op); ++node) added.push_back(kFirstNode + node);
-    writer.write_op_nodes(op, graph, added.data(), added.size());
+    kernel.assign(added.size(), 1);  // every node of the synth's graph is a kernel node
+    writer.write_op_nodes(op, graph, /*capture_id=*/1, added.data(), kernel.data(), added.size());
   }
 }
 

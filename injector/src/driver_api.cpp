@@ -54,6 +54,7 @@ bool DriverApi::load(const char** missing) {
   if (!resolve(get, "cuDeviceGetUuid", &device_get_uuid, &optional)) device_get_uuid = nullptr;
   if (!resolve(get, "cuStreamGetCaptureInfo", &stream_get_capture_info, &optional)) stream_get_capture_info = nullptr;
   if (!resolve(get, "cuGraphGetNodes", &graph_get_nodes, &optional)) graph_get_nodes = nullptr;
+  if (!resolve(get, "cuGraphNodeGetType", &graph_node_get_type, &optional)) graph_node_get_type = nullptr;
   return loaded;
 }
 

@@ -27,6 +27,7 @@ struct DriverApi {
   // ... and the graph a stream is capturing, with its nodes (op labels for graph nodes)
   decltype(&::cuStreamGetCaptureInfo) stream_get_capture_info = nullptr;  // the ABI of this cuda.h
   CUresult (*graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
+  CUresult (*graph_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;
 
   bool loaded = false;
   // Resolves every required entry point; false (and the name that failed in *missing) otherwise.

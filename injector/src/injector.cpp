@@ -28,6 +28,7 @@ struct CaptureSeen {
   std::unordered_set<uint64_t> nodes;
   std::vector<CUgraphNode> listed;
   std::vector<uint64_t> added;
+  std::vector<uint8_t> kernel;  // added[i] is a kernel node
 };
 thread_local CaptureSeen t_capture;
 
@@ -707,13 +708,18 @@ int gpuobs::Injector::record_capture(uint64_t stream) {
   if (count && driver().graph_get_nodes(graph, seen.listed.data(), &count) != CUDA_SUCCESS) return 2;
   seen.listed.resize(std::min(count, seen.listed.size()));
   seen.added.clear();
+  seen.kernel.clear();
   for (CUgraphNode node : seen.listed) {
     const uint64_t handle = reinterpret_cast<uint64_t>(node);
-    if (seen.nodes.insert(handle).second) seen.added.push_back(handle);
+    if (!seen.nodes.insert(handle).second) continue;
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    const bool typed = driver().graph_node_get_type && driver().graph_node_get_type(node, &type) == CUDA_SUCCESS;
+    seen.added.push_back(handle);
+    seen.kernel.push_back(typed && type == CU_GRAPH_NODE_TYPE_KERNEL ? 1 : 0);
   }
   if (seen.added.empty()) return 0;
-  return writer_->write_op_nodes(t_current_op, reinterpret_cast<uint64_t>(graph), seen.added.data(),
-                                 seen.added.size()) ? 0 : 1;
+  return writer_->write_op_nodes(t_current_op, reinterpret_cast<uint64_t>(graph), capture_id, seen.added.data(),
+                                 seen.kernel.data(), seen.added.size()) ? 0 : 1;
 }
 
 int gpuobs::Injector::note_profiler(const char* who) {

@@ -90,7 +90,8 @@ class ModulePaths:
 
 class OpRecorder(TorchDispatchMode):
     """Labels each op with `record` before it runs and closes it after (an empty label); under
-    graph capture, `capture` gets the capturing stream after the op ran, while it is still open."""
+    graph capture, `capture` gets the capturing stream before the op opens (what was added in
+    between is no op's) and after it ran, while it is still open."""
 
     def __init__(self, record: Callable[[str], object], paths: ModulePaths,
                  capture: Callable[[int], object] | None = None) -> None:
@@ -102,6 +103,8 @@ class OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if self.capture is not None:
+            self._captured()  # nodes added since the last op (outside the dispatcher) belong to no op
         self._say(lambda: f"{self.paths.of_op((args, kwargs))} {op_name(func)} {describe((args, kwargs))}".rstrip())
         self.ops += 1
         try:

@@ -156,9 +156,11 @@ def test_graph_nodes_carry_the_labels_of_the_ops_that_captured_them(start_synth,
     assert f"{GRAPH_NODES} graph nodes captured under an op" in text.stdout and "NODE RUNS" in text.stdout
 
 
-def op_nodes(op: int, graph: int, nodes: list[int]) -> np.ndarray:
+def op_nodes(op: int, graph: int, nodes: list[int], capture: int = 1) -> np.ndarray:
+    """An op nodes record as the injector writes it (every node a kernel node)."""
     row = np.zeros(1, dtype=OP_NODES_DTYPE)
     row["kind"], row["op"], row["graph"], row["count"] = LAUNCH_KINDS["op_nodes"], op, graph, len(nodes)
+    row["capture_id"], row["kernel_mask"] = capture, (1 << len(nodes)) - 1
     row["nodes"]["node"][0, :len(nodes)] = nodes
     return row
 
@@ -204,25 +206,66 @@ def test_an_exec_takes_the_labels_of_the_graph_it_was_made_from() -> None:
     rows = {(label, slot): (row.nodes, row.executions) for label, slot, row in ops.graph_rows()}
     assert rows == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
     assert (ops.report().nodes_captured, ops.report().nodes_without_op) == (3, 0)
+    assert (ops.bound_by_graph, ops.bound_by_order, ops.matched_by_position) == (1, 0, 0)
 
 
-def test_captured_graphs_and_labelled_execs_are_bounded() -> None:
+def test_captures_and_bound_execs_are_bounded() -> None:
     ops = OpAttribution(lambda handle: GraphExec(handle, instance=handle))
     ops.KEEP_GRAPHS, ops.KEEP_EXECS = 2, 3
     records = [piece for op in range(1, 4) for piece in op_row(op, 7, f"op {op}".encode())]
-    records += [op_nodes(op, 0x900 + op, [op]) for op in range(1, 4)] + [op_nodes(0, 0x900, [9])]
+    records += [op_nodes(op, 0x900 + op, [op], capture=op) for op in range(1, 4)] + [op_nodes(0, 0x900, [9], capture=9)]
     ops.on_launches(rows_of(*records))
-    assert list(ops.captured) == [0x902, 0x903] and ops.report().nodes_without_op == 1
-    ops.on_launches(rows_of(*[exec_created(0xe0 + n, 0x903) for n in range(5)]))
-    assert list(ops.exec_labels) == [0xe2, 0xe3, 0xe4]
+    assert list(ops.captured) == [3, 9] and ops.report().nodes_without_op == 1
+    for n in range(5):  # each made right after a capture of its own
+        ops.on_launches(rows_of(*op_row(10 + n, 7, b"x"), op_nodes(10 + n, 0x800 + n, [n], capture=10 + n),
+                                exec_created(0xe0 + n, 0x800 + n)))
+    assert list(ops.bound) == [0xe2, 0xe3, 0xe4] and ops.bound_by_graph == 5
 
 
-def test_an_exec_whose_creation_names_no_captured_graph_takes_the_graph_captured_before_it() -> None:
+def test_an_exec_whose_creation_names_no_captured_graph_takes_the_capture_made_before_it() -> None:
     """If the graph in the creation record is not the capture's, the exec made right after a
-    capture takes that capture's labels; an exec made after it, with no capture between, none."""
+    capture takes that capture's labels; an exec made after it, with no capture between, none;
+    and a capture binds one exec only (a later exec of a reused graph handle takes none)."""
     ops = OpAttribution(lambda handle: GraphExec(handle, instance=handle))
     ops.on_launches(rows_of(*op_row(1, 7, b"a aten::mm"), op_nodes(1, 0x900, [0xa1, 0xa2]), exec_created(0xe1, 0),
-                            exec_created(0xe2, 0)))
-    assert {instance: labels for instance, (_, labels) in ops.exec_labels.items()} == \
-        {0xe1: {0xa1: "a aten::mm", 0xa2: "a aten::mm"}}
+                            exec_created(0xe2, 0), exec_created(0xe3, 0x900)))
+    assert list(ops.bound) == [0xe1] and ops.bound[0xe1].capture.labels == {0xa1: "a aten::mm", 0xa2: "a aten::mm"}
     assert (ops.bound_by_graph, ops.bound_by_order) == (0, 1)
+
+
+def test_nodes_whose_handles_differ_are_matched_by_position_in_the_first_replay() -> None:
+    """Should the replay's node handles not be the captured ones, the k-th kernel node of the first
+    recorded replay takes the label of the k-th kernel node captured (op 0's nodes keep their place
+    and take none); with another count of nodes, no label is guessed."""
+    join = GraphJoin()
+    ops = OpAttribution(join.by_handle.get)
+
+    def feed(*records: np.ndarray) -> None:
+        rows = rows_of(*records)
+        join.on_launches(rows)
+        ops.on_launches(rows)
+
+    def replay(graph_exec: int, number: int, nodes: list[int], recorded: bool = True) -> list[np.ndarray]:
+        launch_row = np.zeros(1, dtype=LAUNCH_DTYPE)
+        launch_row["kind"], launch_row["graph_exec"], launch_row["replay"] = \
+            LAUNCH_KINDS["graph_launch"], graph_exec, number
+        launch_row["flags"] = GRAPH_NODES_RECORDED if recorded else 0
+        rows = [launch_row]
+        for index, node in enumerate(nodes if recorded else []):
+            row = np.zeros(1, dtype=LAUNCH_DTYPE)
+            row["kind"], row["graph_exec"], row["graph_node"], row["kernel_slot"] = \
+                LAUNCH_KINDS["graph_node"], graph_exec, node, index
+            row["grid_x"] = row["grid_y"] = row["grid_z"] = 1
+            row["grid_id"], row["replay"] = graph_exec * 100 + index, number
+            rows.append(row)
+        return rows
+
+    feed(*op_row(1, 7, b"a aten::mm"), op_nodes(1, 0x900, [0xa1], capture=5), op_nodes(0, 0x900, [0xa2], capture=5),
+         *op_row(2, 7, b"a aten::silu"), op_nodes(2, 0x900, [0xa3], capture=5), exec_created(0xe1, 0x900),
+         *op_row(3, 7, b"b aten::mm"), op_nodes(3, 0x901, [0xb1], capture=6), exec_created(0xe2, 0x901))
+    feed(*replay(0xe1, 1, [0xf1, 0xf2, 0xf3]), *replay(0xe2, 2, [0xf7, 0xf8]))
+    assert list(ops.graph_rows()) == []  # no later launch yet: the first replays may still be arriving
+    feed(*replay(0xe1, 3, [], recorded=False), *replay(0xe2, 4, [], recorded=False))
+    rows = {(label, slot): (row.nodes, row.executions) for label, slot, row in ops.graph_rows()}
+    assert rows == {("a aten::mm", 0): (1, 2), ("a aten::silu", 2): (1, 2)}  # e2: 2 nodes against 1 captured
+    assert ops.matched_by_position == 1

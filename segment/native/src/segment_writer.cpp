@@ -136,7 +136,8 @@ bool SegmentWriter::write_op(uint64_t op, const char* label, uint32_t label_byte
   return put_text(LaunchKind::OpText, op, record.host_time_ns, label, label_bytes) && all;
 }
 
-bool SegmentWriter::write_op_nodes(uint64_t op, uint64_t graph, const uint64_t* nodes, size_t count) {
+bool SegmentWriter::write_op_nodes(uint64_t op, uint64_t graph, uint64_t capture_id, const uint64_t* nodes,
+                                   const uint8_t* kernel, size_t count) {
   bool all = true;
   const uint64_t now = monotonic_ns();
   for (size_t first = 0; first < count; first += kOpNodesPerRecord) {
@@ -144,8 +145,12 @@ bool SegmentWriter::write_op_nodes(uint64_t op, uint64_t graph, const uint64_t* 
     record.host_time_ns = now;
     record.op = op;
     record.graph = graph;
+    record.capture_id = capture_id;
     record.count = uint32_t(std::min<size_t>(kOpNodesPerRecord, count - first));
-    for (uint32_t i = 0; i < record.count; ++i) record.nodes[i].node = nodes[first + i];
+    for (uint32_t i = 0; i < record.count; ++i) {
+      record.nodes[i].node = nodes[first + i];
+      if (kernel[first + i]) record.kernel_mask |= 1u << i;
+    }
     record.kind = uint32_t(LaunchKind::OpNodes);
     all = put_launch_ring(as_launch_record(record)) && all;
   }

@@ -371,7 +371,9 @@ static_assert(covers(kOpRecordFields, sizeof(OpRecord)), "kOpRecordFields lists 
 // Graph nodes that the op `op` added to the graph `graph` while a stream captured it: the nodes
 // of graph execs instantiated from that graph (GraphExecCreated names it) carry the op's label.
 // Node handles are the ones the Sanitizer's node-launch callbacks give at replay (the same
-// values, measured on the H200: tests/gpu/test_ops_graph_gpu.py).
+// values, measured on the H200 with the captured graph kept; tests/gpu/test_ops_graph_gpu.py).
+// Nodes added outside any op have op 0: they keep the capture's kernel order whole, which
+// places a node by its position when handles do not match.
 constexpr uint32_t kOpNodesPerRecord = 6;
 struct CapturedNode {
   uint64_t node;  // CUgraphNode
@@ -383,11 +385,12 @@ struct alignas(64) OpNodesRecord {
   uint64_t op;     // the op's number (its OpRecord), 0 when no op was open on the thread
   uint64_t graph;  // the CUgraph being captured
   uint32_t count;  // nodes in this record (1..kOpNodesPerRecord)
-  uint32_t unused;
-  CapturedNode nodes[kOpNodesPerRecord];
+  uint32_t kernel_mask;  // bit i: nodes[i] is a kernel node
+  CapturedNode nodes[kOpNodesPerRecord];  // in the order the capture added them
   uint32_t kind;  // LaunchKind::OpNodes
   uint32_t flags;
-  uint64_t reserved[4];
+  uint64_t capture_id;  // the driver's id of the capture (unique in the process; a graph handle is not)
+  uint64_t reserved[3];
   uint64_t seq;
 };
 static_assert(sizeof(OpNodesRecord) == kLaunchRecordBytes, "OpNodesRecord is a launch ring record");
@@ -396,9 +399,10 @@ static_assert(offsetof(OpNodesRecord, seq) == 120, "seq is the last word");
 inline constexpr Field kOpNodesRecordFields[] = {
     GPUOBS_FIELD(OpNodesRecord, host_time_ns), GPUOBS_FIELD(OpNodesRecord, op),
     GPUOBS_FIELD(OpNodesRecord, graph),        GPUOBS_FIELD(OpNodesRecord, count),
-    GPUOBS_RESERVED(OpNodesRecord, unused),    GPUOBS_RECORDS(OpNodesRecord, nodes, kCapturedNodeFields),
+    GPUOBS_FIELD(OpNodesRecord, kernel_mask),  GPUOBS_RECORDS(OpNodesRecord, nodes, kCapturedNodeFields),
     GPUOBS_FIELD(OpNodesRecord, kind),         GPUOBS_FIELD(OpNodesRecord, flags),
-    GPUOBS_RESERVED(OpNodesRecord, reserved),  GPUOBS_FIELD(OpNodesRecord, seq),
+    GPUOBS_FIELD(OpNodesRecord, capture_id),   GPUOBS_RESERVED(OpNodesRecord, reserved),
+    GPUOBS_FIELD(OpNodesRecord, seq),
 };
 static_assert(covers(kOpNodesRecordFields, sizeof(OpNodesRecord)), "kOpNodesRecordFields lists every member");
 

@@ -60,9 +60,11 @@ class SegmentWriter {
   // Appends an op record for the calling thread and its label (OpText records). False when any
   // record was dropped (each one counted).
   bool write_op(uint64_t op, const char* label, uint32_t label_bytes);
-  // Appends the graph nodes op `op` added to `graph` under capture (OpNodes records of
-  // kOpNodesPerRecord nodes). False when any record was dropped (each one counted).
-  bool write_op_nodes(uint64_t op, uint64_t graph, const uint64_t* nodes, size_t count);
+  // Appends the graph nodes op `op` (0: none) added to `graph` in capture `capture_id` (OpNodes
+  // records of kOpNodesPerRecord nodes; kernel[i] != 0 marks a kernel node). False when any
+  // record was dropped (each one counted).
+  bool write_op_nodes(uint64_t op, uint64_t graph, uint64_t capture_id, const uint64_t* nodes, const uint8_t* kernel,
+                      size_t count);
   // Names the process for operators (role, rank, model); cut to the header's 63 bytes.
   void set_label(const std::string& label);
   // Who the process is (a plugin says: role, rank, world size, local rank, model); a reader may
