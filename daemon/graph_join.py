@@ -593,22 +593,20 @@ class GraphJoin(Analysis):
 
     def replay_summary(self, instance: int, replay: int) -> dict | None:
         """One replay still kept in detail (of the exec `instance`): its node executions, how
-        many matched, blocks seen."""
+        many matched, blocks seen, and its span on the device clock (0 without events), from
+        the same row `graphs` shows, so that a step's replays and the graph's agree."""
         graph = self.execs.get(instance)
         if graph is None or not replay:
             return None
         if graph.final is not None:
             row = graph.final.get(replay)
-            return None if row is None else {
-                "node_executions": row["node_executions"], "nodes_matched": row["nodes_matched"],
-                "blocks_observed": sum(row["node_blocks"]), "joined": row["joined"], "mode": row["mode"]}
-        record = graph.recent.get(replay)
-        if record is None:
-            return None
-        judged = [(status, observed) for _, status, observed in self.judged(graph, record)]
-        return {"node_executions": len(judged), "nodes_matched": sum(status == MATCHED for status, _ in judged),
-                "blocks_observed": sum(observed for _, observed in judged),
-                "joined": not record.tainted, "mode": record.mode}
+        else:
+            record = graph.recent.get(replay)
+            row = None if record is None else self._replay_row(graph, record, list(self.judged(graph, record)), 0)
+        return None if row is None else {
+            "node_executions": row["node_executions"], "nodes_matched": row["nodes_matched"],
+            "blocks_observed": sum(row["node_blocks"]), "joined": row["joined"], "mode": row["mode"],
+            "device_start_ns": row["device_start_ns"], "device_end_ns": row["device_end_ns"]}
 
     def _replay_row(self, graph: GraphExec, record: ReplayRecord,
                     judged: list[tuple[NodeExecution, str, int]], previous_end: int) -> dict:

@@ -191,6 +191,8 @@ class StepReplay:
     blocks_observed: int = 0
     joined: bool = False
     mode: str = ""
+    device_start_ns: int = 0  # first block enter of its node executions; 0 without events
+    device_end_ns: int = 0
 
 
 @dataclasses.dataclass
@@ -207,6 +209,7 @@ class Step:
     kernel_launches: int
     blocks_expected: int
     replays: list[StepReplay]
+    device_span_ns: int = 0  # first start to last end over its replays with events
 
 
 @dataclasses.dataclass

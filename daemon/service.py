@@ -476,11 +476,13 @@ class ObserverService:
             if "mode" in summary:
                 summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
             replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **summary))
+        timed = [r for r in replays if r.device_start_ns]
+        span = max(r.device_end_ns for r in timed) - min(r.device_start_ns for r in timed) if timed else 0
         return results.Step(
             pid=process.pid, label=label, step=step.step, host_time_ns=step.host_time_ns, thread=step.thread,
             requests=step.requests, tokens=step.tokens, request_ids=step.request_ids,
             request_ids_complete=step.ids_complete, kernel_launches=step.kernel_launches,
-            blocks_expected=step.blocks_expected, replays=replays)
+            blocks_expected=step.blocks_expected, replays=replays, device_span_ns=span)
 
     def hangs(self, pids: list[int], min_age_ms: int, page_size: int = 0,
               page_token: str = "") -> results.Page[results.HungLaunch]:

@@ -109,11 +109,13 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
   struct Queued {
     LaunchShape shape;
     size_t index;
+    bool delayed;  // --replay-delay-us: the last node of a replay, run that much later
   };
   std::deque<Queued> queued;
   const auto run_next = [&] {
     const Queued next = queued.front();
     queued.pop_front();
+    if (next.delayed) std::this_thread::sleep_for(std::chrono::microseconds(options.replay_delay_us));
     const DeviceConfig device_config{in_force.mode, in_force.shift, captured[next.index] != 0};
     work_done += device.run(next.shape, catalog[next.index], device_config);
   };
@@ -188,7 +190,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     if (options.launch_trace || (options.graph_nodes && replay == 1)) writer.write_launch(record);
     ++launches;
     if (shape.slot == UINT32_MAX) continue;
-    queued.push_back({shape, index});
+    queued.push_back({shape, index, options.replay_delay_us && node_index + 1 == options.graph_nodes});
     while (queued.size() > options.device_lag) run_next();
   }
   while (!queued.empty()) run_next();

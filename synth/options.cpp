@@ -35,7 +35,7 @@ void print_usage(std::FILE* out) {
                "  [--mode %s] [--shift N] [--seed N] [--patch-set %s]\n"
                "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
-               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps]] [--hang-seconds S]\n"
+               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps] [--replay-delay-us US]] [--hang-seconds S]\n"
                "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
                "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N]\n"
                "  [--rank R --world-size W [--local-rank L] [--model NAME]] [--gpu ORDINAL,PCI_BUS_ID,UUID ...]\n"
@@ -80,7 +80,7 @@ void apply_environment(Options* o) {
 
 Options parse_options(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kRank, kWorldSize, kLocalRank, kModel, kGpu, kHelp, kVersion };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kReplayDelay, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kRank, kWorldSize, kLocalRank, kModel, kGpu, kHelp, kVersion };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -93,6 +93,7 @@ Options parse_options(int argc, char** argv) {
       {"publish-us", required_argument, nullptr, kPublish}, {"control-poll-us", required_argument, nullptr, kPoll},
       {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
       {"unlink-at-exit", no_argument, nullptr, kUnlink}, {"graph-nodes", required_argument, nullptr, kGraphNodes},
+      {"replay-delay-us", required_argument, nullptr, kReplayDelay},
       {"hang-seconds", required_argument, nullptr, kHang}, {"steps", no_argument, nullptr, kSteps},
       {"cubin", required_argument, nullptr, kCubin},
       {"cubin-function", required_argument, nullptr, kCubinFunction},
@@ -136,6 +137,7 @@ Options parse_options(int argc, char** argv) {
       case kFilter: o.filter = optarg; break;
       case kUnlink: o.unlink_at_exit = true; break;
       case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
+      case kReplayDelay: o.replay_delay_us = uint32_t(parse_number(optarg, "--replay-delay-us")); break;
       case kSteps: o.steps = true; break;
       case kLaunchTrace: o.launch_trace = true; break;
       case kDeviceLag: o.device_lag = uint32_t(parse_number(optarg, "--device-lag")); break;
@@ -177,6 +179,7 @@ Options parse_options(int argc, char** argv) {
   if (o.kernels == 0) usage("--kernels must be at least 1");
   for (const std::string& gpu : o.gpus)
     if (std::count(gpu.begin(), gpu.end(), ',') != 2) usage("--gpu is ORDINAL,PCI_BUS_ID,UUID");
+  if (o.replay_delay_us && o.graph_nodes < 2) usage("--replay-delay-us needs --graph-nodes 2 or more");
   if (o.ops && !o.launch_trace && !o.graph_nodes) usage("--ops needs --launch-trace (eager launches) or --graph-nodes");
   const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
   if (!problem.empty()) usage(problem.c_str());

@@ -28,6 +28,8 @@ struct Options {
   uint32_t live_graphs = 0;   // graph execs "alive": a patch-set switch is refused while > 0
   uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
   uint32_t graph_nodes = 0;   // > 0: launches are replays of one CUDA graph of this many kernel nodes
+  uint32_t replay_delay_us = 0;  // with --graph-nodes N (N >= 2): the device waits this long before each
+                                 // replay's last node, so the replay's span grows by it (a straggling rank)
   bool steps = false;         // with --graph-nodes: an engine step record before each replay, as the vLLM
                               // plugin writes them (requests change every 3 steps)
   double hang_seconds = 0;    // > 0: end with a launch of kernel 0 whose blocks enter and stay this long

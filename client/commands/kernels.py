@@ -36,6 +36,12 @@ def duration_text(durations: pb.BlockDurations) -> str:
     return f"{durations.p50_ns / 1000:.1f}/{durations.p99_ns / 1000:.1f}"
 
 
+def ranks_by_pid(address: str) -> dict[int, int]:
+    """The rank of each process whose identity is set (from the status): empty when none says,
+    and then the table has no RANK column, as for a process that is not part of a job."""
+    return {p.pid: p.rank for p in call(address, "GetStatus", pb.GetStatusRequest()).processes if p.identity_set}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.top > 0:
         kernels = list(call(args.address, "ListKernels", pb.ListKernelsRequest(pids=args.pid, top=args.top)).kernels)
@@ -44,13 +50,15 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         emit("json", {"kernels": [message_dict(k) for k in kernels]})
         return 0
-    rows = [{"pid": k.pid, "launches": k.launches, "graph": k.graph_launches, "blocks": k.blocks_observed,
-             "expected": k.blocks_expected, "unpatched": k.blocks_unpatched + k.blocks_unobserved,
-             "accesses": k.memory_accesses, "events": k.events_delivered, "dropped": k.events_dropped,
+    ranks = ranks_by_pid(args.address)
+    rows = [{"pid": k.pid, "rank": ranks.get(k.pid, "-"), "launches": k.launches, "graph": k.graph_launches,
+             "blocks": k.blocks_observed, "expected": k.blocks_expected,
+             "unpatched": k.blocks_unpatched + k.blocks_unobserved, "accesses": k.memory_accesses,
+             "events": k.events_delivered, "dropped": k.events_dropped,
              "shape": shape_text(k), "duration": duration_text(k.block_durations),
              "name": k.name if len(k.name) <= 60 else k.name[:57] + "..."} for k in kernels]
-    table([("pid", "PID"), ("launches", "LAUNCHES"), ("graph", "IN GRAPHS"), ("blocks", "BLOCKS"),
-           ("expected", "EXPECTED"), ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"), ("events", "EVENTS"),
-           ("dropped", "DROPPED"), ("shape", "GRID/BLOCK"), ("duration", "BLOCK us p50/p99"), ("name", "KERNEL")],
-          rows)
+    table([("pid", "PID"), *([("rank", "RANK")] if ranks else []), ("launches", "LAUNCHES"), ("graph", "IN GRAPHS"),
+           ("blocks", "BLOCKS"), ("expected", "EXPECTED"), ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"),
+           ("events", "EVENTS"), ("dropped", "DROPPED"), ("shape", "GRID/BLOCK"), ("duration", "BLOCK us p50/p99"),
+           ("name", "KERNEL")], rows)
     return 0

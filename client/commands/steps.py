@@ -1,4 +1,5 @@
-"""gpuobsctl steps: a serving engine's steps (vLLM plugin), their requests, replays and blocks."""
+"""gpuobsctl steps: a serving engine's steps (vLLM plugin), their requests, replays and blocks; with
+--ranks, the ranks of each tensor-parallel job side by side, step by step."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import argparse
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32, uint64
-from ..connection import all_pages
+from ..connection import CommandError, all_pages, call
 from ..output import emit, message_dict, table
+from ..rank_steps import DEVICE, AlignedStep, Job, LeftOut, align_steps, group_jobs, ranks_with_steps
 
 NAME = "steps"
 HELP = "engine steps (vLLM plugin): requests and tokens, the graph replays and blocks of each step"
@@ -18,8 +20,12 @@ HELP = "engine steps (vLLM plugin): requests and tokens, the graph replays and b
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument("--last", type=uint32, default=20, help="the last N steps of each process")
-    parser.add_argument("--replay", type=uint64, default=None,
-                        help="only the step that launched this replay number (as `graphs` and events show it)")
+    one_or_all = parser.add_mutually_exclusive_group()  # a replay number is one process's, --ranks spans several
+    one_or_all.add_argument("--replay", type=uint64, default=None,
+                            help="only the step that launched this replay number (as `graphs` and events show it)")
+    one_or_all.add_argument("--ranks", action="store_true",
+                            help="the ranks of each job (model, world size) side by side by step number: each "
+                                 "rank's device span, the slowest rank and the spread")
 
 
 def short_ids(ids: list[str], complete: bool) -> str:
@@ -28,6 +34,8 @@ def short_ids(ids: list[str], complete: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ranks:
+        return run_ranks(args)
     request = pb.ListStepsRequest(pids=args.pid, last=args.last)
     if args.replay is not None:
         request.replay = args.replay
@@ -52,4 +60,77 @@ def run(args: argparse.Namespace) -> int:
         print("no observed process")
     else:
         print("no engine steps recorded (is the gpuobs vLLM plugin installed beside vLLM?)")
+    return 0
+
+
+def rank_cell(step: AlignedStep, rank: int) -> str:
+    """A rank's device span in microseconds; +offset of its host start when the row is compared
+    on the host; - when the rank has no such step."""
+    found = step.ranks.get(rank)
+    if found is None:
+        return "-"
+    if step.basis == DEVICE:
+        return f"{found.device_span_ns / 1000:.1f}"
+    return f"+{found.host_offset_ns / 1000:.1f}"
+
+
+def job_dict(job: Job, aligned: list[AlignedStep]) -> dict:
+    return {
+        "model": job.model, "world_size": job.world_size,
+        "ranks": [{"rank": rank, "pid": pid} for rank, pid in job.pids.items()],
+        "steps": [{"step": s.step, "basis": s.basis, "slowest_rank": s.slowest, "spread": s.spread,
+                   "missing_ranks": [rank for rank in job.pids if rank not in s.ranks],
+                   "ranks": [{"rank": r.rank, "pid": r.pid, "host_time_ns": r.host_time_ns,
+                              "host_offset_ns": r.host_offset_ns, "device_span_ns": r.device_span_ns,
+                              "tokens": r.tokens} for r in s.ranks.values()]} for s in aligned],
+    }
+
+
+def print_job(job: Job, aligned: list[AlignedStep]) -> None:
+    ranks = ranks_with_steps(job, aligned)
+    print(f"{job.model or '(no model)'}, world size {job.world_size}: " +
+          ", ".join(f"rank {rank} pid {pid}" for rank, pid in job.pids.items()))
+    silent = [rank for rank in job.pids if rank not in ranks]
+    if silent:
+        print(f"  no steps recorded by rank(s) {', '.join(map(str, silent))}")
+    if not aligned:
+        return
+    rows = [{"step": s.step, "tokens": s.ranks[0].tokens if 0 in s.ranks else "-",
+             **{f"r{rank}": rank_cell(s, rank) for rank in ranks}, "slowest": f"r{s.slowest}",
+             "spread": f"{s.spread:.2f}x" if s.spread else "-"} for s in aligned]
+    table([("step", "STEP"), ("tokens", "TOKENS"), *[(f"r{rank}", f"r{rank}") for rank in ranks],
+           ("slowest", "SLOWEST"), ("spread", "SPREAD")], rows)
+
+
+def left_out_line(left: LeftOut) -> str:
+    return f"left out: pid(s) {', '.join(map(str, left.pids))}: {left.reason}"
+
+
+def run_ranks(args: argparse.Namespace) -> int:
+    """Steps of every job's ranks side by side: identity from the status, steps from ListSteps."""
+    processes = call(args.address, "GetStatus", pb.GetStatusRequest()).processes
+    if args.pid:
+        unknown = sorted(set(args.pid) - {p.pid for p in processes})
+        if unknown:
+            raise CommandError(f"no observed process with pid {unknown[0]}")
+        processes = [p for p in processes if p.pid in set(args.pid)]
+    jobs, left_out = group_jobs(processes)
+    pids = sorted(pid for job in jobs for pid in job.pids.values())
+    steps = list(all_pages(args.address, "ListSteps", pb.ListStepsRequest(pids=pids, last=args.last),
+                           "steps").steps) if pids else []
+    aligned = [(job, align_steps(job, steps)) for job in jobs]
+    if args.output == "json":
+        emit("json", {"jobs": [job_dict(job, rows) for job, rows in aligned],
+                      "left_out": [{"pids": left.pids, "reason": left.reason} for left in left_out]})
+        return 0
+    for left in left_out:
+        print(left_out_line(left))
+    if not jobs:
+        print("no job to show: no observed process says which rank it is (the framework plugin sets it; "
+              "`gpuobsctl status` shows RANK)")
+        return 0
+    print("rN: the step's device span on rank N, us (its replays' first block enter to last block event); "
+          "+us: a rank had no span, so when each began (host), after the first; -: no such step")
+    for job, rows in aligned:
+        print_job(job, rows)
     return 0

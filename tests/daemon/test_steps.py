@@ -32,6 +32,7 @@ def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon)
     assert [s.step for s in response.steps] == list(range(1, REPLAYS + 1))
     graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(replays=REPLAYS), timeout=10).graphs[0]
     blocks_per_replay = graph.blocks_per_replay
+    graph_replays = {r.replay: r for r in graph.recent_replays}
     for step in response.steps:
         assert step.label == "vllm engine rank 0"
         ids = expected_ids(step.step)
@@ -43,6 +44,11 @@ def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon)
         # the replay's node executions, joined to their events by the graph census
         assert (replay.node_executions, replay.nodes_matched, replay.blocks_observed, replay.mode) == \
             (NODES, NODES, blocks_per_replay, "blocks")
+        # its span on the device clock, the one `graphs` shows, and the step's (one replay)
+        shown = graph_replays[replay.replay]
+        assert 0 < replay.device_start_ns < replay.device_end_ns
+        assert (replay.device_start_ns, replay.device_end_ns) == (shown.device_start_ns, shown.device_end_ns)
+        assert step.device_span_ns == shown.span_ns
 
     (process,) = daemon.status().processes
     assert process.engine_steps == REPLAYS

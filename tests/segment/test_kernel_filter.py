@@ -38,8 +38,11 @@ def patterns() -> st.SearchStrategy[str]:
                      st.sampled_from(["", "$"])).filter(lambda pattern: len(pattern.encode()) <= MAX_PATTERN_BYTES)
 
 
-@settings(max_examples=600, deadline=None)
-@given(patterns(), st.text(alphabet=ALPHABET, max_size=24))
+# Derandomized: the oracle is a backtracking engine, and a nested quantifier on a long text (a
+# pattern such as `((a*)*)*$` on 24 characters) can keep Python's re busy for many minutes; a
+# random draw of one stalled a run. The examples are the same every run, and the texts short.
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(patterns(), st.text(alphabet=ALPHABET, max_size=16))
 def test_the_verdict_is_pythons_on_the_subset(pattern: str, text: str) -> None:
     expected = re.search(pattern, text, re.ASCII) is not None
     assert _native.kernel_filter_search(pattern, text) == expected, (pattern, text)
