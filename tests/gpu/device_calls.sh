@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU suite, the vLLM tests and the overhead benchmarks of one commit in three device calls,
 # each under the device's 600 s limit and all three in its 30 minutes (measured on the H200 at
-# 9317789: call 1 with the decode graph 538 s (suite and build 329 s, of which the profiler
-# probe 67 s; decode graph 209 s), call 2 532 s, call 3 302 s before test_vllm_ops.py (~100 s more, not yet measured); a cold start ~80 s of device
-# time). Call 4 is a fourth that does not fit beside the other three: run it instead of call 2
+# bf1cd2d: call 1 with the decode graph 563 s (suite and build 352 s, of which the profiler
+# probe ~75 s; decode graph 211 s), call 2 487 s, call 3 361 s (the vLLM ops scene ~60 s of it,
+# with one of its two engines failing early: allow ~100 s more); a cold start ~45-80 s of device
+# time: 1,652 s held for the three calls and an earlier 124 s one). Call 4 is a fourth that does not fit beside the other three: run it instead of call 2
 # (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after call 1. The vLLM payload
 # comes in two chunk folders that must be carried by calls back to back on a warm machine (it
 # stays warm ~30 s after a call): make the next call at once. Build them with
