@@ -55,6 +55,7 @@ from pathlib import Path
 import gpuobs
 
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd)
+from gpuobs_testing.phase_file import phases
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
 from vllm_overhead import DROP_IN
 
@@ -104,8 +105,8 @@ class Worker:
             stdout=self.log.open("w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def phase(self) -> str:
-        lines = self.status.read_text().splitlines() if self.status.exists() else []
-        return lines[-1].split(" ", 1)[1] if lines else ""
+        seen = phases(self.status)
+        return seen[-1][1] if seen else ""
 
     def wait_for(self, phase: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

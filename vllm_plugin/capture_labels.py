@@ -9,11 +9,11 @@ itself are not, and count as graph nodes captured outside any op."""
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 import os
 from typing import Any, Callable
+
+from ..method_hook import wrap_method_once
 
 log = logging.getLogger("gpuobs.vllm_plugin")
 
@@ -28,33 +28,28 @@ def install_capture_labels(annotations: Any, module_name: str = RUNNER_MODULE) -
     """Wraps GPUModelRunner.capture_model once per process; False when it was already wrapped.
     Raises (for register() to log) when vLLM has no such method. Whatever fails in the
     recorder, the capture runs as it would."""
-    runner = importlib.import_module(module_name).GPUModelRunner
-    original: Callable[..., Any] = runner.capture_model
-    if getattr(original, "__gpuobs_wrapped__", False):
-        return False
-
-    @functools.wraps(original)
-    def capture_model(self: Any, *args: Any, **kwargs: Any) -> Any:
-        recorder = None
-        try:
-            if annotations.available():
-                from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded
-
-                model = self.get_model() if hasattr(self, "get_model") else getattr(self, "model", None)
-                recorder = recording_ops(annotations.record_op, model, annotations.record_capture)
-                recorder.__enter__()
-        except Exception as error:  # noqa: BLE001 - the graphs are captured unlabelled
+    def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+        def capture_model(self: Any, *args: Any, **kwargs: Any) -> Any:
             recorder = None
-            log.warning("gpuobs: graph nodes are not labelled (%s: %s)", type(error).__name__, error)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            if recorder is not None:
-                try:
-                    recorder.__exit__(None, None, None)
-                except Exception:  # noqa: BLE001
-                    pass
+            try:
+                if annotations.available():
+                    from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded
 
-    capture_model.__gpuobs_wrapped__ = True  # type: ignore[attr-defined]
-    runner.capture_model = capture_model
-    return True
+                    model = self.get_model() if hasattr(self, "get_model") else getattr(self, "model", None)
+                    recorder = recording_ops(annotations.record_op, model, annotations.record_capture)
+                    recorder.__enter__()
+            except Exception as error:  # noqa: BLE001 - the graphs are captured unlabelled
+                recorder = None
+                log.warning("gpuobs: graph nodes are not labelled (%s: %s)", type(error).__name__, error)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                if recorder is not None:
+                    try:
+                        recorder.__exit__(None, None, None)
+                    except Exception:  # noqa: BLE001
+                        pass
+
+        return capture_model
+
+    return wrap_method_once(module_name, "GPUModelRunner", "capture_model", make_wrapper)

@@ -20,12 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from gpuobs_testing.phase_file import PhaseLog, phases, write_json_atomically
+
 STARTED = time.perf_counter()
-
-
-def status(path: Path, text: str) -> None:
-    with path.open("a") as out:
-        out.write(f"{time.perf_counter() - STARTED:.1f} {text}\n")
 
 
 def our_pids(address: str) -> list[int]:
@@ -79,19 +76,20 @@ def main() -> int:
     parser.add_argument("--address", default="")
     parser.add_argument("--capture-sizes", default="1,2,4,8,16,24,32,40,48,56,64")
     args = parser.parse_args()
+    log = PhaseLog(args.status, STARTED)
 
     from vllm import LLM, SamplingParams
 
-    status(args.status, "imported")
+    log.say("imported")
     while not args.go.exists():
         time.sleep(0.05)
-    status(args.status, "go")
+    log.say("go")
     sizes = [int(size) for size in args.capture_sizes.split(",") if int(size) <= args.batch]  # graphs vLLM can use
     began = time.perf_counter()
     llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.25, max_num_seqs=args.batch,
               seed=0, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes})
     engine_ready_s = time.perf_counter() - began
-    status(args.status, f"engine ready in {engine_ready_s:.1f} s")
+    log.say(f"engine ready in {engine_ready_s:.1f} s")
     single = SamplingParams(temperature=0, max_tokens=args.single_tokens, ignore_eos=True)
     batched = SamplingParams(temperature=0, max_tokens=args.batch_tokens, ignore_eos=True)
     warm = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
@@ -99,7 +97,7 @@ def main() -> int:
     prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(args.batch)]
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
-    status(args.status, "warm")
+    log.say("warm")
     while not args.measure.exists():
         time.sleep(0.05)
     modes = args.modes.split(",")
@@ -111,9 +109,9 @@ def main() -> int:
                                                        "single_cpu_ms_per_token": [], "batch_cpu_ms_per_token": [],
                                                        "set_mode_s": []} for mode in modes},
                     "tokens": {}}
-    for line in args.status.read_text().splitlines():
-        if line.endswith(" imported"):
-            result["import_s"] = float(line.split()[0])
+    for seconds, phase in phases(args.status):
+        if phase == "imported":
+            result["import_s"] = seconds
     # The garbage collector neither pauses inside a timed window nor walks the engine's objects:
     # what survived start-up is frozen, and collection waits until a window is over (the same in
     # every configuration; a pause of tens of ms inside a 0.4 s window is several percent). A
@@ -148,7 +146,7 @@ def main() -> int:
                                                    [list(o.outputs[0].token_ids) for o in outs]).encode()).hexdigest()
                 result["tokens"][mode] = {"sha256": digest, "single_first": list(out[0].outputs[0].token_ids[:16]),
                                           "batch_tokens": produced}
-        status(args.status, f"repeat {repeat + 1} done")
+        log.say(f"repeat {repeat + 1} done")
     # The process ends with os._exit (no exit hook, so no last snapshot from the injector): wait
     # for the GPU to finish what vLLM queued and for the tool thread's next snapshot, so that the
     # counters the bench reads afterwards hold no launch whose blocks were still running.
@@ -156,10 +154,8 @@ def main() -> int:
     if torch is not None:
         torch.cuda.synchronize()
     time.sleep(0.5)
-    temporary = args.result.with_suffix(".tmp")
-    temporary.write_text(json.dumps(result))
-    temporary.rename(args.result)
-    status(args.status, "done")
+    write_json_atomically(args.result, result)
+    log.say("done")
     sys.stdout.flush()
     os._exit(0)  # vLLM's engine teardown can hang on exit; everything is written
 

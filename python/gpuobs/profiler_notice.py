@@ -18,11 +18,11 @@ In a plain PyTorch program under gpuobs: `import gpuobs.profiler_notice as n; n.
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 import os
 from typing import Any, Callable, Protocol
+
+from .method_hook import wrap_method_once
 
 log = logging.getLogger("gpuobs.profiler_notice")
 
@@ -47,24 +47,19 @@ def install_profiler_notice(notes: Notes, module_name: str = PROFILER_MODULE) ->
     """Wraps the profiler's preparation once per process; False when it was already wrapped.
     Raises (for the caller to log) when the module or the method is missing. The wrapper never
     raises into the profiler: whatever fails here, the profiler starts as it would."""
-    profile = importlib.import_module(module_name).profile
-    original: Callable[..., Any] = profile._prepare_trace
-    if getattr(original, "__gpuobs_wrapped__", False):
-        return False
+    def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _prepare_trace(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:  # once per profile object: a schedule prepares again at every cycle
+                if not getattr(self, "_gpuobs_noted", False) and wants_gpu_activity(self) and notes.available():
+                    self._gpuobs_noted = True
+                    notes.note_profiler("torch.profiler")
+            except Exception as error:  # noqa: BLE001 - the profiler must start whatever happened here
+                log.debug("gpuobs: profiler start not noted (%s)", error)
+            return original(self, *args, **kwargs)
 
-    @functools.wraps(original)
-    def _prepare_trace(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:  # once per profile object: a schedule prepares again at every cycle
-            if not getattr(self, "_gpuobs_noted", False) and wants_gpu_activity(self) and notes.available():
-                self._gpuobs_noted = True
-                notes.note_profiler("torch.profiler")
-        except Exception as error:  # noqa: BLE001 - the profiler must start whatever happened here
-            log.debug("gpuobs: profiler start not noted (%s)", error)
-        return original(self, *args, **kwargs)
+        return _prepare_trace
 
-    _prepare_trace.__gpuobs_wrapped__ = True  # type: ignore[attr-defined]
-    profile._prepare_trace = _prepare_trace
-    return True
+    return wrap_method_once(module_name, "profile", "_prepare_trace", make_wrapper)
 
 
 def install_here() -> bool:

@@ -171,40 +171,53 @@ def exec_created(graph_exec: int, graph: int) -> np.ndarray:
     return row
 
 
-def test_an_exec_takes_the_labels_of_the_graph_it_was_made_from() -> None:
-    """Through the real graph join: labels go to the exec made from the labelled graph, not to an
-    exec of another graph with the same node handles, nor to a later exec that reuses the handle."""
-    join = GraphJoin()
-    ops = OpAttribution(join.by_handle.get)
+class JoinedOps:
+    """The graph join and the op attribution fed the same launch ring rows, as the drain feeds a
+    process's analyses (the join first)."""
 
-    def feed(*records: np.ndarray) -> None:
+    def __init__(self) -> None:
+        self.join = GraphJoin()
+        self.ops = OpAttribution(self.join.by_handle.get)
+
+    def feed(self, *records: np.ndarray) -> None:
         rows = rows_of(*records)
-        join.on_launches(rows)
-        ops.on_launches(rows)
+        self.join.on_launches(rows)
+        self.ops.on_launches(rows)
 
-    def node_launch(graph_exec: int, node: int, slot: int) -> np.ndarray:
+    def node_rows(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(label, slot) -> (graph nodes, their executions)."""
+        return {(label, slot): (row.nodes, row.executions) for label, slot, row in self.ops.graph_rows()}
+
+
+def replay(graph_exec: int, number: int, nodes: list[tuple[int, int]], recorded: bool = True) -> list[np.ndarray]:
+    """A graph launch record and, when it is recorded node by node, a node launch record per
+    (node, kernel slot), as the injector writes a replay (a node keeps one grid id)."""
+    launch_row = np.zeros(1, dtype=LAUNCH_DTYPE)
+    launch_row["kind"], launch_row["graph_exec"], launch_row["replay"] = LAUNCH_KINDS["graph_launch"], graph_exec, number
+    launch_row["flags"] = GRAPH_NODES_RECORDED if recorded else 0
+    rows = [launch_row]
+    for node, slot in nodes if recorded else []:
         row = np.zeros(1, dtype=LAUNCH_DTYPE)
         row["kind"], row["graph_exec"], row["graph_node"], row["kernel_slot"] = \
             LAUNCH_KINDS["graph_node"], graph_exec, node, slot
         row["grid_x"] = row["grid_y"] = row["grid_z"] = 1
-        row["grid_id"] = graph_exec * 100 + node
-        return row
+        row["grid_id"], row["replay"] = graph_exec * 100 + node, number
+        rows.append(row)
+    return rows
 
-    def replay(graph_exec: int, number: int, nodes: list[tuple[int, int]], recorded: bool) -> list[np.ndarray]:
-        row = np.zeros(1, dtype=LAUNCH_DTYPE)
-        row["kind"], row["graph_exec"], row["replay"] = LAUNCH_KINDS["graph_launch"], graph_exec, number
-        row["flags"] = GRAPH_NODES_RECORDED if recorded else 0
-        return [row] + ([node_launch(graph_exec, node, slot) for node, slot in nodes] if recorded else [])
 
-    feed(*op_row(1, 7, b"layer.0 aten::mm"), op_nodes(1, 0x900, [0xa1]), *op_row(2, 7, b"layer.0 aten::silu"),
-         op_nodes(2, 0x900, [0xa2, 0xa3]), exec_created(0xe1, 0x900), exec_created(0xe2, 0x901))
+def test_an_exec_takes_the_labels_of_the_graph_it_was_made_from() -> None:
+    """Through the real graph join: labels go to the exec made from the labelled graph, not to an
+    exec of another graph with the same node handles, nor to a later exec that reuses the handle."""
+    joined = JoinedOps()
+    joined.feed(*op_row(1, 7, b"layer.0 aten::mm"), op_nodes(1, 0x900, [0xa1]), *op_row(2, 7, b"layer.0 aten::silu"),
+                op_nodes(2, 0x900, [0xa2, 0xa3]), exec_created(0xe1, 0x900), exec_created(0xe2, 0x901))
     nodes = [(0xa1, 4), (0xa2, 5), (0xa3, 5)]
-    feed(*replay(0xe1, 1, nodes, True), *replay(0xe1, 2, nodes, False), *replay(0xe2, 3, nodes, True))
-    rows = {(label, slot): (row.nodes, row.executions) for label, slot, row in ops.graph_rows()}
-    assert rows == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
-    feed(exec_created(0xe1, 0x902), *replay(0xe1, 4, nodes, True))  # the handle reused for another graph
-    rows = {(label, slot): (row.nodes, row.executions) for label, slot, row in ops.graph_rows()}
-    assert rows == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
+    joined.feed(*replay(0xe1, 1, nodes), *replay(0xe1, 2, nodes, False), *replay(0xe2, 3, nodes))
+    assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
+    joined.feed(exec_created(0xe1, 0x902), *replay(0xe1, 4, nodes))  # the handle reused for another graph
+    assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
+    ops = joined.ops
     assert (ops.report().nodes_captured, ops.report().nodes_without_op) == (3, 0)
     assert (ops.bound_by_graph, ops.bound_by_order, ops.matched_by_position) == (1, 0, 0)
 
@@ -237,35 +250,14 @@ def test_nodes_whose_handles_differ_are_matched_by_position_in_the_first_replay(
     """Should the replay's node handles not be the captured ones, the k-th kernel node of the first
     recorded replay takes the label of the k-th kernel node captured (op 0's nodes keep their place
     and take none); with another count of nodes, no label is guessed."""
-    join = GraphJoin()
-    ops = OpAttribution(join.by_handle.get)
-
-    def feed(*records: np.ndarray) -> None:
-        rows = rows_of(*records)
-        join.on_launches(rows)
-        ops.on_launches(rows)
-
-    def replay(graph_exec: int, number: int, nodes: list[int], recorded: bool = True) -> list[np.ndarray]:
-        launch_row = np.zeros(1, dtype=LAUNCH_DTYPE)
-        launch_row["kind"], launch_row["graph_exec"], launch_row["replay"] = \
-            LAUNCH_KINDS["graph_launch"], graph_exec, number
-        launch_row["flags"] = GRAPH_NODES_RECORDED if recorded else 0
-        rows = [launch_row]
-        for index, node in enumerate(nodes if recorded else []):
-            row = np.zeros(1, dtype=LAUNCH_DTYPE)
-            row["kind"], row["graph_exec"], row["graph_node"], row["kernel_slot"] = \
-                LAUNCH_KINDS["graph_node"], graph_exec, node, index
-            row["grid_x"] = row["grid_y"] = row["grid_z"] = 1
-            row["grid_id"], row["replay"] = graph_exec * 100 + index, number
-            rows.append(row)
-        return rows
-
-    feed(*op_row(1, 7, b"a aten::mm"), op_nodes(1, 0x900, [0xa1], capture=5), op_nodes(0, 0x900, [0xa2], capture=5),
-         *op_row(2, 7, b"a aten::silu"), op_nodes(2, 0x900, [0xa3], capture=5), exec_created(0xe1, 0x900),
-         *op_row(3, 7, b"b aten::mm"), op_nodes(3, 0x901, [0xb1], capture=6), exec_created(0xe2, 0x901))
-    feed(*replay(0xe1, 1, [0xf1, 0xf2, 0xf3]), *replay(0xe2, 2, [0xf7, 0xf8]))
-    assert list(ops.graph_rows()) == []  # no later launch yet: the first replays may still be arriving
-    feed(*replay(0xe1, 3, [], recorded=False), *replay(0xe2, 4, [], recorded=False))
-    rows = {(label, slot): (row.nodes, row.executions) for label, slot, row in ops.graph_rows()}
-    assert rows == {("a aten::mm", 0): (1, 2), ("a aten::silu", 2): (1, 2)}  # e2: 2 nodes against 1 captured
-    assert ops.matched_by_position == 1
+    joined = JoinedOps()
+    joined.feed(*op_row(1, 7, b"a aten::mm"), op_nodes(1, 0x900, [0xa1], capture=5),
+                op_nodes(0, 0x900, [0xa2], capture=5), *op_row(2, 7, b"a aten::silu"),
+                op_nodes(2, 0x900, [0xa3], capture=5), exec_created(0xe1, 0x900), *op_row(3, 7, b"b aten::mm"),
+                op_nodes(3, 0x901, [0xb1], capture=6), exec_created(0xe2, 0x901))
+    joined.feed(*replay(0xe1, 1, [(0xf1, 0), (0xf2, 1), (0xf3, 2)]), *replay(0xe2, 2, [(0xf7, 0), (0xf8, 1)]))
+    assert joined.node_rows() == {}  # no later launch yet: the first replays may still be arriving
+    joined.feed(*replay(0xe1, 3, [], recorded=False), *replay(0xe2, 4, [], recorded=False))
+    # e2: 2 nodes against 1 captured
+    assert joined.node_rows() == {("a aten::mm", 0): (1, 2), ("a aten::silu", 2): (1, 2)}
+    assert joined.ops.matched_by_position == 1

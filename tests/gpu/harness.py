@@ -189,6 +189,19 @@ def find_kernel(table: dict[str, dict], prefix: str) -> dict:
     return matches[0]
 
 
+def assert_small_model_labels(table: dict[str, list[str]]) -> None:
+    """What tests/gpu/workloads/torch_ops_labelled.py's two bf16 layers give each op, eager or
+    captured in a graph (label -> kernel names): each layer's up and down projections a GEMM with
+    their 64-token bf16 input, each layer's silu its elementwise silu kernel."""
+    projections = [label for label in table if ".mlp.up_proj " in label or ".mlp.down_proj " in label]
+    assert len(projections) == 4, table  # two layers, two projections each
+    for label in projections:
+        assert any("nvjet" in k or "gemm" in k.lower() or "cutlass" in k.lower() for k in table[label]), table[label]
+        assert "bf16[64," in label, label
+    silu = [label for label in table if "aten::silu" in label]
+    assert len(silu) == 2 and all(any("silu" in k.lower() for k in table[label]) for label in silu), table
+
+
 def keep_report(name: str, report: object) -> None:
     """Writes a report into $GPUOBS_REPORT_DIR (the GPU suite archives it), when that is set."""
     report_dir = os.environ.get("GPUOBS_REPORT_DIR")

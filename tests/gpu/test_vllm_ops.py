@@ -32,6 +32,7 @@ from typing import Iterator
 import pytest
 
 from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
+from gpuobs_testing.phase_file import phases
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
 from harness import INJECTOR, VLLM_SKIP_REASON, WORKLOADS, InjectedRun, keep_report
 
@@ -60,7 +61,7 @@ class Engine:
         self.pid = self.process.pid
 
     def reached(self, phase: str) -> bool:
-        return self.status.exists() and any(line.endswith(f" {phase}") for line in self.status.read_text().splitlines())
+        return any(seen == phase for _, seen in phases(self.status))
 
     def wait_for(self, phase: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

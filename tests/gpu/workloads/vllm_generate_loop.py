@@ -9,24 +9,14 @@ parent never reads our stdout, which vLLM's children may keep open."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
+from gpuobs_testing.phase_file import PhaseLog, write_json_atomically
+
 STARTED = time.perf_counter()
-
-
-def status(path: Path, text: str) -> None:
-    with path.open("a") as out:
-        out.write(f"{time.perf_counter() - STARTED:.1f} {text}\n")
-
-
-def write_json(path: Path, data: dict) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data))
-    temporary.rename(path)
 
 
 def main() -> int:
@@ -37,10 +27,11 @@ def main() -> int:
     parser.add_argument("--stop", type=Path, required=True)
     parser.add_argument("--graphs", action="store_true", help="torch.compile and CUDA graphs instead of eager")
     args = parser.parse_args()
+    log = PhaseLog(args.status, STARTED)
 
     from vllm import LLM, SamplingParams
 
-    status(args.status, "imported")
+    log.say("imported")
     execution = ({"compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}}
                  if args.graphs else {"enforce_eager": True})
     began = time.perf_counter()
@@ -49,14 +40,14 @@ def main() -> int:
     llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.2, kv_cache_memory_bytes=2 << 30,
               max_num_seqs=8, seed=0, **execution)
     engine_ready_s = time.perf_counter() - began
-    status(args.status, "engine ready")
+    log.say("engine ready")
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(4)]
     outs = llm.generate(prompts, greedy, use_tqdm=False)  # the op window: its first steps
     result = {"pid": os.getpid(), "tokens": [list(o.outputs[0].token_ids) for o in outs], "loops": 0,
               "engine_ready_s": engine_ready_s}
-    write_json(args.result, result)
-    status(args.status, "generated")
+    write_json_atomically(args.result, result)
+    log.say("generated")
     while not args.stop.exists():  # running while the daemon switches it
         llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
         result["loops"] += 1
@@ -64,8 +55,8 @@ def main() -> int:
 
     torch.cuda.synchronize()  # every queued kernel done before the injector's last snapshot
     time.sleep(0.5)
-    write_json(args.result, result)
-    status(args.status, "done")
+    write_json_atomically(args.result, result)
+    log.say("done")
     sys.stdout.flush()
     os._exit(0)  # vLLM's engine teardown can hang on exit; everything is written
 
