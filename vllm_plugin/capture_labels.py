@@ -11,25 +11,33 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any, Callable
 
 from ..method_hook import wrap_method_once
 
 log = logging.getLogger("gpuobs.vllm_plugin")
 
-RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # vLLM 0.25: GPUModelRunner.capture_model
+# The runner classes whose capture_model captures the graphs: vLLM 0.25 constructs the V2 model
+# runner by default (its log says "Using V2 Model Runner"), the V1 runner when asked for it.
+RUNNER_MODULES = ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner")
 
 
 def wanted() -> bool:
     return os.environ.get("GPUOBS_OPS_CAPTURE") == "1"
 
 
-def install_capture_labels(annotations: Any, module_name: str = RUNNER_MODULE) -> bool:
-    """Wraps GPUModelRunner.capture_model once per process; False when it was already wrapped.
-    Raises (for register() to log) when vLLM has no such method. Whatever fails in the
-    recorder, the capture runs as it would."""
+def install_capture_labels(annotations: Any, module_names: tuple[str, ...] = RUNNER_MODULES) -> int:
+    """Wraps GPUModelRunner.capture_model of each runner module this vLLM has, once per process;
+    returns how many it wrapped now (0: all were already wrapped). Raises (for register() to log)
+    when no module has such a method. Whatever fails in the recorder, the capture runs as it
+    would; a capture inside another wrapped capture is recorded once."""
+    recording = threading.local()
+
     def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         def capture_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(recording, "on", False):
+                return original(self, *args, **kwargs)
             recorder = None
             try:
                 if annotations.available():
@@ -41,9 +49,11 @@ def install_capture_labels(annotations: Any, module_name: str = RUNNER_MODULE) -
             except Exception as error:  # noqa: BLE001 - the graphs are captured unlabelled
                 recorder = None
                 log.warning("gpuobs: graph nodes are not labelled (%s: %s)", type(error).__name__, error)
+            recording.on = True
             try:
                 return original(self, *args, **kwargs)
             finally:
+                recording.on = False
                 if recorder is not None:
                     try:
                         recorder.__exit__(None, None, None)
@@ -52,4 +62,12 @@ def install_capture_labels(annotations: Any, module_name: str = RUNNER_MODULE) -
 
         return capture_model
 
-    return wrap_method_once(module_name, "GPUModelRunner", "capture_model", make_wrapper)
+    wrapped, missing = 0, []
+    for name in module_names:
+        try:
+            wrapped += wrap_method_once(name, "GPUModelRunner", "capture_model", make_wrapper)
+        except Exception as error:  # noqa: BLE001 - a runner this vLLM lacks (or cannot import here)
+            missing.append(f"{name}: {type(error).__name__}: {error}")
+    if len(missing) == len(module_names):
+        raise RuntimeError("no GPUModelRunner.capture_model to wrap (" + "; ".join(missing) + ")")
+    return wrapped

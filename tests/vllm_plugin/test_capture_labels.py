@@ -62,8 +62,8 @@ def test_installed_once_and_the_capture_runs_whatever_the_recorder_does(monkeypa
     runs: list[str] = []
     runner = fake_runner(monkeypatch, "fake_runner_capture", lambda: runs.append("captured") or 7)
     notes = Notes(available=False)  # the injector not loaded: no recorder, the capture as it was
-    assert install_capture_labels(notes, "fake_runner_capture")
-    assert not install_capture_labels(notes, "fake_runner_capture")
+    assert install_capture_labels(notes, ("fake_runner_capture",)) == 1
+    assert install_capture_labels(notes, ("fake_runner_capture",)) == 0
     assert runner().capture_model() == 7 and runs == ["captured"]
     if not HAS_TORCH:  # the recorder cannot start: said once per capture, and the capture runs
         notes._available = True
@@ -77,7 +77,7 @@ def test_a_failing_capture_still_raises_and_leaves_no_recorder_behind(monkeypatc
         raise RuntimeError("capture failed")
 
     runner = fake_runner(monkeypatch, "fake_runner_failing", fails)
-    install_capture_labels(Notes(), "fake_runner_failing")
+    install_capture_labels(Notes(), ("fake_runner_failing",))
     with pytest.raises(RuntimeError, match="capture failed"):
         runner().capture_model()
     if HAS_TORCH:
@@ -97,7 +97,31 @@ def test_ops_of_the_capture_are_labelled(monkeypatch: pytest.MonkeyPatch) -> Non
         return 0
 
     runner = fake_runner(monkeypatch, "fake_runner_ops", capture)
-    install_capture_labels(notes, "fake_runner_ops")
+    install_capture_labels(notes, ("fake_runner_ops",))
     runner().capture_model()
     assert any("aten::add" in label for label in notes.labels), notes.labels
     assert notes.captures == []  # nothing captured a graph on the CPU
+
+
+def test_the_runner_this_vllm_has_is_wrapped_and_none_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.25 runs the V2 model runner by default and the V1 runner when asked: each that
+    exists is wrapped; a vLLM with neither is said (register() logs it), not ignored."""
+    runs: list[str] = []
+    v2 = fake_runner(monkeypatch, "fake_runner_v2", lambda: runs.append("v2") or 0)
+    assert install_capture_labels(Notes(available=False), ("fake_runner_v2", "fake_runner_absent")) == 1
+    v2().capture_model()
+    assert runs == ["v2"]
+    with pytest.raises(RuntimeError, match="fake_runner_absent"):
+        install_capture_labels(Notes(), ("fake_runner_absent",))
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_a_capture_inside_another_is_recorded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    notes = Notes()
+    inner = fake_runner(monkeypatch, "fake_runner_inner", lambda: (torch.ones(2) * 3) is None or 0)
+    outer = fake_runner(monkeypatch, "fake_runner_outer", lambda: inner().capture_model())
+    install_capture_labels(notes, ("fake_runner_outer", "fake_runner_inner"))
+    outer().capture_model()
+    assert sum("aten::mul" in label for label in notes.labels) == 1, notes.labels
