@@ -19,12 +19,49 @@ _record_numbers = itertools.count(1)
 
 @dataclasses.dataclass
 class DeviceSpan:
-    """The block events of one (grid id, replay): one node execution as the device saw it."""
+    """The block events of one launch as the device saw it: a node execution (grid id, replay)
+    or an eager launch (its grid id)."""
 
     enters: int = 0
     events: int = 0
     first_ns: int = 0  # first block enter
     last_ns: int = 0   # last block event of any kind
+    exits: int = 0
+
+    def whole(self, blocks: int, exits_recorded: bool) -> bool:
+        """Every block entered and, where the process records block exits, exited: its span is
+        then its launch's, first enter to last event."""
+        return self.enters == blocks and (not exits_recorded or self.exits == blocks)
+
+
+@dataclasses.dataclass
+class DeviceTime:
+    """The device time of some launches (eager ones or node executions): the sum over those
+    timed, how many were timed, and how many had some block events but not every one, so were
+    not timed (a span with blocks missing would be a guess, short by an unknown amount)."""
+
+    ns: int = 0
+    timed: int = 0
+    partial: int = 0
+
+    def add(self, span: DeviceSpan | None, blocks: int | None, exits_recorded: bool, settled: bool = True) -> None:
+        """One launch by its span: timed when whole (DeviceSpan.whole); `blocks` None:
+        not every event of it was looked at. Partial only once `settled` (every event it will
+        have has been read: before, its missing blocks may still be running). Nothing for a
+        launch without block events (run in a mode without them, or filtered out)."""
+        if span is None or not span.enters + span.exits:
+            return
+        if blocks is not None and span.whole(blocks, exits_recorded):
+            self.ns += span.last_ns - span.first_ns
+            self.timed += 1
+        elif settled:
+            self.partial += 1
+
+    def __iadd__(self, other: "DeviceTime") -> "DeviceTime":
+        self.ns += other.ns
+        self.timed += other.timed
+        self.partial += other.partial
+        return self
 
 
 @dataclasses.dataclass
@@ -65,6 +102,7 @@ class NodeCensus:
     unrecorded: int = 0
     unjoined: int = 0
     blocks_observed: int = 0
+    device: DeviceTime = dataclasses.field(default_factory=DeviceTime)
 
     @property
     def blocks_per_execution(self) -> int:

@@ -35,6 +35,10 @@ an event mode: it is matched when every block entered, mismatched otherwise; one
 event is unrecorded (it ran in a mode that records none, its kernel was filtered out, or every
 one of its events was dropped, which the drop counters say).
 
+A node execution's device time (DeviceTime) is its span, first block enter to last block event,
+when every block's events came; folded into its node when its replay leaves the window, so that
+it outlives the spans.
+
 The census (graph execs, replays, node executions per node) is exact and vectorized. The join
 is per node execution in Python, so it runs under the daemon's analysis budget: node executions
 of launch batches beyond the budget, and the replays that had events in an event batch the
@@ -57,8 +61,8 @@ from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUN
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
-from .graph_exec import (MATCHED, MISMATCHED, STATUSES, UNJOINED, UNRECORDED, DeviceSpan, GraphExec, NodeCensus,
-                         NodeExecution, ReplayRecord)
+from .graph_exec import (MATCHED, MISMATCHED, STATUSES, UNJOINED, UNRECORDED, DeviceSpan, DeviceTime, GraphExec,
+                         NodeCensus, NodeExecution, ReplayRecord)
 from .time_budget import TimeBudget
 
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
@@ -93,9 +97,14 @@ class GraphJoin(Analysis):
     SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
     AHEAD_REPLAYS = 1 << 20   # events of a replay this far past the last launch record read wait for it
 
-    def __init__(self, budget: TimeBudget | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, budget: TimeBudget | None = None, clock: Callable[[], float] = time.monotonic, *,
+                 exits_hooked: bool = False) -> None:
+        """`exits_hooked`: the process says it records block exits (so does one that shows one)."""
         self.budget = budget or AnalysisBudget()
         self.clock = clock
+        self.exits_recorded = exits_hooked
+        self.device_time = DeviceTime()  # of every node execution folded, whatever exec it was of
+        self.replay_begun = 0  # replays numbered below it have had all their events read (settle())
         self.last_sweep = 0.0
         self.execs: dict[int, GraphExec] = {}  # by instance: every exec kept, first seen first
         self.by_handle: dict[int, GraphExec] = {}  # the exec a handle's records go to now
@@ -304,6 +313,7 @@ class GraphJoin(Analysis):
         are the execs destroyed at least FINAL_AFTER_S ago whose replays are (or, for an exec
         whose last replay was the process's last, FINAL_LATEST_S ago: no later replay may come to
         say it finished)."""
+        self.replay_begun = max(self.replay_begun, replay_begun)
         # the queue is in replay order per exec, and nearly so across execs: a replay found not
         # begun stops the fold, and what follows it waits for a later pass (or MAX_UNSETTLED)
         while self.unsettled and self.unsettled[0][1].replay < replay_begun:
@@ -343,6 +353,9 @@ class GraphJoin(Analysis):
         if record.implied and not graph.nodes:
             graph.folded_unlearned += 1
         has_spans = self._has_spans(record)
+        for node, time_of in self._device_times(graph, record, settled=True).items():
+            graph.nodes[node].device += time_of
+            self.device_time += time_of
         for execution, status, observed in self.judged(graph, record):
             node = graph.nodes[execution.node]
             setattr(node, status, getattr(node, status) + 1)
@@ -404,6 +417,9 @@ class GraphJoin(Analysis):
         return self._owner_arrays
 
     def on_events(self, events: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
+        if not self.exits_recorded and len(events):
+            self.exits_recorded = bool(kind_counts[BLOCK_EXIT] if kind_counts is not None else
+                                       (events["kind"] == BLOCK_EXIT).any())
         if not self.grid_owner or not len(events):
             return
         if kind_counts is not None and not kind_counts[[BLOCK_ENTER, BLOCK_EXIT, LAUNCH_EVENT]].any():
@@ -456,11 +472,12 @@ class GraphJoin(Analysis):
         is_enter = block["kind"] == BLOCK_ENTER
         times = block["globaltimer_ns"].astype(np.int64)
         enters = np.add.reduceat(is_enter.astype(np.int64), starts)
+        exits = np.add.reduceat((block["kind"] == BLOCK_EXIT).astype(np.int64), starts)
         enter_times = np.where(is_enter, times, np.iinfo(np.int64).max)
         firsts = np.minimum.reduceat(enter_times, starts)
         lasts = np.maximum.reduceat(times, starts)
-        for key, n_events, n_enters, first, last in zip(uniques, counts.tolist(), enters.tolist(),
-                                                        firsts.tolist(), lasts.tolist()):
+        for key, n_events, n_enters, n_exits, first, last in zip(uniques, counts.tolist(), enters.tolist(),
+                                                                 exits.tolist(), firsts.tolist(), lasts.tolist()):
             span = self.spans.get(key)
             if span is None:
                 span = self.spans[key] = DeviceSpan()
@@ -468,6 +485,7 @@ class GraphJoin(Analysis):
             if n_enters:
                 span.first_ns = first if not span.enters else min(span.first_ns, first)
             span.enters += n_enters
+            span.exits += n_exits
             span.events += n_events
             span.last_ns = max(span.last_ns, last)
         now = time.monotonic()
@@ -590,6 +608,39 @@ class GraphJoin(Analysis):
             orders.device_order = device_order
         elif len(device_order) == len(orders.device_order) and device_order != orders.device_order:
             orders.device_order_stable = False
+
+    def _device_times(self, graph: GraphExec, record: ReplayRecord, settled: bool = False) -> dict[int, DeviceTime]:
+        """node -> the device time of its execution in this replay (DeviceTime.add): none for a
+        replay without events; a replay the budget skipped events of has none timed. A replay
+        still held is settled once the device had begun a later one when the rings were last
+        read to their end."""
+        times: dict[int, DeviceTime] = {}
+        if not self._has_spans(record):
+            return times
+        settled = settled or record.replay < self.replay_begun
+        for execution in graph.executions(record):
+            span = self.spans.get(execution.key(record.replay)) if execution.recordable else None
+            blocks = None if record.tainted else execution.blocks
+            times.setdefault(execution.node, DeviceTime()).add(span, blocks, self.exits_recorded, settled)
+        return times
+
+    def node_device_times(self, graph: GraphExec) -> dict[int, DeviceTime]:
+        """node -> the device time of its executions so far: folded ones and those of the
+        replays still held (their spans may still grow: a replay held is timed once all its
+        blocks are in)."""
+        times = {node: dataclasses.replace(census.device) for node, census in graph.nodes.items()}
+        for _, record in self._held([graph]):
+            for node, time_of in self._device_times(graph, record).items():
+                times[node] += time_of
+        return times
+
+    def device_total(self) -> DeviceTime:
+        """The device time of every node execution of the process so far (execs let go included)."""
+        total = dataclasses.replace(self.device_time)
+        for graph, record in self._held(list(self.execs.values())):
+            for time_of in self._device_times(graph, record).values():
+                total += time_of
+        return total
 
     def replay_summary(self, instance: int, replay: int) -> dict | None:
         """One replay still kept in detail (of the exec `instance`): its node executions, how

@@ -22,10 +22,23 @@ graph is destroyed, as PyTorch does after instantiating it) is matched by positi
 kernel node of its first recorded replay is the k-th kernel node the capture added, when both
 have as many. Each binding is counted by the way it was made.
 
+Device time (blocks mode): a launch's time is its first block enter to its last block event, as
+the graph join's spans are; a node execution's comes from the join, an eager launch's from the
+block events of its grid id. A launch is timed only when every block's events came (enters, and
+exits where the process records them): with some missing, its span could be short by any amount,
+so it is counted partial instead, neither timed nor part of any share, and only once no more of
+its events can come (the process is gone, or the bound below lets it go: until then its blocks may
+still be running). A share is of the device time of every launch and node execution of the
+process that was timed, inside an op or not; an eager launch with no launch record has no grid
+size to tell whether it is whole, so it is not timed at all.
+
 Bounded: labels of the last KEEP_OPS ops are held (a launch follows its op closely in the ring);
 at most MAX_LABELS labels keep rows of their own, the rest go to OTHER; a label longer than
 MAX_LABEL_BYTES is taken as lost; the captured nodes of the last KEEP_GRAPHS graphs wait for an
-exec, and the labels of the last KEEP_EXECS execs made are kept.
+exec, and the labels of the last KEEP_EXECS execs made are kept; the last KEEP_LAUNCHES eager
+launch records wait for their block events (a launch's first event later than that is not
+timed), and at most MAX_IN_FLIGHT launches whose events came in part wait for the rest (the
+oldest let go is partial, and counted).
 """
 
 from __future__ import annotations
@@ -36,10 +49,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
+from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
 
-from .analysis import Analysis
-from .graph_exec import GraphExec
+from .analysis import ALL_REPLAYS, Analysis
+from .analysis_budget import AnalysisBudget
+from .graph_exec import DeviceSpan, DeviceTime, GraphExec
+from .time_budget import TimeBudget
 
 OP = LAUNCH_KINDS["op"]
 OP_TEXT = LAUNCH_KINDS["op_text"]
@@ -49,9 +64,13 @@ EAGER = LAUNCH_KINDS["eager"]
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 ANNOTATIONS = (OP, OP_TEXT, OP_NODES, EXEC_CREATED)  # read one by one, in ring order
+BLOCK_ENTER = EVENT_KINDS["block_enter"]
+BLOCK_EXIT = EVENT_KINDS["block_exit"]
 OTHER = "(other ops)"
 LABEL_LOST = "(label lost: launch ring full)"
 MAX_LABEL_BYTES = 8192  # the injector cuts labels to 4096
+OUTSIDE = -1  # the row of an eager launch made outside any op
+HELD_DTYPE = np.dtype([("grid_id", np.uint64), ("row", np.int64), ("blocks", np.uint64)])
 
 
 @dataclasses.dataclass
@@ -76,6 +95,7 @@ class OpTotals:
     launches_other: int        # attributed to OTHER: their label came after MAX_LABELS others
     nodes_captured: int = 0    # graph nodes an op added under capture (op nodes records)
     nodes_without_op: int = 0  # graph nodes added under capture outside any op
+    timings_let_go: int = 0    # eager launches let go (MAX_IN_FLIGHT) before all their block events came
 
 
 @dataclasses.dataclass
@@ -105,6 +125,16 @@ class NodeRow:
     nodes: int = 0
     executions: int = 0
     blocks: int = 0
+    device: DeviceTime = dataclasses.field(default_factory=DeviceTime)
+
+
+@dataclasses.dataclass
+class InFlight:
+    """An eager launch some of whose block events came: its row, its blocks, its span so far."""
+
+    row: int
+    blocks: int
+    span: DeviceSpan = dataclasses.field(default_factory=DeviceSpan)
 
 
 class OpAttribution(Analysis):
@@ -112,9 +142,15 @@ class OpAttribution(Analysis):
     KEEP_OPS = 65536
     KEEP_GRAPHS = 1024
     KEEP_EXECS = 4096
+    KEEP_LAUNCHES = 65536  # eager launch records held for their block events
+    MAX_IN_FLIGHT = 4096   # eager launches with some block events, waiting for the rest
 
-    def __init__(self, exec_of: Callable[[int], GraphExec | None] = lambda handle: None) -> None:
-        """`exec_of`: the graph join's exec for a handle (the join reads each batch first)."""
+    def __init__(self, exec_of: Callable[[int], GraphExec | None] = lambda handle: None,
+                 node_times: Callable[[GraphExec], dict[int, DeviceTime]] = lambda graph: {}, *,
+                 budget: TimeBudget | None = None, exits_hooked: bool = False) -> None:
+        """`exec_of`: the graph join's exec for a handle (the join reads each batch first);
+        `node_times`: the join's device time per node of an exec; `exits_hooked`: the process
+        says it records block exits (so does one that shows one)."""
         self.ops: collections.OrderedDict[int, OpLabel] = collections.OrderedDict()  # op number -> label
         self.labels: dict[str, dict[int, list[int]]] = {}  # label -> kernel slot -> [launches, blocks]
         self.ops_seen = 0
@@ -131,6 +167,16 @@ class OpAttribution(Analysis):
         self.bound_by_graph = 0  # execs whose creation record named a captured graph
         self.bound_by_order = 0  # execs made right after a capture whose graph they did not name
         self.matched_by_position = 0  # execs whose node handles were not the captured ones
+        self.node_times = node_times
+        self.budget = budget or AnalysisBudget()
+        self.exits_recorded = exits_hooked
+        self.rows: dict[tuple[str, int], int] = {}  # (label, kernel slot) -> row, an index into row_times
+        self.row_times: list[DeviceTime] = []  # eager launches' device time per row
+        self.outside_time = DeviceTime()  # of eager launches outside any op
+        self.held = np.zeros(0, dtype=HELD_DTYPE)  # the last eager launch records, a ring (made at the first)
+        self.held_written = 0
+        self.in_flight: collections.OrderedDict[int, InFlight] = collections.OrderedDict()  # by grid id
+        self.timings_let_go = 0
 
     def on_launches(self, rows: np.ndarray) -> None:
         if not len(rows):
@@ -154,19 +200,28 @@ class OpAttribution(Analysis):
             return
         named = eager["op"] != 0
         self.launches_without_op += int(np.count_nonzero(~named))
-        eager = eager[named]
-        if not len(eager):
-            return
         blocks = eager["grid_x"].astype(np.uint64) * eager["grid_y"] * eager["grid_z"]
+        row_of = np.full(len(eager), OUTSIDE, dtype=np.int64)
+        if named.any():
+            row_of[named] = self._attribute(eager[named], blocks[named])
+        self._hold(eager["grid_id"], row_of, blocks)
+
+    def _attribute(self, eager: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """Counts launches that name an op under their label and kernel; each one's row."""
         pairs = np.stack([eager["op"], eager["kernel_slot"].astype(np.uint64)], axis=1)
         unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
-        launches = np.bincount(inverse.ravel(), minlength=len(unique))
-        block_sums = np.bincount(inverse.ravel(), weights=blocks.astype(np.float64), minlength=len(unique))
-        for (op, slot), count, total in zip(unique.tolist(), launches.tolist(), block_sums.tolist()):
+        inverse = inverse.ravel()
+        launches = np.bincount(inverse, minlength=len(unique))
+        block_sums = np.bincount(inverse, weights=blocks.astype(np.float64), minlength=len(unique))
+        rows = np.zeros(len(unique), dtype=np.int64)
+        for index, ((op, slot), count, total) in enumerate(zip(unique.tolist(), launches.tolist(),
+                                                               block_sums.tolist())):
             known = self.ops.get(op)
-            self._add(known.label() if known else LABEL_LOST, slot, count, int(total))
+            rows[index] = self._add(known.label() if known else LABEL_LOST, slot, count, int(total))
+        return rows[inverse]
 
-    def _add(self, label: str, slot: int, launches: int, blocks: int) -> None:
+    def _add(self, label: str, slot: int, launches: int, blocks: int) -> int:
+        """Counts launches under a label's kernel; returns its row."""
         kernels = self.labels.get(label)
         if kernels is None:
             if len(self.labels) >= self.MAX_LABELS:
@@ -176,6 +231,107 @@ class OpAttribution(Analysis):
         counts[0] += launches
         counts[1] += blocks
         self.launches_attributed += launches
+        return self._row(label, slot)
+
+    def _row(self, label: str, slot: int) -> int:
+        row = self.rows.get((label, slot))
+        if row is None:
+            row = self.rows[(label, slot)] = len(self.row_times)
+            self.row_times.append(DeviceTime())
+        return row
+
+    def _hold(self, grid_ids: np.ndarray, rows: np.ndarray, blocks: np.ndarray) -> None:
+        """Eager launch records into the ring of those held for their block events (the last
+        KEEP_LAUNCHES: a launch's events come soon after its record)."""
+        if not len(self.held):
+            self.held = np.zeros(self.KEEP_LAUNCHES, dtype=HELD_DTYPE)
+        keep = min(len(grid_ids), self.KEEP_LAUNCHES)
+        at = (self.held_written + np.arange(len(grid_ids) - keep, len(grid_ids))) % self.KEEP_LAUNCHES
+        self.held["grid_id"][at] = grid_ids[-keep:]
+        self.held["row"][at] = rows[-keep:]
+        self.held["blocks"][at] = blocks[-keep:]
+        self.held_written += len(grid_ids)
+
+    # -- block events of eager launches -------------------------------------------------------
+    def on_events(self, events: np.ndarray, kind_counts: np.ndarray) -> None:
+        if not self.exits_recorded:
+            self.exits_recorded = bool(kind_counts[BLOCK_EXIT])
+        if not self.held_written or not (kind_counts[BLOCK_ENTER] or kind_counts[BLOCK_EXIT]):
+            return
+        with self.budget.spending():
+            if self.budget.allows():  # else: the launches whose events it skipped are never whole
+                self._time(events)
+
+    def _time(self, events: np.ndarray) -> None:
+        """Block events into the spans of the eager launches held; a launch whole is timed."""
+        kinds = events["kind"]
+        block = events[(kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT)]
+        block = block[np.argsort(block["grid_id"], kind="stable")]
+        grid_ids = block["grid_id"]
+        starts = np.flatnonzero(np.concatenate([[True], grid_ids[1:] != grid_ids[:-1]]))
+        is_enter = block["kind"] == BLOCK_ENTER
+        times = block["globaltimer_ns"].astype(np.int64)
+        enters = np.add.reduceat(is_enter.astype(np.int64), starts)
+        firsts = np.minimum.reduceat(np.where(is_enter, times, np.iinfo(np.int64).max), starts)
+        lasts = np.maximum.reduceat(times, starts)
+        counts = np.diff(np.append(starts, len(block)))
+        keys = grid_ids[starts].tolist()
+        self._begin_flights([key for key in keys if key not in self.in_flight])
+        for key, n_events, n_enters, first, last in zip(keys, counts.tolist(), enters.tolist(), firsts.tolist(),
+                                                        lasts.tolist()):
+            flight = self.in_flight.get(key)
+            if flight is None:
+                continue  # not an eager launch held: a node execution's, or a launch without its record
+            span = flight.span
+            if n_enters:
+                span.first_ns = first if not span.enters else min(span.first_ns, first)
+            span.enters += n_enters
+            span.exits += n_events - n_enters
+            span.events += n_events
+            span.last_ns = max(span.last_ns, last)
+            if span.whole(flight.blocks, self.exits_recorded):
+                del self.in_flight[key]
+                self._time_of(flight.row).add(span, flight.blocks, self.exits_recorded)
+        while len(self.in_flight) > self.MAX_IN_FLIGHT:  # the oldest, once the batch's whole ones are out
+            self._let_go(self.in_flight.popitem(last=False)[1])
+            self.timings_let_go += 1
+
+    def _begin_flights(self, grid_ids: list[int]) -> None:
+        """The launches held with these grid ids take their first block events: in flight now
+        (taken out of the ring, so that a late event of a launch timed already starts none)."""
+        if not grid_ids:
+            return
+        filled = self.held[:min(self.held_written, self.KEEP_LAUNCHES)]
+        found = np.flatnonzero(np.isin(filled["grid_id"], np.array(grid_ids, dtype=np.uint64)) &
+                               (filled["blocks"] > 0))
+        for grid_id, row, blocks in filled[found].tolist():
+            self.in_flight[grid_id] = InFlight(row, blocks)
+        filled["blocks"][found] = 0
+
+    def _let_go(self, flight: InFlight) -> None:
+        """A launch in flight whose other block events will not be read: partial."""
+        self._time_of(flight.row).add(flight.span, flight.blocks, self.exits_recorded)
+
+    def _time_of(self, row: int) -> DeviceTime:
+        return self.outside_time if row == OUTSIDE else self.row_times[row]
+
+    def settle(self, replay_begun: int) -> None:
+        """Once the process is gone and its rings are read, launches in flight are partial."""
+        if replay_begun >= ALL_REPLAYS:
+            while self.in_flight:
+                self._let_go(self.in_flight.popitem(last=False)[1])
+
+    def eager_time(self, label: str, slot: int) -> DeviceTime:
+        """The device time of a label's eager launches of a kernel."""
+        row = self.rows.get((label, slot))
+        return DeviceTime() if row is None else self.row_times[row]
+
+    def eager_total(self) -> DeviceTime:
+        """The device time of every eager launch with a record, inside an op or not."""
+        total = dataclasses.replace(self.outside_time)
+        for time_of in self.row_times:
+            total += time_of
+        return total
 
     def _begin(self, record: np.void) -> None:
         size = int(record["text_bytes"])
@@ -285,6 +441,7 @@ class OpAttribution(Analysis):
             if not labels:
                 continue
             made = bound.made
+            times = self.node_times(made)
             for census in made.nodes.values():
                 label = labels.get(census.node)
                 if label is None:
@@ -294,9 +451,10 @@ class OpAttribution(Analysis):
                 row.nodes += 1
                 row.executions += executions
                 row.blocks += executions * census.blocks_per_execution
+                row.device += times.get(census.node, DeviceTime())
         return ((label, slot, row) for (label, slot), row in rows.items())
 
     def report(self) -> OpTotals:
         return OpTotals(self.ops_seen, self.launches_attributed, self.launches_without_op,
                         len(self.labels) - (OTHER in self.labels), self.launches_other, self.nodes_captured,
-                        self.nodes_without_op)
+                        self.nodes_without_op, self.timings_let_go)

@@ -140,9 +140,11 @@ class ProcessAnalyses:
     def create(cls, budget: TimeBudget | None = None, *, exits_hooked: bool = False) -> "ProcessAnalyses":
         """Every analysis of a new process, sharing `budget` (all processes share one)."""
         budget = budget or AnalysisBudget()
-        graph_join = GraphJoin(budget)
+        graph_join = GraphJoin(budget, exits_hooked=exits_hooked)
+        ops = OpAttribution(graph_join.by_handle.get, graph_join.node_device_times, budget=budget,
+                            exits_hooked=exits_hooked)
         return cls(graph_join, BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
-                   StepAttribution(graph_join.replay_shape), OpAttribution(graph_join.by_handle.get), HotPcs(budget))
+                   StepAttribution(graph_join.replay_shape), ops, HotPcs(budget))
 
     def __iter__(self) -> Iterator[Analysis]:
         return (getattr(self, field.name) for field in dataclasses.fields(self))

@@ -228,6 +228,10 @@ class OpKernel:
     blocks: int  # of the launches and of the node executions
     node_executions: int = 0  # executions of graph nodes captured under the op
     graph_nodes: int = 0  # those nodes (in every exec made from the graphs)
+    device_ns: int = 0  # of the launches and node executions timed
+    timed: int = 0
+    partial: int = 0  # with some block events, not all: not timed
+    share: float | None = None  # device_ns over the process's; None when none timed
 
 
 @dataclasses.dataclass
@@ -240,6 +244,10 @@ class OpTotals:
     launches_other: int
     nodes_captured: int = 0
     nodes_without_op: int = 0
+    device_ns: int = 0  # of every launch and node execution timed, in an op or not
+    timed: int = 0
+    partial: int = 0
+    timings_let_go: int = 0
 
 
 @dataclasses.dataclass

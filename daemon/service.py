@@ -6,6 +6,7 @@ codes, and reaches the registry only through these methods."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import shutil
@@ -24,7 +25,7 @@ from gpuobs.recording import RecordingWriter
 
 from . import results
 from .errors import Busy, InvalidArgument, NotFound, RecordFailed, quoted
-from .graph_exec import GraphExec
+from .graph_exec import DeviceTime, GraphExec
 from .paging import (GRAPH_TOKEN, HANG_TOKEN, HOT_PC_TOKEN, KERNEL_TOKEN, STEP_TOKEN, page_token_of, parse_page_token,
                      position_in, process_order, walk_pages)
 from .registry import ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
@@ -62,6 +63,25 @@ def launch_shapes(entry: tuple | None) -> tuple[list[results.LaunchShape], int]:
     shapes, other = entry
     ordered = sorted(shapes, key=lambda shape: -shape[2])
     return [results.LaunchShape(list(grid), list(block), count) for grid, block, count in ordered], other
+
+
+@dataclasses.dataclass
+class OpRow:
+    """One (op label, kernel) row of a process as the ops reply gathers it."""
+
+    launches: int = 0
+    blocks: int = 0
+    executions: int = 0
+    nodes: int = 0
+    device: DeviceTime = dataclasses.field(default_factory=DeviceTime)
+
+    def result(self, pid: int, label: str, kernel: str, process_ns: int) -> results.OpKernel:
+        """The row with its share of the process's device time (none when nothing of it was
+        timed, or nothing of the process took time)."""
+        device = self.device
+        share = device.ns / process_ns if device.timed and process_ns else None
+        return results.OpKernel(pid, label, kernel, self.launches, self.blocks, self.executions, self.nodes,
+                                device.ns, device.timed, device.partial, share)
 
 
 def check_top_or_page(top: int, page_size: int, page_token: str, max_page: int, row: str) -> None:
@@ -411,22 +431,26 @@ class ObserverService:
             with process.lock:
                 ops = process.analyses.ops
                 seen = ops.report()
+                total = ops.eager_total()
+                total += process.analyses.graph_join.device_total()
                 totals.append(results.OpTotals(process.pid, seen.ops, seen.launches_attributed,
                                                seen.launches_without_op, seen.labels, seen.launches_other,
-                                               seen.nodes_captured, seen.nodes_without_op))
-                held: dict[tuple[str, int], list[int]] = {}  # (label, slot) -> launches, blocks, executions, nodes
+                                               seen.nodes_captured, seen.nodes_without_op, total.ns, total.timed,
+                                               total.partial, seen.timings_let_go))
+                held: dict[tuple[str, int], OpRow] = {}
                 for label, kernels in ops.labels.items():
                     for slot, counts in kernels.items():
-                        held[(label, slot)] = [counts[0], counts[1], 0, 0]
+                        held[(label, slot)] = OpRow(counts[0], counts[1], device=dataclasses.replace(
+                            ops.eager_time(label, slot)))
                 for label, slot, node in ops.graph_rows():
-                    row = held.setdefault((label, slot), [0, 0, 0, 0])
-                    row[1] += node.blocks
-                    row[2] += node.executions
-                    row[3] += node.nodes
+                    row = held.setdefault((label, slot), OpRow())
+                    row.blocks += node.blocks
+                    row.executions += node.executions
+                    row.nodes += node.nodes
+                    row.device += node.device
             names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s for _, s in held}))}
-            rows.extend(results.OpKernel(process.pid, label, names.get(slot, f"slot {slot}"), launches, blocks,
-                                         executions, nodes)
-                        for (label, slot), (launches, blocks, executions, nodes) in held.items())
+            rows.extend(row.result(process.pid, label, names.get(slot, f"slot {slot}"), total.ns)
+                        for (label, slot), row in held.items())
         rows.sort(key=lambda row: (-(row.launches + row.node_executions), row.pid, row.op, row.kernel))
         return results.Ops(rows[:top], totals)
 

@@ -22,22 +22,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     response = call(args.address, "ListOps", pb.ListOpsRequest(pids=args.pid, top=args.top))
     if args.output == "json":
-        emit("json", message_dict(response))
+        data = message_dict(response)
+        for row, row_data in zip(response.ops, data["ops"]):
+            row_data["share"] = row.share if row.HasField("share") else None  # null, not absent, when untimed
+        emit("json", data)
         return 0
     for total in response.totals:
         print(f"pid {total.pid}: {total.ops} ops recorded, {total.launches_attributed} launches attributed, "
               f"{total.launches_without_op} outside any op of their thread"
               + (f"; {total.nodes_captured} graph nodes captured under an op, {total.nodes_without_op} outside any"
-                 if total.nodes_captured or total.nodes_without_op else ""))
+                 if total.nodes_captured or total.nodes_without_op else "") + device_text(total))
     rows = [{"pid": row.pid, "op": row.op, "launches": row.launches, "nodes": row.graph_nodes,
-             "executions": row.node_executions, "blocks": row.blocks, "kernel": row.kernel}
+             "executions": row.node_executions, "blocks": row.blocks, "kernel": row.kernel,
+             "device": f"{row.device_ns / 1000:.1f}" if row.timed else "-", "timed": row.timed,
+             "share": f"{100 * row.share:.1f}%" if row.HasField("share") else "-"}
             for row in response.ops]
     if rows:
         table([("pid", "PID"), ("launches", "LAUNCHES"), ("nodes", "GRAPH NODES"), ("executions", "NODE RUNS"),
-               ("blocks", "BLOCKS"), ("op", "OP"), ("kernel", "KERNEL")], rows)
+               ("blocks", "BLOCKS"), ("device", "DEVICE us"), ("timed", "TIMED"), ("share", "SHARE"), ("op", "OP"),
+               ("kernel", "KERNEL")], rows)
     elif response.totals:
         print("no ops recorded: a plugin records them through the injector's gpuobs_record_op, while the launch "
               "trace (GPUOBS_LAUNCH_TRACE=1) records the launches they make")
     else:
         print("no observed process")
     return 0
+
+
+def device_text(total: pb.OpTotals) -> str:
+    """The process's device time timed (blocks mode), what the rows' shares are of; empty
+    without any."""
+    if not total.timed and not total.partial:
+        return ""
+    return (f"; {total.device_ns / 1000:.1f} us of device time over {total.timed} launches and node runs timed"
+            + (f", {total.partial} with block events missing (not timed)" if total.partial else ""))

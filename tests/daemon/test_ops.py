@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
+import pytest
 
+from gpuobs.daemon.analysis import ALL_REPLAYS
 from gpuobs.daemon.graph_exec import GraphExec
 from gpuobs.daemon.graph_join import GraphJoin
 from gpuobs.daemon.op_attribution import LABEL_LOST, OpAttribution
-from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
+from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
+from gpuobs.segment import (EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE,
+                            STEP_TEXT_DTYPE, Segment)
 from gpuobs_testing.daemon import gpuobsctl
+from gpuobs_testing.records import block_events
+from gpuobs_testing.synth import SynthProcess
 
 LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
           "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
@@ -261,3 +269,163 @@ def test_nodes_whose_handles_differ_are_matched_by_position_in_the_first_replay(
     # e2: 2 nodes against 1 captured
     assert joined.node_rows() == {("a aten::mm", 0): (1, 2), ("a aten::silu", 2): (1, 2)}
     assert joined.ops.matched_by_position == 1
+
+
+# -- device time (blocks mode) -----------------------------------------------------------------
+BLOCK_ENTER, BLOCK_EXIT = EVENT_KINDS["block_enter"], EVENT_KINDS["block_exit"]
+FIRST_NODE = 0xa000  # gpuobs-synth's graph node handles: FIRST_NODE + node index
+
+
+def written_records(synth: SynthProcess, directory: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Every event and launch record an exited gpuobs-synth left in its segment, read from a copy
+    (the daemon drains the segment itself afterwards): what the expected times come from."""
+    copy = directory / synth.segment.name
+    shutil.copy(synth.segment, copy)  # its mode too: the reader refuses a world-readable segment
+    segment = Segment(copy, exclusive=False)
+    events = [segment.read_events(ring).copy() for ring in range(segment.event_rings) for _ in range(64)]
+    launches = [segment.read_launches().copy() for _ in range(64)]
+    return np.concatenate(events), np.concatenate(launches)
+
+
+def spans_written(events: np.ndarray, blocks: dict[tuple[int, int], int]) -> dict[tuple[int, int], int | None]:
+    """(grid id, replay) -> its first block enter to its last block event when every block of it
+    entered and exited, None when some of its block events are missing; event by event."""
+    seen: dict[tuple[int, int], list[int]] = {}  # enters, exits, first enter, last event
+    for kind, grid_id, replay, at in events[["kind", "grid_id", "replay", "globaltimer_ns"]].tolist():
+        if kind in (BLOCK_ENTER, BLOCK_EXIT):
+            span = seen.setdefault((grid_id, replay), [0, 0, 1 << 63, 0])
+            span[0 if kind == BLOCK_ENTER else 1] += 1
+            span[2] = min(span[2], at) if kind == BLOCK_ENTER else span[2]
+            span[3] = max(span[3], at)
+    return {key: last - first if enters == exits == blocks[key] else None
+            for key, (enters, exits, first, last) in seen.items()}
+
+
+def expected_device(keys: dict[tuple[int, int], tuple[str, str]], spans: dict[tuple[int, int], int | None]) \
+        -> dict[tuple[str, str], tuple[int, int, int]]:
+    """(label, kernel) -> (device ns, timed, partial) over the launches `keys` maps to a row."""
+    rows: dict[tuple[str, str], list[int]] = {row: [0, 0, 0] for row in keys.values()}
+    for key, row in keys.items():
+        if key in spans:
+            span = spans[key]
+            rows[row][0] += span or 0
+            rows[row][1 if span is not None else 2] += 1
+    return {row: tuple(counts) for row, counts in rows.items()}
+
+
+def assert_device_columns(address: str, expected: dict[tuple[str, str], tuple[int, int, int]]) -> None:
+    """Each row's device time, timed and partial launches are the expected ones, its share is of
+    the process's device time (every row here is an op's), and the table shows it."""
+    out = json.loads(gpuobsctl(address, "--output", "json", "ops", "--top", "1000").stdout)
+    got = {(row["op"], row["kernel"]): row for row in out["ops"]}
+    assert {key: (row["device_ns"], row["timed"], row["partial"]) for key, row in got.items()} == expected
+    (totals,) = out["totals"]
+    total = [sum(counts[i] for counts in expected.values()) for i in range(3)]
+    assert [totals["device_ns"], totals["timed"], totals["partial"]] == total
+    for row in got.values():
+        assert row["share"] == (pytest.approx(row["device_ns"] / total[0]) if row["timed"] else None)
+    shares = {line.split()[7] for line in gpuobsctl(address, "ops").stdout.splitlines() if "model.layers." in line}
+    assert shares == {f"{100 * row['share']:.1f}%" if row["timed"] else "-" for row in got.values()}
+
+
+def kernel_names(address: str) -> dict[int, str]:
+    kernels = json.loads(gpuobsctl(address, "--output", "json", "kernels", "--top", "0").stdout)["kernels"]
+    return {k["slot"]: k["name"] for k in kernels}
+
+
+def grid_blocks(records: np.ndarray) -> list[int]:
+    return (records["grid_x"].astype(np.int64) * records["grid_y"] * records["grid_z"]).tolist()
+
+
+# a ring that keeps every event, and one that fills in the 22nd launch (nobody reads it while the
+# synth runs): a launch cut by it is partial, those after it have no events
+@pytest.mark.parametrize("ring_records", [1 << 17, 1 << 12])
+def test_blocks_mode_gives_each_ops_launches_their_device_time(start_synth, start_daemon, tmp_path: Path,
+                                                               ring_records: int) -> None:
+    synth = start_synth("--mode", "blocks", "--launch-trace", "--ops", str(PER_OP), "--launches", "200",
+                        "--kernels", str(KERNELS), "--ring-records", str(ring_records))
+    assert synth.wait() == 0
+    events, launches = written_records(synth, tmp_path)
+    daemon = start_daemon("--analysis-share", "1")  # timed here, not the daemon's budget for it
+    daemon.wait_all_gone(10)
+    names = kernel_names(daemon.address)
+    eager = launches[launches["kind"] == LAUNCH_KINDS["eager"]]
+    assert len(eager) == 200
+    keys = {(grid_id, 0): (LABELS[(op - 1) % 3], names[slot])
+            for grid_id, op, slot in eager[["grid_id", "op", "kernel_slot"]].tolist()}
+    spans = spans_written(events, dict(zip(keys, grid_blocks(eager))))
+    expected = expected_device(keys, spans)
+    timed, partial = (sum(counts[i] for counts in expected.values()) for i in (1, 2))
+    assert (timed, partial) == (200, 0) if ring_records > 1 << 12 else (0 < timed < 200 and partial == 1)
+    assert_device_columns(daemon.address, expected)
+
+
+@pytest.mark.parametrize("ring_records", [1 << 17, 1 << 12])
+def test_blocks_mode_gives_graph_nodes_of_ops_their_device_time(start_synth, start_daemon, tmp_path: Path,
+                                                                ring_records: int) -> None:
+    """Every execution of a node timed from its own (grid id, replay) events, under its op's label."""
+    synth = start_synth("--mode", "blocks", "--graph-nodes", str(GRAPH_NODES), "--ops", str(NODES_PER_OP),
+                        "--launches", str(GRAPH_NODES * REPLAYS), "--kernels", str(KERNELS), "--ring-records",
+                        str(ring_records))
+    assert synth.wait() == 0
+    events, launches = written_records(synth, tmp_path)
+    daemon = start_daemon("--analysis-share", "1")
+    daemon.wait_all_gone(10)
+    names = kernel_names(daemon.address)
+    nodes = launches[launches["kind"] == LAUNCH_KINDS["graph_node"]]  # the first replay's, node by node
+    assert len(nodes) == GRAPH_NODES
+    keys, blocks = {}, {}
+    for (grid_id, node, slot), size in zip(nodes[["grid_id", "graph_node", "kernel_slot"]].tolist(),
+                                           grid_blocks(nodes)):
+        op = (node - FIRST_NODE) // NODES_PER_OP + 1
+        for replay in range(1, REPLAYS + 1):
+            keys[(grid_id, replay)] = (LABELS[(op - 1) % 3], names[slot])
+            blocks[(grid_id, replay)] = size
+    expected = expected_device(keys, spans_written(events, blocks))
+    timed, partial = (sum(counts[i] for counts in expected.values()) for i in (1, 2))
+    executions = GRAPH_NODES * REPLAYS
+    assert (timed, partial) == (executions, 0) if ring_records > 1 << 12 else (0 < timed < executions and partial == 1)
+    assert_device_columns(daemon.address, expected)
+
+
+def test_a_mode_without_block_events_times_nothing(start_synth, start_daemon) -> None:
+    """Counter mode: no row is timed, so none has a share (null, '-'), not 0%."""
+    synth = start_synth("--mode", "counter", "--launch-trace", "--ops", str(PER_OP), "--launches", "40",
+                        "--kernels", str(KERNELS))
+    daemon = start_daemon()
+    assert synth.wait() == 0
+    daemon.wait_all_gone(10)
+    out = json.loads(gpuobsctl(daemon.address, "--output", "json", "ops").stdout)
+    assert out["ops"] and all((row["device_ns"], row["timed"], row["partial"], row["share"]) == (0, 0, 0, None)
+                              for row in out["ops"])
+    assert (out["totals"][0]["device_ns"], out["totals"][0]["timed"]) == (0, 0)
+    rows = [line.split() for line in gpuobsctl(daemon.address, "ops").stdout.splitlines() if "model.layers." in line]
+    assert rows and all((cells[5], cells[7]) == ("-", "-") for cells in rows)
+
+
+def test_eager_launches_waiting_for_their_blocks_are_bounded() -> None:
+    """A launch whose block events are all in is timed; one some of whose events were dropped
+    waits, and is counted partial (never timed) once the bound lets it go or the process is gone;
+    a launch whose record was let go (KEEP_LAUNCHES) takes none of its events."""
+    ops = OpAttribution(budget=TimeBudget(share=UNLIMITED_SHARE, burst_s=1.0))
+    ops.KEEP_LAUNCHES, ops.MAX_IN_FLIGHT = 5, 1
+    records = rows_of(*op_row(1, 7, b"a aten::mm"), *[launch(1, 3, grid=4) for _ in range(5)], launch(0, 2, grid=4))
+    records["grid_id"][-6:] = [10, 11, 12, 13, 14, 15]  # 10's record is let go: the ring holds the last 5
+    ops.on_launches(records)
+
+    def blocks(grid_id: int, t0: int, count: int = 4) -> list[np.ndarray]:
+        return [block_events(grid_id, 0, count, slot=3, t0=t0), block_events(grid_id, 0, count, slot=3, t0=t0 + 5,
+                                                                               kind="block_exit")]
+
+    batch = np.concatenate([*blocks(10, 0), *blocks(11, 100), *blocks(12, 1000, 3), *blocks(15, 5000)])
+    ops.on_events(batch, np.bincount(batch["kind"], minlength=max(EVENT_KINDS.values()) + 1))
+    assert (ops.eager_time("a aten::mm", 3).timed, ops.eager_time("a aten::mm", 3).ns) == (1, 35)  # 11: 100..135
+    assert (ops.outside_time.timed, ops.outside_time.ns) == (1, 35)  # 15, outside any op
+    assert list(ops.in_flight) == [12] and ops.report().timings_let_go == 0
+    batch = np.concatenate(blocks(13, 2000, 2))  # 13 waits too, and 12 is let go
+    ops.on_events(batch, np.bincount(batch["kind"], minlength=max(EVENT_KINDS.values()) + 1))
+    assert list(ops.in_flight) == [13] and ops.report().timings_let_go == 1
+    ops.settle(ALL_REPLAYS)
+    row = ops.eager_time("a aten::mm", 3)
+    assert (row.ns, row.timed, row.partial) == (35, 1, 2) and not ops.in_flight
+    assert (ops.eager_total().ns, ops.eager_total().timed) == (70, 2)
