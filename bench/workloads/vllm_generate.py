@@ -119,7 +119,10 @@ def main() -> int:
     gc.collect()
     gc.freeze()
     for repeat in range(args.repeats):
-        for mode in modes:
+        # each repeat starts one mode later: no mode always runs right after the same one (a
+        # switch out of blocks, say) or always first, whatever that costs the next window
+        shift = repeat % len(modes)
+        for mode in modes[shift:] + modes[:shift]:
             row = result["modes"][mode]
             if mode != "none":
                 row["set_mode_s"].append(set_mode(args.address, mode, pids))

@@ -137,5 +137,32 @@ def recording_ops(record: Callable[[str], object], model: torch.nn.Module | None
     under capture (for a plain PyTorch program: `notes = InjectorAnnotations(path)`, then
     `with recording_ops(notes.record_op, model, notes.record_capture): ...`)."""
     paths = ModulePaths(model)
-    with paths.hooked(), OpRecorder(record, paths, capture) as recorder:
+    with paths.hooked(), OpRecorder(record, paths, capture) as recorder, reported_at_capture_end(recorder):
         yield recorder
+
+
+@contextlib.contextmanager
+def reported_at_capture_end(recorder: OpRecorder) -> Iterator[None]:
+    """The nodes a capture adds after its last op (kernels a compiled region launches itself at its
+    end) reported before the capture ends, as every op's are: without this, an exec would have
+    kernel nodes its capture never reported, and its labels could not be placed by position.
+    torch.cuda.graph ends a capture with CUDAGraph.capture_end, wrapped while recording."""
+    graph_class = getattr(torch.cuda, "CUDAGraph", None)
+    original = getattr(graph_class, "capture_end", None)
+    if recorder.capture is None or original is None:
+        yield
+        return
+
+    def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder._captured()
+        return original(graph, *args, **kwargs)
+
+    own = graph_class.__dict__.get("capture_end")  # None: inherited, so deleted again afterwards
+    graph_class.capture_end = capture_end
+    try:
+        yield
+    finally:
+        if own is None:
+            delattr(graph_class, "capture_end")
+        else:
+            graph_class.capture_end = own

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The GPU suite, the vLLM tests and the overhead benchmarks of one commit in three device calls,
 # each under the device's 600 s limit and all three in its 30 minutes (measured on the H200 at
-# bf1cd2d: call 1 with the decode graph 563 s (suite and build 352 s, of which the profiler
-# probe ~75 s; decode graph 211 s), call 2 487 s, call 3 361 s (the vLLM ops scene ~60 s of it,
-# with one of its two engines failing early: allow ~100 s more); a cold start ~45-80 s of device
-# time: 1,652 s held for the three calls and an earlier 124 s one). Call 4 is a fourth that does not fit beside the other three: run it instead of call 2
-# (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after call 1. The vLLM payload
-# comes in two chunk folders that must be carried by calls back to back on a warm machine (it
-# stays warm ~30 s after a call): make the next call at once. Build them with
+# 13ef1c3: call 1 with the decode graph 489 s (suite and build 309 s, decode graph 180 s),
+# call 2 440 s, call 3 328 s; a cold start ~45-90 s of device time: 1,571 s held in all, with
+# a 91 s try that got no machine). Call 4 is a fourth that does not fit beside the other three:
+# run it instead of call 2 (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after
+# call 1. The vLLM payload comes in two chunk folders that must be carried by calls back to back
+# on a warm machine (it stays warm ~30 s after a call): make the next call at once. Should the
+# machine go cold after call 1 all the same, call 1b (18 s at 13ef1c3) unpacks the first chunk
+# again and builds, and calls 2 and 3 follow it. Build the chunks with
 # `CHUNK_MB=42 build_payload.sh .vllm`: a 62 MiB chunk and this repository's tracked files pass
 # the 64 MiB a call carries.
 #
 #   call 1 (carry .whl .vllm/c1):  bash tests/gpu/device_calls.sh 1 COMMIT [overhead workloads: silu,gemm]
+#   call 1b (carry .whl .vllm/c1): bash tests/gpu/device_calls.sh 1b COMMIT   (only after a cold machine)
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
 #   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [overhead workloads after it]
 #   call 4 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 4 COMMIT   (the decode bench on the
@@ -22,8 +24,8 @@
 # Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-call=${1:?usage: device_calls.sh 1|2|3|4 COMMIT}
-commit=${2:?usage: device_calls.sh 1|2|3|4 COMMIT}
+call=${1:?usage: device_calls.sh 1|1b|2|3|4 COMMIT}
+commit=${2:?usage: device_calls.sh 1|1b|2|3|4 COMMIT}
 out=${OUT:?OUT: the output folder of the device call}
 export PATH="/usr/local/cuda/bin:$PATH" GPUOBS_COMMIT="$commit"
 left() { echo $(( $1 - SECONDS )); }  # seconds left of a call that must end by $1
@@ -38,6 +40,13 @@ case "$call" in
       --out "$out/overhead-kernels.json" --commit "$commit" > "$out/overhead-kernels.txt" 2>&1
     echo "overhead ($workloads) rc $? at $SECONDS s"
     tail -3 "$out/gpu/summary.md" 2>/dev/null | head -1
+    ;;
+  1b)
+    bash .vllm/c1/device_unpack.sh .vllm/c1 > "$out/unpack-c1.txt" 2>&1 || { echo "chunk 1 did not unpack"; exit 1; }
+    python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$out/build.log" 2>&1 &&
+      python3 -m pip install -q --no-build-isolation --no-index --no-deps -C cmake.define.GPUOBS_PATCH_ARCHS=90 . \
+        >> "$out/build.log" 2>&1
+    echo "build rc $? at $SECONDS s"
     ;;
   2|3)
     payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
@@ -65,5 +74,5 @@ case "$call" in
     echo "gpu-bound decode bench rc $? at $SECONDS s"
     tail -12 "$out/vllm-decode-gpu-bound.txt"
     ;;
-  *) echo "usage: device_calls.sh 1|2|3|4 COMMIT" >&2; exit 2 ;;
+  *) echo "usage: device_calls.sh 1|1b|2|3|4 COMMIT" >&2; exit 2 ;;
 esac

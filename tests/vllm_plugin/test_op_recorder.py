@@ -122,3 +122,21 @@ def test_a_failing_capture_report_does_not_stop_the_op(monkeypatch: pytest.Monke
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: None)  # no cuda_stream either
     with recording_ops(lambda label: None, model(), failing):
         assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
+
+
+def test_the_nodes_after_a_captures_last_op_are_reported_before_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled region may end with kernels it launches itself: the recorder reports the
+    capture once more when torch ends it (CUDAGraph.capture_end), and leaves capture_end as it
+    was afterwards."""
+    events: list[object] = []
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", lambda graph: events.append("ended"), raising=False)
+    stub = torch.cuda.CUDAGraph.__dict__["capture_end"]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("Stream", (), {"cuda_stream": 42})())
+    with recording_ops(lambda label: None, None, events.append):
+        torch.cuda.CUDAGraph.capture_end(None)
+    assert events == [42, "ended"]
+    assert torch.cuda.CUDAGraph.__dict__["capture_end"] is stub
+    events.clear()
+    with recording_ops(lambda label: None, None):  # no capture hook: capture_end untouched
+        assert torch.cuda.CUDAGraph.__dict__["capture_end"] is stub
