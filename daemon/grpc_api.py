@@ -113,6 +113,17 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return await self._guard(context, lambda: messages.steps_response(
             self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)))
 
+    async def OpenOpsWindow(self, request: pb.OpenOpsWindowRequest, context: Context) -> pb.SetModeResponse:
+        if self.read_only:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
+
+        async def call():
+            return await self.service.open_ops_window(request.steps, list(request.pids),
+                                                      (request.timeout_ms or 2000) / 1000.0,
+                                                      ranks=list(request.ranks), gpus=list(request.gpus))
+
+        return messages.set_mode_response(await self._guard(context, call))
+
     async def ListOps(self, request: pb.ListOpsRequest, context: Context) -> pb.ListOpsResponse:
         return await self._guard(context, lambda: messages.ops_response(
             self.service.ops(list(request.pids), request.top or 50)))

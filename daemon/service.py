@@ -14,7 +14,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -596,14 +596,40 @@ class ObserverService:
         if not 0 < timeout_s <= 60:
             raise InvalidArgument("timeout must be within (0, 60] seconds")
         targets = self._selected(pids, ranks or [], gpus or [])  # NotFound before anything is written
+
+        def request(process: ObservedProcess) -> int:
+            control = process.segment.control_state()
+            filter_text = kernel_regex if kernel_regex is not None else control["applied_filter"]
+            shift_value = shift if shift is not None else control["applied_shift"]
+            return process.segment.request_control(mode, shift_value, filter_text)
+
+        return await self._acknowledged(targets, request, timeout_s)
+
+    async def open_ops_window(self, steps: int, pids: list[int], timeout_s: float, *, ranks: list[int] | None = None,
+                              gpus: list[str] | None = None) -> list[results.ModeResult]:
+        """An op window of `steps` engine steps in each selected process, the config in force kept."""
+        if not 1 <= steps <= _native.MAX_OPS_STEPS:
+            raise InvalidArgument(f"an op window is 1..{_native.MAX_OPS_STEPS} engine steps, not {steps}")
+        if not 0 < timeout_s <= 60:
+            raise InvalidArgument("timeout must be within (0, 60] seconds")
+        targets = self._selected(pids, ranks or [], gpus or [])
+
+        def request(process: ObservedProcess) -> int:
+            control = process.segment.control_state()
+            mode = MODE_NAMES.get(control["applied_mode"], "off")
+            return process.segment.request_control(mode, control["applied_shift"], control["applied_filter"],
+                                                   ops_steps=steps)
+
+        return await self._acknowledged(targets, request, timeout_s)
+
+    async def _acknowledged(self, targets: list[ObservedProcess], request: Callable[[ObservedProcess], int],
+                            timeout_s: float) -> list[results.ModeResult]:
+        """Writes each target's control request (under its lock) and waits, without blocking the
+        loop, until each acknowledged its generation or the timeout passed."""
         generations: dict[int, tuple[ObservedProcess, int]] = {}
         for process in targets:
             with process.lock:
-                control = process.segment.control_state()
-                filter_text = kernel_regex if kernel_regex is not None else control["applied_filter"]
-                shift_value = shift if shift is not None else control["applied_shift"]
-                generation = process.segment.request_control(mode, shift_value, filter_text)
-                generations[process.pid] = (process, generation)
+                generations[process.pid] = (process, request(process))
         deadline = time.monotonic() + timeout_s
         pending = dict(generations)
         while pending and time.monotonic() < deadline:

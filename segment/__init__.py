@@ -192,9 +192,11 @@ class Segment:
     def control_state(self) -> dict:
         return self.reader.control_state()
 
-    def request_control(self, mode: str, shift: int = 0, kernel_filter: str = "", patch_set: str | None = None) -> int:
-        """Asks the producer for a mode; returns the generation its acknowledgement will carry.
-        Raises ValueError (nothing written) for an invalid request."""
+    def request_control(self, mode: str, shift: int = 0, kernel_filter: str = "", patch_set: str | None = None,
+                        ops_steps: int = 0) -> int:
+        """Asks the producer for a mode (and, with ops_steps > 0, an op window of that many engine
+        steps); returns the generation its acknowledgement will carry. Raises ValueError (nothing
+        written) for an invalid request."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
         if patch_set is None:
@@ -204,7 +206,7 @@ class Segment:
             if patch_set not in PATCH_SETS:
                 raise ValueError(f"unknown patch set {patch_set!r}")
             patch_set_value = PATCH_SETS[patch_set]
-        return self.reader.request_control(MODES[mode], shift, patch_set_value, kernel_filter)
+        return self.reader.request_control(MODES[mode], shift, patch_set_value, kernel_filter, ops_steps)
 
     def accounting(self) -> Accounting:
         """Per-stage conservation from the segment's own counters, and the invariants that must

@@ -112,6 +112,12 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     bool delayed;  // --replay-delay-us: the last node of a replay, run that much later
   };
   std::deque<Queued> queued;
+  // An op window the daemon opened (gpuobsctl ops --record-steps N), played as the vLLM plugin
+  // and the injector do: each of the next N launches is an engine step with one op, its op record
+  // before it and its launch record (the launch trace is on for the window) naming the op. Only
+  // where no other op source (--ops, --graph-nodes) numbers ops.
+  uint32_t window_left = 0;
+  uint64_t window_ops = 0;
   const auto run_next = [&] {
     const Queued next = queued.front();
     queued.pop_front();
@@ -174,6 +180,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     } else {
       index = pick(rng);
       launch_grid_id = ++grid_id;
+      if (!window_left) window_left = config.take_ops_window();
     }
     const KernelProfile& profile = catalog[index];
     const LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads,
@@ -187,7 +194,13 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
       record.graph_launch_id = replay;
       record.replay = replay;
     }
-    if (options.launch_trace || (options.graph_nodes && replay == 1)) writer.write_launch(record);
+    const bool in_window = window_left > 0 && !options.ops && !options.graph_nodes;
+    if (in_window) {
+      --window_left;
+      write_op(writer, ++window_ops);
+      record.op = window_ops;
+    }
+    if (options.launch_trace || in_window || (options.graph_nodes && replay == 1)) writer.write_launch(record);
     ++launches;
     if (shape.slot == UINT32_MAX) continue;
     queued.push_back({shape, index, options.replay_delay_us && node_index + 1 == options.graph_nodes});

@@ -28,6 +28,10 @@ class AppliedConfig : public ControlTarget {
   // Nothing to re-patch: the set is recorded when the config is put in force.
   bool switch_patch_set(PatchSet, std::string*) override { return true; }
   void put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) override;
+  // As the injector hands a window to the framework plugin: the device thread takes it.
+  void open_ops_window(uint32_t steps) override { ops_window_.store(steps, std::memory_order_release); }
+  // The op window's steps asked for since the last call (0: none), as the plugin takes them.
+  uint32_t take_ops_window() { return ops_window_.exchange(0, std::memory_order_acq_rel); }
 
   // Bumped by every config put in force: the device thread copies the config when it changed.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
@@ -43,6 +47,7 @@ class AppliedConfig : public ControlTarget {
   ControlRequest in_force_;
   std::vector<uint8_t> captured_;
   std::atomic<uint64_t> version_{1};
+  std::atomic<uint32_t> ops_window_{0};
 };
 
 // Follows the daemon's control requests every `poll_us` until `done`, as the injector's tool

@@ -4,10 +4,10 @@ vLLM calls `register()` in every process it starts (API server, engine core, wor
 more than once. In a process the injector observes (CUDA_INJECTION64_PATH names it), the plugin
 wraps the GPU worker's `execute_model` so that each engine step is written into the process's
 segment (step number, requests and tokens scheduled, request ids), names the process (role,
-rank, model), records the ops of its first GPUOBS_OPS_STEPS steps (op_window.py) and, with
-GPUOBS_OPS_CAPTURE=1, those that capture its CUDA graphs (capture_labels.py), and notes each
-profiler started in it (vLLM's start_profile: it records no GPU
-activity beside the injector, gpuobs.profiler_notice says why). Elsewhere it does nothing. It never raises into vLLM: a hook that is missing or
+rank, model), records the ops of its first GPUOBS_OPS_STEPS steps and of the windows gpuobsd opens
+(op_window.py) and, with GPUOBS_OPS_CAPTURE=1, those that capture its CUDA graphs
+(capture_labels.py), and notes each profiler started in it (vLLM's start_profile: it records no
+GPU activity beside the injector, gpuobs.profiler_notice says why). Elsewhere it does nothing. It never raises into vLLM: a hook that is missing or
 fails disables it with one log line, and the engine runs on.
 """
 
@@ -37,8 +37,8 @@ def register() -> None:
         return  # not observed: nothing to annotate
     annotations = InjectorAnnotations(injector)
     try:
-        steps = window_steps()
-        install_step_hook(StepRecorder(annotations), around=OpWindow(annotations, steps) if steps else None)
+        # always around the step: a window may be asked for at any time (gpuobsctl ops --record-steps)
+        install_step_hook(StepRecorder(annotations), around=OpWindow(annotations, window_steps()))
     except Exception as error:  # noqa: BLE001 - vLLM must start whatever went wrong here
         log.warning("gpuobs: engine steps are not recorded (%s: %s)", type(error).__name__, error)
     if capture_labels_wanted():

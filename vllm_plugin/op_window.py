@@ -1,7 +1,8 @@
-"""A window of engine steps whose ops are recorded: GPUOBS_OPS_STEPS=N records the ops of the
-first N engine steps of the process (gpuobs.op_recorder: module path, op, dtypes and shapes per
-op), for `gpuobsctl ops`. The launches only join to them where the injector's launch trace is on
-(GPUOBS_LAUNCH_TRACE=1), so the window is for a run that asks for it, never for steady state."""
+"""Windows of engine steps whose ops are recorded (gpuobs.op_recorder: module path, op, dtypes and
+shapes per op), for `gpuobsctl ops`: GPUOBS_OPS_STEPS=N records the first N steps of the process,
+whose launches join to their ops only where the process runs with the launch trace
+(GPUOBS_LAUNCH_TRACE=1, a host callback per launch all its life); `gpuobsctl ops --record-steps N`
+opens a window at run time, with the launch trace on for its steps only."""
 
 from __future__ import annotations
 
@@ -40,11 +41,16 @@ def model_of(worker: Any) -> Any:
 
 
 class OpWindow:
-    """Called with the worker before each step: the context its step runs in."""
+    """Called with the worker before each step: the context its step runs in. A window opens with
+    GPUOBS_OPS_STEPS at start (the process then runs with its own launch trace) or when the daemon
+    asks (gpuobsctl ops --record-steps N: the injector hands the request over at the next step);
+    such a window turns the launch trace on for exactly its steps, so that outside it the steps
+    pay no host callback per launch. Between windows a step costs one call into the injector."""
 
-    def __init__(self, annotations: Any, steps: int) -> None:
+    def __init__(self, annotations: Any, steps: int = 0) -> None:
         self.annotations = annotations
         self.left = steps
+        self.traced = False  # this window turned the launch trace on, and turns it off at its end
 
     def record(self, label: str) -> None:
         try:
@@ -53,18 +59,37 @@ class OpWindow:
             pass
 
     def __call__(self, worker: Any) -> ContextManager:
-        if self.left <= 0:
-            return contextlib.nullcontext()
-        self.left -= 1
         try:
+            if self.left <= 0 and not self._take():
+                return contextlib.nullcontext()
+            self.left -= 1
             if not self.annotations.available():
                 return contextlib.nullcontext()
             from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded
 
             entered = contextlib.ExitStack()  # entered here, where a failure leaves the step unrecorded
+            entered.callback(self._step_over)
             entered.enter_context(recording_ops(self.record, model_of(worker)))
             return entered
         except Exception as error:  # noqa: BLE001 - the step runs unrecorded
             self.left = 0
+            self._step_over()
             log.warning("gpuobs: ops are not recorded (%s: %s)", type(error).__name__, error)
             return contextlib.nullcontext()
+
+    def _take(self) -> bool:
+        """A window the daemon asked for, with the launch trace on for it; False when none."""
+        if not self.annotations.available():
+            return False
+        steps = self.annotations.take_ops_window()
+        if steps <= 0:
+            return False
+        self.left = steps
+        self.traced = self.annotations.launch_trace_window(True) == 0
+        log.info("gpuobs: recording the ops of the next %d engine steps (asked by gpuobsd)", steps)
+        return True
+
+    def _step_over(self) -> None:
+        if self.left <= 0 and self.traced:
+            self.traced = False
+            self.annotations.launch_trace_window(False)

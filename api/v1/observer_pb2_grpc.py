@@ -74,6 +74,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsResponse.FromString,
                 )
+        self.OpenOpsWindow = channel.unary_unary(
+                '/gpuobs.v1.Observer/OpenOpsWindow',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.OpenOpsWindowRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.SetModeResponse.FromString,
+                )
 
 
 class ObserverServicer(object):
@@ -174,6 +179,16 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenOpsWindow(self, request, context):
+        """Opens an op window in each targeted process: its framework plugin (vLLM's) records the ops of
+        its next `steps` engine steps, with the launch trace on for those steps only; ListOps then
+        shows them. Answered, like SetMode, once every process acknowledged (the config in force is
+        kept); a process without such a plugin acknowledges and records nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -236,6 +251,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.ListOps,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsResponse.SerializeToString,
+            ),
+            'OpenOpsWindow': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenOpsWindow,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.OpenOpsWindowRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.SetModeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,5 +468,22 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListOps',
             gpuobs_dot_v1_dot_observer__pb2.ListOpsRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.ListOpsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def OpenOpsWindow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/OpenOpsWindow',
+            gpuobs_dot_v1_dot_observer__pb2.OpenOpsWindowRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.SetModeResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,4 +1,5 @@
-"""gpuobsctl ops: which layer's op launched each kernel (op records of a plugin, launch trace on)."""
+"""gpuobsctl ops: which layer's op launched each kernel (op records of a plugin, launch trace on);
+gpuobsctl ops --record-steps N: open a window of N engine steps in which they are recorded."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import argparse
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
-from ..connection import call
+from ..connection import CommandError, call
 from ..output import emit, message_dict, table
+from .set_mode import acknowledgements
 
 NAME = "ops"
 HELP = "framework ops (module path, op, dtypes and shapes) and the kernels each launched"
@@ -17,9 +19,22 @@ HELP = "framework ops (module path, op, dtypes and shapes) and the kernels each 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument("--top", type=uint32, default=50, help="the N rows with the most launches")
+    parser.add_argument("--record-steps", type=uint32, metavar="N",
+                        help="record the ops of the next N engine steps of the selected processes (their plugin "
+                             "records them, the launch trace on for those steps only), then show them with ops")
+    parser.add_argument("--rank", type=uint32, action="append", default=[],
+                        help="with --record-steps: also the processes of this rank (repeatable)")
+    parser.add_argument("--gpu", action="append", default=[],
+                        help="with --record-steps: also the processes on this GPU, UUID or PCI bus id (repeatable)")
+    parser.add_argument("--timeout", type=float, default=2.0, help="with --record-steps: seconds to wait for "
+                        "acknowledgements")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.record_steps is not None:
+        return open_window(args)
+    if args.rank or args.gpu:
+        raise CommandError("--rank and --gpu select where --record-steps opens a window; ops shows processes by --pid")
     response = call(args.address, "ListOps", pb.ListOpsRequest(pids=args.pid, top=args.top))
     if args.output == "json":
         data = message_dict(response)
@@ -56,3 +71,11 @@ def device_text(total: pb.OpTotals) -> str:
         return ""
     return (f"; {total.device_ns / 1000:.1f} us of device time over {total.timed} launches and node runs timed"
             + (f", {total.partial} with block events missing (not timed)" if total.partial else ""))
+
+
+def open_window(args: argparse.Namespace) -> int:
+    """Asks gpuobsd for an op window in the selected processes; fails unless each acknowledged."""
+    request = pb.OpenOpsWindowRequest(steps=args.record_steps, pids=args.pid, ranks=args.rank, gpus=args.gpu,
+                                      timeout_ms=int(args.timeout * 1000))
+    return acknowledgements(call(args.address, "OpenOpsWindow", request, timeout=args.timeout + 5), args.output,
+                            "open the window")

@@ -35,16 +35,21 @@ def run(args: argparse.Namespace) -> int:
         request.shift = args.shift
     if args.kernel is not None:
         request.kernel_regex = args.kernel
-    response = call(args.address, "SetMode", request, timeout=args.timeout + 5)
+    return acknowledgements(call(args.address, "SetMode", request, timeout=args.timeout + 5), args.output,
+                            "switch")
+
+
+def acknowledgements(response: pb.SetModeResponse, output: str, verb: str) -> int:
+    """Each process's answer to a control request; fails unless every one applied it."""
     rows = [{"pid": r.pid, "acknowledged": r.acknowledged, "status": r.status, "generation": r.generation,
              "message": r.message} for r in response.results]
-    if args.output == "json":
+    if output == "json":
         emit("json", {"results": rows})
     else:
         table([("pid", "PID"), ("status", "STATUS"), ("generation", "GEN"), ("message", "MESSAGE")], rows)
     if not rows:
-        raise CommandError("no process to switch")
+        raise CommandError(f"no process to {verb}")
     failed = [r for r in rows if not r["acknowledged"] or r["status"] != "ok"]
     if failed:
-        raise CommandError(f"{len(failed)} of {len(rows)} process(es) did not switch: {failed[0]['message']}")
+        raise CommandError(f"{len(failed)} of {len(rows)} process(es) did not {verb}: {failed[0]['message']}")
     return 0

@@ -14,6 +14,11 @@
 #include "injector_log.h"
 
 namespace gpuobs {
+namespace {
+// The longest an op window's launch trace stays on without its plugin closing it: a window is a
+// bounded look, whatever becomes of the engine that opened it.
+constexpr uint64_t kMaxTraceWindowNs = 300000000000ULL;
+}  // namespace
 
 bool Injector::captured_by(const KernelFilter* filter, uint32_t slot) {
   if (!filter) return true;
@@ -73,6 +78,17 @@ PatchSet Injector::patch_set() { return patcher_.set(); }
 int64_t Injector::live_graph_execs() { return live_graph_execs_.load(std::memory_order_relaxed); }
 
 bool Injector::switch_patch_set(PatchSet set, std::string* error) { return patcher_.switch_set(set, error); }
+
+void Injector::open_ops_window(uint32_t steps) { ops_window_.store(steps, std::memory_order_release); }
+
+void Injector::close_stale_trace_window() {
+  if (!trace_window_.load(std::memory_order_relaxed)) return;
+  if (monotonic_ns() - trace_window_since_ns_.load(std::memory_order_relaxed) < kMaxTraceWindowNs) return;
+  launch_trace_window(false);
+  if (first_time(LogOnce::TraceWindow))
+    log_line("an op window's launch trace was still on after %llu s; turned off (its engine stopped stepping?)",
+             (unsigned long long)(kMaxTraceWindowNs / 1000000000ULL));
+}
 
 void Injector::put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) {
   {
@@ -188,6 +204,7 @@ void Injector::control_loop() {
     // every poll, not with the (slower) publishing: an exec launched unlearned is learned at its
     // next replay only once the node callbacks are on again
     manage_node_callbacks();
+    close_stale_trace_window();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {
       publish();
       last_publish = now;

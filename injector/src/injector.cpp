@@ -148,6 +148,15 @@ void Injector::set_node_callbacks(bool on) {
   enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
 }
 
+void Injector::switch_window_callbacks(bool on) {
+  std::lock_guard<std::mutex> lock(callbacks_mutex_);
+  if (stepped_aside_) return;
+  // need_launch_callbacks sets its flag before it takes this lock: either it is seen here (and
+  // the callbacks stay on), or its own enable comes after this one
+  if (!on && launch_callbacks_.load(std::memory_order_acquire)) return;
+  sanitizerEnableCallback(on ? 1 : 0, subscriber_, SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN);
+}
+
 void Injector::need_launch_callbacks(const char* why) {
   if (launch_callbacks_.exchange(true)) return;
   if (why) log_line("%s; kernel launches are counted by host callbacks from now on (slower)", why);
@@ -510,7 +519,7 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
   }
   // Eager launches leave a record only in the launch trace; node launches whenever their replay
   // is recorded (the graph launch record says so).
-  if (kind == LaunchKind::Eager && !config_.launch_trace) return;
+  if (kind == LaunchKind::Eager && !config_.launch_trace && !trace_window_.load(std::memory_order_relaxed)) return;
   const uint64_t config = config_word_.load(std::memory_order_relaxed);
   DeviceContext* context = context_for(launch.context);
   LaunchRecord record{};
@@ -722,6 +731,26 @@ int gpuobs::Injector::record_capture(uint64_t stream) {
                                  seen.kernel.data(), seen.added.size()) ? 0 : 1;
 }
 
+int gpuobs::Injector::take_ops_window() {
+  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  return int(ops_window_.exchange(0, std::memory_order_acq_rel));
+}
+
+int gpuobs::Injector::launch_trace_window(bool on) {
+  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  std::lock_guard<std::mutex> window(trace_window_mutex_);
+  if (on) trace_window_since_ns_.store(monotonic_ns(), std::memory_order_relaxed);
+  if (trace_window_.load(std::memory_order_relaxed) == on) return 0;
+  if (on) {
+    trace_window_.store(true, std::memory_order_release);  // before the callbacks: no launch of the window unrecorded
+    if (!config_.launch_trace) switch_window_callbacks(true);
+  } else {
+    if (!config_.launch_trace) switch_window_callbacks(false);
+    trace_window_.store(false, std::memory_order_release);
+  }
+  return 0;
+}
+
 int gpuobs::Injector::note_profiler(const char* who) {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
   writer_->note_profiler_start();
@@ -764,6 +793,14 @@ extern "C" __attribute__((visibility("default"))) int gpuobs_record_op(const cha
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_record_capture(uint64_t stream) {
   return on_injector([&](gpuobs::Injector& i) { return i.record_capture(stream); });
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_take_ops_window() {
+  return on_injector([](gpuobs::Injector& i) { return i.take_ops_window(); });
+}
+
+extern "C" __attribute__((visibility("default"))) int gpuobs_launch_trace_window(int on) {
+  return on_injector([&](gpuobs::Injector& i) { return i.launch_trace_window(on != 0); });
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_note_profiler(const char* who) {

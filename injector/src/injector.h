@@ -76,6 +76,13 @@ class Injector : private ControlTarget {
   // the nodes of every exec made from the graph carry its label. 0 recorded (or nothing new),
   // 1 dropped (counted), 2 the stream is not capturing, -1 not observing.
   int record_capture(uint64_t stream);
+  // The op window the daemon asked for (gpuobsctl ops --record-steps N) since the last call: N
+  // steps, once; 0 when none. The vLLM plugin asks at each engine step.
+  int take_ops_window();
+  // The launch trace on for an op window's steps (eager launches leave a record naming their op)
+  // and off after it: launch callbacks only while a window is open, unless the process runs with
+  // the launch trace (or needs launch callbacks) anyway. 0 done, -1 not observing.
+  int launch_trace_window(bool on);
   // A profiler started in the process (the vLLM plugin or gpuobs.profiler_notice says so before
   // it reaches CUPTI): counted in the segment, and said once in the process's log.
   int note_profiler(const char* who);
@@ -125,6 +132,11 @@ class Injector : private ControlTarget {
   int64_t live_graph_execs() override;
   bool switch_patch_set(PatchSet set, std::string* error) override;
   void put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) override;
+  void open_ops_window(uint32_t steps) override;
+  // LAUNCH_BEGIN callbacks on or off for a window; never off while need_launch_callbacks wants them.
+  void switch_window_callbacks(bool on);
+  // A window left open longer than kMaxTraceWindowNs (its plugin gone quiet) is closed.
+  void close_stale_trace_window();
   // The config in force into every context's slots (and, bound, into every function's binding).
   // Takes config_mutex_ only to compute, never across a call into the driver.
   void apply_config();
@@ -167,6 +179,10 @@ class Injector : private ControlTarget {
   std::unique_ptr<std::atomic<uint64_t>[]> slot_entry_pc_;  // per slot: its function's first pc (0: unknown)
   std::unique_ptr<HostCounted[]> host_counted_;             // per slot
   std::atomic<bool> launch_callbacks_{false};
+  std::atomic<uint32_t> ops_window_{0};      // steps of an op window not taken by the plugin yet
+  std::mutex trace_window_mutex_;            // one opener or closer of the launch trace window at a time
+  std::atomic<bool> trace_window_{false};    // eager launches are recorded: an op window is open
+  std::atomic<uint64_t> trace_window_since_ns_{0};
   // the config word in force, for what the callbacks record (set after the functions are rebound)
   std::atomic<uint64_t> config_word_{0};
 

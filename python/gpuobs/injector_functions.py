@@ -19,6 +19,8 @@ SIGNATURES = {
     "gpuobs_record_op": [ctypes.c_char_p, ctypes.c_uint32],
     "gpuobs_set_identity": [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p],
     "gpuobs_record_capture": [ctypes.c_uint64],
+    "gpuobs_take_ops_window": [],
+    "gpuobs_launch_trace_window": [ctypes.c_int],
 }
 REQUIRED = ("gpuobs_record_step", "gpuobs_set_label")
 
@@ -71,6 +73,14 @@ class InjectorAnnotations:
         """After an op ran on `stream` while it captures a graph: the graph nodes the op added
         take its label (2 when the stream is not capturing)."""
         return self._call("gpuobs_record_capture", stream)
+
+    def take_ops_window(self) -> int:
+        """The steps of an op window the daemon asked for since the last call (once; 0: none)."""
+        return self._call("gpuobs_take_ops_window")
+
+    def launch_trace_window(self, on: bool) -> int:
+        """The launch trace on for an op window's steps, off after them."""
+        return self._call("gpuobs_launch_trace_window", 1 if on else 0)
 
     def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int:
         """Who this process is (segment fields that views and metrics select by)."""

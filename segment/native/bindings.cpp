@@ -291,6 +291,7 @@ class Writer {
     out["shift"] = request.shift;
     out["patch_set"] = uint32_t(request.patch_set);
     out["filter"] = request.filter;
+    out["ops_steps"] = request.ops_steps;
     return out;
   }
   void acknowledge(uint64_t generation, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
@@ -335,6 +336,7 @@ void bind_schema(py::module_& m) {
   m.attr("MAGIC") = kMagic;
   m.attr("LAYOUT_VERSION") = kLayoutVersion;
   m.attr("MAX_SHIFT") = kMaxShift;
+  m.attr("MAX_OPS_STEPS") = kMaxOpsSteps;
   m.attr("SEQ_WRITING") = kSeqWriting;
   m.attr("FILTER_BYTES") = kFilterBytes;
   m.attr("STEP_SAME_REQUESTS") = kStepSameRequests;
@@ -394,7 +396,7 @@ void bind_functions(py::module_& m) {
   m.def("shape_hash", &shape_hash, py::arg("grid"), py::arg("block"), "The launch census's shape hash");
   m.def("sample_keep", &sample_keep, py::arg("pc"), py::arg("thread"), py::arg("block"), py::arg("shift"));
   m.def("control_request_problem", &control_request_problem, py::arg("mode"), py::arg("shift"), py::arg("patch_set"),
-        py::arg("filter"), "Why a control request is invalid; '' when it is valid (same check as the producers).");
+        py::arg("filter"), py::arg("ops_steps") = 0, "Why a control request is invalid; '' when it is valid (same check as the producers).");
   m.def("demangle", &demangle);
   m.def(
       "kernel_filter_search",
@@ -494,13 +496,14 @@ void bind_reader(py::module_& m) {
            py::arg("first_slot") = 0, py::arg("max_count") = py::none())
       .def(
           "request_control",
-          [](SegmentReader& reader, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter) {
+          [](SegmentReader& reader, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
+             uint32_t ops_steps) {
             std::string error;
-            const uint64_t generation = reader.request_control(mode, shift, patch_set, filter, &error);
+            const uint64_t generation = reader.request_control(mode, shift, patch_set, filter, &error, ops_steps);
             if (generation == 0) throw py::value_error(error);
             return generation;
           },
-          py::arg("mode"), py::arg("shift"), py::arg("patch_set"), py::arg("filter") = "")
+          py::arg("mode"), py::arg("shift"), py::arg("patch_set"), py::arg("filter") = "", py::arg("ops_steps") = 0)
       .def("control_state",
            [](const SegmentReader& reader) {
              const ControlBlock control = reader.control_state();

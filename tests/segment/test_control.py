@@ -46,6 +46,7 @@ def test_invalid_requests_change_nothing(start_synth) -> None:
         (dict(mode="blocks", kernel_filter="(unclosed"), "invalid kernel filter"),
         (dict(mode="blocks", kernel_filter="x" * 300), "longer than 255"),
         (dict(mode="blocks", patch_set="tensor"), "unknown patch set"),
+        (dict(mode="blocks", ops_steps=_native.MAX_OPS_STEPS + 1), "at most 1024"),
     ]:
         with pytest.raises(ValueError, match=reason):
             segment.request_control(**request)
@@ -54,6 +55,19 @@ def test_invalid_requests_change_nothing(start_synth) -> None:
     assert after["desired_generation"] == before["desired_generation"] == 0
     assert after == before
     assert synth.stop() == 0
+
+
+def test_an_op_window_is_handed_over_once_and_not_kept_in_force(tmp_path) -> None:
+    """The producer's half: the request carries the window's steps; a later request without them
+    asks for no window (the daemon writes every field of a request)."""
+    writer = _native.Writer(str(tmp_path))
+    segment = Segment(writer.path)
+    generation = segment.request_control("counter", ops_steps=7)
+    request = writer.poll_control(0)
+    assert (request["generation"], request["ops_steps"]) == (generation, 7)
+    segment.request_control("blocks")
+    assert writer.poll_control(generation)["ops_steps"] == 0
+    assert segment.control_state()["desired_ops_steps"] == 0
 
 
 def test_cross_set_switch_is_refused_while_graph_execs_live(start_synth) -> None:

@@ -19,14 +19,26 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 class Notes:
-    def __init__(self) -> None:
+    """The injector's side: `asked` is a window gpuobsd asked for, handed over once."""
+
+    def __init__(self, asked: int = 0) -> None:
         self.labels: list[str] = []
+        self.asked = asked
+        self.trace: list[bool] = []  # the launch trace switched on and off, in order
 
     def available(self) -> bool:
         return True
 
     def record_op(self, label: str) -> int:
         self.labels.append(label)
+        return 0
+
+    def take_ops_window(self) -> int:
+        steps, self.asked = self.asked, 0
+        return steps
+
+    def launch_trace_window(self, on: bool) -> int:
+        self.trace.append(on)
         return 0
 
 
@@ -90,6 +102,48 @@ def test_the_first_steps_are_recorded_and_no_more() -> None:
             linear(torch.zeros(2, 4))
     assert any(label.startswith("model aten::") for label in recorded), recorded
     assert notes.labels == recorded and window.left == 0
+    assert notes.trace == []  # a window of GPUOBS_OPS_STEPS: the process runs with its own launch trace
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_a_window_gpuobsd_asks_for_records_its_steps_with_the_launch_trace_on_for_them_only() -> None:
+    import torch
+
+    notes = Notes()
+    window = OpWindow(notes)
+    linear = torch.nn.Linear(4, 4)
+    worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(get_model=lambda: linear))
+    per_step: list[int] = []
+    with torch.inference_mode():
+        for step in range(6):
+            if step == 1:
+                notes.asked = 2  # gpuobsctl ops --record-steps 2, landing between steps 0 and 1
+            before = len(notes.labels)
+            with window(worker):
+                linear(torch.zeros(2, 4))
+                per_step.append(len(notes.trace))
+            per_step[-1] = (len(notes.labels) - before, per_step[-1])
+    recorded = [ops for ops, _ in per_step]
+    assert recorded[0] == 0 and recorded[1] > 0 and recorded[2] == recorded[1] and recorded[3:] == [0, 0, 0]
+    # on before the first step of the window ran, off once its last step was over, never again
+    assert [switches for _, switches in per_step] == [0, 1, 1, 2, 2, 2] and notes.trace == [True, False]
+
+
+def test_a_window_whose_recorder_cannot_start_turns_the_trace_off_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuobs.vllm_plugin.op_window as op_window
+
+    def broken(worker: object) -> object:
+        raise RuntimeError("no model")
+
+    monkeypatch.setattr(op_window, "model_of", broken)
+    notes = Notes(asked=3)
+    window = OpWindow(notes)
+    with window(types.SimpleNamespace()):
+        ran = True
+    assert ran and window.left == 0 and notes.trace == [True, False]
+    with window(types.SimpleNamespace()):  # no window left, none asked: nothing switched
+        pass
+    assert notes.trace == [True, False]
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch")

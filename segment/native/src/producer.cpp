@@ -30,7 +30,7 @@ FilterVerdict judge_kernel(const KernelFilter* filter, const std::string& mangle
 void handle_control_request(SegmentWriter& writer, ControlTarget& target, const ControlRequest& request) {
   __atomic_fetch_add(&writer.view().counters->control_requests, 1, __ATOMIC_RELAXED);
   const std::string problem = control_request_problem(uint32_t(request.mode), request.shift,
-                                                      uint32_t(request.patch_set), request.filter);
+                                                      uint32_t(request.patch_set), request.filter, request.ops_steps);
   if (!problem.empty()) {
     writer.acknowledge(request.generation, target.in_force(), ControlStatus::InvalidArgument, problem);
     return;
@@ -60,7 +60,9 @@ void handle_control_request(SegmentWriter& writer, ControlTarget& target, const 
     filter = std::make_shared<KernelFilter>();
     KernelFilter::compile(config.filter, filter.get());  // checked above
   }
+  config.ops_steps = 0;  // a window is opened once, not kept in force
   target.put_in_force(config, std::move(filter));
+  if (request.ops_steps) target.open_ops_window(request.ops_steps);
   writer.acknowledge(request.generation, config, ControlStatus::Ok, "");
 }
 

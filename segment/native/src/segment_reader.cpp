@@ -336,8 +336,8 @@ bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>
 }
 
 uint64_t SegmentReader::request_control(uint32_t mode, uint32_t shift, uint32_t patch_set,
-                                        const std::string& filter, std::string* error) {
-  *error = control_request_problem(mode, shift, patch_set, filter);
+                                        const std::string& filter, std::string* error, uint32_t ops_steps) {
+  *error = control_request_problem(mode, shift, patch_set, filter, ops_steps);
   if (!error->empty()) return 0;
   ControlBlock& control = *view_.control;
   uint64_t seq = __atomic_load_n(&control.desired_seq, __ATOMIC_RELAXED);
@@ -353,6 +353,7 @@ uint64_t SegmentReader::request_control(uint32_t mode, uint32_t shift, uint32_t 
   for (size_t i = 0; i < kFilterBytes; ++i)
     __atomic_store_n(&control.desired_filter[i], i < filter.size() ? filter[i] : '\0', __ATOMIC_RELAXED);
   __atomic_store_n(&control.desired_filter_bytes, uint32_t(filter.size()), __ATOMIC_RELAXED);
+  __atomic_store_n(&control.desired_ops_steps, ops_steps, __ATOMIC_RELAXED);
   __atomic_store_n(&control.desired_generation, generation, __ATOMIC_RELAXED);
   __atomic_store_n(&control.desired_seq, seq + 2, __ATOMIC_RELEASE);
   return generation;

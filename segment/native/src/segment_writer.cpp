@@ -260,6 +260,7 @@ bool SegmentWriter::poll_control(uint64_t seen_generation, ControlRequest* reque
   copy.mode = Mode(__atomic_load_n(&control.desired_mode, __ATOMIC_RELAXED));
   copy.shift = __atomic_load_n(&control.desired_shift, __ATOMIC_RELAXED);
   copy.patch_set = PatchSet(__atomic_load_n(&control.desired_patch_set, __ATOMIC_RELAXED));
+  copy.ops_steps = __atomic_load_n(&control.desired_ops_steps, __ATOMIC_RELAXED);
   uint32_t filter_bytes = __atomic_load_n(&control.desired_filter_bytes, __ATOMIC_RELAXED);
   if (filter_bytes >= kFilterBytes) filter_bytes = kFilterBytes - 1;
   char filter[kFilterBytes];

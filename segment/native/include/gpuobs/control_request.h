@@ -16,10 +16,11 @@ struct ControlRequest {
   uint32_t shift = 0;
   PatchSet patch_set = PatchSet::Block;
   std::string filter;
+  uint32_t ops_steps = 0;  // > 0: open an op window of this many engine steps as well
 };
 
 // Rejects what no producer may apply; "" when the request is well formed.
 std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set,
-                                    const std::string& filter);
+                                    const std::string& filter, uint32_t ops_steps = 0);
 
 }  // namespace gpuobs

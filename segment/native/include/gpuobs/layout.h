@@ -565,6 +565,9 @@ static_assert(covers(kSegmentHeaderFields, sizeof(SegmentHeader)), "kSegmentHead
 // producer, applied_generation stored last). One cache-line-separated half per writer.
 constexpr uint32_t kFilterBytes = 256;
 constexpr uint32_t kStatusMessageBytes = 192;
+// The most engine steps one op window may span: a window is a bounded look (the launch trace is on
+// for its steps), never a way to leave it on.
+constexpr uint32_t kMaxOpsSteps = 1024;
 struct ControlBlock {
   // daemon -> producer
   uint64_t desired_seq;  // seqlock: odd while the daemon writes
@@ -574,7 +577,8 @@ struct ControlBlock {
   uint32_t desired_patch_set;
   uint32_t desired_filter_bytes;
   char desired_filter[kFilterBytes];  // ECMAScript regex on kernel names; empty = all
-  uint8_t pad0[96];
+  uint32_t desired_ops_steps;  // > 0: also open an op window of this many engine steps (a plugin records them)
+  uint8_t pad0[92];
   // producer -> daemon
   uint64_t applied_generation;  // stored last
   uint32_t applied_mode;
@@ -598,6 +602,7 @@ inline constexpr Field kControlBlockFields[] = {
     GPUOBS_FIELD(ControlBlock, desired_patch_set),
     GPUOBS_FIELD(ControlBlock, desired_filter_bytes),
     GPUOBS_TEXT(ControlBlock, desired_filter, desired_filter_bytes),
+    GPUOBS_FIELD(ControlBlock, desired_ops_steps),
     GPUOBS_RESERVED(ControlBlock, pad0),
     GPUOBS_FIELD(ControlBlock, applied_generation),
     GPUOBS_FIELD(ControlBlock, applied_mode),

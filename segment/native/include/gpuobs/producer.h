@@ -50,6 +50,9 @@ class ControlTarget {
   virtual bool switch_patch_set(PatchSet set, std::string* error) = 0;
   // Puts a checked config in force; `filter` is its kernel filter compiled (nullptr when empty).
   virtual void put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) = 0;
+  // Opens an op window of `steps` engine steps: a framework plugin in the process takes it at its
+  // next step (the injector hands it over; gpuobs-synth plays one).
+  virtual void open_ops_window(uint32_t steps) = 0;
 };
 
 // The control decision on one request: counted; refused with the config in force kept when it is

@@ -89,9 +89,10 @@ class SegmentReader {
                 uint32_t max_count = UINT32_MAX) const;
 
   // Daemon half of the handshake: validated, written under the seqlock; returns the generation
-  // to wait for, or 0 with the reason in *error (nothing written).
+  // to wait for, or 0 with the reason in *error (nothing written). `ops_steps` > 0 opens an op
+  // window of that many engine steps as well.
   uint64_t request_control(uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
-                           std::string* error);
+                           std::string* error, uint32_t ops_steps = 0);
   // A copy of the control block, its applied half no older than the applied_generation it holds.
   ControlBlock control_state() const;
 
