@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS, HIDDEN = 4, 1024  # make_tiny_qwen3.py: intermediate 2 x hidden, heads of 64, half as many KV heads
 SHAPE = ["--layers", str(LAYERS), "--hidden", str(HIDDEN), "--vocab", "4096"]
 OPS_STEPS = 3  # the prefill of the first generate and two decodes
+WINDOW_STEPS = 20  # opened at run time: a loop's generate is a prefill and 15 decodes, so one prefill at least
 
 pytestmark = pytest.mark.skipif(not PAYLOAD, reason=VLLM_SKIP_REASON)
 
@@ -141,6 +142,7 @@ def run_scene(tmp_path_factory: pytest.TempPathFactory, segments: Path) -> dict:
                                      "modes": {str(pid): mode for pid, mode in modes(daemon).items()}})
         seen["ops_eager"] = ctl_json(daemon, "ops", "--pid", str(eager.pid), "--top", "10000")
         if "graphs_error" not in seen:
+            seen["window"] = open_window(daemon, graphs.pid)
             seen["ops_graphs"] = ctl_json(daemon, "ops", "--pid", str(graphs.pid), "--top", "10000")
         running = [eager] if "graphs_error" in seen else [eager, graphs]
         for engine in running:
@@ -163,6 +165,49 @@ def run_scene(tmp_path_factory: pytest.TempPathFactory, segments: Path) -> dict:
         daemon.stop()
         keep_report("vllm-ops.json", seen)
     return seen
+
+
+def open_window(daemon: DaemonProcess, pid: int) -> dict:
+    """An op window of WINDOW_STEPS steps opened at run time in the graph engine, which runs
+    without the launch trace: its eager launch records (ops totals) before, once the window's
+    labels are in, and a while later (the trace off again: no more records)."""
+    def totals() -> dict:
+        (row,) = ctl_json(daemon, "ops", "--pid", str(pid), "--top", "1")["totals"]
+        (process,) = [p for p in ctl_json(daemon, "status")["processes"] if int(p["pid"]) == pid]
+        return {**row, "launch_callback_seconds": float(process["injector"].get("launch_callback_seconds", 0.0))}
+
+    window: dict = {"before": totals()}
+    window["opened"] = ctl_json(daemon, "ops", "--record-steps", str(WINDOW_STEPS), "--pid", str(pid))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = totals()
+        if now["ops"] > window["before"]["ops"] and now["ops"] == totals()["ops"]:  # recorded, nothing more coming
+            break
+        time.sleep(1.0)
+    time.sleep(2.0)
+    window["after"] = totals()
+    window["ops"] = ctl_json(daemon, "ops", "--pid", str(pid), "--top", "10000")["ops"]
+    time.sleep(3.0)  # the engine keeps generating
+    window["later"] = totals()
+    return window
+
+
+def test_a_window_opened_at_run_time_records_its_steps_then_the_trace_is_off(scene: dict) -> None:
+    """gpuobsctl ops --record-steps in an engine without the launch trace: its prefill's eager
+    attention launches join to each layer's attention op, and no launch record comes after."""
+    assert "graphs_error" not in scene, scene["graphs_error"]
+    window = scene["window"]
+    assert [r["status"] for r in window["opened"]["results"]] == ["ok"], window["opened"]
+    before, after, later = window["before"], window["after"], window["later"]
+    assert before["launches_attributed"] == before["launches_without_op"] == 0, before  # no trace before
+    assert after["ops"] > before["ops"] and after["launches_attributed"] > 0, after
+    assert after["launch_callback_seconds"] > before["launch_callback_seconds"], (before, after)  # on for the window
+    eager_records = ("launches_attributed", "launches_without_op", "launch_callback_seconds")  # then off
+    assert [later[key] for key in eager_records] == [after[key] for key in eager_records], (after, later)
+    for layer in range(LAYERS):
+        attention = [row for row in window["ops"] if row["op"].startswith(f"model.layers.{layer}.self_attn.attn ")
+                     and int(row["launches"]) > 0]
+        assert re.search(r"flash", " ".join(row["kernel"] for row in attention), re.I), (layer, attention)
 
 
 def test_switches_reach_exactly_the_processes_they_select(scene: dict) -> None:
