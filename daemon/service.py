@@ -614,22 +614,35 @@ class ObserverService:
             raise InvalidArgument("timeout must be within (0, 60] seconds")
         targets = self._selected(pids, ranks or [], gpus or [])
 
-        def request(process: ObservedProcess) -> int:
+        def request(process: ObservedProcess) -> int | str:
+            """The config in force again, with the window; a refusal (nothing written) where
+            that config is not known: a request still pending would be undone by it."""
             control = process.segment.control_state()
-            mode = MODE_NAMES.get(control["applied_mode"], "off")
+            if control["desired_generation"] > control["applied_generation"]:
+                return "a control request is still pending in this process; open the window once it is applied"
+            mode = MODE_NAMES.get(control["applied_mode"])
+            if mode is None:
+                return f"this process runs mode {control['applied_mode']}, unknown to this gpuobsd"
             return process.segment.request_control(mode, control["applied_shift"], control["applied_filter"],
                                                    ops_steps=steps)
 
         return await self._acknowledged(targets, request, timeout_s)
 
-    async def _acknowledged(self, targets: list[ObservedProcess], request: Callable[[ObservedProcess], int],
+    async def _acknowledged(self, targets: list[ObservedProcess], request: Callable[[ObservedProcess], int | str],
                             timeout_s: float) -> list[results.ModeResult]:
         """Writes each target's control request (under its lock) and waits, without blocking the
-        loop, until each acknowledged its generation or the timeout passed."""
+        loop, until each acknowledged its generation or the timeout passed. `request` answers
+        the generation written, or why it wrote nothing (that process's answer)."""
         generations: dict[int, tuple[ObservedProcess, int]] = {}
+        refused: list[results.ModeResult] = []
         for process in targets:
             with process.lock:
-                generations[process.pid] = (process, request(process))
+                written = request(process)
+            if isinstance(written, str):
+                refused.append(results.ModeResult(pid=process.pid, acknowledged=False, status="failed_precondition",
+                                                  message=written, generation=0))
+            else:
+                generations[process.pid] = (process, written)
         deadline = time.monotonic() + timeout_s
         pending = dict(generations)
         while pending and time.monotonic() < deadline:
@@ -647,7 +660,7 @@ class ObserverService:
                 status=STATUS_NAMES.get(control["status"], "unknown") if acknowledged else "timeout",
                 message=control["status_message"] if acknowledged else "no acknowledgement before the timeout",
                 generation=generation))
-        return answers
+        return answers + refused
 
     async def record_to_temporary(self, duration_s: float, max_events: int,
                                   pids: list[int]) -> tuple[Path, list[results.RecordedFile]]:

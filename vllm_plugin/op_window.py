@@ -60,8 +60,11 @@ class OpWindow:
 
     def __call__(self, worker: Any) -> ContextManager:
         try:
-            if self.left <= 0 and not self._take():
-                return contextlib.nullcontext()
+            if self.left <= 0:
+                if not self._take():
+                    return contextlib.nullcontext()
+            elif self.traced:  # each step of the window says it is alive (the injector closes a silent one)
+                self.annotations.launch_trace_window(True)
             self.left -= 1
             if not self.annotations.available():
                 return contextlib.nullcontext()

@@ -75,6 +75,8 @@ def device_text(total: pb.OpTotals) -> str:
 
 def open_window(args: argparse.Namespace) -> int:
     """Asks gpuobsd for an op window in the selected processes; fails unless each acknowledged."""
+    if not 0 < args.timeout <= 60:
+        raise CommandError(f"--timeout {args.timeout}: seconds within (0, 60]")
     request = pb.OpenOpsWindowRequest(steps=args.record_steps, pids=args.pid, ranks=args.rank, gpus=args.gpu,
                                       timeout_ms=int(args.timeout * 1000))
     return acknowledgements(call(args.address, "OpenOpsWindow", request, timeout=args.timeout + 5), args.output,

@@ -15,8 +15,8 @@
 
 namespace gpuobs {
 namespace {
-// The longest an op window's launch trace stays on without its plugin closing it: a window is a
-// bounded look, whatever becomes of the engine that opened it.
+// The longest an op window's launch trace stays on without a step of its window (each step says
+// so): a window is a bounded look, whatever becomes of the engine that opened it.
 constexpr uint64_t kMaxTraceWindowNs = 300000000000ULL;
 }  // namespace
 
@@ -83,10 +83,13 @@ void Injector::open_ops_window(uint32_t steps) { ops_window_.store(steps, std::m
 
 void Injector::close_stale_trace_window() {
   if (!trace_window_.load(std::memory_order_relaxed)) return;
-  if (monotonic_ns() - trace_window_since_ns_.load(std::memory_order_relaxed) < kMaxTraceWindowNs) return;
-  launch_trace_window(false);
-  if (first_time(LogOnce::TraceWindow))
-    log_line("an op window's launch trace was still on after %llu s; turned off (its engine stopped stepping?)",
+  std::lock_guard<std::mutex> window(trace_window_mutex_);  // a step may refresh it meanwhile
+  if (!trace_window_.load(std::memory_order_relaxed) ||
+      monotonic_ns() - trace_window_since_ns_.load(std::memory_order_relaxed) < kMaxTraceWindowNs)
+    return;
+  set_trace_window(false);
+  if (!config_.launch_trace && first_time(LogOnce::TraceWindow))
+    log_line("an op window saw no engine step for %llu s: its launch trace is off until its next step",
              (unsigned long long)(kMaxTraceWindowNs / 1000000000ULL));
 }
 

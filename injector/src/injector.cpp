@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -49,6 +50,8 @@ constexpr uint64_t kLearningWindowNs = 2000000000ULL;
 // An exec launched before its nodes were learned keeps them on longer: an exec replayed now and
 // then (every few seconds) is learned at its next replay, not missed each time.
 constexpr uint64_t kPendingWindowNs = 60000000000ULL;
+// How often a launch looks again for a slot another thread is registering (a yield each).
+constexpr int kPendingSlotTries = 1000;
 
 uint64_t grid_blocks(const Sanitizer_LaunchData& launch) {
   return uint64_t(launch.gridDim_x) * launch.gridDim_y * launch.gridDim_z;
@@ -434,14 +437,21 @@ DeviceContext* Injector::context_for(CUcontext context) {
 }
 
 int64_t Injector::slot_of(CUcontext context, CUmodule module, CUfunction function, const char* name) {
-  const int64_t slot = function_slots_.find_or_add(reinterpret_cast<uint64_t>(function), [&](uint64_t) {
-    return register_function(context, module, function, name);
-  });
+  const auto make = [&](uint64_t) { return register_function(context, module, function, name); };
+  int64_t slot = function_slots_.find_or_add(reinterpret_cast<uint64_t>(function), make);
+  // Another thread registers this function right now (its first launch races ours, or its lazy
+  // load): its slot is published when that registration returns. Waited for a short, bounded
+  // while; a launch still without a slot after it goes unattributed (counted), and no more.
+  for (int tries = 0; slot == FunctionSlots::kPending && tries < kPendingSlotTries; ++tries) {
+    std::this_thread::yield();
+    slot = function_slots_.find_or_add(reinterpret_cast<uint64_t>(function), make);
+  }
   if (slot == FunctionSlots::kFull && first_time(LogOnce::KernelTable))
     log_line("function table full; further kernels go unattributed");
-  // No slot (a table full): no device counters for it; the host's launch callbacks count its
-  // launches as unattributed from now on.
-  if (slot < 0) need_launch_callbacks("a kernel has no slot");
+  // No slot (a table full, a failed registration): no device counters for it; the host's launch
+  // callbacks count its launches as unattributed from now on. A registration still under way is
+  // not that: it must not turn host counting on for good.
+  if (slot < 0 && slot != FunctionSlots::kPending) need_launch_callbacks("a kernel has no slot");
   return slot;
 }
 
@@ -739,8 +749,13 @@ int gpuobs::Injector::take_ops_window() {
 int gpuobs::Injector::launch_trace_window(bool on) {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
   std::lock_guard<std::mutex> window(trace_window_mutex_);
-  if (on) trace_window_since_ns_.store(monotonic_ns(), std::memory_order_relaxed);
-  if (trace_window_.load(std::memory_order_relaxed) == on) return 0;
+  set_trace_window(on);
+  return 0;
+}
+
+void gpuobs::Injector::set_trace_window(bool on) {
+  if (on) trace_window_since_ns_.store(monotonic_ns(), std::memory_order_relaxed);  // each step of the window
+  if (trace_window_.load(std::memory_order_relaxed) == on) return;
   if (on) {
     trace_window_.store(true, std::memory_order_release);  // before the callbacks: no launch of the window unrecorded
     if (!config_.launch_trace) switch_window_callbacks(true);
@@ -748,7 +763,6 @@ int gpuobs::Injector::launch_trace_window(bool on) {
     if (!config_.launch_trace) switch_window_callbacks(false);
     trace_window_.store(false, std::memory_order_release);
   }
-  return 0;
 }
 
 int gpuobs::Injector::note_profiler(const char* who) {

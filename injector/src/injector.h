@@ -79,9 +79,10 @@ class Injector : private ControlTarget {
   // The op window the daemon asked for (gpuobsctl ops --record-steps N) since the last call: N
   // steps, once; 0 when none. The vLLM plugin asks at each engine step.
   int take_ops_window();
-  // The launch trace on for an op window's steps (eager launches leave a record naming their op)
-  // and off after it: launch callbacks only while a window is open, unless the process runs with
-  // the launch trace (or needs launch callbacks) anyway. 0 done, -1 not observing.
+  // The launch trace on for an op window's steps (eager launches leave a record naming their op;
+  // called at each step of the window) and off after it: launch callbacks only while a window is
+  // open, unless the process runs with the launch trace (or needs launch callbacks) anyway. 0
+  // done, -1 not observing.
   int launch_trace_window(bool on);
   // A profiler started in the process (the vLLM plugin or gpuobs.profiler_notice says so before
   // it reaches CUPTI): counted in the segment, and said once in the process's log.
@@ -135,7 +136,9 @@ class Injector : private ControlTarget {
   void open_ops_window(uint32_t steps) override;
   // LAUNCH_BEGIN callbacks on or off for a window; never off while need_launch_callbacks wants them.
   void switch_window_callbacks(bool on);
-  // A window left open longer than kMaxTraceWindowNs (its plugin gone quiet) is closed.
+  // The trace window on (again: each step of the window says so) or off; under trace_window_mutex_.
+  void set_trace_window(bool on);
+  // A window without a step for kMaxTraceWindowNs (its plugin gone quiet) is closed.
   void close_stale_trace_window();
   // The config in force into every context's slots (and, bound, into every function's binding).
   // Takes config_mutex_ only to compute, never across a call into the driver.

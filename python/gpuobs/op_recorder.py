@@ -141,6 +141,45 @@ def recording_ops(record: Callable[[str], object], model: torch.nn.Module | None
         yield recorder
 
 
+class _CaptureEndHook:
+    """CUDAGraph.capture_end wrapped once for every recorder that records captures, restored when
+    the last of them is done (recorders on several threads may end in any order)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.recorders: list[OpRecorder] = []
+        self.own: Any = None  # the class's own capture_end before the wrap (None: inherited)
+
+    def add(self, graph_class: Any, recorder: OpRecorder) -> None:
+        with self.lock:
+            if not self.recorders:
+                self.own = graph_class.__dict__.get("capture_end")
+                original = graph_class.capture_end
+
+                def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
+                    with self.lock:
+                        active = list(self.recorders)
+                    for each in active:  # the injector keeps per thread what was reported: a repeat adds nothing
+                        each._captured()
+                    return original(graph, *args, **kwargs)
+
+                graph_class.capture_end = capture_end
+            self.recorders.append(recorder)
+
+    def remove(self, graph_class: Any, recorder: OpRecorder) -> None:
+        with self.lock:
+            self.recorders.remove(recorder)
+            if self.recorders:
+                return
+            if self.own is None:
+                delattr(graph_class, "capture_end")
+            else:
+                graph_class.capture_end = self.own
+
+
+_CAPTURE_END = _CaptureEndHook()
+
+
 @contextlib.contextmanager
 def reported_at_capture_end(recorder: OpRecorder) -> Iterator[None]:
     """The nodes a capture adds after its last op (kernels a compiled region launches itself at its
@@ -148,21 +187,11 @@ def reported_at_capture_end(recorder: OpRecorder) -> Iterator[None]:
     kernel nodes its capture never reported, and its labels could not be placed by position.
     torch.cuda.graph ends a capture with CUDAGraph.capture_end, wrapped while recording."""
     graph_class = getattr(torch.cuda, "CUDAGraph", None)
-    original = getattr(graph_class, "capture_end", None)
-    if recorder.capture is None or original is None:
+    if recorder.capture is None or getattr(graph_class, "capture_end", None) is None:
         yield
         return
-
-    def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
-        recorder._captured()
-        return original(graph, *args, **kwargs)
-
-    own = graph_class.__dict__.get("capture_end")  # None: inherited, so deleted again afterwards
-    graph_class.capture_end = capture_end
+    _CAPTURE_END.add(graph_class, recorder)
     try:
         yield
     finally:
-        if own is None:
-            delattr(graph_class, "capture_end")
-        else:
-            graph_class.capture_end = own
+        _CAPTURE_END.remove(graph_class, recorder)

@@ -13,6 +13,7 @@ import time
 import grpc
 
 from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.segment import MODES
 from gpuobs_testing.daemon import gpuobsctl
 
 LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
@@ -97,3 +98,32 @@ def test_a_bad_window_is_refused_and_changes_nothing(start_synth, start_daemon) 
     answer = daemon.stub.OpenOpsWindow(pb.OpenOpsWindowRequest(steps=1, pids=[synth.pid]), timeout=10)
     assert [(r.pid, r.status) for r in answer.results] == [(synth.pid, "ok")]
     assert synth.stop() == 0
+
+
+def test_a_window_never_undoes_a_switch_not_yet_applied(segment_dir, start_daemon) -> None:
+    """A window carries the config in force; while a switch is still pending that config is not
+    known, so the window is refused in that process (nothing written) and the switch stays asked."""
+    from gpuobs import _native
+
+    writer = _native.Writer(str(segment_dir))  # this test is the producer: it applies nothing until told
+    writer.acknowledge(0, MODES["counter"], 0, 0, "", 0, "")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    switch = gpuobsctl(daemon.address, "set-mode", "blocks", "--timeout", "0.5")
+    assert switch.returncode != 0  # not acknowledged: pending
+    window = gpuobsctl(daemon.address, "ops", "--record-steps", "2", "--timeout", "0.5")
+    assert window.returncode != 0 and "still pending" in window.stdout + window.stderr, (window.stdout, window.stderr)
+    request = writer.poll_control(0)
+    assert (request["generation"], request["mode"], request["ops_steps"]) == (1, MODES["blocks"], 0), request
+
+
+def test_a_window_in_a_process_of_a_mode_unknown_here_writes_nothing(segment_dir, start_daemon) -> None:
+    from gpuobs import _native
+
+    writer = _native.Writer(str(segment_dir))  # this test is the producer
+    writer.acknowledge(0, 99, 0, 0, "", 0, "")  # applied mode 99: a newer producer's
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    refused = gpuobsctl(daemon.address, "ops", "--record-steps", "3", "--timeout", "0.5")
+    assert refused.returncode != 0 and "mode 99" in refused.stdout + refused.stderr
+    assert writer.poll_control(0) is None  # no request was written

@@ -140,3 +140,17 @@ def test_the_nodes_after_a_captures_last_op_are_reported_before_it_ends(monkeypa
     events.clear()
     with recording_ops(lambda label: None, None):  # no capture hook: capture_end untouched
         assert torch.cuda.CUDAGraph.__dict__["capture_end"] is stub
+
+
+def test_recorders_that_end_out_of_order_leave_capture_end_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[object] = []
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", lambda graph: events.append("ended"), raising=False)
+    stub = torch.cuda.CUDAGraph.__dict__["capture_end"]
+    first = recording_ops(lambda label: None, None, events.append)
+    second = recording_ops(lambda label: None, None, events.append)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # the first ends before the second
+    assert torch.cuda.CUDAGraph.__dict__["capture_end"] is not stub  # the second still records
+    second.__exit__(None, None, None)
+    assert torch.cuda.CUDAGraph.__dict__["capture_end"] is stub

@@ -125,8 +125,9 @@ def test_a_window_gpuobsd_asks_for_records_its_steps_with_the_launch_trace_on_fo
             per_step[-1] = (len(notes.labels) - before, per_step[-1])
     recorded = [ops for ops, _ in per_step]
     assert recorded[0] == 0 and recorded[1] > 0 and recorded[2] == recorded[1] and recorded[3:] == [0, 0, 0]
-    # on before the first step of the window ran, off once its last step was over, never again
-    assert [switches for _, switches in per_step] == [0, 1, 1, 2, 2, 2] and notes.trace == [True, False]
+    # on before each step of the window ran (the first turns it on, the next keeps it alive), off
+    # once its last step was over, never again
+    assert [switches for _, switches in per_step] == [0, 1, 2, 3, 3, 3] and notes.trace == [True, True, False]
 
 
 def test_a_window_whose_recorder_cannot_start_turns_the_trace_off_again(monkeypatch: pytest.MonkeyPatch) -> None:

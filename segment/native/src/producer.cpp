@@ -61,7 +61,11 @@ void handle_control_request(SegmentWriter& writer, ControlTarget& target, const 
     KernelFilter::compile(config.filter, filter.get());  // checked above
   }
   config.ops_steps = 0;  // a window is opened once, not kept in force
-  target.put_in_force(config, std::move(filter));
+  const ControlRequest current = target.in_force();
+  const bool unchanged = config.mode == current.mode && config.shift == current.shift &&
+                         config.patch_set == current.patch_set && config.filter == current.filter;
+  // a window asked with the config in force (as gpuobsd asks it) re-binds nothing
+  if (!(request.ops_steps && unchanged)) target.put_in_force(config, std::move(filter));
   if (request.ops_steps) target.open_ops_window(request.ops_steps);
   writer.acknowledge(request.generation, config, ControlStatus::Ok, "");
 }
