@@ -50,7 +50,8 @@ class OpWindow:
     def __init__(self, annotations: Any, steps: int = 0) -> None:
         self.annotations = annotations
         self.left = steps
-        self.traced = False  # this window turned the launch trace on, and turns it off at its end
+        self.traced = False  # this window turned the launch trace on; off at the first step after it
+        self.in_step = False  # the step under way is one of a window (its sampling is recorded too)
 
     def record(self, label: str) -> None:
         try:
@@ -59,26 +60,45 @@ class OpWindow:
             pass
 
     def __call__(self, worker: Any) -> ContextManager:
+        """The context of a step's execute_model."""
+        self.in_step = False
         try:
             if self.left <= 0:
+                self._trace_off()  # the window ended with the step before (its sampling included)
                 if not self._take():
                     return contextlib.nullcontext()
             elif self.traced:  # each step of the window says it is alive (the injector closes a silent one)
                 self.annotations.launch_trace_window(True)
             self.left -= 1
-            if not self.annotations.available():
-                return contextlib.nullcontext()
-            from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded
-
-            entered = contextlib.ExitStack()  # entered here, where a failure leaves the step unrecorded
-            entered.callback(self._step_over)
-            entered.enter_context(recording_ops(self.record, model_of(worker)))
-            return entered
+            context = self._recording(worker)
+            self.in_step = True
+            return context
         except Exception as error:  # noqa: BLE001 - the step runs unrecorded
-            self.left = 0
-            self._step_over()
-            log.warning("gpuobs: ops are not recorded (%s: %s)", type(error).__name__, error)
+            self._give_up(error)
             return contextlib.nullcontext()
+
+    def sample(self, worker: Any) -> ContextManager:
+        """The context of the same step's sample_tokens (vLLM 0.25 samples, lm_head included, in a
+        call of its own after execute_model): recorded when the step was."""
+        if not self.in_step:
+            return contextlib.nullcontext()
+        try:
+            return self._recording(worker)
+        except Exception as error:  # noqa: BLE001 - the sampling runs unrecorded
+            self._give_up(error)
+            return contextlib.nullcontext()
+
+    def _recording(self, worker: Any) -> ContextManager:
+        if not self.annotations.available():
+            raise RuntimeError("the injector is not loaded")
+        from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded
+
+        return recording_ops(self.record, model_of(worker))
+
+    def _give_up(self, error: Exception) -> None:
+        self.left, self.in_step = 0, False
+        self._trace_off()
+        log.warning("gpuobs: ops are not recorded (%s: %s)", type(error).__name__, error)
 
     def _take(self) -> bool:
         """A window the daemon asked for, with the launch trace on for it; False when none."""
@@ -92,7 +112,7 @@ class OpWindow:
         log.info("gpuobs: recording the ops of the next %d engine steps (asked by gpuobsd)", steps)
         return True
 
-    def _step_over(self) -> None:
-        if self.left <= 0 and self.traced:
+    def _trace_off(self) -> None:
+        if self.traced:
             self.traced = False
             self.annotations.launch_trace_window(False)

@@ -156,3 +156,40 @@ def test_a_model_that_is_not_a_module_leaves_the_step_running() -> None:
     with OpWindow(notes, 1)(worker):
         torch.zeros(2) + 1
     assert any(label.startswith("- aten::") for label in notes.labels), notes.labels
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_a_window_step_samples_inside_the_window_and_the_trace_goes_off_at_the_next_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.25 samples (lm_head, sampler) in sample_tokens, after execute_model: a window's
+    step records both, and the trace stays on until the step after the window begins."""
+    import torch
+
+    module = types.ModuleType("fake_worker_sampling")
+    linear = torch.nn.Linear(4, 4)
+
+    class Worker:
+        model_runner = types.SimpleNamespace(get_model=lambda: linear)
+
+        def execute_model(self, scheduler_output: object) -> None:
+            linear(torch.zeros(2, 4))
+
+        def sample_tokens(self, grammar_output: object) -> str:
+            torch.ones(3).argmax()
+            return "sampled"
+
+    module.Worker = Worker
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    notes = Notes(asked=1)
+    assert install_step_hook(lambda w, out: None, module.__name__, around=OpWindow(notes))
+    worker, seen = Worker(), []
+    with torch.inference_mode():
+        for _ in range(2):
+            worker.execute_model("s")
+            assert worker.sample_tokens(None) == "sampled"
+            seen.append((list(notes.labels), list(notes.trace)))
+            notes.labels.clear()
+    (first_labels, first_trace), (second_labels, second_trace) = seen
+    assert any("aten::argmax" in label for label in first_labels), first_labels  # sampled inside the window
+    assert any("aten::" in label and "argmax" not in label for label in first_labels)
+    assert first_trace == [True] and second_labels == [] and second_trace == [True, False]
