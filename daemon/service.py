@@ -19,7 +19,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from gpuobs import __version__, _native
-from gpuobs.segment import CONTROL_STATUS, EVENT_KINDS, IDENTITY_SET, MODE_NAMES, MODES, PATCH_SETS, PROCESS_ROLES
+from gpuobs.segment import (CONTROL_STATUS, EVENT_KINDS, IDENTITY_SET, MODE_NAMES, MODES, PATCH_SETS, PROCESS_ROLES,
+                            TAKES_OP_WINDOWS)
 
 from gpuobs.recording import RecordingWriter
 
@@ -623,6 +624,9 @@ class ObserverService:
             mode = MODE_NAMES.get(control["applied_mode"])
             if mode is None:
                 return f"this process runs mode {control['applied_mode']}, unknown to this gpuobsd"
+            if not process.segment.reader.header().get("identity_flags", 0) & TAKES_OP_WINDOWS:
+                return ("no framework plugin takes op windows in this process (the vLLM plugin does, from its "
+                        "first engine step)")
             return process.segment.request_control(mode, control["applied_shift"], control["applied_filter"],
                                                    ops_steps=steps)
 

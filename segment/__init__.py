@@ -53,6 +53,7 @@ KERNEL_COUNTERS_DTYPE: np.dtype = _struct_dtype("kernel_counters")
 KERNEL_SHAPES_DTYPE: np.dtype = _struct_dtype("kernel_shapes")
 MODES: dict[str, int] = dict(_native.MODES)
 PROCESS_ROLES: dict[str, int] = dict(_native.PROCESS_ROLES)  # a segment's role field
+TAKES_OP_WINDOWS: int = int(_native.TAKES_OP_WINDOWS)  # identity_flags: a plugin asks for op windows
 IDENTITY_SET: int = int(_native.IDENTITY_SET)  # header identity_flags: role, rank, world size, model set
 MODE_NAMES: dict[int, str] = {value: name for name, value in MODES.items()}
 MEMORY_SET_MODES: frozenset[str] = frozenset(_native.MEMORY_SET_MODES)  # need the memory patch set

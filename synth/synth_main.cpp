@@ -85,6 +85,7 @@ int run(const Options& options) {
     return 1;
   }
   SegmentWriter& writer = *producer;
+  writer.note_takes_op_windows();  // it plays the framework plugin as well (device_loop.cpp)
   const uint64_t kernel0_cubin = options.cubin.empty() ? 0 : play_cubin(options, &catalog[0]);
   std::vector<uint32_t> slots;
   for (size_t index = 0; index < catalog.size(); ++index) {

@@ -743,6 +743,7 @@ int gpuobs::Injector::record_capture(uint64_t stream) {
 
 int gpuobs::Injector::take_ops_window() {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
+  if (!takes_op_windows_.exchange(true, std::memory_order_relaxed)) writer_->note_takes_op_windows();
   return int(ops_window_.exchange(0, std::memory_order_acq_rel));
 }
 

@@ -183,6 +183,7 @@ class Injector : private ControlTarget {
   std::unique_ptr<HostCounted[]> host_counted_;             // per slot
   std::atomic<bool> launch_callbacks_{false};
   std::atomic<uint32_t> ops_window_{0};      // steps of an op window not taken by the plugin yet
+  std::atomic<bool> takes_op_windows_{false};  // the plugin asked once: the segment says so
   std::mutex trace_window_mutex_;            // one opener or closer of the launch trace window at a time
   std::atomic<bool> trace_window_{false};    // eager launches are recorded: an op window is open
   std::atomic<uint64_t> trace_window_since_ns_{0};

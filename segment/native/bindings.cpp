@@ -304,6 +304,7 @@ class Writer {
     writer_->acknowledge(generation, in_force, ControlStatus(status), message);
   }
   void mark_exited() { writer_->segment().mark_exited(); }
+  void note_takes_op_windows() { writer_->note_takes_op_windows(); }
 
  private:
   std::unique_ptr<SegmentWriter> writer_;
@@ -371,6 +372,7 @@ void bind_schema(py::module_& m) {
   m.attr("PRODUCER_FLAGS") = names_dict(kProducerFlagNames);
   m.attr("PROCESS_ROLES") = names_dict(kProcessRoleNames);
   m.attr("IDENTITY_SET") = kIdentitySet;
+  m.attr("TAKES_OP_WINDOWS") = kTakesOpWindows;
 }
 
 // The checks and computations Python shares with the producers (one implementation: the segment library's).
@@ -576,7 +578,8 @@ void bind_writer(py::module_& m) {
       .def("poll_control", &Writer::poll_control, py::arg("seen_generation"))
       .def("acknowledge", &Writer::acknowledge, py::arg("generation"), py::arg("mode"), py::arg("shift"),
            py::arg("patch_set"), py::arg("filter"), py::arg("status"), py::arg("message"))
-      .def("mark_exited", &Writer::mark_exited);
+      .def("mark_exited", &Writer::mark_exited)
+      .def("note_takes_op_windows", &Writer::note_takes_op_windows);
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ def test_a_window_never_undoes_a_switch_not_yet_applied(segment_dir, start_daemo
 
     writer = _native.Writer(str(segment_dir))  # this test is the producer: it applies nothing until told
     writer.acknowledge(0, MODES["counter"], 0, 0, "", 0, "")
+    writer.note_takes_op_windows()
     daemon = start_daemon()
     daemon.wait_processes(1)
     switch = gpuobsctl(daemon.address, "set-mode", "blocks", "--timeout", "0.5")
@@ -122,8 +123,28 @@ def test_a_window_in_a_process_of_a_mode_unknown_here_writes_nothing(segment_dir
 
     writer = _native.Writer(str(segment_dir))  # this test is the producer
     writer.acknowledge(0, 99, 0, 0, "", 0, "")  # applied mode 99: a newer producer's
+    writer.note_takes_op_windows()
     daemon = start_daemon()
     daemon.wait_processes(1)
     refused = gpuobsctl(daemon.address, "ops", "--record-steps", "3", "--timeout", "0.5")
     assert refused.returncode != 0 and "mode 99" in refused.stdout + refused.stderr
     assert writer.poll_control(0) is None  # no request was written
+
+
+def test_a_window_where_no_plugin_takes_one_is_refused(segment_dir, start_daemon) -> None:
+    """A process without a framework plugin (a plain CUDA program) would acknowledge a window and
+    record nothing: gpuobsd says so instead, and writes nothing."""
+    from gpuobs import _native
+
+    writer = _native.Writer(str(segment_dir))
+    writer.acknowledge(0, MODES["counter"], 0, 0, "", 0, "")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    refused = gpuobsctl(daemon.address, "ops", "--record-steps", "3", "--timeout", "0.5")
+    assert refused.returncode != 0 and "no framework plugin" in refused.stdout + refused.stderr
+    assert writer.poll_control(0) is None
+    writer.note_takes_op_windows()  # its plugin's first step
+    opened = gpuobsctl(daemon.address, "ops", "--record-steps", "3", "--timeout", "0.5")
+    assert opened.returncode != 0  # nobody acknowledges here: this test does not poll ...
+    request = writer.poll_control(0)  # ... but the request was written, with the window
+    assert (request["mode"], request["ops_steps"]) == (MODES["counter"], 3), request

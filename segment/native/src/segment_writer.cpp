@@ -186,7 +186,11 @@ void SegmentWriter::set_identity(ProcessRole role, uint32_t rank, uint32_t world
   header.world_size = world_size;
   header.local_rank = local_rank;
   copy_bounded(header.model, sizeof(header.model), model, nullptr);
-  __atomic_store_n(&header.identity_flags, kIdentitySet, __ATOMIC_RELEASE);
+  __atomic_fetch_or(&header.identity_flags, kIdentitySet, __ATOMIC_RELEASE);
+}
+
+void SegmentWriter::note_takes_op_windows() {
+  __atomic_fetch_or(&view().header->identity_flags, kTakesOpWindows, __ATOMIC_RELEASE);
 }
 
 void SegmentWriter::add_gpu(uint32_t context, uint32_t ordinal, const std::string& pci_bus_id,

@@ -471,6 +471,7 @@ inline constexpr Named<ProcessRole> kProcessRoleNames[] = {
     {ProcessRole::Other, "other"},
 };
 constexpr uint32_t kIdentitySet = 0x1;  // identity_flags: role, rank, world size and model were set
+constexpr uint32_t kTakesOpWindows = 0x2;  // identity_flags: a framework plugin asks for op windows (each step)
 
 struct SegmentHeader {
   uint64_t magic;
@@ -505,7 +506,7 @@ struct SegmentHeader {
   uint32_t producer_flags;   // ProducerFlags, set at creation
   char producer[32];  // "gpuobs-injector", "gpuobs-synth"
   char label[64];     // free text: role, rank, model
-  uint32_t identity_flags;  // kIdentitySet
+  uint32_t identity_flags;  // kIdentitySet, kTakesOpWindows
   uint32_t role;            // ProcessRole
   uint32_t rank;            // in the serving job (tensor/pipeline parallel ranks)
   uint32_t world_size;

@@ -70,6 +70,8 @@ class SegmentWriter {
   // Who the process is (a plugin says: role, rank, world size, local rank, model); a reader may
   // see a mix for a moment, as with the label.
   void set_identity(ProcessRole role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const std::string& model);
+  // A framework plugin in the process takes op windows: the daemon opens them only where one does.
+  void note_takes_op_windows();
   // The GPU of context `context` (the first kSegmentGpus are named, every one counted).
   void add_gpu(uint32_t context, uint32_t ordinal, const std::string& pci_bus_id, const std::string& uuid);
   // Counts a profiler started in the process (GlobalCounters::profiler_starts); never blocks.
