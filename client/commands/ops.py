@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
                ("blocks", "BLOCKS"), ("device", "DEVICE us"), ("timed", "TIMED"), ("share", "SHARE"), ("op", "OP"),
                ("kernel", "KERNEL")], rows)
     elif response.totals:
-        print("no ops recorded: a plugin records them through the injector's gpuobs_record_op, while the launch "
-              "trace (GPUOBS_LAUNCH_TRACE=1) records the launches they make")
+        print("no ops recorded: `gpuobsctl ops --record-steps N` asks a serving engine's plugin to record the "
+              "ops of its next N steps (and the launches they make); a plain PyTorch program records them with "
+              "gpuobs.op_recorder and GPUOBS_LAUNCH_TRACE=1")
     else:
         print("no observed process")
     return 0
