@@ -4,7 +4,7 @@ the GPU machine: single-stream ms per token (1 request x 256 greedy tokens) and 
 each other so a reader sees what the method can resolve.
 
 Method: offline vLLM (the engine in the measured process), a random-weight Qwen3 of 24 layers,
-hidden 2048, vocabulary 8192, or with --model-size gpu-bound 32 layers of hidden 5120 (MODELS),
+hidden 2048, vocabulary 8192, or with --model-size gpu-bound 32 layers of hidden 5120, copies of one (MODELS),
 FULL_AND_PIECEWISE CUDA graphs for batch sizes 1..64. One fresh process per configuration and
 round; configurations interleaved over ROUNDS rounds (the order rotates each round, so no
 configuration always runs in the same position); in each process every measurement REPEATS
@@ -260,7 +260,8 @@ def main() -> int:
     base_env = {**offline_environment(args.payload), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
                 "TOKENIZERS_PARALLELISM": "false"}
     began = time.monotonic()
-    if make_model(args.payload, Path(args.model), base_env, model_args):
+    # the GPU-bound model's 32 layers are copies of one: made in seconds rather than minutes
+    if make_model(args.payload, Path(args.model), base_env, model_args, by_copies=args.model_size == "gpu-bound"):
         print(f"model made in {time.monotonic() - began:.0f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-"))
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-", dir="/dev/shm"))

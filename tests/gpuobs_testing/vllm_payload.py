@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,11 +47,27 @@ def drop_in_environment(path: Path) -> dict[str, str]:
     return env
 
 
-def make_model(payload: Path, where: Path, env: dict[str, str], shape: list[str] | None = None) -> bool:
+def make_model(payload: Path, where: Path, env: dict[str, str], shape: list[str] | None = None, *,
+               by_copies: bool = False) -> bool:
     """A random-weight Qwen3 at `where` (make_tiny_qwen3.py's --layers/--hidden/--vocab in
-    `shape`), unless one is there already; True when it was made now."""
+    `shape`), unless one is there already; True when it was made now. `by_copies`: made with one
+    layer, then every layer a copy of it (deepen_model.py: minutes less for 32 x 5120). A failure
+    leaves nothing."""
     if where.exists():
         return False
-    subprocess.run([sys.executable, str(payload / "make_tiny_qwen3.py"), str(where), *(shape or [])], env=env,
-                   check=True, capture_output=True, timeout=300)
+    shape = list(shape or [])
+    layers = int(shape[shape.index("--layers") + 1]) if "--layers" in shape else 0
+    made = shape
+    if by_copies and layers > 1:
+        made = list(shape)
+        made[shape.index("--layers") + 1] = "1"
+    try:
+        subprocess.run([sys.executable, str(payload / "make_tiny_qwen3.py"), str(where), *made], env=env,
+                       check=True, capture_output=True, timeout=300)
+        if made is not shape:
+            subprocess.run([sys.executable, "-m", "gpuobs_testing.deepen_model", str(where), str(layers)], env=env,
+                           check=True, capture_output=True, timeout=600)
+    except BaseException:
+        shutil.rmtree(where, ignore_errors=True)  # made again next time, never half
+        raise
     return True
