@@ -7,8 +7,9 @@ segment (step number, requests and tokens scheduled, request ids), names the pro
 rank, model), records the ops of its first GPUOBS_OPS_STEPS steps and of the windows gpuobsd opens
 (op_window.py) and, with GPUOBS_OPS_CAPTURE=1, those that capture its CUDA graphs
 (capture_labels.py), and notes each profiler started in it (vLLM's start_profile: it records no
-GPU activity beside the injector, gpuobs.profiler_notice says why). Elsewhere it does nothing. It never raises into vLLM: a hook that is missing or
-fails disables it with one log line, and the engine runs on.
+GPU activity beside the injector, gpuobs.profiler_notice says why). Elsewhere it does nothing.
+It never raises into vLLM: a hook that is missing or fails disables it with one log line, and
+the engine runs on.
 """
 
 from __future__ import annotations
