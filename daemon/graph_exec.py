@@ -10,7 +10,13 @@ import dataclasses
 import itertools
 from typing import Sequence
 
+import numpy as np
+
 from gpuobs.launch_key import launch_key
+from gpuobs.segment import EVENT_KINDS
+
+BLOCK_ENTER = EVENT_KINDS["block_enter"]
+BLOCK_EXIT = EVENT_KINDS["block_exit"]
 
 MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
 STATUSES = (MATCHED, MISMATCHED, UNRECORDED, UNJOINED)
@@ -28,10 +34,34 @@ class DeviceSpan:
     last_ns: int = 0   # last block event of any kind
     exits: int = 0
 
+    def merge(self, part: "DeviceSpan") -> None:
+        """More block events of the same launch (a later batch's part of it)."""
+        if part.enters:
+            self.first_ns = part.first_ns if not self.enters else min(self.first_ns, part.first_ns)
+        self.enters += part.enters
+        self.exits += part.exits
+        self.events += part.events
+        self.last_ns = max(self.last_ns, part.last_ns)
+
     def whole(self, blocks: int, exits_recorded: bool) -> bool:
         """Every block entered and, where the process records block exits, exited: its span is
         then its launch's, first enter to last event."""
         return self.enters == blocks and (not exits_recorded or self.exits == blocks)
+
+
+def span_parts(block: np.ndarray, starts: np.ndarray) -> list[DeviceSpan]:
+    """The spans of groups of a batch's events, each group one launch's (sorted together, `starts`
+    where each begins): one pass of reductions over the batch, whatever the number of launches."""
+    times = block["globaltimer_ns"].astype(np.int64)
+    is_enter = block["kind"] == BLOCK_ENTER
+    enters = np.add.reduceat(is_enter.astype(np.int64), starts)
+    exits = np.add.reduceat((block["kind"] == BLOCK_EXIT).astype(np.int64), starts)
+    firsts = np.minimum.reduceat(np.where(is_enter, times, np.iinfo(np.int64).max), starts)
+    lasts = np.maximum.reduceat(times, starts)
+    counts = np.diff(np.append(starts, len(block)))
+    return [DeviceSpan(enters=n_enters, events=n_events, first_ns=first, last_ns=last, exits=n_exits)
+            for n_enters, n_events, first, last, n_exits
+            in zip(enters.tolist(), counts.tolist(), firsts.tolist(), lasts.tolist(), exits.tolist())]
 
 
 @dataclasses.dataclass

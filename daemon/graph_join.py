@@ -62,7 +62,7 @@ from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUN
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
 from .graph_exec import (MATCHED, MISMATCHED, STATUSES, UNJOINED, UNRECORDED, DeviceSpan, DeviceTime, GraphExec,
-                         NodeCensus, NodeExecution, ReplayRecord)
+                         NodeCensus, NodeExecution, ReplayRecord, span_parts)
 from .time_budget import TimeBudget
 
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
@@ -467,27 +467,12 @@ class GraphJoin(Analysis):
         if not len(block):
             return
         order, starts, uniques = group_by_launch(block["grid_id"], block["replay"].astype(np.uint64))  # all nodes'
-        block = block[order]
-        counts = np.diff(np.append(starts, len(block)))
-        is_enter = block["kind"] == BLOCK_ENTER
-        times = block["globaltimer_ns"].astype(np.int64)
-        enters = np.add.reduceat(is_enter.astype(np.int64), starts)
-        exits = np.add.reduceat((block["kind"] == BLOCK_EXIT).astype(np.int64), starts)
-        enter_times = np.where(is_enter, times, np.iinfo(np.int64).max)
-        firsts = np.minimum.reduceat(enter_times, starts)
-        lasts = np.maximum.reduceat(times, starts)
-        for key, n_events, n_enters, n_exits, first, last in zip(uniques, counts.tolist(), enters.tolist(),
-                                                                 exits.tolist(), firsts.tolist(), lasts.tolist()):
+        for key, part in zip(uniques, span_parts(block[order], starts)):
             span = self.spans.get(key)
             if span is None:
                 span = self.spans[key] = DeviceSpan()
                 self.span_replays[key_replay(key)] += 1
-            if n_enters:
-                span.first_ns = first if not span.enters else min(span.first_ns, first)
-            span.enters += n_enters
-            span.exits += n_exits
-            span.events += n_events
-            span.last_ns = max(span.last_ns, last)
+            span.merge(part)
         now = time.monotonic()
         if len(self.spans) > self.SWEEP_SPANS and now - self.last_sweep >= self.SWEEP_EVERY_S:
             self.last_sweep = now

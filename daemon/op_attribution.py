@@ -53,7 +53,7 @@ from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, OP_D
 
 from .analysis import ALL_REPLAYS, Analysis
 from .analysis_budget import AnalysisBudget
-from .graph_exec import DeviceSpan, DeviceTime, GraphExec
+from .graph_exec import DeviceSpan, DeviceTime, GraphExec, span_parts
 from .time_budget import TimeBudget
 
 OP = LAUNCH_KINDS["op"]
@@ -269,26 +269,14 @@ class OpAttribution(Analysis):
         block = block[np.argsort(block["grid_id"], kind="stable")]
         grid_ids = block["grid_id"]
         starts = np.flatnonzero(np.concatenate([[True], grid_ids[1:] != grid_ids[:-1]]))
-        is_enter = block["kind"] == BLOCK_ENTER
-        times = block["globaltimer_ns"].astype(np.int64)
-        enters = np.add.reduceat(is_enter.astype(np.int64), starts)
-        firsts = np.minimum.reduceat(np.where(is_enter, times, np.iinfo(np.int64).max), starts)
-        lasts = np.maximum.reduceat(times, starts)
-        counts = np.diff(np.append(starts, len(block)))
         keys = grid_ids[starts].tolist()
         self._begin_flights([key for key in keys if key not in self.in_flight])
-        for key, n_events, n_enters, first, last in zip(keys, counts.tolist(), enters.tolist(), firsts.tolist(),
-                                                        lasts.tolist()):
+        for key, part in zip(keys, span_parts(block, starts)):
             flight = self.in_flight.get(key)
             if flight is None:
                 continue  # not an eager launch held: a node execution's, or a launch without its record
             span = flight.span
-            if n_enters:
-                span.first_ns = first if not span.enters else min(span.first_ns, first)
-            span.enters += n_enters
-            span.exits += n_events - n_enters
-            span.events += n_events
-            span.last_ns = max(span.last_ns, last)
+            span.merge(part)
             if span.whole(flight.blocks, self.exits_recorded):
                 del self.in_flight[key]
                 self._time_of(flight.row).add(span, flight.blocks, self.exits_recorded)

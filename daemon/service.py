@@ -594,9 +594,6 @@ class ObserverService:
             problem = _native.control_request_problem(MODES[mode], shift or 0, 0, kernel_regex)
             if problem:
                 raise InvalidArgument(problem)
-        if not 0 < timeout_s <= 60:
-            raise InvalidArgument("timeout must be within (0, 60] seconds")
-        targets = self._selected(pids, ranks or [], gpus or [])  # NotFound before anything is written
 
         def request(process: ObservedProcess) -> int:
             control = process.segment.control_state()
@@ -604,16 +601,13 @@ class ObserverService:
             shift_value = shift if shift is not None else control["applied_shift"]
             return process.segment.request_control(mode, shift_value, filter_text)
 
-        return await self._acknowledged(targets, request, timeout_s)
+        return await self._acknowledged(pids, ranks, gpus, request, timeout_s)
 
     async def open_ops_window(self, steps: int, pids: list[int], timeout_s: float, *, ranks: list[int] | None = None,
                               gpus: list[str] | None = None) -> list[results.ModeResult]:
         """An op window of `steps` engine steps in each selected process, the config in force kept."""
         if not 1 <= steps <= _native.MAX_OPS_STEPS:
             raise InvalidArgument(f"an op window is 1..{_native.MAX_OPS_STEPS} engine steps, not {steps}")
-        if not 0 < timeout_s <= 60:
-            raise InvalidArgument("timeout must be within (0, 60] seconds")
-        targets = self._selected(pids, ranks or [], gpus or [])
 
         def request(process: ObservedProcess) -> int | str:
             """The config in force again, with the window; a refusal (nothing written) where
@@ -630,13 +624,18 @@ class ObserverService:
             return process.segment.request_control(mode, control["applied_shift"], control["applied_filter"],
                                                    ops_steps=steps)
 
-        return await self._acknowledged(targets, request, timeout_s)
+        return await self._acknowledged(pids, ranks, gpus, request, timeout_s)
 
-    async def _acknowledged(self, targets: list[ObservedProcess], request: Callable[[ObservedProcess], int | str],
+    async def _acknowledged(self, pids: list[int], ranks: list[int] | None, gpus: list[str] | None,
+                            request: Callable[[ObservedProcess], int | str],
                             timeout_s: float) -> list[results.ModeResult]:
-        """Writes each target's control request (under its lock) and waits, without blocking the
-        loop, until each acknowledged its generation or the timeout passed. `request` answers
-        the generation written, or why it wrote nothing (that process's answer)."""
+        """Writes the control request of each selected process (under its lock) and waits,
+        without blocking the loop, until each acknowledged its generation or the timeout passed.
+        `request` answers the generation written, or why it wrote nothing (that process's
+        answer). A bad timeout or selection is refused before anything is written."""
+        if not 0 < timeout_s <= 60:
+            raise InvalidArgument("timeout must be within (0, 60] seconds")
+        targets = self._selected(pids, ranks or [], gpus or [])  # NotFound before anything is written
         generations: dict[int, tuple[ObservedProcess, int]] = {}
         refused: list[results.ModeResult] = []
         for process in targets:

@@ -57,14 +57,14 @@ def make_model(payload: Path, where: Path, env: dict[str, str], shape: list[str]
         return False
     shape = list(shape or [])
     layers = int(shape[shape.index("--layers") + 1]) if "--layers" in shape else 0
-    made = shape
-    if by_copies and layers > 1:
-        made = list(shape)
+    deepen = by_copies and layers > 1
+    made = list(shape)
+    if deepen:
         made[shape.index("--layers") + 1] = "1"
     try:
         subprocess.run([sys.executable, str(payload / "make_tiny_qwen3.py"), str(where), *made], env=env,
                        check=True, capture_output=True, timeout=300)
-        if made is not shape:
+        if deepen:
             subprocess.run([sys.executable, "-m", "gpuobs_testing.deepen_model", str(where), str(layers)], env=env,
                            check=True, capture_output=True, timeout=600)
     except BaseException:
