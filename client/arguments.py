@@ -26,3 +26,15 @@ def number(low: int, high: int) -> Callable[[str], int]:
 uint32 = number(0, UINT32_MAX)
 uint64 = number(0, UINT64_MAX)
 pid = number(1, (1 << 31) - 1)  # a pid the kernel can hand out
+
+
+def acknowledgement_timeout(text: str) -> float:
+    """Seconds to wait for processes to acknowledge a control request: what gpuobsd accepts,
+    (0, 60], checked before the request's milliseconds are built."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError(f"{value:g} is not within (0, 60] seconds")
+    return value

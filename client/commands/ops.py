@@ -7,7 +7,7 @@ import argparse
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
-from ..arguments import pid, uint32
+from ..arguments import acknowledgement_timeout, pid, uint32
 from ..connection import CommandError, call
 from ..output import emit, message_dict, table
 from .set_mode import acknowledgements
@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --record-steps: also the processes of this rank (repeatable)")
     parser.add_argument("--gpu", action="append", default=[],
                         help="with --record-steps: also the processes on this GPU, UUID or PCI bus id (repeatable)")
-    parser.add_argument("--timeout", type=float, default=2.0, help="with --record-steps: seconds to wait for "
-                        "acknowledgements")
+    parser.add_argument("--timeout", type=acknowledgement_timeout, default=2.0,
+                        help="with --record-steps: seconds to wait for acknowledgements")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,8 +76,6 @@ def device_text(total: pb.OpTotals) -> str:
 
 def open_window(args: argparse.Namespace) -> int:
     """Asks gpuobsd for an op window in the selected processes; fails unless each acknowledged."""
-    if not 0 < args.timeout <= 60:
-        raise CommandError(f"--timeout {args.timeout}: seconds within (0, 60]")
     request = pb.OpenOpsWindowRequest(steps=args.record_steps, pids=args.pid, ranks=args.rank, gpus=args.gpu,
                                       timeout_ms=int(args.timeout * 1000))
     return acknowledgements(call(args.address, "OpenOpsWindow", request, timeout=args.timeout + 5), args.output,

@@ -6,7 +6,7 @@ import argparse
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
-from ..arguments import pid, uint32
+from ..arguments import acknowledgement_timeout, pid, uint32
 from ..connection import CommandError, call
 from ..output import emit, table
 
@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", action="append", default=[],
                         help="also the processes with a context on this GPU: its UUID or PCI bus id (repeatable)")
     parser.add_argument("--kernel", help="record events only for kernels matching this regex ('' for all)")
-    parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for acknowledgements")
+    parser.add_argument("--timeout", type=acknowledgement_timeout, default=2.0,
+                        help="seconds to wait for acknowledgements")
 
 
 def run(args: argparse.Namespace) -> int:

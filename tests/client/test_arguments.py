@@ -24,6 +24,8 @@ def gpuobsctl(*args: str) -> subprocess.CompletedProcess:
     (["kernels", "--top", "many"], "not a whole number"),
     (["steps", "--replay", str(1 << 64)], "is not within 0..18446744073709551615"),
     (["no-such-command"], "invalid choice"),
+    (["set-mode", "off", "--timeout", "-1"], "-1 is not within (0, 60] seconds"),
+    (["ops", "--record-steps", "2", "--timeout", "soon"], "not a number of seconds"),
 ])
 def test_bad_arguments_are_one_line_and_exit_1(args: list[str], reason: str) -> None:
     done = gpuobsctl(*args)
