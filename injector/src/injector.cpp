@@ -89,9 +89,13 @@ Injector::Injector()
   config_word_.store(make_config(config_.mode, config_.shift));
 }
 
-void Injector::enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable) {
+void Injector::enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable,
+                               const std::atomic<bool>* keep_on) {
   std::lock_guard<std::mutex> lock(callbacks_mutex_);
   if (stepped_aside_) return;
+  // the flag is set before its setter's own enable takes this lock: either it is seen here, or
+  // that enable comes after this call
+  if (!enable && keep_on && keep_on->load(std::memory_order_acquire)) return;
   sanitizerEnableCallback(enable ? 1 : 0, subscriber_, domain, cbid);
 }
 
@@ -149,15 +153,6 @@ void Injector::set_node_callbacks(bool on) {
   }
   enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
   enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
-}
-
-void Injector::switch_window_callbacks(bool on) {
-  std::lock_guard<std::mutex> lock(callbacks_mutex_);
-  if (stepped_aside_) return;
-  // need_launch_callbacks sets its flag before it takes this lock: either it is seen here (and
-  // the callbacks stay on), or its own enable comes after this one
-  if (!on && launch_callbacks_.load(std::memory_order_acquire)) return;
-  sanitizerEnableCallback(on ? 1 : 0, subscriber_, SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN);
 }
 
 void Injector::need_launch_callbacks(const char* why) {
@@ -759,9 +754,11 @@ void gpuobs::Injector::set_trace_window(bool on) {
   if (trace_window_.load(std::memory_order_relaxed) == on) return;
   if (on) {
     trace_window_.store(true, std::memory_order_release);  // before the callbacks: no launch of the window unrecorded
-    if (!config_.launch_trace) switch_window_callbacks(true);
+    if (!config_.launch_trace) enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, true);
   } else {
-    if (!config_.launch_trace) switch_window_callbacks(false);
+    // never off while need_launch_callbacks wants them for good
+    if (!config_.launch_trace)
+      enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, false, &launch_callbacks_);
     trace_window_.store(false, std::memory_order_release);
   }
 }

@@ -98,8 +98,10 @@ class Injector : private ControlTarget {
   // the counter word that times callbacks of this domain; nullptr before the segment exists
   uint64_t* callback_timer(Sanitizer_CallbackDomain domain);
   void dispatch(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, const void* cbdata);
-  // Turns a callback id on or off (the sanitizer wants these calls serialised).
-  void enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable);
+  // Turns a callback id on or off (the sanitizer wants these calls serialised); never off while
+  // `keep_on` holds (a flag its setter sets before it turns the callback on through here).
+  void enable_callback(Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, bool enable,
+                       const std::atomic<bool>* keep_on = nullptr);
 
   // resource callbacks
   void record_gpu(uint32_t context_index, CUdevice device);
@@ -134,8 +136,6 @@ class Injector : private ControlTarget {
   bool switch_patch_set(PatchSet set, std::string* error) override;
   void put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) override;
   void open_ops_window(uint32_t steps) override;
-  // LAUNCH_BEGIN callbacks on or off for a window; never off while need_launch_callbacks wants them.
-  void switch_window_callbacks(bool on);
   // The trace window on (again: each step of the window says so) or off; under trace_window_mutex_.
   void set_trace_window(bool on);
   // A window without a step for kMaxTraceWindowNs (its plugin gone quiet) is closed.
