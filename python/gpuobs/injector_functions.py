@@ -4,9 +4,11 @@ label, a profiler's start), reached through ctypes from the vLLM plugin and gpuo
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 
 RECORDED, DROPPED, NOT_OBSERVING = 0, 1, -1
+log = logging.getLogger("gpuobs")
 
 
 # What each exported function takes. All but the first two came later: an older injector lacks them, and
@@ -31,6 +33,7 @@ class InjectorAnnotations:
     def __init__(self, path: str) -> None:
         self.path = path
         self._functions: dict[str, ctypes._CFuncPtr] | None = None
+        self.missing: tuple[str, ...] = ()  # functions the loaded injector lacks: their calls answer NOT_OBSERVING
 
     def available(self) -> bool:
         """True once CUDA has loaded the injector in this process (it does at the first CUDA call)."""
@@ -46,6 +49,10 @@ class InjectorAnnotations:
                     function.argtypes, function.restype = argtypes, ctypes.c_int
                     functions[name] = function
             self._functions = functions
+            self.missing = tuple(name for name in SIGNATURES if name not in functions)
+            if self.missing:  # said once: an injector older than this plugin (or one that hides them)
+                log.warning("gpuobs: the injector %s lacks %s; what they record is not recorded", self.path,
+                            ", ".join(self.missing))
         return True
 
     def _call(self, name: str, *args: object) -> int:

@@ -16,6 +16,8 @@
 #   call 1b (carry .whl .vllm/c1): bash tests/gpu/device_calls.sh 1b COMMIT   (only after a cold machine)
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
 #   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [overhead workloads after it]
+#   call 3o (carry .vllm/c2):      bash tests/gpu/device_calls.sh 3o COMMIT  (the vLLM ops scene alone:
+#                                  ~100 s, after 1b, where little device time is left)
 #   call 4 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 4 COMMIT   (the decode bench on the
 #                                  GPU-bound model, 3 rounds; not a test; call 2 runs it as the test
 #                                  with GPUOBS_DECODE_MODEL_SIZE=gpu-bound in the environment)
@@ -24,8 +26,8 @@
 # Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-call=${1:?usage: device_calls.sh 1|1b|2|3|4 COMMIT}
-commit=${2:?usage: device_calls.sh 1|1b|2|3|4 COMMIT}
+call=${1:?usage: device_calls.sh 1|1b|2|3|3o|4 COMMIT}
+commit=${2:?usage: device_calls.sh 1|1b|2|3|3o|4 COMMIT}
 out=${OUT:?OUT: the output folder of the device call}
 export PATH="/usr/local/cuda/bin:$PATH" GPUOBS_COMMIT="$commit"
 left() { echo $(( $1 - SECONDS )); }  # seconds left of a call that must end by $1
@@ -48,11 +50,15 @@ case "$call" in
         >> "$out/build.log" 2>&1
     echo "build rc $? at $SECONDS s"
     ;;
-  2|3)
+  2|3|3o)
     payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
     eval "$payload_env"
     export GPUOBS_VLLM_PAYLOAD=.vllm/c2 GPUOBS_REPORT_DIR="$out/r" GPUOBS_DECODE_MODEL_SIZE=${GPUOBS_DECODE_MODEL_SIZE:-host-bound}
-    test=$([ "$call" = 2 ] && echo tests/gpu/test_vllm_decode.py || echo "tests/gpu/test_vllm_ops.py tests/gpu/test_vllm.py")
+    case "$call" in
+      2) test=tests/gpu/test_vllm_decode.py ;;
+      3) test="tests/gpu/test_vllm_ops.py tests/gpu/test_vllm.py" ;;
+      3o) test=tests/gpu/test_vllm_ops.py ;;
+    esac
     limit=$([ "$call" = 2 ] && echo 570 || echo 575)
     # shellcheck disable=SC2086 # call 3 runs two test files
     timeout "$(left "$limit")" python3 -m pytest -v -p no:cacheprovider $test --junitxml="$out/junit-$call.xml" \
@@ -74,5 +80,5 @@ case "$call" in
     echo "gpu-bound decode bench rc $? at $SECONDS s"
     tail -12 "$out/vllm-decode-gpu-bound.txt"
     ;;
-  *) echo "usage: device_calls.sh 1|1b|2|3|4 COMMIT" >&2; exit 2 ;;
+  *) echo "usage: device_calls.sh 1|1b|2|3|3o|4 COMMIT" >&2; exit 2 ;;
 esac

@@ -150,7 +150,8 @@ def test_it_waits_for_cuda_to_load_the_injector_then_gives_up(caplog) -> None:
 
 def test_the_real_injector_exports_the_annotation_functions() -> None:
     """In a fresh process: not loaded -> unavailable (the plugin never loads a second copy);
-    loaded but never initialised by CUDA (no GPU here) -> the calls answer 'not observing'."""
+    loaded but never initialised by CUDA (no GPU here) -> the calls answer 'not observing', and
+    the injector lacks none of them (a hidden one answers the same, silently but for one log line)."""
     script = f"""
 import ctypes
 from gpuobs.injector_functions import InjectorAnnotations
@@ -159,11 +160,12 @@ print(annotations.available())
 ctypes.CDLL({str(INJECTOR)!r})
 print(annotations.available(), annotations.record_step(1, 2, 3, b"a\\nb", 0), annotations.set_label("x"),
       annotations.note_profiler("torch.profiler"), annotations.set_identity(1, 0, 1, 0, "m"),
-      annotations.record_op("model.layers.0 aten::mm"))
+      annotations.record_op("model.layers.0 aten::mm"), annotations.take_ops_window(),
+      annotations.launch_trace_window(True), list(annotations.missing))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True", *[str(NOT_OBSERVING)] * 5]
+    assert done.stdout.split() == ["False", "True", *[str(NOT_OBSERVING)] * 7, "[]"]  # every one exported
 
 
 def test_the_plugin_is_an_entry_point_vllm_finds() -> None:
