@@ -45,10 +45,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from typing import Callable, Iterator
 
 import numpy as np
 
+from gpuobs.op_labels import LABEL_LOST, OP, OP_TEXT, OpLabels
 from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
 
 from .analysis import ALL_REPLAYS, Analysis
@@ -56,8 +58,6 @@ from .analysis_budget import AnalysisBudget
 from .graph_exec import DeviceSpan, DeviceTime, GraphExec, span_parts
 from .time_budget import TimeBudget
 
-OP = LAUNCH_KINDS["op"]
-OP_TEXT = LAUNCH_KINDS["op_text"]
 OP_NODES = LAUNCH_KINDS["op_nodes"]
 EXEC_CREATED = LAUNCH_KINDS["graph_exec_created"]
 EAGER = LAUNCH_KINDS["eager"]
@@ -67,23 +67,8 @@ ANNOTATIONS = (OP, OP_TEXT, OP_NODES, EXEC_CREATED)  # read one by one, in ring 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 OTHER = "(other ops)"
-LABEL_LOST = "(label lost: launch ring full)"
-MAX_LABEL_BYTES = 8192  # the injector cuts labels to 4096
 OUTSIDE = -1  # the row of an eager launch made outside any op
 HELD_DTYPE = np.dtype([("grid_id", np.uint64), ("row", np.int64), ("blocks", np.uint64)])
-
-
-@dataclasses.dataclass
-class OpLabel:
-    """An op's label as far as its text records arrived."""
-
-    text: bytearray
-    received: int = 0
-
-    def label(self) -> str:
-        if not self.text or self.received < len(self.text):
-            return LABEL_LOST
-        return self.text.decode("utf-8", "replace")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +136,7 @@ class OpAttribution(Analysis):
         """`exec_of`: the graph join's exec for a handle (the join reads each batch first);
         `node_times`: the join's device time per node of an exec; `exits_hooked`: the process
         says it records block exits (so does one that shows one)."""
-        self.ops: collections.OrderedDict[int, OpLabel] = collections.OrderedDict()  # op number -> label
+        self.ops = OpLabels()  # op number -> label, of the last KEEP_OPS ops
         self.labels: dict[str, dict[int, list[int]]] = {}  # label -> kernel slot -> [launches, blocks]
         self.ops_seen = 0
         self.launches_attributed = 0
@@ -188,7 +173,7 @@ class OpAttribution(Analysis):
             if kind == OP:
                 self._begin(raw.view(OP_DTYPE)[0])
             elif kind == OP_TEXT:
-                self._text(raw.view(STEP_TEXT_DTYPE)[0])
+                self.ops.text(raw.view(STEP_TEXT_DTYPE)[0])
             elif kind == OP_NODES:
                 self._nodes(raw.view(OP_NODES_DTYPE)[0])
             else:
@@ -216,8 +201,7 @@ class OpAttribution(Analysis):
         rows = np.zeros(len(unique), dtype=np.int64)
         for index, ((op, slot), count, total) in enumerate(zip(unique.tolist(), launches.tolist(),
                                                                block_sums.tolist())):
-            known = self.ops.get(op)
-            rows[index] = self._add(known.label() if known else LABEL_LOST, slot, count, int(total))
+            rows[index] = self._add(self.ops.label(op), slot, count, int(total))
         return rows[inverse]
 
     def _add(self, label: str, slot: int, launches: int, blocks: int) -> int:
@@ -322,21 +306,8 @@ class OpAttribution(Analysis):
         return total
 
     def _begin(self, record: np.void) -> None:
-        size = int(record["text_bytes"])
         self.ops_seen += 1
-        self.ops[int(record["op"])] = OpLabel(bytearray(size if size <= MAX_LABEL_BYTES else 0))
-        while len(self.ops) > self.KEEP_OPS:
-            self.ops.popitem(last=False)
-
-    def _text(self, record: np.void) -> None:
-        known = self.ops.get(int(record["step"]))
-        if known is None:
-            return
-        offset, length = int(record["offset"]), int(record["length"])
-        if offset + length > len(known.text):
-            return  # not this op's: a torn or foreign record
-        known.text[offset:offset + length] = bytes(record["text"])[:length].ljust(length, b"\0")
-        known.received += length
+        self.ops.begin(record, self.KEEP_OPS)
 
     def _nodes(self, record: np.void) -> None:
         """Nodes an op added under capture, with the op's label as it stands now (its text
@@ -355,8 +326,7 @@ class OpAttribution(Analysis):
             self.nodes_without_op += len(nodes)
             return
         self.nodes_captured += len(nodes)
-        known = self.ops.get(op)
-        text = known.label() if known else LABEL_LOST
+        text = self.ops.label(op)
         for node in nodes:
             capture.labels[node] = text
 
@@ -419,6 +389,17 @@ class OpAttribution(Analysis):
         bound.capture = Capture(capture.graph)  # its labels are the exec's now: the rest is not kept
         bound.order = []
         return labels
+
+    def recent_labels(self, count: int) -> dict[int, str]:
+        """op number -> label of the last `count` ops read whose label is whole."""
+        recent = reversed(list(itertools.islice(reversed(self.ops.items()), count)))
+        return {op: known.label() for op, known in recent if known.label() != LABEL_LOST}
+
+    def node_labels(self) -> dict[tuple[int, int], str]:
+        """(exec handle, node handle) -> label, over the execs made from labelled captures whose
+        nodes' labels are known: what a recording that begins now writes for them."""
+        return {(bound.made.graph_exec, node): label for bound in list(self.bound.values())
+                for node, label in self.labels_of(bound).items()}
 
     def graph_rows(self) -> Iterator[tuple[str, int, NodeRow]]:
         """(label, kernel slot, its nodes, executions and blocks) over the execs made from

@@ -22,6 +22,7 @@ from gpuobs import __version__, _native
 from gpuobs.segment import (CONTROL_STATUS, EVENT_KINDS, IDENTITY_SET, MODE_NAMES, MODES, PATCH_SETS, PROCESS_ROLES,
                             TAKES_OP_WINDOWS)
 
+from gpuobs.op_labels import recording_prelude
 from gpuobs.recording import RecordingWriter
 
 from . import results
@@ -38,6 +39,7 @@ BLOCK_EXIT = EVENT_KINDS["block_exit"]
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
 ROLE_NAMES = {value: name for name, value in PROCESS_ROLES.items()}
 MAX_PIDS = 4096
+RECENT_OPS = 256  # labels of the last ops read that a recording begins with (an op open as it begins)
 RECORD_CHUNK_BYTES = 1 << 20  # a streamed recording's chunk: under every client's default message limit
 MAX_REJECTED_SHOWN = 32  # rejected segments named in a status reply (all are counted)
 QUERY_THREADS = 4
@@ -736,7 +738,9 @@ class ObserverService:
         try:
             for process in processes:  # after subscribing: no node record falls between the two
                 with process.lock:
-                    nodes = process.analyses.graph_join.node_records()
+                    ops = process.analyses.ops
+                    nodes = recording_prelude(process.analyses.graph_join.node_records(), ops.node_labels(),
+                                              ops.recent_labels(RECENT_OPS))
                 writers[process.pid].add_launches(nodes.tobytes(), len(nodes))
             await self._record_into(writers, queue, processes, duration_s, max_events)
         except asyncio.CancelledError:

@@ -16,7 +16,8 @@ from ..local_recording import record_here
 from ..output import emit
 
 NAME = "trace"
-HELP = "record a window and write it as one Perfetto trace (kernels per stream and graph exec, blocks per SM, steps)"
+HELP = ("record a window and write it as one Perfetto trace (kernels per stream and graph exec, the ops that launched "
+        "them, blocks per SM, steps)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

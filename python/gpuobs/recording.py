@@ -10,7 +10,9 @@ Layout (little endian), one file per process:
 The launch records begin with one graph node record (replay 0, host time 0) per node grid id
 the daemon had learned when the recording began: a replay not recorded node by node has no node
 records of its own, and its nodes' events are told from eager launches' by their grid ids
-(gpuobs.launch_key).
+(gpuobs.launch_key). A node whose op the daemon knows (captured under an op the plugin recorded)
+names it in its record's `op`; op records ahead of those give the labels, and those of the last
+ops the daemon read, which may still launch in the recording (gpuobs.op_labels.recording_prelude).
 
 Reading: `Recording.open(path)` gives numpy arrays (`events`, `launches`) and the kernel names.
 Device times (`globaltimer_ns`) and host times (`host_time_ns`, CLOCK_MONOTONIC) are separate

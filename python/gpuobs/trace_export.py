@@ -6,7 +6,12 @@ track of its pid:
   kernel execution from its first event to its last, named by the kernel, with its grid id,
   replay and counts as arguments;
 - a track per SM with a slice per block (enter to exit; an instant when exits were not hooked);
-- the engine's steps (the vLLM plugin's records), a slice from each step to the next.
+- the engine's steps (the vLLM plugin's records), a slice from each step to the next;
+- above each stream's and graph exec's track, on one named "ops · " and the same, the framework
+  ops (module path, op, dtypes and shapes) that launched its kernels: an eager op from its first
+  kernel's first event to its last kernel's last (its launches name it: the launch trace and an op
+  window were on), a graph node's op over each execution of the node (labels recorded at capture,
+  written by the daemon at the recording's start).
 
 A track holds slices that nest, so where executions or blocks overlap in time (blocks resident
 on one SM together, graph branches) they are spread over numbered lanes of the same name.
@@ -30,16 +35,20 @@ from pathlib import Path
 from typing import BinaryIO, Iterable
 
 import numpy as np
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import BuiltinClock, TracePacket, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import BuiltinClock, TracePacket, TrackDescriptor, TrackEvent
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay, key_replays
+from gpuobs.op_labels import OpLabels
 from gpuobs.recording import Recording
 from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 SEQUENCE = 1  # every packet comes from this one writer
+OPS = "ops · "  # the track of the ops above a stream's or graph exec's
+LANES_RANKED = 64  # a track's lanes keep their order up to this many
+KEEP_OPS = 1 << 20  # labels held while a recording is read (a window's ops; each a few hundred bytes)
 
 
 @dataclasses.dataclass
@@ -121,6 +130,11 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
     replays = key_replays(events["grid_id"], events["replay"], np.unique(nodes["grid_id"]))
     eager = launches[launches["kind"] == LAUNCH_KINDS["eager"]]
     eager_stream = dict(zip(eager["grid_id"].tolist(), eager["stream"].tolist()))
+    labels = OpLabels()
+    labels.read(launches, KEEP_OPS)
+    eager_op = {grid_id: op for grid_id, op in zip(eager["grid_id"].tolist(), eager["op"].tolist()) if op}
+    node_op = {grid_id: op for grid_id, op in zip(nodes["grid_id"].tolist(), nodes["op"].tolist()) if op}
+    op_spans: dict[tuple[int, str], list[int]] = {}  # (eager op, its stream's group) -> [first, last, kernels]
     graph_launches = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
     exec_stream = dict(zip(graph_launches["graph_exec"].tolist(), graph_launches["stream"].tolist()))
     slices: list[Slice] = []
@@ -160,6 +174,14 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
             if replay:
                 args["replay"] = replay
             slices.append(Slice(group, first, last, names.get(int(slot), f"slot {int(slot)}"), args))
+            op = node_op.get(grid_id, 0) if replay else eager_op.get(grid_id, 0)
+            if op and replay:
+                slices.append(Slice(OPS + group, first, last, labels.label(op), {"grid_id": grid_id, "replay": replay}))
+            elif op:
+                span = op_spans.setdefault((op, group), [first, last, 0])
+                span[0], span[1], span[2] = min(span[0], first), max(span[1], last), span[2] + 1
+    for (op, group), (first, last, kernels) in op_spans.items():
+        slices.append(Slice(OPS + group, first, last, labels.label(op), {"op": op, "kernels": kernels}))
     steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
     pair = clock_pair(recording, replays)
     if pair is not None:
@@ -174,6 +196,20 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
             slices.append(Slice("engine steps", times[index], end, f"step {int(step['step'])}",
                                 {"requests": int(step["requests"]), "tokens": int(step["tokens"])}))
     return slices, about
+
+
+def track_ranks(groups: set[str]) -> dict[str, int]:
+    """The order of a process's tracks: the engine's steps, then each stream and graph exec with
+    its ops right above it, then the SMs by number."""
+    def order(group: str) -> tuple:
+        base = group.removeprefix(OPS)
+        if group == "engine steps":
+            return (0,)
+        if base.startswith("SM "):
+            return (2, int(base.split()[1]))
+        return (1, base, group == base)  # the ops' track first
+
+    return {group: rank for rank, group in enumerate(sorted(groups, key=order))}
 
 
 def _annotate(event: TrackEvent, args: dict[str, int | str]) -> None:
@@ -204,6 +240,8 @@ def write_trace(recordings: Iterable[Recording], out: BinaryIO) -> int:
         descriptor.track_descriptor.uuid = process_uuid
         descriptor.track_descriptor.process.pid = recording.pid
         descriptor.track_descriptor.process.process_name = f"GPU work of pid {recording.pid} (gpuobs)"
+        descriptor.track_descriptor.child_ordering = TrackDescriptor.ChildTracksOrdering.EXPLICIT
+        rank_of = track_ranks({item.group for item in slices})
         builder.write_packet(descriptor)
         if "clock_pair_device_ns" in about:
             snapshot = packet()
@@ -236,6 +274,8 @@ def write_trace(recordings: Iterable[Recording], out: BinaryIO) -> int:
                 made.track_descriptor.uuid = track
                 made.track_descriptor.parent_uuid = process_uuid
                 made.track_descriptor.name = item.group if lane == 0 else f"{item.group} #{lane + 1}"
+                rank = rank_of[item.group] * LANES_RANKED + min(lane, LANES_RANKED - 1)
+                made.track_descriptor.sibling_order_rank = rank
                 builder.write_packet(made)
             made = packet()
             made.timestamp = int(time)

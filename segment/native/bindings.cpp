@@ -338,6 +338,7 @@ void bind_schema(py::module_& m) {
   m.attr("LAYOUT_VERSION") = kLayoutVersion;
   m.attr("MAX_SHIFT") = kMaxShift;
   m.attr("MAX_OPS_STEPS") = kMaxOpsSteps;
+  m.attr("MAX_OP_LABEL_BYTES") = kMaxOpLabelBytes;
   m.attr("SEQ_WRITING") = kSeqWriting;
   m.attr("FILTER_BYTES") = kFilterBytes;
   m.attr("STEP_SAME_REQUESTS") = kStepSameRequests;

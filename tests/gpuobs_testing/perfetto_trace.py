@@ -23,6 +23,7 @@ class ReadTrace:
     tracks: dict[int, str]           # uuid -> name
     slices: list[TraceSlice]
     clock_snapshots: list[dict[int, int]]
+    ranks: dict[int, int] = dataclasses.field(default_factory=dict)  # uuid -> sibling_order_rank, where set
 
 
 def read_trace(path: Path) -> ReadTrace:
@@ -36,12 +37,15 @@ def read_trace(path: Path) -> ReadTrace:
     open_slices: dict[int, list[TraceSlice]] = {}
     slices: list[TraceSlice] = []
     snapshots: list[dict[int, int]] = []
+    ranks: dict[int, int] = {}
     for packet in trace.packet:
         if packet.HasField("track_descriptor"):
             descriptor = packet.track_descriptor
             if descriptor.HasField("process"):
                 processes[descriptor.uuid] = descriptor.process.pid
             tracks[descriptor.uuid] = descriptor.name
+            if descriptor.HasField("sibling_order_rank"):
+                ranks[descriptor.uuid] = descriptor.sibling_order_rank
         elif packet.HasField("clock_snapshot"):
             snapshots.append({clock.clock_id: clock.timestamp for clock in packet.clock_snapshot.clocks})
         elif packet.HasField("track_event"):
@@ -68,4 +72,4 @@ def read_trace(path: Path) -> ReadTrace:
         items.sort(key=lambda s: s.start)
         for before, after in zip(items, items[1:]):
             assert before.end <= after.start, (track, before, after)
-    return ReadTrace(processes, tracks, slices, snapshots)
+    return ReadTrace(processes, tracks, slices, snapshots, ranks)
