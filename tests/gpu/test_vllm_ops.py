@@ -18,6 +18,7 @@ reports go to $GPUOBS_REPORT_DIR/vllm-ops when that is set."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from typing import Iterator
 import pytest
 
 from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
+from gpuobs_testing.perfetto_trace import read_trace
 from gpuobs_testing.phase_file import phases
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
 from harness import INJECTOR, VLLM_SKIP_REASON, WORKLOADS, InjectedRun, keep_report
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS, HIDDEN = 4, 1024  # make_tiny_qwen3.py: intermediate 2 x hidden, heads of 64, half as many KV heads
 SHAPE = ["--layers", str(LAYERS), "--hidden", str(HIDDEN), "--vocab", "4096"]
 OPS_STEPS = 3  # the prefill of the first generate and two decodes
+TRACE_EVENTS = 200_000  # a trace's cap: its export reads every block event in Python
 WINDOW_STEPS = 20  # opened at run time: a loop's generate is a prefill and 15 decodes, so one prefill at least
 
 pytestmark = pytest.mark.skipif(not PAYLOAD, reason=VLLM_SKIP_REASON)
@@ -146,6 +149,10 @@ def run_scene(tmp_path_factory: pytest.TempPathFactory, segments: Path) -> dict:
                 seen["window"] = open_window(daemon, graphs.pid)
             except AssertionError as error:
                 seen["window_error"] = str(error)
+            try:
+                seen["trace"] = graph_trace(daemon, graphs.pid, work)
+            except AssertionError as error:
+                seen["trace_error"] = str(error)
             seen["ops_graphs"] = ctl_json(daemon, "ops", "--pid", str(graphs.pid), "--top", "10000")
         running = [eager] if "graphs_error" in seen else [eager, graphs]
         for engine in running:
@@ -193,6 +200,41 @@ def open_window(daemon: DaemonProcess, pid: int) -> dict:
     time.sleep(3.0)  # the engine keeps generating
     window["later"] = totals()
     return window
+
+
+def graph_trace(daemon: DaemonProcess, pid: int, work: Path) -> dict:
+    """`gpuobsctl trace` of the graph engine in blocks mode (then counter again), its events
+    capped: per (op slice's label, the kernel of the node execution under it), how many."""
+    for mode in ("blocks", "counter"):
+        switched = gpuobsctl(daemon.address, "set-mode", "--pid", str(pid), mode, timeout=60)
+        assert switched.returncode == 0, switched.stderr[-2000:]
+        if mode == "blocks":
+            out = work / "graphs.pftrace"
+            ctl_json(daemon, "trace", "--duration", "2", "--count", str(TRACE_EVENTS), "--pid", str(pid),
+                     "--out", str(out))
+    trace = read_trace(out)
+    executions = {(s.track, s.args["grid_id"], s.args["replay"]): s.name for s in trace.slices
+                  if s.track.startswith("graph exec ") and s.end is not None}
+    pairs: collections.Counter = collections.Counter()
+    for item in trace.slices:
+        if item.track.startswith("ops · graph exec ") and item.end is not None:
+            key = (item.track.removeprefix("ops · "), item.args["grid_id"], item.args["replay"])
+            pairs[f"{item.name} | {executions.get(key, '(no execution)')}"] += 1
+    return {"executions": len(executions), "pairs": dict(pairs)}
+
+
+def test_a_trace_puts_each_layers_attention_op_above_its_graph_node_executions(scene: dict) -> None:
+    """The graph engine's labels from capture, in a Perfetto trace of a later window: every
+    layer's FlashAttention node executions under its attention op, and no op slice without the
+    node execution it labels."""
+    assert "graphs_error" not in scene, scene["graphs_error"]
+    assert "trace_error" not in scene, scene["trace_error"]
+    trace = scene["trace"]
+    assert trace["executions"] > 0, trace
+    assert not [pair for pair in trace["pairs"] if pair.endswith("| (no execution)")], trace["pairs"]
+    for layer in range(LAYERS):
+        attention = [pair for pair in trace["pairs"] if pair.startswith(f"model.layers.{layer}.self_attn.attn ")]
+        assert re.search(r"flash", " ".join(attention), re.I), (layer, trace["pairs"])
 
 
 def test_a_window_opened_at_run_time_records_its_steps_then_the_trace_is_off(scene: dict) -> None:
