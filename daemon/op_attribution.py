@@ -7,7 +7,7 @@ into every eager launch record its thread makes until the op is over, so a launc
 itself, whatever other threads do and whatever records the ring dropped. An eager launch leaves
 a record only while the injector's launch trace is on: ops are attributed in the windows where
 both are recorded, never in steady state. Launches outside any op are counted apart; a launch
-whose op record (or part of its label) was lost to a full ring goes under LABEL_LOST.
+whose op record (or part of its label) was lost to a full ring goes under gpuobs.op_labels.LABEL_LOST.
 
 Graph nodes: while a stream captures a graph, the plugin reports after each op the nodes it
 added (op nodes records: the op's number, the graph, node handles). A graph exec created from
@@ -50,7 +50,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from gpuobs.op_labels import LABEL_LOST, OP, OP_TEXT, OpLabels
+from gpuobs.op_labels import OP, OP_TEXT, OpLabel, OpLabels
 from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
 
 from .analysis import ALL_REPLAYS, Analysis
@@ -390,15 +390,17 @@ class OpAttribution(Analysis):
         bound.order = []
         return labels
 
-    def recent_labels(self, count: int) -> dict[int, str]:
-        """op number -> label of the last `count` ops read whose label is whole."""
+    def recent_labels(self, count: int) -> dict[int, OpLabel]:
+        """op number -> label (a copy, as far as its pieces arrived) of the last `count` ops read:
+        one whose label is still arriving is completed by the records that follow."""
         recent = reversed(list(itertools.islice(reversed(self.ops.items()), count)))
-        return {op: known.label() for op, known in recent if known.label() != LABEL_LOST}
+        return {op: known.copy() for op, known in recent}
 
     def node_labels(self) -> dict[tuple[int, int], str]:
         """(exec handle, node handle) -> label, over the execs made from labelled captures whose
-        nodes' labels are known: what a recording that begins now writes for them."""
-        return {(bound.made.graph_exec, node): label for bound in list(self.bound.values())
+        nodes' labels are known: what a recording that begins now writes for them. Only live execs:
+        a destroyed exec's handle may be a new exec's now."""
+        return {(bound.made.graph_exec, node): label for bound in list(self.bound.values()) if bound.made.alive
                 for node, label in self.labels_of(bound).items()}
 
     def graph_rows(self) -> Iterator[tuple[str, int, NodeRow]]:

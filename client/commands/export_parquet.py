@@ -8,11 +8,11 @@ from ..exporting import add_export_arguments, export_files
 from ..output import emit
 
 NAME = "export-parquet"
-HELP = "convert event files to Parquet tables (events, launches, steps, kernels) for DuckDB, Spark, pandas"
+HELP = "convert event files to Parquet tables (events, launches, steps, ops, kernels) for DuckDB, Spark, pandas"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_export_arguments(parser, "folder for events.parquet, launches.parquet, steps.parquet, kernels.parquet")
+    add_export_arguments(parser, "folder for events.parquet, launches.parquet, steps.parquet, ops.parquet, kernels.parquet")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Container
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, MAX_OP_LABEL_BYTES, OP_DT
 OP = LAUNCH_KINDS["op"]
 OP_TEXT = LAUNCH_KINDS["op_text"]
 LABEL_LOST = "(label lost: launch ring full)"
+LABEL_NOT_RECORDED = "(label not in recording)"
 MAX_LABEL_BYTES = 2 * MAX_OP_LABEL_BYTES  # longer than the injector writes: taken as lost
 TEXT_BYTES = STEP_TEXT_DTYPE["text"].itemsize
 # Op numbers the daemon gives labels at a recording's start: above any the injector gives (it
@@ -25,13 +27,24 @@ RECORDING_OP_BASE = 1 << 63
 
 @dataclasses.dataclass
 class OpLabel:
-    """An op's label as far as its text records arrived."""
+    """An op's label as far as its text records arrived: the pieces by offset, so that a piece
+    read twice counts once and a label begun before a recording can be written into it as it
+    stands (its remaining pieces come in the recording)."""
 
     text: bytearray
-    received: int = 0
+    pieces: dict[int, int] = dataclasses.field(default_factory=dict)  # offset -> length received
+
+    @classmethod
+    def whole(cls, label: str) -> "OpLabel":
+        """A label with every piece, cut where the injector cuts."""
+        text = bytearray(label.encode("utf-8", "replace")[:MAX_OP_LABEL_BYTES])
+        return cls(text, {offset: min(TEXT_BYTES, len(text) - offset) for offset in range(0, len(text), TEXT_BYTES)})
+
+    def copy(self) -> "OpLabel":
+        return OpLabel(bytearray(self.text), dict(self.pieces))
 
     def label(self) -> str:
-        if not self.text or self.received < len(self.text):
+        if not self.text or sum(self.pieces.values()) < len(self.text):
             return LABEL_LOST
         return self.text.decode("utf-8", "replace")
 
@@ -39,10 +52,14 @@ class OpLabel:
 class OpLabels(collections.OrderedDict):
     """op number -> OpLabel, oldest first, of the ops whose records were read."""
 
-    def begin(self, record: np.void, keep: int) -> None:
-        """An op record: its label's text follows; only the last `keep` ops are held."""
-        size = int(record["text_bytes"])
-        self[int(record["op"])] = OpLabel(bytearray(size if size <= MAX_LABEL_BYTES else 0))
+    def begin(self, record: np.void, keep: int, only: Container[int] | None = None) -> None:
+        """An op record: its label's text follows; only the last `keep` ops are held (and of
+        those, with `only`, the ops it names)."""
+        op, size = int(record["op"]), int(record["text_bytes"])
+        if only is not None and op not in only:
+            return
+        self[op] = OpLabel(bytearray(size if size <= MAX_LABEL_BYTES else 0))
+        self.move_to_end(op)
         while len(self) > keep:
             self.popitem(last=False)
 
@@ -51,36 +68,37 @@ class OpLabels(collections.OrderedDict):
         if known is None:
             return
         offset, length = int(record["offset"]), int(record["length"])
-        if offset + length > len(known.text):
+        if offset + length > len(known.text) or length > TEXT_BYTES:
             return  # not this op's: a torn or foreign record
         known.text[offset:offset + length] = bytes(record["text"])[:length].ljust(length, b"\0")
-        known.received += length
+        known.pieces[offset] = length
 
-    def label(self, op: int) -> str:
-        """The op's label; LABEL_LOST when its record or part of its text never came."""
+    def label(self, op: int, unknown: str = LABEL_LOST) -> str:
+        """The op's label; LABEL_LOST when part of its text never came, `unknown` when its op
+        record was not read (live: lost to a full ring, or older than the ops held)."""
         known = self.get(op)
-        return known.label() if known is not None else LABEL_LOST
+        return known.label() if known is not None else unknown
 
-    def read(self, rows: np.ndarray, keep: int) -> None:
+    def read(self, rows: np.ndarray, keep: int, only: Container[int] | None = None) -> None:
         """Every op and op text record among these launch ring rows, in their order."""
         kinds = rows["kind"]
         for index in np.flatnonzero((kinds == OP) | (kinds == OP_TEXT)).tolist():
             raw = rows[index:index + 1]
             if int(kinds[index]) == OP:
-                self.begin(raw.view(OP_DTYPE)[0], keep)
+                self.begin(raw.view(OP_DTYPE)[0], keep, only)
             else:
                 self.text(raw.view(STEP_TEXT_DTYPE)[0])
 
 
-def label_records(labels: dict[int, str]) -> np.ndarray:
-    """Launch ring rows that give each op number its label, as the injector writes them (an op
-    record, then text records of TEXT_BYTES each); a label longer than the injector's limit is
-    cut there."""
+def label_records(labels: dict[int, OpLabel]) -> np.ndarray:
+    """Launch ring rows that give each op number its label as far as it is known, as the
+    injector writes them: an op record with the label's whole length, then a text record of up
+    to TEXT_BYTES per piece received."""
     pieces: list[tuple[int, bytes, int]] = []  # (op, text, offset); offset -1: the op record
-    for op, label in labels.items():
-        text = label.encode("utf-8", "replace")[:MAX_OP_LABEL_BYTES]
+    for op, known in labels.items():
+        text = bytes(known.text)
         pieces.append((op, text, -1))
-        pieces.extend((op, text[offset:offset + TEXT_BYTES], offset) for offset in range(0, len(text), TEXT_BYTES))
+        pieces.extend((op, text[offset:offset + length], offset) for offset, length in sorted(known.pieces.items()))
     rows = np.zeros(len(pieces), dtype=LAUNCH_DTYPE)
     heads, texts = rows.view(OP_DTYPE), rows.view(STEP_TEXT_DTYPE)
     for index, (op, text, offset) in enumerate(pieces):
@@ -94,10 +112,10 @@ def label_records(labels: dict[int, str]) -> np.ndarray:
 
 
 def recording_prelude(nodes: np.ndarray, node_labels: dict[tuple[int, int], str],
-                      recent: dict[int, str]) -> np.ndarray:
+                      recent: dict[int, OpLabel]) -> np.ndarray:
     """What a recording begins with (launch ring rows): the labels of the last ops the daemon
-    read (`recent`, by their own numbers: an op that began before the recording may launch in
-    it), then the graph node records with their op's label: each node whose (exec, node) handles
+    read (`recent`, by their own numbers, as far as they arrived: an op that began before the
+    recording may launch in it, and the rest of its label come in it), then the graph node records with their op's label: each node whose (exec, node) handles
     have a label names an op number of RECORDING_OP_BASE and up, one per label, whose label
     records come first."""
     numbers: dict[str, int] = {}
@@ -106,6 +124,6 @@ def recording_prelude(nodes: np.ndarray, node_labels: dict[tuple[int, int], str]
         label = node_labels.get(key)
         if label is not None:
             named["op"][index] = numbers.setdefault(label, RECORDING_OP_BASE + len(numbers))
-    heads = label_records({**recent, **{op: label for label, op in numbers.items()}})
+    heads = label_records({**recent, **{op: OpLabel.whole(label) for label, op in numbers.items()}})
     # as bytes: a copy field by field would lose what lies between the fields of LAUNCH_DTYPE
     return np.frombuffer(heads.tobytes() + named.tobytes(), dtype=LAUNCH_DTYPE).copy()

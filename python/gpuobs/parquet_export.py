@@ -1,6 +1,6 @@
 """Event files -> Parquet tables a fleet's recordings load into DuckDB, Spark or pandas as they
-are: events.parquet, launches.parquet, steps.parquet and kernels.parquet in one folder, a row per
-record of every file given, each with the recording it came from and the pid, so that files of
+are: events.parquet, launches.parquet, steps.parquet, ops.parquet and kernels.parquet in one
+folder, a row per record of every file given (an op's label, written in pieces, is one row), each with the recording it came from and the pid, so that files of
 many hosts and processes concatenate without a clash. Columns are the records' own fields (the
 segment layout's field tables, gpuobs.segment's dtypes) plus the kind's name; docs/parquet.md
 is the schema."""
@@ -11,10 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuobs.op_labels import OpLabels
 from gpuobs.recording import Recording
-from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, OP_DTYPE, STEP_DTYPE
 
-TABLES = ("events", "launches", "steps", "kernels")
+TABLES = ("events", "launches", "steps", "ops", "kernels")
+NOT_LAUNCHES = ("step", "step_text", "op", "op_text", "op_nodes")  # records of their own tables, or text
+OP_FIELDS = ("host_time_ns", "op", "thread")
 STEP_FIELDS = ("host_time_ns", "step", "thread", "requests", "tokens", "flags")
 
 
@@ -32,7 +35,7 @@ def _columns(rows: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
 
 
 def tables(recordings: list[tuple[str, Recording]]) -> dict[str, "object"]:
-    """The four tables (pyarrow.Table) of these recordings, named by their source files."""
+    """The tables (pyarrow.Table) of these recordings, named by their source files."""
     pa, _ = _pyarrow()
     event_kinds = {value: name for name, value in EVENT_KINDS.items()}
     launch_kinds = {value: name for name, value in LAUNCH_KINDS.items()}
@@ -48,14 +51,18 @@ def tables(recordings: list[tuple[str, Recording]]) -> dict[str, "object"]:
                                         pa.dictionary(pa.int8(), pa.string()))
         parts["events"].append(pa.table(columns))
         launches = recording.launches
-        kernel_rows = launches[np.isin(launches["kind"], [v for n, v in LAUNCH_KINDS.items()
-                                                            if n not in ("step", "step_text")])]
+        kernel_rows = launches[np.isin(launches["kind"], [v for n, v in LAUNCH_KINDS.items() if n not in NOT_LAUNCHES])]
         columns = {**identity(len(kernel_rows)), **_columns(kernel_rows, tuple(n for n in launches.dtype.names if n))}
         columns["kind_name"] = pa.array([launch_kinds.get(int(k), str(k)) for k in kernel_rows["kind"]],
                                         pa.dictionary(pa.int8(), pa.string()))
         parts["launches"].append(pa.table(columns))
         steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
         parts["steps"].append(pa.table({**identity(len(steps)), **_columns(steps, STEP_FIELDS)}))
+        ops = launches[launches["kind"] == LAUNCH_KINDS["op"]].view(OP_DTYPE)
+        labels = OpLabels()
+        labels.read(launches, keep=max(1, len(ops)))
+        parts["ops"].append(pa.table({**identity(len(ops)), **_columns(ops, OP_FIELDS),
+                                      "label": pa.array([labels.label(int(op)) for op in ops["op"]], pa.string())}))
         kernels = sorted(recording.kernels.values(), key=lambda k: k["slot"])
         parts["kernels"].append(pa.table({
             **identity(len(kernels)), "slot": pa.array([k["slot"] for k in kernels], pa.uint32()),
@@ -66,7 +73,7 @@ def tables(recordings: list[tuple[str, Recording]]) -> dict[str, "object"]:
 
 
 def export(paths: list[Path], out_dir: Path) -> dict[str, int]:
-    """Writes the four tables of these event files into out_dir; returns rows per table."""
+    """Writes the tables of these event files into out_dir; returns rows per table."""
     _, parquet = _pyarrow()
     made = tables([(path.name, Recording.open(path)) for path in paths])
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,12 +7,13 @@ Layout (little endian), one file per process:
     then         launch_count x 128-byte launch records (gpuobs.segment.LAUNCH_DTYPE)
     then         kernel table, UTF-8 JSON: [{"slot", "name", "mangled"}, ...]
 
-The launch records begin with one graph node record (replay 0, host time 0) per node grid id
-the daemon had learned when the recording began: a replay not recorded node by node has no node
-records of its own, and its nodes' events are told from eager launches' by their grid ids
+The launch records begin with what the daemon writes when the recording begins
+(gpuobs.op_labels.recording_prelude): op records with their labels, of the last ops it read (an
+op open then may launch in the recording) and of the graph nodes' ops, then one graph node record
+(replay 0, host time 0) per node grid id it had learned. A replay not recorded node by node has no
+node records of its own, and its nodes' events are told from eager launches' by their grid ids
 (gpuobs.launch_key). A node whose op the daemon knows (captured under an op the plugin recorded)
-names it in its record's `op`; op records ahead of those give the labels, and those of the last
-ops the daemon read, which may still launch in the recording (gpuobs.op_labels.recording_prelude).
+names it in its record's `op`, numbered from gpuobs.op_labels.RECORDING_OP_BASE up.
 
 Reading: `Recording.open(path)` gives numpy arrays (`events`, `launches`) and the kernel names.
 Device times (`globaltimer_ns`) and host times (`host_time_ns`, CLOCK_MONOTONIC) are separate

@@ -11,7 +11,10 @@ track of its pid:
   ops (module path, op, dtypes and shapes) that launched its kernels: an eager op from its first
   kernel's first event to its last kernel's last (its launches name it: the launch trace and an op
   window were on), a graph node's op over each execution of the node (labels recorded at capture,
-  written by the daemon at the recording's start).
+  written by the daemon at the recording's start). A graph exec has op slices only when its
+  nodes' labels were settled before the recording began: not for an exec made during it, nor for
+  one matched to its capture by launch order whose first replay had not ended by then. An op
+  whose label is not in the recording is named LABEL_NOT_RECORDED.
 
 A track holds slices that nest, so where executions or blocks overlap in time (blocks resident
 on one SM together, graph branches) they are spread over numbered lanes of the same name.
@@ -39,7 +42,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import BuiltinClock, Trac
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay, key_replays
-from gpuobs.op_labels import OpLabels
+from gpuobs.op_labels import LABEL_NOT_RECORDED, OpLabels
 from gpuobs.recording import Recording
 from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
 
@@ -48,7 +51,6 @@ BLOCK_EXIT = EVENT_KINDS["block_exit"]
 SEQUENCE = 1  # every packet comes from this one writer
 OPS = "ops · "  # the track of the ops above a stream's or graph exec's
 LANES_RANKED = 64  # a track's lanes keep their order up to this many
-KEEP_OPS = 1 << 20  # labels held while a recording is read (a window's ops; each a few hundred bytes)
 
 
 @dataclasses.dataclass
@@ -130,10 +132,11 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
     replays = key_replays(events["grid_id"], events["replay"], np.unique(nodes["grid_id"]))
     eager = launches[launches["kind"] == LAUNCH_KINDS["eager"]]
     eager_stream = dict(zip(eager["grid_id"].tolist(), eager["stream"].tolist()))
-    labels = OpLabels()
-    labels.read(launches, KEEP_OPS)
     eager_op = {grid_id: op for grid_id, op in zip(eager["grid_id"].tolist(), eager["op"].tolist()) if op}
     node_op = {grid_id: op for grid_id, op in zip(nodes["grid_id"].tolist(), nodes["op"].tolist()) if op}
+    named = {*eager_op.values(), *node_op.values()}  # the labels held: those of the ops named
+    labels = OpLabels()
+    labels.read(launches, keep=len(named), only=named)
     op_spans: dict[tuple[int, str], list[int]] = {}  # (eager op, its stream's group) -> [first, last, kernels]
     graph_launches = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
     exec_stream = dict(zip(graph_launches["graph_exec"].tolist(), graph_launches["stream"].tolist()))
@@ -176,12 +179,13 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
             slices.append(Slice(group, first, last, names.get(int(slot), f"slot {int(slot)}"), args))
             op = node_op.get(grid_id, 0) if replay else eager_op.get(grid_id, 0)
             if op and replay:
-                slices.append(Slice(OPS + group, first, last, labels.label(op), {"grid_id": grid_id, "replay": replay}))
+                slices.append(Slice(OPS + group, first, last, labels.label(op, LABEL_NOT_RECORDED),
+                                    {"grid_id": grid_id, "replay": replay}))
             elif op:
                 span = op_spans.setdefault((op, group), [first, last, 0])
                 span[0], span[1], span[2] = min(span[0], first), max(span[1], last), span[2] + 1
     for (op, group), (first, last, kernels) in op_spans.items():
-        slices.append(Slice(OPS + group, first, last, labels.label(op), {"op": op, "kernels": kernels}))
+        slices.append(Slice(OPS + group, first, last, labels.label(op, LABEL_NOT_RECORDED), {"op": op, "kernels": kernels}))
     steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
     pair = clock_pair(recording, replays)
     if pair is not None:
@@ -218,6 +222,8 @@ def _annotate(event: TrackEvent, args: dict[str, int | str]) -> None:
         annotation.name = name
         if isinstance(value, str):
             annotation.string_value = value
+        elif value >= 1 << 63:  # an op number the daemon gave, a grid id: beyond int64
+            annotation.uint_value = int(value)
         else:
             annotation.int_value = int(value)
 

@@ -16,17 +16,16 @@ import pytest
 from gpuobs.daemon.analysis import ALL_REPLAYS
 from gpuobs.daemon.graph_exec import GraphExec
 from gpuobs.daemon.graph_join import GraphJoin
-from gpuobs.daemon.op_attribution import LABEL_LOST, OpAttribution
+from gpuobs.daemon.op_attribution import OpAttribution
+from gpuobs.op_labels import LABEL_LOST
 from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
 from gpuobs.segment import (EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE,
                             STEP_TEXT_DTYPE, Segment)
 from gpuobs_testing.daemon import gpuobsctl
 from gpuobs_testing.records import block_events
-from gpuobs_testing.synth import SynthProcess
+from gpuobs_testing.synth import SYNTH_OP_LABELS, SynthProcess
 
-LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
-          "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
-          "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]"]
+LABELS = SYNTH_OP_LABELS
 PER_OP, LAUNCHES, KERNELS = 4, 600, 5
 
 
@@ -223,8 +222,11 @@ def test_an_exec_takes_the_labels_of_the_graph_it_was_made_from() -> None:
     nodes = [(0xa1, 4), (0xa2, 5), (0xa3, 5)]
     joined.feed(*replay(0xe1, 1, nodes), *replay(0xe1, 2, nodes, False), *replay(0xe2, 3, nodes))
     assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
+    assert joined.ops.node_labels() == {(0xe1, 0xa1): "layer.0 aten::mm", (0xe1, 0xa2): "layer.0 aten::silu",
+                                        (0xe1, 0xa3): "layer.0 aten::silu"}
     joined.feed(exec_created(0xe1, 0x902), *replay(0xe1, 4, nodes))  # the handle reused for another graph
     assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
+    assert joined.ops.node_labels() == {}  # a recording now must not give the new exec's nodes the old labels
     ops = joined.ops
     assert (ops.report().nodes_captured, ops.report().nodes_without_op) == (3, 0)
     assert (ops.bound_by_graph, ops.bound_by_order, ops.matched_by_position) == (1, 0, 0)

@@ -15,10 +15,9 @@ import grpc
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import MODES
 from gpuobs_testing.daemon import gpuobsctl
+from gpuobs_testing.synth import SYNTH_OP_LABELS
 
-LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
-          "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
-          "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]"]
+LABELS = SYNTH_OP_LABELS
 
 
 def ops_of(address: str) -> dict:

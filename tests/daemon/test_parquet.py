@@ -14,8 +14,10 @@ import pyarrow.parquet as pq
 from gpuobs.recording import Recording
 from gpuobs.segment import LAUNCH_KINDS
 from gpuobs_testing.daemon import gpuobsctl
+from gpuobs_testing.synth import SYNTH_OP_LABELS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "parquet.md"
+
 
 
 def documented_columns() -> dict[str, list[str]]:
@@ -31,7 +33,8 @@ def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start
     daemon = start_daemon()
     graphs = start_synth("--mode", "blocks", "--graph-nodes", "3", "--steps", "--kernels", "3", "--rate", "20000",
                          "--duration", "30")
-    eager = start_synth("--mode", "blocks", "--kernels", "4", "--rate", "20000", "--duration", "30", "--launch-trace")
+    eager = start_synth("--mode", "blocks", "--kernels", "4", "--rate", "20000", "--duration", "30", "--launch-trace",
+                        "--ops", "3")
     daemon.wait_processes(2)
     time.sleep(0.5)
     done = gpuobsctl(daemon.address, "--output", "json", "record", str(tmp_path / "run.gpuobs"), "--count", "3000",
@@ -44,7 +47,7 @@ def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["rows"]
     recordings = {path.name: Recording.open(path) for path in files}
-    tables = {name: pq.read_table(out / f"{name}.parquet") for name in ("events", "launches", "steps", "kernels")}
+    tables = {name: pq.read_table(out / f"{name}.parquet") for name in ("events", "launches", "steps", "ops", "kernels")}
     assert {name: table.num_rows for name, table in tables.items()} == rows
     assert {name: table.column_names for name, table in tables.items()} == documented_columns()
     def column(table: str, name: str) -> np.ndarray:
@@ -58,15 +61,25 @@ def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start
         for field in ("globaltimer_ns", "grid_id", "replay", "kernel_slot", "sm_id", "seq"):
             assert np.array_equal(column("events", field)[mine], recording.events[field]), field
         launches = recording.launches
-        kernel_rows = ~np.isin(launches["kind"], [LAUNCH_KINDS["step"], LAUNCH_KINDS["step_text"]])
+        kernel_rows = ~np.isin(launches["kind"], [LAUNCH_KINDS[kind] for kind in
+                                                  ("step", "step_text", "op", "op_text", "op_nodes")])
         assert (column("launches", "recording") == name).sum() == kernel_rows.sum()
         assert np.array_equal(column("launches", "seq")[column("launches", "recording") == name],
                               launches["seq"][kernel_rows])
+        mine = column("ops", "recording") == name
+        assert mine.sum() == (launches["kind"] == LAUNCH_KINDS["op"]).sum()
+        label_of = dict(zip(column("ops", "op")[mine].tolist(), column("ops", "label")[mine].tolist()))
+        named = set(column("launches", "op")[column("launches", "recording") == name].tolist()) - {0}
+        # each launch's op is a row, its label whole (synth: op k has label (k - 1) % 3 of SYNTH_OP_LABELS),
+        # an op begun before the recording too (the daemon writes it at the start)
+        assert {op: label_of.get(op) for op in named} == {op: SYNTH_OP_LABELS[(op - 1) % 3] for op in named}
+        assert bool(named) == (recording.pid == eager.pid)
         assert (column("kernels", "recording") == name).sum() == len(recording.kernels)
     assert set(column("events", "kind_name").tolist()) >= {"block_enter", "launch"}
     assert len(column("steps", "step")) > 0 and set(column("steps", "pid").tolist()) == {graphs.pid}
     assert (np.diff(column("steps", "step")) == 1).all()  # only the graph process has engine steps
     assert {"graph_launch", "eager"} <= set(column("launches", "kind_name").tolist())
+    assert not {"op", "op_text", "op_nodes", "step", "step_text"} & set(column("launches", "kind_name").tolist())
 
 
 def test_a_file_that_is_not_an_event_file_is_refused_by_name(tmp_path: Path) -> None:

@@ -12,25 +12,46 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuobs.op_labels import (LABEL_LOST, MAX_LABEL_BYTES, RECORDING_OP_BASE, OpLabels, label_records,
-                              recording_prelude)
-from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, MAX_OP_LABEL_BYTES
+from gpuobs.op_labels import (LABEL_LOST, LABEL_NOT_RECORDED, MAX_LABEL_BYTES, RECORDING_OP_BASE, OpLabel, OpLabels,
+                              label_records, recording_prelude)
+from gpuobs.recording import Recording
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, LAUNCH_KINDS, MAX_OP_LABEL_BYTES
+from gpuobs.trace_export import write_trace
 from gpuobs_testing.daemon import gpuobsctl
+from gpuobs_testing.synth import SYNTH_OP_LABELS
 from gpuobs_testing.perfetto_trace import TraceSlice, read_trace
 
-LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
-          "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
-          "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]"]
+LABELS = SYNTH_OP_LABELS
 
 
 def test_label_records_read_back_as_the_labels_they_give() -> None:
     long = "model.layers.31.mlp " + "x" * 300  # six text records
     labels = {RECORDING_OP_BASE: "short", RECORDING_OP_BASE + 1: long, RECORDING_OP_BASE + 2: "é" * 3000}
     read = OpLabels()
-    read.read(label_records(labels), keep=10)
+    read.read(label_records({op: OpLabel.whole(label) for op, label in labels.items()}), keep=10)
     assert read.label(RECORDING_OP_BASE) == "short" and read.label(RECORDING_OP_BASE + 1) == long
     assert read.label(RECORDING_OP_BASE + 2) == "é" * (MAX_OP_LABEL_BYTES // 2)  # cut where the injector cuts
     assert read.label(7) == LABEL_LOST and MAX_LABEL_BYTES > MAX_OP_LABEL_BYTES
+
+
+def test_a_label_begun_before_a_recording_is_completed_by_the_pieces_in_it() -> None:
+    """The daemon had read the op record and two of the label's six pieces when the recording
+    began: the prelude carries them, the rest come in the recording; a piece read twice counts
+    once, and a label with a piece missing is lost, not cut."""
+    long = "model.layers.31.mlp.down_proj aten::mm " + "x" * 270
+    ring = label_records({9: OpLabel.whole(long)})
+    assert len(ring) == 7
+    live = OpLabels()
+    live.read(ring[:3], keep=10)
+    assert live.label(9) == LABEL_LOST
+    prelude = recording_prelude(np.zeros(0, dtype=LAUNCH_DTYPE), {}, {9: live[9].copy()})
+    read = OpLabels()
+    read.read(np.concatenate([prelude, ring[3:]]), keep=10)
+    assert read.label(9) == long
+    torn = OpLabels()
+    torn.read(np.concatenate([prelude, ring[3:4], ring[3:4], ring[5:]]), keep=10)  # piece 4 twice, piece 5 never
+    assert torn.label(9) == LABEL_LOST
+    assert torn.label(10) == LABEL_LOST and torn.label(10, LABEL_NOT_RECORDED) == LABEL_NOT_RECORDED
 
 
 def test_recording_prelude_name_one_op_per_label_and_keep_every_node_record() -> None:
@@ -38,7 +59,8 @@ def test_recording_prelude_name_one_op_per_label_and_keep_every_node_record() ->
     nodes["kind"] = LAUNCH_KINDS["graph_node"]
     nodes["graph_exec"], nodes["graph_node"] = [9, 9, 9, 8], [1, 2, 3, 1]
     nodes["grid_id"], nodes["kernel_slot"] = [101, 102, 103, 201], [0, 1, 2, 0]
-    out = recording_prelude(nodes, {(9, 1): "a", (9, 3): "a", (8, 1): "b", (7, 1): "unused"}, {41: "open op"})
+    out = recording_prelude(nodes, {(9, 1): "a", (9, 3): "a", (8, 1): "b", (7, 1): "unused"},
+                            {41: OpLabel.whole("open op")})
     kinds = out["kind"].tolist()
     assert kinds.count(LAUNCH_KINDS["op"]) == 3 and kinds[-4:] == [LAUNCH_KINDS["graph_node"]] * 4
     named = out[-4:]
@@ -49,6 +71,35 @@ def test_recording_prelude_name_one_op_per_label_and_keep_every_node_record() ->
     read.read(out, keep=10)
     assert [read.label(op) for op in (ops[0], ops[3], 41)] == ["a", "b", "open op"]
     assert nodes["op"].tolist() == [0, 0, 0, 0]  # the daemon's own records are left as they were
+
+
+def test_a_trace_names_each_op_by_its_label_however_many_ops_the_recording_holds(tmp_path: Path) -> None:
+    """A recording of a node whose op the daemon numbered (beyond int64) and two eager launches,
+    one of an op whose record is in the recording ahead of many others', one of an op whose
+    record is not: every label the launches name is held, and the trace says which is missing."""
+    labelled, unlabelled, node_op = 5, 6, RECORDING_OP_BASE + 3
+    nodes = np.zeros(1, dtype=LAUNCH_DTYPE)
+    nodes["kind"], nodes["graph_exec"], nodes["graph_node"], nodes["grid_id"] = LAUNCH_KINDS["graph_node"], 9, 1, 300
+    prelude = recording_prelude(nodes, {(9, 1): "layer.0 attention"}, {labelled: OpLabel.whole("layer.0 aten::mm")})
+    assert prelude[-1]["op"] >= RECORDING_OP_BASE
+    others = label_records({op: OpLabel.whole(f"op {op}") for op in range(100, 3100)})
+    eager = np.zeros(2, dtype=LAUNCH_DTYPE)
+    eager["kind"], eager["grid_id"], eager["stream"], eager["op"] = LAUNCH_KINDS["eager"], [100, 200], 7, \
+        [labelled, unlabelled]
+    events = np.zeros(3, dtype=EVENT_DTYPE)
+    events["kind"], events["grid_id"], events["replay"] = EVENT_KINDS["block_enter"], [100, 200, 300], [0, 0, 4]
+    events["globaltimer_ns"], events["kernel_slot"] = [1000, 2000, 3000], [0, 1, 2]
+    recording = Recording(pid=42, events=events, launches=np.concatenate([prelude, others, eager]),
+                          kernels={n: {"slot": n, "name": f"k{n}"} for n in range(3)}, dropped=0,
+                          started_realtime_ns=0)
+    out = tmp_path / "labels.pftrace"
+    with out.open("wb") as file:
+        write_trace([recording], file)
+    ops = {s.name: s.args for s in read_trace(out).slices if s.track.startswith("ops · ")}
+    assert ops["layer.0 aten::mm"] == {"op": labelled, "kernels": 1}
+    assert ops[LABEL_NOT_RECORDED] == {"op": unlabelled, "kernels": 1}
+    assert ops["layer.0 attention"] == {"grid_id": 300, "replay": 4}
+    assert set(ops) == {"layer.0 aten::mm", LABEL_NOT_RECORDED, "layer.0 attention"}
 
 
 def op_tracks(trace_path: Path) -> tuple[list[TraceSlice], list[TraceSlice], dict[str, int]]:

@@ -51,7 +51,8 @@ def read_trace(path: Path) -> ReadTrace:
         elif packet.HasField("track_event"):
             event = packet.track_event
             assert event.track_uuid in tracks, "an event before its track's descriptor"
-            args = {a.name: (a.string_value if a.HasField("string_value") else a.int_value)
+            args = {a.name: (a.string_value if a.HasField("string_value") else
+                             a.uint_value if a.HasField("uint_value") else a.int_value)
                     for a in event.debug_annotations}
             if event.type == TrackEvent.TYPE_SLICE_BEGIN:
                 made = TraceSlice(tracks[event.track_uuid], event.track_uuid, packet.timestamp, None, event.name, args)
