@@ -396,12 +396,19 @@ class OpAttribution(Analysis):
         recent = reversed(list(itertools.islice(reversed(self.ops.items()), count)))
         return {op: known.copy() for op, known in recent}
 
-    def node_labels(self) -> dict[tuple[int, int], str]:
-        """(exec handle, node handle) -> label, over the execs made from labelled captures whose
-        nodes' labels are known: what a recording that begins now writes for them. Only live execs:
-        a destroyed exec's handle may be a new exec's now."""
-        return {(bound.made.graph_exec, node): label for bound in list(self.bound.values()) if bound.made.alive
-                for node, label in self.labels_of(bound).items()}
+    def node_labels(self) -> dict[int, str]:
+        """grid id -> label of each node learned, over the live execs made from labelled captures
+        whose nodes' labels are known: what a recording that begins now writes for them (a
+        destroyed exec runs no more, and its handle may be a new exec's now)."""
+        out: dict[int, str] = {}
+        for bound in list(self.bound.values()):
+            if not bound.made.alive:
+                continue
+            labels = self.labels_of(bound)
+            for census in list(bound.made.nodes.values()):
+                if census.node in labels:
+                    out.update(dict.fromkeys(census.grid_ids, labels[census.node]))
+        return out
 
     def graph_rows(self) -> Iterator[tuple[str, int, NodeRow]]:
         """(label, kernel slot, its nodes, executions and blocks) over the execs made from

@@ -33,6 +33,8 @@ class OpLabel:
 
     text: bytearray
     pieces: dict[int, int] = dataclasses.field(default_factory=dict)  # offset -> length received
+    host_time_ns: int = 0  # the op record's: when the op began, and on which thread
+    thread: int = 0
 
     @classmethod
     def whole(cls, label: str) -> "OpLabel":
@@ -41,7 +43,15 @@ class OpLabel:
         return cls(text, {offset: min(TEXT_BYTES, len(text) - offset) for offset in range(0, len(text), TEXT_BYTES)})
 
     def copy(self) -> "OpLabel":
-        return OpLabel(bytearray(self.text), dict(self.pieces))
+        return dataclasses.replace(self, text=bytearray(self.text), pieces=dict(self.pieces))
+
+    def takes(self, offset: int, length: int) -> bool:
+        """Whether a text record at `offset` of `length` bytes is a piece of this label not held
+        yet: the injector cuts a label at multiples of TEXT_BYTES, so anything else is a torn or
+        foreign record, and a piece held already (a record read twice) is not counted again."""
+        if offset % TEXT_BYTES or offset in self.pieces or not 0 < length <= TEXT_BYTES:
+            return False
+        return length == TEXT_BYTES and offset + length <= len(self.text) or offset + length == len(self.text)
 
     def label(self) -> str:
         if not self.text or sum(self.pieces.values()) < len(self.text):
@@ -58,7 +68,10 @@ class OpLabels(collections.OrderedDict):
         op, size = int(record["op"]), int(record["text_bytes"])
         if only is not None and op not in only:
             return
-        self[op] = OpLabel(bytearray(size if size <= MAX_LABEL_BYTES else 0))
+        size = size if size <= MAX_LABEL_BYTES else 0
+        held = self.get(op)
+        if held is None or len(held.text) != size:  # else the same record again: keep its pieces
+            self[op] = OpLabel(bytearray(size), host_time_ns=int(record["host_time_ns"]), thread=int(record["thread"]))
         self.move_to_end(op)
         while len(self) > keep:
             self.popitem(last=False)
@@ -68,10 +81,9 @@ class OpLabels(collections.OrderedDict):
         if known is None:
             return
         offset, length = int(record["offset"]), int(record["length"])
-        if offset + length > len(known.text) or length > TEXT_BYTES:
-            return  # not this op's: a torn or foreign record
-        known.text[offset:offset + length] = bytes(record["text"])[:length].ljust(length, b"\0")
-        known.pieces[offset] = length
+        if known.takes(offset, length):
+            known.text[offset:offset + length] = bytes(record["text"])[:length].ljust(length, b"\0")
+            known.pieces[offset] = length
 
     def label(self, op: int, unknown: str = LABEL_LOST) -> str:
         """The op's label; LABEL_LOST when part of its text never came, `unknown` when its op
@@ -92,36 +104,39 @@ class OpLabels(collections.OrderedDict):
 
 def label_records(labels: dict[int, OpLabel]) -> np.ndarray:
     """Launch ring rows that give each op number its label as far as it is known, as the
-    injector writes them: an op record with the label's whole length, then a text record of up
-    to TEXT_BYTES per piece received."""
-    pieces: list[tuple[int, bytes, int]] = []  # (op, text, offset); offset -1: the op record
+    injector writes them: an op record with the label's whole length (and the op's own time and
+    thread), then a text record of up to TEXT_BYTES per piece received."""
+    pieces: list[tuple[int, OpLabel, bytes, int]] = []  # (op, label, text, offset); offset -1: the op record
     for op, known in labels.items():
         text = bytes(known.text)
-        pieces.append((op, text, -1))
-        pieces.extend((op, text[offset:offset + length], offset) for offset, length in sorted(known.pieces.items()))
+        pieces.append((op, known, text, -1))
+        pieces.extend((op, known, text[offset:offset + length], offset)
+                      for offset, length in sorted(known.pieces.items()))
     rows = np.zeros(len(pieces), dtype=LAUNCH_DTYPE)
     heads, texts = rows.view(OP_DTYPE), rows.view(STEP_TEXT_DTYPE)
-    for index, (op, text, offset) in enumerate(pieces):
+    for index, (op, known, text, offset) in enumerate(pieces):
         if offset < 0:
             heads["kind"][index], heads["op"][index], heads["text_bytes"][index] = OP, op, len(text)
             heads["text_records"][index] = -(-len(text) // TEXT_BYTES)
+            heads["host_time_ns"][index], heads["thread"][index] = known.host_time_ns, known.thread
         else:
             texts["kind"][index], texts["step"][index], texts["offset"][index] = OP_TEXT, op, offset
             texts["length"][index], texts["text"][index] = len(text), text
     return rows
 
 
-def recording_prelude(nodes: np.ndarray, node_labels: dict[tuple[int, int], str],
-                      recent: dict[int, OpLabel]) -> np.ndarray:
+def recording_prelude(nodes: np.ndarray, node_labels: dict[int, str], recent: dict[int, OpLabel]) -> np.ndarray:
     """What a recording begins with (launch ring rows): the labels of the last ops the daemon
     read (`recent`, by their own numbers, as far as they arrived: an op that began before the
-    recording may launch in it, and the rest of its label come in it), then the graph node records with their op's label: each node whose (exec, node) handles
-    have a label names an op number of RECORDING_OP_BASE and up, one per label, whose label
-    records come first."""
+    recording may launch in it, and the rest of its label come in it), then the graph node
+    records with their op's label: each node whose grid id has a label (`node_labels`: grid ids
+    are the one key a destroyed exec's nodes and those of a new exec on its handle never share)
+    names an op number of RECORDING_OP_BASE and up, one per label, whose label records come
+    first."""
     numbers: dict[str, int] = {}
     named = nodes.copy()
-    for index, key in enumerate(zip(named["graph_exec"].tolist(), named["graph_node"].tolist())):
-        label = node_labels.get(key)
+    for index, grid_id in enumerate(named["grid_id"].tolist()):
+        label = node_labels.get(grid_id)
         if label is not None:
             named["op"][index] = numbers.setdefault(label, RECORDING_OP_BASE + len(numbers))
     heads = label_records({**recent, **{op: OpLabel.whole(label) for label, op in numbers.items()}})

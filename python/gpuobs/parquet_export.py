@@ -1,6 +1,7 @@
 """Event files -> Parquet tables a fleet's recordings load into DuckDB, Spark or pandas as they
 are: events.parquet, launches.parquet, steps.parquet, ops.parquet and kernels.parquet in one
-folder, a row per record of every file given (an op's label, written in pieces, is one row), each with the recording it came from and the pid, so that files of
+folder, a row per record of every file given (an op is one row: its label comes in pieces, and
+the daemon may write an op at a recording's start that the recording then holds again), each with the recording it came from and the pid, so that files of
 many hosts and processes concatenate without a clash. Columns are the records' own fields (the
 segment layout's field tables, gpuobs.segment's dtypes) plus the kind's name; docs/parquet.md
 is the schema."""
@@ -13,11 +14,10 @@ import numpy as np
 
 from gpuobs.op_labels import OpLabels
 from gpuobs.recording import Recording
-from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, OP_DTYPE, STEP_DTYPE
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
 
 TABLES = ("events", "launches", "steps", "ops", "kernels")
 NOT_LAUNCHES = ("step", "step_text", "op", "op_text", "op_nodes")  # records of their own tables, or text
-OP_FIELDS = ("host_time_ns", "op", "thread")
 STEP_FIELDS = ("host_time_ns", "step", "thread", "requests", "tokens", "flags")
 
 
@@ -58,11 +58,14 @@ def tables(recordings: list[tuple[str, Recording]]) -> dict[str, "object"]:
         parts["launches"].append(pa.table(columns))
         steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
         parts["steps"].append(pa.table({**identity(len(steps)), **_columns(steps, STEP_FIELDS)}))
-        ops = launches[launches["kind"] == LAUNCH_KINDS["op"]].view(OP_DTYPE)
-        labels = OpLabels()
-        labels.read(launches, keep=max(1, len(ops)))
-        parts["ops"].append(pa.table({**identity(len(ops)), **_columns(ops, OP_FIELDS),
-                                      "label": pa.array([labels.label(int(op)) for op in ops["op"]], pa.string())}))
+        labels = OpLabels()  # one per op: a record the daemon wrote and then read again is one op
+        labels.read(launches, keep=max(1, int((launches["kind"] == LAUNCH_KINDS["op"]).sum())))
+        parts["ops"].append(pa.table({
+            **identity(len(labels)),
+            "host_time_ns": pa.array([known.host_time_ns for known in labels.values()], pa.uint64()),
+            "op": pa.array(list(labels), pa.uint64()),
+            "thread": pa.array([known.thread for known in labels.values()], pa.uint64()),
+            "label": pa.array([known.label() for known in labels.values()], pa.string())}))
         kernels = sorted(recording.kernels.values(), key=lambda k: k["slot"])
         parts["kernels"].append(pa.table({
             **identity(len(kernels)), "slot": pa.array([k["slot"] for k in kernels], pa.uint32()),

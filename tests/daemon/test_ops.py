@@ -222,8 +222,9 @@ def test_an_exec_takes_the_labels_of_the_graph_it_was_made_from() -> None:
     nodes = [(0xa1, 4), (0xa2, 5), (0xa3, 5)]
     joined.feed(*replay(0xe1, 1, nodes), *replay(0xe1, 2, nodes, False), *replay(0xe2, 3, nodes))
     assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
-    assert joined.ops.node_labels() == {(0xe1, 0xa1): "layer.0 aten::mm", (0xe1, 0xa2): "layer.0 aten::silu",
-                                        (0xe1, 0xa3): "layer.0 aten::silu"}
+    grid_id = {node: 0xe1 * 100 + node for node in (0xa1, 0xa2, 0xa3)}  # as replay() gives them
+    assert joined.ops.node_labels() == {grid_id[0xa1]: "layer.0 aten::mm", grid_id[0xa2]: "layer.0 aten::silu",
+                                        grid_id[0xa3]: "layer.0 aten::silu"}
     joined.feed(exec_created(0xe1, 0x902), *replay(0xe1, 4, nodes))  # the handle reused for another graph
     assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
     assert joined.ops.node_labels() == {}  # a recording now must not give the new exec's nodes the old labels

@@ -88,3 +88,26 @@ def test_a_file_that_is_not_an_event_file_is_refused_by_name(tmp_path: Path) -> 
     done = gpuobsctl("unix:///nonexistent.sock", "export-parquet", str(junk), "--out", str(tmp_path / "out"))
     assert done.returncode == 1 and "junk.gpuobs" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_an_op_written_at_the_recordings_start_and_read_again_is_one_row() -> None:
+    """The daemon writes the last ops it read at a recording's start; a batch it read just before
+    may reach the recording too. ops.parquet has one row per op, with the op's own time and thread."""
+    from gpuobs.op_labels import OpLabel, OpLabels, label_records, recording_prelude
+    from gpuobs.parquet_export import tables
+    from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE, OP_DTYPE
+
+    own = label_records({5: OpLabel.whole("layer.0 aten::mm"), 6: OpLabel.whole("layer.0 aten::silu")})
+    heads = own.view(OP_DTYPE)
+    is_op = heads["kind"] == LAUNCH_KINDS["op"]
+    heads["host_time_ns"][is_op], heads["thread"][is_op] = [123, 456], 77
+    live = OpLabels()
+    live.read(own, keep=10)
+    prelude = recording_prelude(np.zeros(0, dtype=LAUNCH_DTYPE), {}, {5: live[5].copy()})
+    eager = np.zeros(1, dtype=LAUNCH_DTYPE)
+    eager["kind"], eager["op"] = LAUNCH_KINDS["eager"], 5
+    recording = Recording(pid=1, events=np.zeros(0, dtype=EVENT_DTYPE), launches=np.concatenate([prelude, own, eager]),
+                          kernels={}, dropped=0, started_realtime_ns=0)
+    ops = tables([("r", recording)])["ops"].to_pydict()
+    assert (ops["op"], ops["host_time_ns"], ops["thread"]) == ([5, 6], [123, 456], [77, 77])
+    assert ops["label"] == ["layer.0 aten::mm", "layer.0 aten::silu"]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuobs.op_labels import (LABEL_LOST, LABEL_NOT_RECORDED, MAX_LABEL_BYTES, RECORDING_OP_BASE, OpLabel, OpLabels,
-                              label_records, recording_prelude)
+from gpuobs.op_labels import (LABEL_LOST, LABEL_NOT_RECORDED, MAX_LABEL_BYTES, RECORDING_OP_BASE, TEXT_BYTES, OpLabel,
+                              OpLabels, label_records, recording_prelude)
 from gpuobs.recording import Recording
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, LAUNCH_KINDS, MAX_OP_LABEL_BYTES
-from gpuobs.trace_export import write_trace
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, LAUNCH_KINDS, MAX_OP_LABEL_BYTES, STEP_TEXT_DTYPE
+from gpuobs.trace_export import _annotate, write_trace
 from gpuobs_testing.daemon import gpuobsctl
 from gpuobs_testing.synth import SYNTH_OP_LABELS
 from gpuobs_testing.perfetto_trace import TraceSlice, read_trace
@@ -49,9 +49,24 @@ def test_a_label_begun_before_a_recording_is_completed_by_the_pieces_in_it() -> 
     read.read(np.concatenate([prelude, ring[3:]]), keep=10)
     assert read.label(9) == long
     torn = OpLabels()
-    torn.read(np.concatenate([prelude, ring[3:4], ring[3:4], ring[5:]]), keep=10)  # piece 4 twice, piece 5 never
+    torn.read(np.concatenate([prelude, ring[3:4], ring[3:4], ring[5:]]), keep=10)  # ring[3] twice, ring[4] never
     assert torn.label(9) == LABEL_LOST
     assert torn.label(10) == LABEL_LOST and torn.label(10, LABEL_NOT_RECORDED) == LABEL_NOT_RECORDED
+
+
+def test_a_torn_text_record_neither_completes_a_label_nor_undoes_a_piece() -> None:
+    ring = label_records({9: OpLabel.whole("a" * (2 * TEXT_BYTES + 5))})
+    misaligned, empty, short = ring[1:2].copy(), ring[1:2].copy(), ring[2:3].copy()
+    misaligned.view(STEP_TEXT_DTYPE)["offset"] = 1
+    empty.view(STEP_TEXT_DTYPE)["length"] = 0
+    short.view(STEP_TEXT_DTYPE)["length"] = 5  # a middle piece is whole
+    for torn, rest in [(misaligned, [ring[1:2], ring[3:]]), (short, [ring[1:2], ring[3:]])]:
+        read = OpLabels()
+        read.read(np.concatenate([ring[:1], torn, *rest]), keep=10)  # the torn record stands in for ring[2]
+        assert read.label(9) == LABEL_LOST
+    read = OpLabels()
+    read.read(np.concatenate([ring, empty]), keep=10)
+    assert read.label(9) == "a" * (2 * TEXT_BYTES + 5)  # a piece held is not undone
 
 
 def test_recording_prelude_name_one_op_per_label_and_keep_every_node_record() -> None:
@@ -59,8 +74,7 @@ def test_recording_prelude_name_one_op_per_label_and_keep_every_node_record() ->
     nodes["kind"] = LAUNCH_KINDS["graph_node"]
     nodes["graph_exec"], nodes["graph_node"] = [9, 9, 9, 8], [1, 2, 3, 1]
     nodes["grid_id"], nodes["kernel_slot"] = [101, 102, 103, 201], [0, 1, 2, 0]
-    out = recording_prelude(nodes, {(9, 1): "a", (9, 3): "a", (8, 1): "b", (7, 1): "unused"},
-                            {41: OpLabel.whole("open op")})
+    out = recording_prelude(nodes, {101: "a", 103: "a", 201: "b", 999: "unused"}, {41: OpLabel.whole("open op")})
     kinds = out["kind"].tolist()
     assert kinds.count(LAUNCH_KINDS["op"]) == 3 and kinds[-4:] == [LAUNCH_KINDS["graph_node"]] * 4
     named = out[-4:]
@@ -73,14 +87,13 @@ def test_recording_prelude_name_one_op_per_label_and_keep_every_node_record() ->
     assert nodes["op"].tolist() == [0, 0, 0, 0]  # the daemon's own records are left as they were
 
 
-def test_a_trace_names_each_op_by_its_label_however_many_ops_the_recording_holds(tmp_path: Path) -> None:
-    """A recording of a node whose op the daemon numbered (beyond int64) and two eager launches,
-    one of an op whose record is in the recording ahead of many others', one of an op whose
-    record is not: every label the launches name is held, and the trace says which is missing."""
+def test_a_trace_names_each_op_by_its_label_or_says_it_is_not_in_the_recording(tmp_path: Path) -> None:
+    """A recording of a node whose op the daemon numbered and two eager launches, one of an op
+    whose record is in the recording ahead of many others', one of an op whose record is not."""
     labelled, unlabelled, node_op = 5, 6, RECORDING_OP_BASE + 3
     nodes = np.zeros(1, dtype=LAUNCH_DTYPE)
     nodes["kind"], nodes["graph_exec"], nodes["graph_node"], nodes["grid_id"] = LAUNCH_KINDS["graph_node"], 9, 1, 300
-    prelude = recording_prelude(nodes, {(9, 1): "layer.0 attention"}, {labelled: OpLabel.whole("layer.0 aten::mm")})
+    prelude = recording_prelude(nodes, {300: "layer.0 attention"}, {labelled: OpLabel.whole("layer.0 aten::mm")})
     assert prelude[-1]["op"] >= RECORDING_OP_BASE
     others = label_records({op: OpLabel.whole(f"op {op}") for op in range(100, 3100)})
     eager = np.zeros(2, dtype=LAUNCH_DTYPE)
@@ -100,6 +113,15 @@ def test_a_trace_names_each_op_by_its_label_however_many_ops_the_recording_holds
     assert ops[LABEL_NOT_RECORDED] == {"op": unlabelled, "kernels": 1}
     assert ops["layer.0 attention"] == {"grid_id": 300, "replay": 4}
     assert set(ops) == {"layer.0 aten::mm", LABEL_NOT_RECORDED, "layer.0 attention"}
+
+
+def test_trace_arguments_beyond_int64_are_unsigned() -> None:
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+    event = TrackEvent()
+    _annotate(event, {"grid_id": (1 << 64) - 1, "replay": 3, "op": "x"})
+    assert [(a.name, a.WhichOneof("value")) for a in event.debug_annotations] == \
+        [("grid_id", "uint_value"), ("replay", "int_value"), ("op", "string_value")]
+    assert event.debug_annotations[0].uint_value == (1 << 64) - 1
 
 
 def op_tracks(trace_path: Path) -> tuple[list[TraceSlice], list[TraceSlice], dict[str, int]]:

@@ -36,6 +36,21 @@ def test_mode_switch_is_acknowledged_and_takes_effect(start_synth) -> None:
     assert synth.stop() == 0
 
 
+def test_the_start_config_is_in_force_when_the_segment_is_first_seen(start_synth) -> None:
+    """The segment is published with its start config (generation 0) in force, kernel filter
+    included: a reader never sees it change without a request."""
+    synth = start_synth("--mode", "blocks", "--kernel", "gemm|silu", "--rate", "10000")
+    segment = Segment(synth.segment)
+    first = segment.control_state()
+    assert (first["applied_generation"], first["applied_mode"], first["applied_filter"]) == (0, MODES["blocks"],
+                                                                                           "gemm|silu")
+    assert first["desired_filter"] == "gemm|silu" and first["status"] == CONTROL_STATUS["ok"]
+    for _ in range(20):
+        time.sleep(0.005)
+        assert segment.control_state() == first
+    assert synth.stop() == 0
+
+
 def test_invalid_requests_change_nothing(start_synth) -> None:
     synth = start_synth("--mode", "blocks", "--rate", "10000")
     segment = Segment(synth.segment)

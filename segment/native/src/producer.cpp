@@ -4,16 +4,13 @@ namespace gpuobs {
 
 std::unique_ptr<SegmentWriter> start_producer(const SegmentOptions& options, const std::string& filter,
                                               std::string* error) {
-  std::unique_ptr<MappedSegment> segment = MappedSegment::create(options, error);
+  // the segment is published with its start config in force (generation 0, acknowledged at its
+  // start): a reader never sees it change without a request
+  SegmentOptions starting = options;
+  starting.initial_filter = filter;
+  std::unique_ptr<MappedSegment> segment = MappedSegment::create(starting, error);
   if (!segment) return nullptr;
-  auto writer = std::make_unique<SegmentWriter>(std::move(segment));
-  ControlRequest initial;
-  initial.mode = options.initial_mode;
-  initial.shift = options.initial_shift;
-  initial.patch_set = options.patch_set;
-  initial.filter = filter;
-  writer->acknowledge(0, initial, ControlStatus::Ok, "");
-  return writer;
+  return std::make_unique<SegmentWriter>(std::move(segment));
 }
 
 FilterVerdict judge_kernel(const KernelFilter* filter, const std::string& mangled, const std::string& demangled) {

@@ -285,10 +285,7 @@ void SegmentWriter::acknowledge(uint64_t generation, const ControlRequest& in_fo
   copy_bounded(control.applied_filter, kFilterBytes, in_force.filter, &control.applied_filter_bytes);
   copy_bounded(control.status_message, kStatusMessageBytes, message, nullptr);
   __atomic_store_n(&control.status, uint32_t(status), __ATOMIC_RELAXED);
-  // Generation 0 is the config the segment was created in: it took effect at the segment's start,
-  // and saying it again (with the initial kernel filter) must not look like a new change.
-  const uint64_t applied_at = generation == 0 ? view().header->start_monotonic_ns : monotonic_ns();
-  __atomic_store_n(&control.applied_time_ns, applied_at, __ATOMIC_RELAXED);
+  __atomic_store_n(&control.applied_time_ns, monotonic_ns(), __ATOMIC_RELAXED);
   __atomic_store_n(&control.applied_generation, generation, __ATOMIC_RELEASE);
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -136,8 +137,12 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   control.applied_mode = uint32_t(options.initial_mode);
   control.applied_shift = options.initial_shift;
   control.applied_patch_set = uint32_t(options.patch_set);
+  const size_t filter_bytes = std::min(options.initial_filter.size(), size_t(kFilterBytes - 1));
+  copy_text(control.desired_filter, kFilterBytes, options.initial_filter);
+  copy_text(control.applied_filter, kFilterBytes, options.initial_filter);
+  control.desired_filter_bytes = control.applied_filter_bytes = uint32_t(filter_bytes);
   control.status = uint32_t(ControlStatus::Ok);
-  control.applied_time_ns = header.start_monotonic_ns;
+  control.applied_time_ns = header.start_monotonic_ns;  // generation 0: in force from the start
 
   const uint64_t launch_capacity = options.caps.launch_ring_records;
   view.launch_ring_control->limit_cache = launch_capacity;
