@@ -42,10 +42,11 @@ class TimeBudget:
             self._tokens -= seconds
 
     def exhaust(self) -> None:
-        """Nothing left until time accrues again (the next allows() is False)."""
+        """Nothing left until refill(), however much time passes: a batch the analysis skips,
+        made on purpose (time accruing would make that depend on how fast the caller runs)."""
         with self._lock:
-            self._refill(time.monotonic())
-            self._tokens = min(self._tokens, -1e-3)
+            self._tokens = float("-inf")
+            self._at = time.monotonic()
 
     def refill(self) -> None:
         """A full bucket now, whatever was spent."""

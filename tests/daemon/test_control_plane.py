@@ -21,7 +21,7 @@ def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_s
                           "--seed", str(seed)) for seed in (1, 2, 3)]
     daemon = start_daemon()
     daemon.wait_processes(3)
-    window = 1.0
+    window = 3.0  # the two reads' staleness (a drain pass apart at most) is small beside it
 
     def accesses() -> int:
         return sum(k.memory_accesses for k in daemon.stub.ListKernels(pb.ListKernelsRequest()).kernels)
@@ -49,9 +49,8 @@ def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_s
     assert 2**10 / 3 < full / max(sampled, 1e-12) < 2**10 * 3, (full, sampled)
     for synth in synths:
         assert synth.stop() == 0
-    time.sleep(0.5)
     # counts stay exact: every access was counted, and events conserve per process
-    for process in daemon.status().processes:
+    for process in daemon.wait_all_gone().processes:
         stage = device_stage(process)
         assert stage.produced == stage.delivered + stage.dropped + stage.torn + stage.corrupt
         assert process.accounting_errors == 0
@@ -123,11 +122,10 @@ def test_daemon_restart_continues_counts_without_double_counting(start_synth, st
     second.wait_processes(1)
     time.sleep(0.5)
     assert synth.stop() == 0
-    time.sleep(0.3)
-    process = second.status().processes[0]
+    process = second.wait_all_gone().processes[0]  # its final drain done
     stage = device_stage(process)
     assert stage.delivered > delivered_before > 0
-    assert stage.produced == stage.delivered + stage.dropped  # nothing lost, nothing counted twice
+    assert stage.produced == stage.delivered + stage.dropped + stage.torn  # nothing lost, nothing counted twice
     assert process.accounting_errors == 0
 
 
@@ -171,13 +169,13 @@ def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(star
         (segment_dir / f"gpuobs-{100000 + index}-{'x' * 200}.seg").write_bytes(b"junk")
     daemon = start_daemon()
     synth = start_synth("--mode", "counter", "--rate", "1000", "--kernels", "2")
+    daemon.wait_processes(1, timeout=60)  # until then the synth's own file counts among those not attached
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and daemon.status().rejected_segments_total < junk:
+    while time.monotonic() < deadline and daemon.status().rejected_segments_total != junk:
         time.sleep(0.1)
     status = daemon.status()
     assert status.rejected_segments_total == junk
     assert len(status.rejected_segments) == 32 and status.ByteSize() < 64 * 1024
-    daemon.wait_processes(1)
     assert [p.pid for p in daemon.status().processes] == [synth.pid]
     done = gpuobsctl(daemon.address, "status")
     assert done.returncode == 0 and f"{junk - 32} more files" in done.stdout, done.stderr

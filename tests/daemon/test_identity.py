@@ -18,11 +18,11 @@ PCI = ["0000:3b:00.0", "0000:5d:00.0"]
 
 @pytest.fixture
 def tensor_parallel(start_synth, start_daemon):
-    ranks = [start_synth("--mode", "counter", "--duration", "20", "--rate", "20000", "--rank", str(rank),
+    ranks = [start_synth("--mode", "counter", "--rate", "20000", "--rank", str(rank),
                          "--world-size", "2", "--local-rank", str(rank), "--model", "Qwen3-8B",
                          "--gpu", f"{rank},{PCI[rank]},{UUIDS[rank]}", "--label", f"vllm engine rank {rank}")
              for rank in (0, 1)]
-    plain = start_synth("--mode", "counter", "--duration", "20", "--rate", "20000")
+    plain = start_synth("--mode", "counter", "--rate", "20000")  # no --duration: the fixture stops them
     daemon = start_daemon()
     daemon.wait_processes(3)
     yield daemon, ranks, plain

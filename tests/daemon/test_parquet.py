@@ -37,7 +37,7 @@ def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start
                         "--ops", "3")
     daemon.wait_processes(2)
     time.sleep(0.5)
-    done = gpuobsctl(daemon.address, "--output", "json", "record", str(tmp_path / "run.gpuobs"), "--count", "3000",
+    done = gpuobsctl(daemon.address, "--output", "json", "record", str(tmp_path / "run.gpuobs"), "--count", "30000",
                      "--duration", "20")
     assert done.returncode == 0, done.stderr
     files = [Path(f["path"]) for f in json.loads(done.stdout)["files"]]

@@ -25,12 +25,12 @@ def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daem
     daemon = start_daemon()
     daemon.wait_processes(1)
     path = tmp_path / "run.gpuobs"
-    done = gpuobsctl(daemon.address, "--output", "json", "record", str(path), "--count", "20000", "--duration", "20")
+    done = gpuobsctl(daemon.address, "--output", "json", "record", str(path), "--count", "100000", "--duration", "20")
     assert done.returncode == 0, done.stderr
     files = json.loads(done.stdout)["files"]
-    assert len(files) == 1 and files[0]["path"] == str(path) and files[0]["events"] == 20000
+    assert len(files) == 1 and files[0]["path"] == str(path) and files[0]["events"] == 100000
     recording = Recording.open(path)
-    assert recording.pid == synth.pid and len(recording.events) == 20000
+    assert recording.pid == synth.pid and len(recording.events) == 100000
     assert files[0]["dropped"] == 0
     seq = recording.events["seq"]
     assert np.all(np.diff(seq) == 1)  # one contiguous stretch of the ring, nothing skipped
@@ -217,7 +217,7 @@ def test_trace_records_a_window_into_one_perfetto_trace_with_graphs_and_steps(st
     folder = tmp_path / "traces"
     folder.mkdir()
     out = folder / "window.pftrace"
-    done = gpuobsctl(daemon.address, "--output", "json", "trace", "--duration", "1", "--out", str(out))
+    done = gpuobsctl(daemon.address, "--output", "json", "trace", "--duration", "3", "--out", str(out))
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["trace"] == str(out) and answer["slices"] > 0 and answer["processes"][0]["pid"] == synth.pid

@@ -19,7 +19,8 @@ def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_dae
     # then with no client at all); a ring of 0.5 s absorbs the drain thread's pauses for other
     # threads' work (with 65 ms a slower machine dropped with no client at all), while a drain
     # that waited for the client would drop most of the 2 s the client does not read
-    synth = start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(1 << 19))
+    ring = 1 << 19
+    synth = start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(ring))
     daemon = start_daemon()
     daemon.wait_processes(1)
     time.sleep(0.3)  # drops from before the daemon attached are behind us
@@ -37,9 +38,11 @@ def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_dae
     at_end = device_stage(daemon.status().processes[0])
     assert synth.stop() == 0
     # the slow client cost the drain nothing: no event was dropped by the ring meanwhile, and
-    # the daemon delivered what the producer made (1 M events/s for 2 s)
+    # the daemon delivered what the producer made (up to 1 M events/s for 2 s), all but what
+    # was still in the ring when the counts were read
+    made = at_end.produced - at_start.produced
     assert at_end.dropped == at_start.dropped, (at_start, at_end)
-    assert at_end.delivered - at_start.delivered > 1_500_000
+    assert made > 500_000 and at_end.delivered - at_start.delivered >= made - ring, (at_start, at_end)
 
 
 def test_tail_prints_events(start_synth, start_daemon) -> None:

@@ -139,7 +139,7 @@ def test_a_trace_puts_each_eager_op_above_the_kernels_it_launched(start_synth, s
     daemon = start_daemon()
     daemon.wait_processes(1)
     out = tmp_path / "ops.pftrace"
-    done = gpuobsctl(daemon.address, "trace", "--duration", "1", "--out", str(out))
+    done = gpuobsctl(daemon.address, "trace", "--duration", "3", "--out", str(out))
     assert done.returncode == 0, done.stderr
     ops, kernels, ranks = op_tracks(out)
     assert len(ops) > 20 and kernels
@@ -167,7 +167,7 @@ def test_a_trace_puts_each_graph_node_execution_under_the_op_that_captured_it(st
     daemon.wait_processes(1)
     time.sleep(0.5)  # the capture and the first replay are drained before the window
     out = tmp_path / "graph.pftrace"
-    done = gpuobsctl(daemon.address, "trace", "--duration", "1", "--out", str(out))
+    done = gpuobsctl(daemon.address, "trace", "--duration", "3", "--out", str(out))
     assert done.returncode == 0, done.stderr
     names = [k["name"] for k in sorted(json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top",
                                                             "0").stdout)["kernels"], key=lambda k: k["slot"])]

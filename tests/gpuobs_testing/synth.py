@@ -65,6 +65,18 @@ def drain_until_exit(segment, *, timeout: float = 60.0, pause: float = 0.0) -> t
     raise AssertionError("producer did not finish in time")
 
 
+def wait_events(segment, timeout: float = 10.0) -> int:
+    """Drains until some events came (a switch is acknowledged before the producer's next launch
+    runs in the new mode); the events drained."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = segment.drain_counts()[0]
+        if events:
+            return events
+        time.sleep(0.005)
+    raise AssertionError(f"no event in {timeout} s")
+
+
 def wait_applied(segment, generation: int, timeout: float = 10.0) -> dict:
     """Polls the segment's control block until the producer acknowledged `generation`."""
     deadline = time.monotonic() + timeout

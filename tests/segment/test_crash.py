@@ -37,6 +37,10 @@ def killed_at_full_speed(start_synth, seconds: float, *args: str) -> Segment:
     synth = start_synth("--mode", "sampled", "--shift", "0", *args)
     segment = Segment(synth.segment)
     segment.reader.set_torn_timeout(3600)
+    deadline = time.monotonic() + 10  # running at full speed (the segment is out before its threads start)
+    while time.monotonic() < deadline and not (segment.counters()[0]["launches"] and
+                                               segment.reader.event_ring_stats(0)["head"]):
+        time.sleep(0.002)
     time.sleep(seconds)
     os.kill(synth.pid, signal.SIGKILL)
     assert synth.wait() == -signal.SIGKILL
