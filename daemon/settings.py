@@ -86,8 +86,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cubin_dir", "", "where injected processes keep module cubins (default: <segment dir>/gpuobs-cubins, "
             "as GPUOBS_CUBIN_DIR defaults in the injector)"),
     Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)", _address),
-    Setting("listen", "", "extra gRPC address (e.g. 0.0.0.0:50061), read-only: queries and streams, no set-mode "
-            "nor record; served over TLS to clients that present the token (--tls-cert, --tls-key and --token-file "
+    Setting("listen", "", "extra gRPC address (e.g. 0.0.0.0:50061), read-only: queries and streams, no set-mode, "
+            "record or op window; served over TLS to clients that present the token (--tls-cert, --tls-key and --token-file "
             "are required with it); the unix socket is always served"),
     Setting("tls_cert", "", "PEM certificate (chain) the --listen port presents"),
     Setting("tls_key", "", "PEM private key of --tls-cert"),
