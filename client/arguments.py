@@ -4,6 +4,7 @@ that a bad number is a one-line usage error, not a traceback from building the r
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable
 
 UINT32_MAX = (1 << 32) - 1
@@ -38,3 +39,29 @@ def acknowledgement_timeout(text: str) -> float:
     if not 0 < value <= 60:
         raise argparse.ArgumentTypeError(f"{value:g} is not within (0, 60] seconds")
     return value
+
+
+MAX_RECORD_S = 3600  # what gpuobsd records at most in one window
+RECORD_STEP_S = 0.001  # the request carries milliseconds
+
+
+def seconds(allow_zero: bool) -> Callable[[str], float]:
+    """A recording window in seconds: within [RECORD_STEP_S, MAX_RECORD_S] (or 0 where
+    `allow_zero`: no limit but the count), checked before its milliseconds are built."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+        if allow_zero and value == 0:
+            return 0.0
+        if not (math.isfinite(value) and RECORD_STEP_S <= value <= MAX_RECORD_S):
+            raise argparse.ArgumentTypeError(f"{value:g} is not within {RECORD_STEP_S:g}..{MAX_RECORD_S} seconds"
+                                             + (" (or 0: until --count)" if allow_zero else ""))
+        return value
+    parse.__name__ = "seconds"
+    return parse
+
+
+record_seconds = seconds(allow_zero=True)
+window_seconds = seconds(allow_zero=False)

@@ -23,10 +23,18 @@ class LocalFile:
 
 
 def check_target(path: Path) -> None:
-    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
-        raise CommandError(f"{path.parent}: not a folder this user can write to")
-    if path.exists():
-        raise CommandError(f"{path} exists: not written over")
+    """Said before anything is recorded: a folder this user cannot write, a file there already,
+    a name (with the part suffix it is written under) longer than the file system takes."""
+    try:
+        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+            raise CommandError(f"{path.parent}: not a folder this user can write to")
+        if os.path.lexists(path):
+            raise CommandError(f"{path} exists: not written over")
+        longest = os.pathconf(path.parent, "PC_NAME_MAX")
+    except OSError as error:
+        raise CommandError(f"{path}: {error.strerror}") from None
+    if len(path.name.encode()) + len(".part-4294967295") > longest:
+        raise CommandError(f"{path}: a file name longer than the file system takes ({longest} bytes)")
 
 
 def record_here(address: str, path: Path, request: pb.RecordRequest, timeout: float) -> list[LocalFile]:
@@ -37,8 +45,9 @@ def record_here(address: str, path: Path, request: pb.RecordRequest, timeout: fl
     try:
         for chunk in each_reply(address, "RecordStream", request, timeout):
             if chunk.pid not in handles and chunk.pid not in figures:
-                parts[chunk.pid] = path.with_name(f"{path.name}.part-{chunk.pid}")
-                handles[chunk.pid] = open(parts[chunk.pid], "xb")
+                part = path.with_name(f"{path.name}.part-{chunk.pid}")
+                handles[chunk.pid] = open(part, "xb")
+                parts[chunk.pid] = part  # ours to remove only once we made it
             if chunk.data:
                 handles[chunk.pid].write(chunk.data)
             if chunk.HasField("file"):

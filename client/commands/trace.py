@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
-from ..arguments import pid, uint64
+from ..arguments import pid, uint64, window_seconds
 from ..connection import CommandError
 from ..exporting import export_files
 from ..local_recording import record_here
@@ -21,7 +21,7 @@ HELP = ("record a window and write it as one Perfetto trace (kernels per stream 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, required=True, help="seconds to record")
+    parser.add_argument("--duration", type=window_seconds, required=True, help="seconds to record")
     parser.add_argument("--out", required=True, help="Perfetto trace to write (.pftrace)")
     parser.add_argument("--count", type=uint64, default=0, help="stop a process's window after this many events")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
@@ -30,11 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.duration <= 0:
-        raise CommandError("--duration must be more than 0 seconds")
     out = Path(os.path.abspath(args.out))
     if not out.parent.is_dir():
         raise CommandError(f"{out.parent}: no such folder")
+    if os.path.lexists(out):  # said before the window is recorded, not after
+        raise CommandError(f"{out} exists: not written over")
     # the event files, streamed back by the daemon, beside the trace
     request = pb.RecordRequest(path=f"{out}.events", duration_ms=int(args.duration * 1000),
                                max_events=max(0, args.count), pids=args.pid)

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from gpuobs.op_labels import OpLabels
-from gpuobs.recording import Recording
+from gpuobs.output_files import new_files, refuse_existing
+from gpuobs.recording import Recording, distinct_files
 from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
 
 TABLES = ("events", "launches", "steps", "ops", "kernels")
@@ -76,12 +77,20 @@ def tables(recordings: list[tuple[str, Recording]]) -> dict[str, "object"]:
 
 
 def export(paths: list[Path], out_dir: Path) -> dict[str, int]:
-    """Writes the tables of these event files into out_dir; returns rows per table."""
+    """Writes the tables of these event files into out_dir (made if its parent is there), all
+    of them or none, never over a table that is there; returns rows per table."""
     _, parquet = _pyarrow()
-    made = tables([(path.name, Recording.open(path)) for path in paths])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = {}
-    for name, table in made.items():
-        parquet.write_table(table, out_dir / f"{name}.parquet", compression="zstd")
-        rows[name] = table.num_rows
-    return rows
+    made = tables([(path.name, Recording.open(path)) for path in distinct_files(paths, by_name=True)])
+    files = [out_dir / f"{name}.parquet" for name in made]
+    refuse_existing(*files)
+    created = not out_dir.exists()
+    out_dir.mkdir(exist_ok=True)
+    try:
+        with new_files(files) as handles:
+            for table, handle in zip(made.values(), handles):
+                parquet.write_table(table, handle, compression="zstd")
+    except BaseException:
+        if created:
+            out_dir.rmdir()
+        raise
+    return {name: table.num_rows for name, table in made.items()}

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -124,6 +125,8 @@ class Recording:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "Recording":
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would be read until someone writes
+            raise RecordingError(f"{path}: not a regular file")
         data = Path(path).read_bytes()
         if len(data) < HEADER_BYTES:
             raise RecordingError(f"{path}: {len(data)} bytes, shorter than the header")
@@ -140,6 +143,35 @@ class Recording:
             raise RecordingError(f"{path}: sections add up to {table_end} bytes, the file has {len(data)}")
         events = np.frombuffer(data[HEADER_BYTES:events_end], dtype=EVENT_DTYPE)
         launches = np.frombuffer(data[events_end:launches_end], dtype=LAUNCH_DTYPE)
-        kernels = {entry["slot"]: entry for entry in json.loads(data[launches_end:table_end] or b"[]")}
+        kernels = _kernel_table(path, data[launches_end:table_end])
         return cls(int(header["pid"]), events, launches, kernels, int(header["dropped"]),
                    int(header["started_realtime_ns"]))
+
+
+def _kernel_table(path: str | os.PathLike[str], text: bytes) -> dict[int, dict]:
+    """slot -> {"slot", "name", "mangled"}: the table a recording ends with, checked entry by
+    entry, since an exporter trusts its types."""
+    try:
+        entries = json.loads(text or b"[]")
+    except ValueError as error:  # not JSON, or not UTF-8
+        raise RecordingError(f"{path}: the kernel table is not JSON ({error})") from None
+    def valid(entry: object) -> bool:
+        return (isinstance(entry, dict) and type(entry.get("slot")) is int and 0 <= entry["slot"] < 1 << 32
+                and isinstance(entry.get("name"), str) and isinstance(entry.get("mangled", ""), str))
+    if not isinstance(entries, list) or not all(valid(entry) for entry in entries):
+        raise RecordingError(f"{path}: the kernel table is not a list of {{slot, name, mangled}}")
+    return {entry["slot"]: entry for entry in entries}
+
+
+def distinct_files(paths: list[Path], by_name: bool = False) -> list[Path]:
+    """The event files an export reads, each once: a file given twice would count twice, and
+    where a table names a recording by its file's name (`by_name`), two files of one name
+    could not be told apart."""
+    seen: dict[object, Path] = {}
+    for path in paths:
+        key = path.name if by_name else Path(os.path.realpath(path))
+        if key in seen:
+            what = f"two event files named {path.name}" if by_name else f"{path} given twice"
+            raise RecordingError(f"{what}: each recording must be told apart from the others ({seen[key]}, {path})")
+        seen[key] = path
+    return paths

@@ -43,7 +43,8 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay, key_replays
 from gpuobs.op_labels import LABEL_NOT_RECORDED, OpLabels
-from gpuobs.recording import Recording
+from gpuobs.output_files import new_file
+from gpuobs.recording import Recording, RecordingError, distinct_files
 from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
@@ -298,7 +299,11 @@ def write_trace(recordings: Iterable[Recording], out: BinaryIO) -> int:
 
 
 def export(recording_paths: list[Path], out_path: Path) -> int:
-    """The trace of these event files into out_path; returns the slices and instants written."""
-    recordings = [Recording.open(path) for path in recording_paths]
-    with open(out_path, "wb") as out:
-        return write_trace(recordings, out)
+    """The trace of these event files into out_path (a new file, whole or not at all); returns
+    the slices and instants written."""
+    recordings = [Recording.open(path) for path in distinct_files(recording_paths)]
+    try:
+        with new_file(out_path) as out:
+            return write_trace(recordings, out)
+    except (ValueError, OverflowError) as error:  # a field no trace can hold: a corrupt file
+        raise RecordingError(f"an event file holds a value a trace cannot: {error}") from None

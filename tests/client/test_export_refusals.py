@@ -1,0 +1,117 @@
+"""What the exporters and the recorders refuse, as one line that names the file, with nothing
+written or removed: an output that is there, the same input twice, damaged event files (a
+kernel table that is not one, a value no trace can hold, a FIFO), windows out of range. Files
+are made here with the recording writer; none of this needs a producer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuobs.recording import HEADER_BYTES, RECORDING_HEADER, Recording, RecordingWriter
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
+from gpuobs_testing.daemon import gpuobsctl
+
+NO_DAEMON = "unix:///nonexistent/gpuobsd.sock"
+
+
+def event_file(path: Path, *, table: bytes | None = None, time_ns: int = 1000, pid: int = 7) -> Path:
+    """A recording of two block enters of kernel 0; `table` replaces its kernel table's bytes."""
+    events = np.zeros(2, dtype=EVENT_DTYPE)
+    events["kind"], events["grid_id"], events["globaltimer_ns"] = EVENT_KINDS["block_enter"], 5, [time_ns, time_ns + 10]
+    writer = RecordingWriter(path, pid, 0)
+    writer.add_events(events.tobytes(), len(events))
+    writer.finish([{"slot": 0, "demangled": "k", "mangled": "_Z1kv"}])  # as the segment names kernels
+    if table is not None:
+        data = bytearray(path.read_bytes())
+        header = np.frombuffer(bytes(data[:RECORDING_HEADER.itemsize]), dtype=RECORDING_HEADER).copy()
+        body_end = len(data) - int(header["kernel_table_bytes"][0])
+        header["kernel_table_bytes"] = len(table)
+        data[:RECORDING_HEADER.itemsize] = header.tobytes()
+        path.write_bytes(bytes(data[:body_end]) + table)
+    return path
+
+
+def refused(*args: str) -> str:
+    done = gpuobsctl(NO_DAEMON, *args)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, (args, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 or lines[0].startswith("usage:"), done.stderr  # the reason, after the usage if a usage error
+    return lines[-1]
+
+
+def test_an_output_that_is_there_is_not_written_over(tmp_path: Path) -> None:
+    good = event_file(tmp_path / "good.gpuobs")
+    before = good.read_bytes()
+    assert "exists: not written over" in refused("export-trace", str(good), "--out", str(good))
+    assert good.read_bytes() == before
+    out = tmp_path / "tables"
+    out.mkdir()
+    (out / "ops.parquet").write_bytes(b"mine")
+    assert "ops.parquet exists" in refused("export-parquet", str(good), "--out", str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["ops.parquet"] and (out / "ops.parquet").read_bytes() == b"mine"
+    assert "no such folder" in refused("trace", "--duration", "1", "--out", str(tmp_path / "no" / "t.pftrace"))
+    assert "exists: not written over" in refused("trace", "--duration", "1", "--out", str(good))
+
+
+def test_each_input_once_and_each_recording_told_apart(tmp_path: Path) -> None:
+    good = event_file(tmp_path / "good.gpuobs")
+    (tmp_path / "other").mkdir()
+    namesake = event_file(tmp_path / "other" / "good.gpuobs", pid=8)
+    assert "given twice" in refused("export-trace", str(good), str(good), "--out", str(tmp_path / "t.pftrace"))
+    assert "two event files named good.gpuobs" in refused("export-parquet", str(good), str(namesake), "--out",
+                                                          str(tmp_path / "tables"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.gpuobs", "other"]
+
+
+@pytest.mark.parametrize("table, why", [
+    (b"{not json", "not JSON"), (b"\xff\xfe", "not JSON"), (b"null", "not a list"), (b'[{"name": "x"}]', "not a list"),
+    (b'[{"slot": 0}]', "not a list"), (b'[{"slot": 0, "name": 5}]', "not a list"), (b'[{"slot": -1, "name": "k"}]',
+                                                                                   "not a list"),
+    (b'[{"slot": "a", "name": "k"}]', "not a list")])
+def test_a_kernel_table_that_is_not_one_is_refused_by_both_exporters(tmp_path: Path, table: bytes, why: str) -> None:
+    bad = event_file(tmp_path / "bad.gpuobs", table=table)
+    for command, out in (("export-trace", tmp_path / "t.pftrace"), ("export-parquet", tmp_path / "tables")):
+        message = refused(command, str(bad), "--out", str(out))
+        assert "bad.gpuobs" in message and why in message
+        assert not out.exists()
+
+
+def test_a_value_no_trace_can_hold_is_refused_and_leaves_no_file(tmp_path: Path) -> None:
+    bad = event_file(tmp_path / "bad.gpuobs", time_ns=(1 << 64) - 100)
+    assert len(Recording.open(bad).events) == 2  # a readable file, but its times are not a trace's
+    assert "a value a trace cannot" in refused("export-trace", str(bad), "--out", str(tmp_path / "t.pftrace"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.gpuobs"]
+
+
+def test_a_fifo_is_refused_rather_than_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.gpuobs"
+    os.mkfifo(fifo)
+    assert "not a regular file" in refused("export-trace", str(fifo), "--out", str(tmp_path / "t.pftrace"))
+
+
+@pytest.mark.parametrize("duration", ["-1", "nan", "inf", "1e12", "0.0001", "3601"])
+def test_a_window_out_of_range_is_a_usage_error(tmp_path: Path, duration: str) -> None:
+    for command in (["record", str(tmp_path / "r.gpuobs")], ["trace", "--out", str(tmp_path / "t.pftrace")]):
+        assert "seconds" in refused(*command, "--duration", duration)
+    assert "seconds" in refused("trace", "--duration", "0", "--out", str(tmp_path / "t.pftrace"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_recording_never_removes_a_file_it_did_not_make(start_synth, start_daemon, tmp_path: Path) -> None:
+    synth = start_synth("--mode", "blocks", "--rate", "20000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    mine = folder / f"r.gpuobs.part-{synth.pid}"
+    mine.write_bytes(b"data")
+    done = gpuobsctl(daemon.address, "record", str(folder / "r.gpuobs"), "--duration", "0.5")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert mine.read_bytes() == b"data" and sorted(p.name for p in folder.iterdir()) == [mine.name]
+    long = folder / ("x" * 250)
+    done = gpuobsctl(daemon.address, "record", str(long), "--duration", "0.5")
+    assert done.returncode == 1 and "longer than the file system takes" in done.stderr, done.stderr
