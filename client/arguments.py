@@ -31,13 +31,14 @@ pid = number(1, (1 << 31) - 1)  # a pid the kernel can hand out
 
 def acknowledgement_timeout(text: str) -> float:
     """Seconds to wait for processes to acknowledge a control request: what gpuobsd accepts,
-    (0, 60], checked before the request's milliseconds are built."""
+    (0, 60], in whole milliseconds (less than one would be sent as 0: the daemon's default),
+    checked before the request's milliseconds are built."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
-    if not 0 < value <= 60:
-        raise argparse.ArgumentTypeError(f"{value:g} is not within (0, 60] seconds")
+    if not 0.001 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"{value:g} is not within (0, 60] seconds (at least 0.001)")
     return value
 
 

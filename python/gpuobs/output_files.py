@@ -52,6 +52,9 @@ def new_files(paths: list[Path]) -> Iterator[list[BinaryIO]]:
                 os.link(temp, path)
             except FileExistsError:
                 raise OutputExists(path) from None
+            except OSError:  # a file system without hard links: checked, then renamed
+                refuse_existing(path)
+                os.rename(temp, path)
             placed.append(path)
     except BaseException:
         for path in placed:
@@ -59,7 +62,8 @@ def new_files(paths: list[Path]) -> Iterator[list[BinaryIO]]:
         raise
     finally:
         for temp in temps:
-            os.unlink(temp)
+            with contextlib.suppress(FileNotFoundError):  # renamed into place
+                os.unlink(temp)
 
 
 @contextlib.contextmanager

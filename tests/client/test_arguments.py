@@ -26,6 +26,7 @@ def gpuobsctl(*args: str) -> subprocess.CompletedProcess:
     (["no-such-command"], "invalid choice"),
     (["set-mode", "off", "--timeout", "-1"], "-1 is not within (0, 60] seconds"),
     (["ops", "--record-steps", "2", "--timeout", "soon"], "not a number of seconds"),
+    (["ops", "--record-steps", "2", "--timeout", "0.0001"], "at least 0.001"),
 ])
 def test_bad_arguments_are_one_line_and_exit_1(args: list[str], reason: str) -> None:
     done = gpuobsctl(*args)

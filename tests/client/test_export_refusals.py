@@ -115,3 +115,26 @@ def test_a_recording_never_removes_a_file_it_did_not_make(start_synth, start_dae
     long = folder / ("x" * 250)
     done = gpuobsctl(daemon.address, "record", str(long), "--duration", "0.5")
     assert done.returncode == 1 and "longer than the file system takes" in done.stderr, done.stderr
+
+
+def test_new_files_are_all_written_or_none(tmp_path: Path) -> None:
+    from gpuobs.output_files import OutputExists, new_files
+
+    paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    with pytest.raises(KeyboardInterrupt):
+        with new_files(paths) as handles:
+            handles[0].write(b"half")
+            raise KeyboardInterrupt  # Ctrl-C half way
+    assert list(tmp_path.iterdir()) == []
+    with new_files(paths) as handles:
+        for handle, text in zip(handles, (b"a", b"b")):
+            handle.write(text)
+    assert [p.read_bytes() for p in paths] == [b"a", b"b"] and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["a.parquet", "b.parquet"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert paths[0].stat().st_mode & 0o777 == 0o666 & ~umask  # as an ordinary new file
+    with pytest.raises(OutputExists):
+        with new_files([tmp_path / "c.parquet", paths[1]]):
+            pass
+    assert not (tmp_path / "c.parquet").exists() and paths[1].read_bytes() == b"b"
