@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.output_files import OutputExists, refuse_existing
 
 from .connection import CommandError, each_reply
 
@@ -22,14 +23,21 @@ class LocalFile:
     dropped: int
 
 
+def refuse_existing_output(*paths: Path) -> None:
+    """gpuobs.output_files.refuse_existing, said as the CLI says a reason."""
+    try:
+        refuse_existing(*paths)
+    except OutputExists as error:
+        raise CommandError(str(error)) from None
+
+
 def check_target(path: Path) -> None:
     """Said before anything is recorded: a folder this user cannot write, a file there already,
     a name (with the part suffix it is written under) longer than the file system takes."""
     try:
         if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
             raise CommandError(f"{path.parent}: not a folder this user can write to")
-        if os.path.lexists(path):
-            raise CommandError(f"{path} exists: not written over")
+        refuse_existing_output(path)
         longest = os.pathconf(path.parent, "PC_NAME_MAX")
     except OSError as error:
         raise CommandError(f"{path}: {error.strerror}") from None
@@ -56,9 +64,7 @@ def record_here(address: str, path: Path, request: pb.RecordRequest, timeout: fl
         if handles or set(figures) != set(parts):
             raise CommandError("the recording stream ended before every file was complete")
         finals = {pid: path if len(parts) == 1 else path.with_name(f"{path.stem}-{pid}{path.suffix}") for pid in parts}
-        for pid, final in finals.items():
-            if final.exists():
-                raise CommandError(f"{final} exists: not written over")
+        refuse_existing_output(*finals.values())
         for pid, final in finals.items():
             parts[pid].rename(final)
         return [LocalFile(pid, finals[pid], f.events, f.launches, f.dropped) for pid, f in figures.items()]

@@ -12,7 +12,7 @@ from gpuobs.api.v1 import observer_pb2 as pb
 from ..arguments import pid, uint64, window_seconds
 from ..connection import CommandError
 from ..exporting import export_files
-from ..local_recording import record_here
+from ..local_recording import record_here, refuse_existing_output
 from ..output import emit
 
 NAME = "trace"
@@ -33,8 +33,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(os.path.abspath(args.out))
     if not out.parent.is_dir():
         raise CommandError(f"{out.parent}: no such folder")
-    if os.path.lexists(out):  # said before the window is recorded, not after
-        raise CommandError(f"{out} exists: not written over")
+    refuse_existing_output(out)  # said before the window is recorded, not after
     # the event files, streamed back by the daemon, beside the trace
     request = pb.RecordRequest(path=f"{out}.events", duration_ms=int(args.duration * 1000),
                                max_events=max(0, args.count), pids=args.pid)

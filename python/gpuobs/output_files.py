@@ -36,6 +36,7 @@ def new_files(paths: list[Path]) -> Iterator[list[BinaryIO]]:
     linked: never over a file that appeared meanwhile) only once all were written; on any
     failure none is left."""
     refuse_existing(*paths)
+    mode = 0o666 & ~_umask()  # as an ordinary new file would be
     temps: list[str] = []
     placed: list[Path] = []
     try:
@@ -44,7 +45,7 @@ def new_files(paths: list[Path]) -> Iterator[list[BinaryIO]]:
             for path in paths:
                 fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
                 temps.append(temp)
-                os.fchmod(fd, 0o666 & ~_umask())  # as an ordinary new file would be
+                os.fchmod(fd, mode)
                 handles.append(stack.enter_context(os.fdopen(fd, "wb")))
             yield handles
         for temp, path in zip(temps, paths):

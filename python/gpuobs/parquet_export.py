@@ -1,8 +1,9 @@
 """Event files -> Parquet tables a fleet's recordings load into DuckDB, Spark or pandas as they
 are: events.parquet, launches.parquet, steps.parquet, ops.parquet and kernels.parquet in one
 folder, a row per record of every file given (an op is one row: its label comes in pieces, and
-the daemon may write an op at a recording's start that the recording then holds again), each with the recording it came from and the pid, so that files of
-many hosts and processes concatenate without a clash. Columns are the records' own fields (the
+the daemon may write an op at a recording's start that the recording then holds again), each
+with the recording it came from and the pid, so that files of many hosts and processes
+concatenate without a clash. Columns are the records' own fields (the
 segment layout's field tables, gpuobs.segment's dtypes) plus the kind's name; docs/parquet.md
 is the schema."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuobs.op_labels import OpLabels
-from gpuobs.output_files import new_files, refuse_existing
+from gpuobs.output_files import new_files
 from gpuobs.recording import Recording, distinct_files
 from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
 
@@ -82,7 +83,6 @@ def export(paths: list[Path], out_dir: Path) -> dict[str, int]:
     _, parquet = _pyarrow()
     made = tables([(path.name, Recording.open(path)) for path in distinct_files(paths, by_name=True)])
     files = [out_dir / f"{name}.parquet" for name in made]
-    refuse_existing(*files)
     created = not out_dir.exists()
     out_dir.mkdir(exist_ok=True)
     try:

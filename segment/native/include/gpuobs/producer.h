@@ -19,7 +19,8 @@ namespace gpuobs {
 
 // Creates the segment and its writer, the segment published with the config the producer starts
 // in already in force (generation 0: the options' mode, shift and patch set, and `filter`), so a
-// reader sees what is in force before any request and never sees it change without one. nullptr and the reason in *error when the segment cannot be made.
+// reader sees what is in force before any request and never sees it change without one.
+// nullptr and the reason in *error when the segment cannot be made.
 std::unique_ptr<SegmentWriter> start_producer(const SegmentOptions& options, const std::string& filter,
                                               std::string* error);
 
