@@ -2,6 +2,12 @@
 (block enter paired with block exit) and which blocks are still in flight. Batched in numpy: no Python per
 event. (Launch shapes come with the counters: the device's launch census counts them.)
 
+In `sampled` (kernels without access hooks) the events are those of 1 in 2^shift blocks, chosen
+by a hash that rotates every 33.6 ms of device time: durations are then a sample of the kernel's
+blocks (unbiased over block positions and launches, with the sample's count beside them), and
+the blocks in flight are the sampled ones only, so a hung launch shows here only when one of its
+blocks was kept.
+
 Block durations and in-flight blocks (hang evidence) need exit events, which the injector
 records only with GPUOBS_BLOCK_EXIT=1 (an exit hook is costly, see
 bench/results/injector-decisions-2026-11-29.md); the segment header says whether it does. Enter
@@ -21,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from gpuobs.launch_key import key_replays
-from gpuobs.segment import EVENT_KINDS
+from gpuobs.segment import BLOCK_SAMPLED, EVENT_KINDS
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
@@ -33,7 +39,7 @@ BLOCK_EXIT = EVENT_KINDS["block_exit"]
 BUCKETS_PER_OCTAVE = 8
 BUCKETS = 64 * BUCKETS_PER_OCTAVE
 PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block", np.uint64),
-                          ("time", np.int64), ("kernel_slot", np.uint32), ("sm", np.uint32)])
+                          ("time", np.int64), ("kernel_slot", np.uint32), ("sm", np.uint16), ("flags", np.uint16)])
 
 
 @dataclasses.dataclass
@@ -130,6 +136,7 @@ class BlockPairing(Analysis):
         fresh["time"] = block["globaltimer_ns"].astype(np.int64)
         fresh["kernel_slot"] = block["kernel_slot"]
         fresh["sm"] = block["sm_id"]
+        fresh["flags"] = block["flags"]
         is_exit = np.concatenate([np.zeros(len(self.pending), dtype=bool), block["kind"] == BLOCK_EXIT])
         rows = np.concatenate([self.pending, fresh])
         # enters sort before exits of the same block; a stable sort keeps ring order otherwise
@@ -148,7 +155,10 @@ class BlockPairing(Analysis):
         paired = np.zeros(len(rows), dtype=bool)
         paired[enter_index] = True
         paired[exit_index] = True
-        lonely_exits = ~paired & is_exit
+        # A sampled block's exit may come without its enter and be no anomaly: the exit is kept by
+        # its own epoch's choice or the one before, and the block may have entered in an epoch
+        # whose choice did not keep it (sample_hash.h). Only unsampled lonely exits count.
+        lonely_exits = ~paired & is_exit & ((rows["flags"] & np.uint16(BLOCK_SAMPLED)) == 0)
         self._count_unpaired(rows["kernel_slot"][lonely_exits])
         waiting = rows[~paired & ~is_exit]
         if len(waiting) > self.MAX_PENDING:

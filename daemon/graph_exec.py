@@ -13,13 +13,14 @@ from typing import Sequence
 import numpy as np
 
 from gpuobs.launch_key import launch_key
-from gpuobs.segment import EVENT_KINDS
+from gpuobs.segment import BLOCK_SAMPLED, EVENT_KINDS
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 
 MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
-STATUSES = (MATCHED, MISMATCHED, UNRECORDED, UNJOINED)
+SAMPLED = "sampled"  # ran in `sampled` in a kernel without access hooks: events of 1 in 2^shift of its blocks
+STATUSES = (MATCHED, MISMATCHED, SAMPLED, UNRECORDED, UNJOINED)
 _record_numbers = itertools.count(1)
 
 
@@ -33,6 +34,7 @@ class DeviceSpan:
     first_ns: int = 0  # first block enter
     last_ns: int = 0   # last block event of any kind
     exits: int = 0
+    sampled: int = 0   # of its events, those of sampled blocks (BLOCK_SAMPLED): a sample, never whole
 
     def merge(self, part: "DeviceSpan") -> None:
         """More block events of the same launch (a later batch's part of it)."""
@@ -41,12 +43,13 @@ class DeviceSpan:
         self.enters += part.enters
         self.exits += part.exits
         self.events += part.events
+        self.sampled += part.sampled
         self.last_ns = max(self.last_ns, part.last_ns)
 
     def whole(self, blocks: int, exits_recorded: bool) -> bool:
         """Every block entered and, where the process records block exits, exited: its span is
-        then its launch's, first enter to last event."""
-        return self.enters == blocks and (not exits_recorded or self.exits == blocks)
+        then its launch's, first enter to last event. A sample of its blocks never is."""
+        return not self.sampled and self.enters == blocks and (not exits_recorded or self.exits == blocks)
 
 
 def span_parts(block: np.ndarray, starts: np.ndarray) -> list[DeviceSpan]:
@@ -56,23 +59,26 @@ def span_parts(block: np.ndarray, starts: np.ndarray) -> list[DeviceSpan]:
     is_enter = block["kind"] == BLOCK_ENTER
     enters = np.add.reduceat(is_enter.astype(np.int64), starts)
     exits = np.add.reduceat((block["kind"] == BLOCK_EXIT).astype(np.int64), starts)
+    sampled = np.add.reduceat(((block["flags"] & np.uint16(BLOCK_SAMPLED)) != 0).astype(np.int64), starts)
     firsts = np.minimum.reduceat(np.where(is_enter, times, np.iinfo(np.int64).max), starts)
     lasts = np.maximum.reduceat(times, starts)
     counts = np.diff(np.append(starts, len(block)))
-    return [DeviceSpan(enters=n_enters, events=n_events, first_ns=first, last_ns=last, exits=n_exits)
-            for n_enters, n_events, first, last, n_exits
-            in zip(enters.tolist(), counts.tolist(), firsts.tolist(), lasts.tolist(), exits.tolist())]
+    return [DeviceSpan(enters=n_enters, events=n_events, first_ns=first, last_ns=last, exits=n_exits, sampled=n_sampled)
+            for n_enters, n_events, first, last, n_exits, n_sampled
+            in zip(enters.tolist(), counts.tolist(), firsts.tolist(), lasts.tolist(), exits.tolist(), sampled.tolist())]
 
 
 @dataclasses.dataclass
 class DeviceTime:
     """The device time of some launches (eager ones or node executions): the sum over those
     timed, how many were timed, and how many had some block events but not every one, so were
-    not timed (a span with blocks missing would be a guess, short by an unknown amount)."""
+    not timed (a span with blocks missing would be a guess, short by an unknown amount); those
+    whose events were a sample of their blocks (`sampled`) are neither."""
 
     ns: int = 0
     timed: int = 0
     partial: int = 0
+    sampled: int = 0
 
     def add(self, span: DeviceSpan | None, blocks: int | None, exits_recorded: bool, settled: bool = True) -> None:
         """One launch by its span: timed when whole (DeviceSpan.whole); `blocks` None:
@@ -80,6 +86,9 @@ class DeviceTime:
         have has been read: before, its missing blocks may still be running). Nothing for a
         launch without block events (run in a mode without them, or filtered out)."""
         if span is None or not span.enters + span.exits:
+            return
+        if span.sampled:
+            self.sampled += 1
             return
         if blocks is not None and span.whole(blocks, exits_recorded):
             self.ns += span.last_ns - span.first_ns
@@ -91,6 +100,7 @@ class DeviceTime:
         self.ns += other.ns
         self.timed += other.timed
         self.partial += other.partial
+        self.sampled += other.sampled
         return self
 
 
@@ -129,6 +139,7 @@ class NodeCensus:
     # folded in from replays no longer kept in detail
     matched: int = 0
     mismatched: int = 0
+    sampled: int = 0
     unrecorded: int = 0
     unjoined: int = 0
     blocks_observed: int = 0

@@ -31,8 +31,9 @@ let go, its grid ids no longer looked up; at MAX_GRAPHS the oldest final one mak
 A node execution is judged by the device's own evidence, not by the mode the host saw when it
 launched the replay: a switch lands while replays are queued on the GPU, so a replay launched in
 one mode may run its nodes in another. An execution with events of its (grid id, replay) ran in
-an event mode: it is matched when every block entered, mismatched otherwise; one without any
-event is unrecorded (it ran in a mode that records none, its kernel was filtered out, or every
+an event mode: it is matched when every block entered, mismatched otherwise, sampled when its
+events are those of sampled blocks (`sampled` in a kernel without access hooks: 1 in 2^shift of
+its blocks, never judged whole); one without any event is unrecorded (it ran in a mode that records none, its kernel was filtered out, or every
 one of its events was dropped, which the drop counters say).
 
 A node execution's device time (DeviceTime) is its span, first block enter to last block event,
@@ -61,7 +62,7 @@ from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUN
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
-from .graph_exec import (MATCHED, MISMATCHED, STATUSES, UNJOINED, UNRECORDED, DeviceSpan, DeviceTime, GraphExec,
+from .graph_exec import (MATCHED, MISMATCHED, SAMPLED, STATUSES, UNJOINED, UNRECORDED, DeviceSpan, DeviceTime, GraphExec,
                          NodeCensus, NodeExecution, ReplayRecord, span_parts)
 from .time_budget import TimeBudget
 
@@ -550,6 +551,8 @@ class GraphJoin(Analysis):
             return UNJOINED, observed
         if span is None or not span.events:
             return UNRECORDED, observed
+        if span.sampled:
+            return SAMPLED, observed
         return (MATCHED if observed == execution.blocks else MISMATCHED), observed
 
     def judged(self, graph: GraphExec, record: ReplayRecord) -> Iterator[tuple[NodeExecution, str, int]]:

@@ -27,6 +27,7 @@ class InjectorStats:
     cubins_kept: int
     cubins_skipped: int
     profiler_starts: int
+    modules_access_hooked: int
     resource_callback_seconds: float
     launch_callback_seconds: float
     graph_callback_seconds: float
@@ -71,6 +72,7 @@ class Process:
     model: str
     gpus: list[Gpu]
     gpu_count: int
+    memory_kernels: str
 
 
 @dataclasses.dataclass
@@ -123,6 +125,8 @@ class Kernel:
     graph_launches: int
     function_pc: int
     cubin: str
+    access_hooks: bool
+    records: str
 
 
 @dataclasses.dataclass
@@ -141,6 +145,7 @@ class GraphNode:
     executions_unrecorded: int
     blocks_observed: int
     executions_unjoined: int
+    executions_sampled: int
 
 
 @dataclasses.dataclass
@@ -180,6 +185,7 @@ class Graph:
     executions_unjoined: int
     events_unmatched: int
     recent_replays: list[Replay]
+    executions_sampled: int
 
 
 @dataclasses.dataclass

@@ -19,8 +19,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from gpuobs import __version__, _native
-from gpuobs.segment import (CONTROL_STATUS, EVENT_KINDS, IDENTITY_SET, MODE_NAMES, MODES, PATCH_SETS, PROCESS_ROLES,
-                            TAKES_OP_WINDOWS)
+from gpuobs.segment import (CONTROL_STATUS, EVENT_KINDS, IDENTITY_SET, KERNEL_ACCESS_HOOKS_CHOSEN, MODE_NAMES, MODES,
+                            PATCH_SETS, PROCESS_ROLES, SAMPLED_MODES, TAKES_OP_WINDOWS)
 
 from gpuobs.op_labels import recording_prelude
 from gpuobs.recording import RecordingWriter
@@ -38,6 +38,7 @@ BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 PATCH_SET_NAMES = {value: name for name, value in PATCH_SETS.items()}
 ROLE_NAMES = {value: name for name, value in PROCESS_ROLES.items()}
+BLOCK_CAPTURES = {value: name for name, value in _native.BLOCK_CAPTURES.items()}
 MAX_PIDS = 4096
 RECENT_OPS = 256  # labels of the last ops read that a recording begins with (an op open as it begins)
 RECORD_CHUNK_BYTES = 1 << 20  # a streamed recording's chunk: under every client's default message limit
@@ -111,6 +112,18 @@ def identity_of(header: dict) -> dict:
     }
 
 
+def kernel_records(mode: int, shift: int, access_hooks: bool) -> str:
+    """What a mode records of a kernel, by the patches' own decision (block_capture): counts,
+    every block or 1 in 2^shift, every access or 1 in 2^shift ("-": a mode that counts no block)."""
+    if mode < MODES["counter"]:
+        return "-"
+    capture = BLOCK_CAPTURES[_native.block_capture(mode, shift, True, access_hooks)]
+    sample = f" 1/2^{shift}" if MODE_NAMES.get(mode) in SAMPLED_MODES else ""
+    if capture == "launches":
+        return "accesses" + sample
+    return {"none": "counts", "sampled": f"blocks 1/2^{shift}", "every": "blocks"}[capture]
+
+
 def pci_address(text: str) -> tuple[int, int, int, int] | None:
     """domain:bus:device.function as numbers: CUDA writes 0000:3b:00.0, nvidia-smi 00000000:3B:00.0."""
     try:
@@ -133,7 +146,7 @@ def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
     """The injector's own work from its global counters: exact counts, and callback time in seconds."""
     counts = {name: counters.get(name, 0) for name in
               ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped",
-               "profiler_starts")}
+               "profiler_starts", "modules_access_hooked")}
     seconds = {f"{name}_seconds": counters.get(f"{name}_ns", 0) / 1e9 for name in
                ("resource_callback", "launch_callback", "graph_callback", "patch", "cubin")}
     return results.InjectorStats(**counts, **seconds)
@@ -187,6 +200,7 @@ class ObserverService:
             accounting_errors=process.accounting_errors,
             injector=injector_stats(counters),
             engine_steps=process.analyses.steps.report().steps,
+            memory_kernels=control.get("memory_kernels", ""),
             **identity_of(header),
         )
 
@@ -281,6 +295,8 @@ class ObserverService:
         rows: list[results.Kernel] = []
         with process.lock:
             graph_launches = process.analyses.graph_join.report().executions_per_kernel
+        control = process.segment.control_state()
+        memory_set = control["applied_patch_set"] == PATCH_SETS["memory"]
         for first in range(0, len(slots), ROWS_PER_CHUNK):
             began = time.perf_counter()
             chunk = slots[first:first + ROWS_PER_CHUNK]
@@ -300,6 +316,7 @@ class ObserverService:
                 slot = entry["slot"]
                 row = counters[slot - low]
                 kernel_shapes, other_shapes = launch_shapes(shapes.get(slot))
+                access_hooks = memory_set or bool(entry["flags"] & KERNEL_ACCESS_HOOKS_CHOSEN)
                 rows.append(results.Kernel(
                     pid=process.pid, slot=slot, name=entry["demangled"], mangled=entry["mangled"],
                     launches=int(row["launches"]), blocks_expected=int(row["blocks_expected"]),
@@ -308,7 +325,8 @@ class ObserverService:
                     events_delivered=int(aggregates[slot - low].sum()), events_dropped=int(row["events_dropped"]),
                     shapes=kernel_shapes, other_shape_launches=other_shapes, block_durations=block_durations,
                     graph_launches=graph_launches.get(slot, 0), function_pc=int(entry.get("function_pc", 0)),
-                    cubin=self.cubin_path(entry)))
+                    cubin=self.cubin_path(entry), access_hooks=access_hooks,
+                    records=kernel_records(control["applied_mode"], control["applied_shift"], access_hooks)))
             self.registry.yield_to_drain(time.perf_counter() - began)
         return rows
 
@@ -361,7 +379,7 @@ class ObserverService:
                 grid_ids=sorted(n.grid_ids), position=position.get(n.node, len(order)),
                 executions_matched=counts["matched"], executions_mismatched=counts["mismatched"],
                 executions_unrecorded=counts["unrecorded"], blocks_observed=counts["blocks_observed"],
-                executions_unjoined=counts["unjoined"]))
+                executions_unjoined=counts["unjoined"], executions_sampled=counts["sampled"]))
         recent = [results.Replay(**{**r, "mode": MODE_NAMES.get(r["mode"], "unknown")}) for r in report["replays"]]
         totals = report["totals"]
         return results.Graph(
@@ -372,7 +390,8 @@ class ObserverService:
             blocks_per_replay=sum(n.blocks_per_execution for n in nodes), nodes=nodes,
             executions_matched=totals["matched"], executions_mismatched=totals["mismatched"],
             executions_unrecorded=totals["unrecorded"], executions_unjoined=totals["unjoined"],
-            events_unmatched=report["events_unmatched"], recent_replays=recent)
+            events_unmatched=report["events_unmatched"], recent_replays=recent,
+            executions_sampled=totals["sampled"])
 
     def cubin_path(self, entry: dict) -> str:
         """The kept cubin of a kernel's module, when the file is there."""

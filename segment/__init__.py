@@ -57,8 +57,12 @@ PROCESS_ROLES: dict[str, int] = dict(_native.PROCESS_ROLES)  # a segment's role 
 TAKES_OP_WINDOWS: int = int(_native.TAKES_OP_WINDOWS)  # identity_flags: a plugin asks for op windows
 IDENTITY_SET: int = int(_native.IDENTITY_SET)  # header identity_flags: role, rank, world size, model set
 MODE_NAMES: dict[int, str] = {value: name for name, value in MODES.items()}
-MEMORY_SET_MODES: frozenset[str] = frozenset(_native.MEMORY_SET_MODES)  # need the memory patch set
+ACCESS_MODES: frozenset[str] = frozenset(_native.ACCESS_MODES)  # record nothing but accesses
 SAMPLED_MODES: frozenset[str] = frozenset(_native.SAMPLED_MODES)  # the sample shift applies
+EVENT_MODES: frozenset[str] = frozenset(_native.EVENT_MODES)  # record events at all
+BLOCK_SAMPLED: int = int(_native.BLOCK_SAMPLED)  # block event flag: one of the 1 in 2^shift blocks of `sampled`
+BLOCK_EARLIER_EPOCH: int = int(_native.BLOCK_EARLIER_EPOCH)  # a sampled exit kept by the epoch before its own
+KERNEL_ACCESS_HOOKS_CHOSEN: int = int(_native.KERNEL_ACCESS_HOOKS_CHOSEN)  # kernel entry flag: GPUOBS_MEMORY_KERNELS
 EVENT_KINDS: dict[str, int] = dict(_native.EVENT_KINDS)
 LAUNCH_KINDS: dict[str, int] = dict(_native.LAUNCH_KINDS)
 CONTROL_STATUS: dict[str, int] = dict(_native.CONTROL_STATUS)
@@ -202,8 +206,8 @@ class Segment:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
         if patch_set is None:
-            applied = self.control_state()["applied_patch_set"]
-            patch_set_value = PATCH_SETS["memory"] if mode in MEMORY_SET_MODES else applied
+            # the set in force: the producer itself asks for the memory set where `memory` needs it
+            patch_set_value = self.control_state()["applied_patch_set"]
         else:
             if patch_set not in PATCH_SETS:
                 raise ValueError(f"unknown patch set {patch_set!r}")

@@ -97,6 +97,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
   uint64_t config_version = 0;
   ControlRequest in_force;
   std::vector<uint8_t> captured;
+  std::vector<uint8_t> access_hooked;
   std::vector<double> weights;
   for (size_t i = 0; i < catalog.size(); ++i) weights.push_back(1.0 / double(1 + i % 8));  // a few hot kernels
   std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
@@ -122,7 +123,8 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     const Queued next = queued.front();
     queued.pop_front();
     if (next.delayed) std::this_thread::sleep_for(std::chrono::microseconds(options.replay_delay_us));
-    const DeviceConfig device_config{in_force.mode, in_force.shift, captured[next.index] != 0};
+    const DeviceConfig device_config{in_force.mode, in_force.shift, captured[next.index] != 0,
+                                     access_hooked[next.index] != 0};
     work_done += device.run(next.shape, catalog[next.index], device_config);
   };
   while (!stop.load(std::memory_order_relaxed)) {
@@ -143,7 +145,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     }
     if (config.version() != config_version) {
       config_version = config.version();
-      config.copy(&in_force, &captured);
+      config.copy(&in_force, &captured, &access_hooked);
     }
     size_t index = 0;
     uint64_t launch_grid_id = 0;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "gpuobs/control_request.h"
+#include "gpuobs/producer.h"
 
 namespace gpuobs {
 namespace synth {
@@ -37,7 +38,7 @@ void print_usage(std::FILE* out) {
                "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
                "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps] [--replay-delay-us US]] [--hang-seconds S]\n"
                "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
-               "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N]\n"
+               "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N] [--memory-kernels REGEX]\n"
                "  [--rank R --world-size W [--local-rank L] [--model NAME]] [--gpu ORDINAL,PCI_BUS_ID,UUID ...]\n"
                "  [--help] [--version]\n",
                choices(kModes).c_str(), choices(kPatchSetNames).c_str());
@@ -74,13 +75,14 @@ void apply_environment(Options* o) {
     else std::fprintf(stderr, "gpuobs-synth: GPUOBS_GROUP=%s: no such group; the segment stays 0600\n", group);
   }
   if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0) o->launch_trace = true;
+  if (const char* chosen = std::getenv("GPUOBS_MEMORY_KERNELS"); chosen && *chosen) o->memory_kernels = chosen;
 }
 
 }  // namespace
 
 Options parse_options(int argc, char** argv) {
   enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kReplayDelay, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kRank, kWorldSize, kLocalRank, kModel, kGpu, kHelp, kVersion };
+         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kReplayDelay, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kRank, kWorldSize, kLocalRank, kModel, kGpu, kMemoryKernels, kHelp, kVersion };
   static const option long_options[] = {
       {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
       {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
@@ -104,7 +106,7 @@ Options parse_options(int argc, char** argv) {
       {"ops", required_argument, nullptr, kOps},
       {"rank", required_argument, nullptr, kRank}, {"world-size", required_argument, nullptr, kWorldSize},
       {"local-rank", required_argument, nullptr, kLocalRank}, {"model", required_argument, nullptr, kModel},
-      {"gpu", required_argument, nullptr, kGpu},
+      {"gpu", required_argument, nullptr, kGpu}, {"memory-kernels", required_argument, nullptr, kMemoryKernels},
       {"help", no_argument, nullptr, kHelp}, {"version", no_argument, nullptr, kVersion},
       {nullptr, 0, nullptr, 0}};
   Options o;
@@ -148,6 +150,7 @@ Options parse_options(int argc, char** argv) {
       case kLocalRank: o.local_rank = uint32_t(parse_number(optarg, "--local-rank")); break;
       case kModel: o.model = optarg; break;
       case kGpu: o.gpus.push_back(optarg); break;
+      case kMemoryKernels: o.memory_kernels = optarg; break;
       case kHelp:
         print_usage(stdout);
         std::exit(0);
@@ -183,7 +186,20 @@ Options parse_options(int argc, char** argv) {
   if (o.ops && !o.launch_trace && !o.graph_nodes) usage("--ops needs --launch-trace (eager launches) or --graph-nodes");
   const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
   if (!problem.empty()) usage(problem.c_str());
-  if (mode_needs_memory_set(o.mode) && o.patch_set != PatchSet::Memory) o.patch_set = PatchSet::Memory;
+  if (!o.memory_kernels.empty()) {
+    const std::string chosen_problem = memory_kernels_problem(o.memory_kernels);
+    if (!chosen_problem.empty()) usage(("--memory-kernels is " + chosen_problem).c_str());
+    if (o.patch_set == PatchSet::Memory) {  // as the injector: said, and no effect
+      std::fprintf(stderr, "gpuobs-synth: --memory-kernels has no effect in the memory patch set\n");
+      o.memory_kernels.clear();
+    }
+  }
+  // as the injector: a mode that records only accesses starts a process with no access hook in
+  // the memory set (the injector starts it in counter instead: it cannot re-patch at start)
+  ControlRequest start;
+  start.mode = o.mode;
+  start.patch_set = o.patch_set;
+  o.patch_set = patch_set_needed(start, !o.memory_kernels.empty());
   return o;
 }
 

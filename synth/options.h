@@ -41,6 +41,8 @@ struct Options {
   std::string label;
   uint32_t group = UINT32_MAX;  // GPUOBS_GROUP's gid: the segment is made 0660 with it (as the injector)
   std::string filter;
+  std::string memory_kernels;  // --memory-kernels REGEX (GPUOBS_MEMORY_KERNELS): in the block set, the kernels
+                               // (each its own module here) whose name matches get the access hooks
   bool unlink_at_exit = false;
   bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
   int64_t rank = -1;             // --rank R --world-size W [--local-rank L] [--model NAME]: the identity a

@@ -66,12 +66,16 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   if (launch.replay > replay_begun_.load(std::memory_order_relaxed))
     replay_begun_.store(launch.replay, std::memory_order_release);
   count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z), pack_block(launch.block_threads, 1, 1));
-  if (mode_emits_events(mode) && config.captured) emit_launch_event(launch, profile);
+  // the patches' own decision, from the config word the injector would write for this kernel
+  const uint32_t flags = make_flags(make_config(mode, config.shift), config.captured, config.access_hooked);
+  const BlockCapture capture = block_capture(flags);
   const bool observed = mode >= Mode::Counter;
   for (uint64_t block = 0; block < blocks; ++block) count_block(&counters, observed, uint32_t(block % kSmCount));
   if (!observed) return 2 * blocks;
   blocks_.fetch_add(blocks, std::memory_order_relaxed);
-  if (mode == Mode::Counter) return 2 * blocks;
+  // the access patch runs only in kernels with the access hooks, and works in the access modes
+  const bool accesses = config.access_hooked && mode >= Mode::Memory;
+  if (capture == BlockCapture::None && !accesses) return 2 * blocks;
 
   EventRecord bodies[kWarpLanes];
   std::memset(bodies, 0, sizeof(bodies));
@@ -85,49 +89,74 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   for (uint32_t z = 0; z < launch.grid_z; ++z) {
     for (uint32_t y = 0; y < launch.grid_y; ++y) {
       for (uint32_t x = 0; x < launch.grid_x; ++x, ++block_index) {
-        const uint16_t sm = uint16_t(block_index % kSmCount);
-        if (mode == Mode::Blocks) {
-          work += 2;
-          if (!config.captured) continue;
-          // enter and exit are separate patch calls on the device: separate claims here
-          emit_block_event(launch, profile, x, y, z, block_index, false);
-          emit_block_event(launch, profile, x, y, z, block_index, true);
-          continue;
+        // as the block-entry patch's leader: its enter (every block, or the hash's 1 in 2^shift),
+        // then from block (0,0,0) the launch
+        const uint64_t enter_ns = realtime_ns();
+        bool entered = false;
+        if (capture == BlockCapture::Every) {
+          entered = true;
+          emit_block_event(launch, profile, x, y, z, block_index, false, enter_ns);
+        } else if (capture == BlockCapture::Sampled &&
+                   block_sample_keep(launch.grid_id, block_index, block_epoch(enter_ns), config.shift)) {
+          entered = true;
+          emit_block_event(launch, profile, x, y, z, block_index, false, enter_ns, kBlockSampled);
         }
-        // memory / sampled: every thread executes every access instruction once
-        const uint64_t block_accesses = uint64_t(launch.block_threads) * profile.accesses_per_thread;
-        device_add(&counters.accesses[sm % kAccessShards], block_accesses);
-        memory_accesses_.fetch_add(block_accesses, std::memory_order_relaxed);
-        work += block_accesses;
-        if (!config.captured) continue;
-        for (uint32_t access = 0; access < profile.accesses_per_thread; ++access) {
-          const uint64_t pc = profile.access_offsets.empty() ? profile.base_pc + 0x100 + 0x10 * access
-                                                             : profile.base_pc + profile.access_offsets[access];
-          for (uint32_t warp_base = 0; warp_base < launch.block_threads; warp_base += kWarpLanes) {
-            uint32_t lanes = 0;
-            for (uint32_t lane = 0; lane < kWarpLanes && warp_base + lane < launch.block_threads; ++lane) {
-              const uint32_t thread = warp_base + lane;
-              if (mode == Mode::Sampled && !sample_keep(pc, thread, block_index, config.shift)) continue;
-              EventRecord& body = bodies[lanes++];
-              body.globaltimer_ns = realtime_ns();
-              body.pc = pc;
-              body.address = 0x7e0000000000ULL + (block_index * launch.block_threads + thread) * 16 + access * 4;
-              body.block_x = x;
-              body.block_y = uint16_t(y);
-              body.block_z = uint16_t(z);
-              body.thread = uint16_t(thread);
-              body.sm_id = sm;
-              body.kind = uint8_t(EventKind::MemoryAccess);
-              body.access_bytes = 4;
-              body.flags = (access & 1) ? kAccessWrite : kAccessRead;
-            }
-            emit(launch.ring, bodies, lanes, launch.slot);
-          }
+        if (block_index == 0 && (entered || capture == BlockCapture::Launches)) emit_launch_event(launch, profile);
+        if (accesses) {
+          work += run_block_accesses(launch, profile, config, x, y, z, block_index, bodies);
+        } else {
+          work += 2;
+        }
+        // as the exit patch's leader
+        const uint64_t exit_ns = realtime_ns();
+        if (capture == BlockCapture::Every) {
+          emit_block_event(launch, profile, x, y, z, block_index, true, exit_ns);
+        } else if (capture == BlockCapture::Sampled) {
+          const uint32_t choice = block_exit_choice(launch.grid_id, block_index, exit_ns, config.shift);
+          if (choice)
+            emit_block_event(launch, profile, x, y, z, block_index, true, exit_ns,
+                             uint16_t(kBlockSampled | (choice == 2 ? kBlockEarlierEpoch : 0)));
         }
       }
     }
   }
   return work;
+}
+
+uint64_t SimulatedDevice::run_block_accesses(const LaunchShape& launch, const KernelProfile& profile,
+                                             const DeviceConfig& config, uint32_t x, uint32_t y, uint32_t z,
+                                             uint64_t block_index, EventRecord* bodies) {
+  // every thread executes every access instruction once
+  const uint16_t sm = uint16_t(block_index % kSmCount);
+  const uint64_t block_accesses = uint64_t(launch.block_threads) * profile.accesses_per_thread;
+  device_add(&kernels_[launch.slot].accesses[sm % kAccessShards], block_accesses);
+  memory_accesses_.fetch_add(block_accesses, std::memory_order_relaxed);
+  if (!config.captured) return block_accesses;
+  for (uint32_t access = 0; access < profile.accesses_per_thread; ++access) {
+    const uint64_t pc = profile.access_offsets.empty() ? profile.base_pc + 0x100 + 0x10 * access
+                                                       : profile.base_pc + profile.access_offsets[access];
+    for (uint32_t warp_base = 0; warp_base < launch.block_threads; warp_base += kWarpLanes) {
+      uint32_t lanes = 0;
+      for (uint32_t lane = 0; lane < kWarpLanes && warp_base + lane < launch.block_threads; ++lane) {
+        const uint32_t thread = warp_base + lane;
+        if (config.mode == Mode::Sampled && !sample_keep(pc, thread, block_index, config.shift)) continue;
+        EventRecord& body = bodies[lanes++];
+        body.globaltimer_ns = realtime_ns();
+        body.pc = pc;
+        body.address = 0x7e0000000000ULL + (block_index * launch.block_threads + thread) * 16 + access * 4;
+        body.block_x = x;
+        body.block_y = uint16_t(y);
+        body.block_z = uint16_t(z);
+        body.thread = uint16_t(thread);
+        body.sm_id = sm;
+        body.kind = uint8_t(EventKind::MemoryAccess);
+        body.access_bytes = 4;
+        body.flags = (access & 1) ? kAccessWrite : kAccessRead;
+      }
+      emit(launch.ring, bodies, lanes, launch.slot);
+    }
+  }
+  return block_accesses;
 }
 
 void SimulatedDevice::emit_launch_event(const LaunchShape& launch, const KernelProfile& profile) {
@@ -147,13 +176,14 @@ void SimulatedDevice::emit_launch_event(const LaunchShape& launch, const KernelP
 }
 
 void SimulatedDevice::emit_block_event(const LaunchShape& launch, const KernelProfile& profile, uint32_t x, uint32_t y,
-                                       uint32_t z, uint64_t block_index, bool exit) {
+                                       uint32_t z, uint64_t block_index, bool exit, uint64_t time_ns, uint16_t flags) {
   EventRecord body;
   std::memset(&body, 0, sizeof(body));
   body.grid_id = launch.grid_id;
   body.kernel_slot = launch.slot;
   body.replay = uint32_t(launch.replay);
-  body.globaltimer_ns = realtime_ns();
+  body.globaltimer_ns = time_ns;
+  body.flags = flags;
   body.pc = profile.base_pc + (exit ? 0xff0 : 0);
   body.block_x = x;
   body.block_y = uint16_t(y);
@@ -176,7 +206,7 @@ void SimulatedDevice::run_held(const LaunchShape& launch, const KernelProfile& p
     for (uint32_t z = 0; z < launch.grid_z; ++z)
       for (uint32_t y = 0; y < launch.grid_y; ++y)
         for (uint32_t x = 0; x < launch.grid_x; ++x, ++block_index)
-          emit_block_event(launch, profile, x, y, z, block_index, exit != 0);
+          emit_block_event(launch, profile, x, y, z, block_index, exit != 0, realtime_ns());
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (!exit && !stop.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

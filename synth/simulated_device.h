@@ -28,7 +28,8 @@ struct LaunchShape {
 struct DeviceConfig {
   Mode mode = Mode::Counter;
   uint32_t shift = 0;
-  bool captured = true;  // the kernel filter lets this kernel's events through
+  bool captured = true;        // the kernel filter lets this kernel's events through
+  bool access_hooked = false;  // the kernel's module has the access hooks (memory set, or chosen)
 };
 
 class SimulatedDevice {
@@ -55,9 +56,12 @@ class SimulatedDevice {
  private:
   // The launch event the leader of block (0,0,0) records in the event modes.
   void emit_launch_event(const LaunchShape& launch, const KernelProfile& profile);
-  // One block enter or exit event of `launch`.
+  // One block enter or exit event of `launch`, stamped `time_ns`; `flags`: BlockEventFlags.
   void emit_block_event(const LaunchShape& launch, const KernelProfile& profile, uint32_t x, uint32_t y, uint32_t z,
-                        uint64_t block_index, bool exit);
+                        uint64_t block_index, bool exit, uint64_t time_ns, uint16_t flags = 0);
+  // The accesses of one block (memory, sampled in a kernel with access hooks); returns them.
+  uint64_t run_block_accesses(const LaunchShape& launch, const KernelProfile& profile, const DeviceConfig& config,
+                              uint32_t x, uint32_t y, uint32_t z, uint64_t block_index, EventRecord* bodies);
   // Records `count` events (the active lanes of one warp) with one claim.
   void emit(uint32_t ring, const EventRecord* bodies, uint32_t count, uint32_t slot);
 

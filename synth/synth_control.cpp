@@ -7,7 +7,13 @@ namespace gpuobs {
 namespace synth {
 
 AppliedConfig::AppliedConfig(const Options& options, const std::vector<KernelProfile>& catalog)
-    : catalog_(catalog), live_graphs_(options.live_graphs) {
+    : catalog_(catalog), live_graphs_(options.live_graphs), chooses_(!options.memory_kernels.empty()),
+      chosen_(catalog.size(), 0) {
+  KernelFilter chosen;
+  if (chooses_ && KernelFilter::compile(options.memory_kernels, &chosen).empty()) {  // checked when parsed
+    for (size_t index = 0; index < catalog.size(); ++index)  // every kernel is a module of its own here
+      chosen_[index] = module_chosen_for_access_hooks(chosen, {catalog[index].mangled}) ? 1 : 0;
+  }
   in_force_.mode = options.mode;
   in_force_.shift = options.shift;
   in_force_.patch_set = options.patch_set;
@@ -35,10 +41,12 @@ void AppliedConfig::put_in_force(const ControlRequest& config, std::shared_ptr<c
   version_.fetch_add(1, std::memory_order_release);
 }
 
-void AppliedConfig::copy(ControlRequest* request, std::vector<uint8_t>* captured) {
+void AppliedConfig::copy(ControlRequest* request, std::vector<uint8_t>* captured, std::vector<uint8_t>* access_hooked) {
   std::lock_guard<std::mutex> lock(mutex_);
   *request = in_force_;
   *captured = captured_;
+  *access_hooked = chosen_;
+  if (in_force_.patch_set == PatchSet::Memory) access_hooked->assign(chosen_.size(), 1);
 }
 
 std::vector<uint8_t> AppliedConfig::match(const KernelFilter* filter) const {

@@ -24,6 +24,9 @@ class AppliedConfig : public ControlTarget {
 
   ControlRequest in_force() override;
   PatchSet patch_set() override;
+  bool chooses_access_kernels() override { return chooses_; }
+  // --memory-kernels chose catalog kernel `index` (its own module) for the access hooks.
+  bool chosen(size_t index) const { return chosen_[index] != 0; }
   int64_t live_graph_execs() override { return live_graphs_; }
   // Nothing to re-patch: the set is recorded when the config is put in force.
   bool switch_patch_set(PatchSet, std::string*) override { return true; }
@@ -35,14 +38,17 @@ class AppliedConfig : public ControlTarget {
 
   // Bumped by every config put in force: the device thread copies the config when it changed.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
-  // The config in force and, per catalog kernel, whether the filter lets it record.
-  void copy(ControlRequest* request, std::vector<uint8_t>* captured);
+  // The config in force and, per catalog kernel, whether the filter lets it record and whether
+  // it has the access hooks (the memory set, or chosen by --memory-kernels).
+  void copy(ControlRequest* request, std::vector<uint8_t>* captured, std::vector<uint8_t>* access_hooked);
 
  private:
   std::vector<uint8_t> match(const KernelFilter* filter) const;
 
   const std::vector<KernelProfile>& catalog_;
   const uint32_t live_graphs_;
+  const bool chooses_;
+  std::vector<uint8_t> chosen_;  // per catalog kernel: --memory-kernels chose its module (its own)
   std::mutex mutex_;
   ControlRequest in_force_;
   std::vector<uint8_t> captured_;

@@ -77,6 +77,7 @@ int run(const Options& options) {
   segment_options.producer = "gpuobs-synth";
   segment_options.label = options.label;
   segment_options.group = gid_t(options.group);
+  segment_options.memory_kernels = options.memory_kernels;
   segment_options.producer_flags = kBlockExitsHooked | (options.launch_trace ? kLaunchTrace : 0u);  // both edges
   std::string error;
   const std::unique_ptr<SegmentWriter> producer = start_producer(segment_options, options.filter, &error);
@@ -87,12 +88,17 @@ int run(const Options& options) {
   SegmentWriter& writer = *producer;
   writer.note_takes_op_windows();  // it plays the framework plugin as well (device_loop.cpp)
   const uint64_t kernel0_cubin = options.cubin.empty() ? 0 : play_cubin(options, &catalog[0]);
+  AppliedConfig config(options, catalog);
   std::vector<uint32_t> slots;
   for (size_t index = 0; index < catalog.size(); ++index) {
     const KernelProfile& profile = catalog[index];
+    // as the injector, a module's count as it is patched (each kernel is a module of its own here)
+    if (config.chosen(index) || options.patch_set == PatchSet::Memory)
+      __atomic_fetch_add(&writer.view().counters->modules_access_hooked, 1, __ATOMIC_RELAXED);
+    const uint32_t entry_flags = config.chosen(index) ? uint32_t(kKernelAccessHooksChosen) : 0u;
     const int64_t slot = index == 0 && kernel0_cubin
-                             ? writer.register_kernel(0, 1, profile.mangled, kernel0_cubin, profile.base_pc)
-                             : writer.register_kernel(0, 1, profile.mangled);
+                             ? writer.register_kernel(0, 1, profile.mangled, kernel0_cubin, profile.base_pc, entry_flags)
+                             : writer.register_kernel(0, 1, profile.mangled, 0, 0, entry_flags);
     if (index == 0 && !options.cubin.empty())
       __atomic_fetch_add(kernel0_cubin ? &writer.view().counters->cubins_kept : &writer.view().counters->cubins_skipped,
                          1, __ATOMIC_RELAXED);
@@ -110,7 +116,6 @@ int run(const Options& options) {
   std::fprintf(stderr, "gpuobs-synth: pid %d segment %s\n", int(::getpid()), writer.segment().path().c_str());
 
   SimulatedDevice device(&writer, uint32_t(catalog.size()));
-  AppliedConfig config(options, catalog);
   std::atomic<bool> device_done{false};
 
   std::thread control_thread(

@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
               f"{graph.first_launch_id}..{graph.last_launch_id}), {graph.node_executions} node executions, "
               f"{graph.blocks_per_replay} blocks per replay, node order "
               f"{'stable' if graph.order_stable else 'CHANGED between replays'}")
+        sampled = f"{graph.executions_sampled} sampled, " if graph.executions_sampled else ""
         print(f"  joined to device events: {graph.executions_matched} matched, {graph.executions_mismatched} "
-              f"mismatched, {graph.executions_unrecorded} unrecorded, {graph.executions_unjoined} unjoined; "
+              f"mismatched, {sampled}{graph.executions_unrecorded} unrecorded, {graph.executions_unjoined} unjoined; "
               f"{graph.events_unmatched} unmatched events")
         table([("position", "#"), ("node", "NODE"), ("executions", "EXECUTIONS"), ("matched", "MATCHED"),
                ("blocks", "BLOCKS/EXEC"), ("grid", "GRID"), ("name", "KERNEL")],

@@ -55,10 +55,10 @@ def run(args: argparse.Namespace) -> int:
              "blocks": k.blocks_observed, "expected": k.blocks_expected,
              "unpatched": k.blocks_unpatched + k.blocks_unobserved, "accesses": k.memory_accesses,
              "events": k.events_delivered, "dropped": k.events_dropped,
-             "shape": shape_text(k), "duration": duration_text(k.block_durations),
+             "shape": shape_text(k), "duration": duration_text(k.block_durations), "records": k.records or "-",
              "name": k.name if len(k.name) <= 60 else k.name[:57] + "..."} for k in kernels]
     table([("pid", "PID"), *([("rank", "RANK")] if ranks else []), ("launches", "LAUNCHES"), ("graph", "IN GRAPHS"),
            ("blocks", "BLOCKS"), ("expected", "EXPECTED"), ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"),
-           ("events", "EVENTS"), ("dropped", "DROPPED"), ("shape", "GRID/BLOCK"), ("duration", "BLOCK us p50/p99"),
-           ("name", "KERNEL")], rows)
+           ("events", "EVENTS"), ("dropped", "DROPPED"), ("records", "RECORDS"), ("shape", "GRID/BLOCK"),
+           ("duration", "BLOCK us p50/p99"), ("name", "KERNEL")], rows)
     return 0

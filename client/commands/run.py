@@ -23,7 +23,7 @@ import grpc
 
 import gpuobs
 from gpuobs.api.v1 import observer_pb2 as pb
-from gpuobs.segment import MEMORY_SET_MODES, PATCH_SETS
+from gpuobs.segment import ACCESS_MODES, PATCH_SETS
 
 from ..arguments import uint32
 from ..connection import CommandError, stub
@@ -37,9 +37,18 @@ INJECTOR = gpuobs.injector_library()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="counter", help="initial mode (default counter)")
     parser.add_argument("--shift", type=uint32, default=10, help="sample shift for sampled (default 10)")
-    parser.add_argument("--patch-set", choices=list(PATCH_SETS), help="default: what the mode needs")
+    parser.add_argument("--patch-set", choices=list(PATCH_SETS),
+                        help="default: block, or memory for --mode memory without --memory-kernels")
+    parser.add_argument("--memory-kernels", metavar="REGEX", default="",
+                        help="in the block set, give the memory access hooks to the modules holding a kernel "
+                             "whose name matches (GPUOBS_MEMORY_KERNELS)")
     parser.add_argument("--top", type=uint32, default=15, help="kernels in the summary")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+
+def default_patch_set(mode: str, memory_kernels: str) -> str:
+    """The block set, unless the mode records nothing but accesses and no kernel is chosen for them."""
+    return "memory" if mode in ACCESS_MODES and not memory_kernels else "block"
 
 
 def reachable(address: str) -> pb.GetStatusResponse | None:
@@ -138,8 +147,10 @@ def run(args: argparse.Namespace) -> int:
         env.update({
             "CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": status.segment_dir,
             "GPUOBS_MODE": args.mode, "GPUOBS_SHIFT": str(args.shift),
-            "GPUOBS_PATCH_SET": args.patch_set or ("memory" if args.mode in MEMORY_SET_MODES else "block"),
+            "GPUOBS_PATCH_SET": args.patch_set or default_patch_set(args.mode, args.memory_kernels),
         })
+        if args.memory_kernels:
+            env["GPUOBS_MEMORY_KERNELS"] = args.memory_kernels
         # Ctrl-C reaches the command from the terminal: gpuobsctl waits for it to end, then
         # summarises, and exits as it did
         interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)

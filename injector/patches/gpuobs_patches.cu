@@ -4,7 +4,8 @@
 // Every patch runs in every thread that executes the patched instruction, on a minimal
 // register budget: per-block work is gated on one leader thread, per-access work is
 // aggregated per warp, nothing allocates and nothing waits (a full ring is a counted drop).
-// The config in force (mode, shift, the filter's verdict) is one word in the kernel's device slot
+// The config in force (mode, shift, the filter's verdict, whether the kernel's module carries the
+// access hooks) is one word in the kernel's device slot
 // that the userdata points at (device_state.h), so a switch needs no re-patching and reaches
 // replays of graphs instantiated and launched before it. The launch census
 // (launch_census.h) runs in every mode: launches, blocks and shapes are exact without a host
@@ -160,16 +161,16 @@ __device__ __forceinline__ ring::ProducerView producer_view(DeviceContextState* 
 }
 
 // One block-level event from the leader thread: its own claim (enter and exit are separate
-// patch calls, far apart in time).
+// patch calls, far apart in time). `flags`: BlockEventFlags.
 __device__ __forceinline__ void record_block_event(DeviceKernelSlot* kernel, DeviceContextState* context, uint64_t pc,
-                                                   EventKind kind, uint32_t sm) {
+                                                   EventKind kind, uint32_t sm, uint32_t flags) {
   ring::add(&kernel->events_produced, 1ULL);
   uint64_t ticket = 0;
   if (!ring::claim(producer_view(context), 1, &ticket)) {
     ring::add(&kernel->events_dropped, 1ULL);
     return;
   }
-  write_record(context, ticket, pc, 0, 0, sm, slot_of(kernel), kind, 0, 0);
+  write_record(context, ticket, pc, 0, 0, sm, slot_of(kernel), kind, 0, flags);
 }
 
 
@@ -192,7 +193,7 @@ __device__ __forceinline__ uint32_t load_ordered_u32(const void* word) {
 }
 
 __device__ __forceinline__ void write_leader_record(const DeviceKernelSlot* kernel, DeviceContextState* context,
-                                                    uint64_t ticket, bool launch) {
+                                                    uint64_t ticket, bool launch, bool sampled) {
   const uint64_t ring = load_ordered(reinterpret_cast<const uint64_t*>(&kernel->ring));
   const uint32_t mask = load_ordered_u32(&kernel->ring_mask);  // a capacity is at most 2^31 records
   const uint32_t replay = load_ordered_u32(&context->config.replay);
@@ -203,7 +204,8 @@ __device__ __forceinline__ void write_leader_record(const DeviceKernelSlot* kern
   // Words 6, 5, 4 and 2 in 32-bit halves, laid out as write_record and block_word lay them out:
   // single registers rather than aligned pairs, two of three dimensions live at a time.
   put_half(record, 6, 0, replay);
-  put_half(record, 6, 1, uint32_t(launch ? EventKind::Launch : EventKind::BlockEnter));
+  put_half(record, 6, 1, uint32_t(launch ? EventKind::Launch : EventKind::BlockEnter) |
+                             (sampled ? uint32_t(kBlockSampled) << 16 : 0u));
   put_half(record, 5, 0, (sm_id() & 0xffff) << 16);
   put_half(record, 5, 1, slot_of(kernel));
   put_half(record, 4, 0, launch ? blockDim.x : block_index<0>());
@@ -229,7 +231,8 @@ __device__ __forceinline__ bool first_block_now() {
 // Event modes: one record from a block leader (its own claim, so that nothing but the slot's
 // address stays live from one record to the next: two records sharing one claim needed more
 // registers than a patch may use without saving some, and a save is a frame for every thread).
-__device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool launch) {
+// `launch` and `sampled` are constants at every call: they cost no register.
+__device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool launch, bool sampled) {
   DeviceContextState* context = context_of(kernel);
   ring::add(&kernel->events_produced, 1ULL);
   uint64_t ticket = 0;
@@ -239,7 +242,7 @@ __device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool laun
     ring::add(&kernel->events_dropped, 1ULL);
     return;
   }
-  write_leader_record(kernel, context, ticket, launch);
+  write_leader_record(kernel, context, ticket, launch, sampled);
 }
 
 // The leader of every block, before the kernel's own code: what it waits for is added to the
@@ -253,20 +256,35 @@ __device__ __forceinline__ void block_enter_leader(void* userdata) {
     count_launch(kernel, pack_grid(gridDim.x, gridDim.y, gridDim.z), pack_block(blockDim.x, blockDim.y, blockDim.z));
   count_block(kernel, flags_mode(flags) >= uint32_t(Mode::Counter), sm_id());
   ring::add(&kernel->touch, 1);
-  if (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) return;
-  // In blocks, every block's enter; from block (0,0,0) also the launch as an event (grid id,
-  // grid and block shape, time, SM), written after its enter so that nothing but the slot's
-  // address stays live across a record (one register more than that and the patch needs a frame).
-  if (flags_mode(flags) == uint32_t(Mode::Blocks)) leader_event(kernel, false);
-  if (first_block_now()) leader_event(kernel, true);
+  const BlockCapture capture = block_capture(flags);
+  if (capture == BlockCapture::None) return;
+  // Every block's enter (blocks), or the 1 in 2^shift the hash keeps (sampled, in kernels without
+  // access hooks: no load, the hash of registers); from block (0,0,0), when its enter is recorded
+  // or the kernel's accesses are, also the launch as an event (grid id, grid and block shape,
+  // time, SM), written after its enter so that nothing but the slot's address stays live across
+  // a record (one register more than that and the patch needs a frame).
+  if (capture == BlockCapture::Sampled) {
+    if (!block_sample_keep(grid_id(), linear_block(), block_epoch(globaltimer()), flags_shift(flags))) return;
+    leader_event(kernel, false, true);
+  } else if (capture == BlockCapture::Every) {
+    leader_event(kernel, false, false);
+  }
+  if (first_block_now()) leader_event(kernel, true, false);
 }
 
 __device__ __noinline__ SanitizerPatchResult block_exit_leader(void* userdata, uint64_t pc) {
   const uint32_t flags = flags_of(userdata);
-  if (flags_mode(flags) == uint32_t(Mode::Blocks) && (flags & kFlagsCaptured)) {
-    DeviceKernelSlot* kernel = kernel_of(userdata);
-    record_block_event(kernel, context_of(kernel), pc, EventKind::BlockExit, sm_id());
+  const BlockCapture capture = block_capture(flags);
+  uint32_t event_flags = 0;
+  if (capture == BlockCapture::Sampled) {
+    const uint32_t choice = block_exit_choice(grid_id(), linear_block(), globaltimer(), flags_shift(flags));
+    if (choice == 0) return SANITIZER_PATCH_SUCCESS;
+    event_flags = kBlockSampled | (choice == 2 ? kBlockEarlierEpoch : 0);
+  } else if (capture != BlockCapture::Every) {
+    return SANITIZER_PATCH_SUCCESS;
   }
+  DeviceKernelSlot* kernel = kernel_of(userdata);
+  record_block_event(kernel, context_of(kernel), pc, EventKind::BlockExit, sm_id(), event_flags);
   return SANITIZER_PATCH_SUCCESS;
 }
 

@@ -46,11 +46,11 @@ void Injector::apply_config() {
   }
   // every slot, registered or not: a kernel registered later starts under the config in force
   const uint32_t slots = writer_->view().caps.kernel_slots;
-  std::vector<uint32_t> flags(slots, make_flags(config, true));
+  std::vector<uint32_t> flags(slots, make_flags(config, true, patcher_.set() == PatchSet::Memory));
   for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot) {
     const bool captured = captured_by(filter.get(), slot);
     slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
-    flags[slot] = make_flags(config, captured);
+    flags[slot] = make_flags(config, captured, slot_access_hooked_[slot].load(std::memory_order_relaxed) != 0);
   }
   std::vector<std::pair<Binding, uint64_t>> rebind;
   if (config_.bound_config) {
@@ -75,9 +75,18 @@ ControlRequest Injector::in_force() {
 
 PatchSet Injector::patch_set() { return patcher_.set(); }
 
+bool Injector::chooses_access_kernels() { return patcher_.chooses_modules(); }
+
 int64_t Injector::live_graph_execs() { return live_graph_execs_.load(std::memory_order_relaxed); }
 
-bool Injector::switch_patch_set(PatchSet set, std::string* error) { return patcher_.switch_set(set, error); }
+bool Injector::switch_patch_set(PatchSet set, std::string* error) {
+  const bool switched = patcher_.switch_set(set, error);
+  // which kernels have the access hooks changed with the set: their words say so at the next apply
+  std::lock_guard<std::mutex> lock(config_mutex_);
+  for (const Binding& binding : bindings_)
+    slot_access_hooked_[binding.slot].store(patcher_.hooks_accesses(binding.module) ? 1 : 0, std::memory_order_relaxed);
+  return switched;
+}
 
 void Injector::open_ops_window(uint32_t steps) { ops_window_.store(steps, std::memory_order_release); }
 

@@ -74,13 +74,22 @@ class ScopedTimer {
   uint64_t start_;
 };
 
+// GPUOBS_MEMORY_KERNELS compiled (checked when the settings were read); nullptr when unset, or
+// in the memory patch set, where every module gets the access hooks anyway.
+std::shared_ptr<const KernelFilter> compile_memory_kernels(const InjectorConfig& config) {
+  if (config.memory_kernels.empty() || config.patch_set == PatchSet::Memory) return nullptr;
+  auto filter = std::make_shared<KernelFilter>();
+  if (!KernelFilter::compile(config.memory_kernels, filter.get()).empty()) return nullptr;
+  return filter;
+}
+
 }  // namespace
 
 void mark_tool_thread() { t_tool_thread = true; }
 
 Injector::Injector()
     : config_(load_injector_config()),
-      patcher_(config_.patch_set, config_.block_exit, config_.naive_counting),
+      patcher_(config_.patch_set, config_.block_exit, config_.naive_counting, compile_memory_kernels(config_)),
       cubins_(config_.cubin_dir, uint64_t(config_.cubin_mb) << 20),
       function_slots_(1u << 16) {
   in_force_.mode = config_.mode;
@@ -249,6 +258,7 @@ bool Injector::ensure_segment() {
   options.group = config_.group;
   options.producer = "gpuobs-injector";
   options.label = config_.label;
+  if (patcher_.chooses_modules()) options.memory_kernels = config_.memory_kernels;
   options.producer_flags = (config_.block_exit ? uint32_t(kBlockExitsHooked) : 0u) |
                            (config_.launch_trace ? uint32_t(kLaunchTrace) : 0u);
   std::string error;
@@ -275,11 +285,13 @@ bool Injector::ensure_segment() {
   slot_names_.reset(new std::atomic<const SlotNames*>[slots]());
   slot_captured_.reset(new std::atomic<uint8_t>[slots]());
   slot_entry_pc_.reset(new std::atomic<uint64_t>[slots]());
+  slot_access_hooked_.reset(new std::atomic<uint8_t>[slots]());
   host_counted_.reset(new HostCounted[slots]);
   for (uint32_t slot = 0; slot < slots; ++slot) slot_captured_[slot].store(1);
-  log_line("observing into %s (patch set %s, mode %s%s)", writer_->segment().path().c_str(),
+  log_line("observing into %s (patch set %s, mode %s%s%s%s)", writer_->segment().path().c_str(),
            patch_set_name(config_.patch_set), mode_name(config_.mode),
-           config_.launch_trace ? ", launch trace" : "");
+           config_.launch_trace ? ", launch trace" : "", patcher_.chooses_modules() ? ", access hooks for " : "",
+           patcher_.chooses_modules() ? config_.memory_kernels.c_str() : "");
   segment_ready_.store(true, std::memory_order_release);
   return true;
 }
@@ -318,7 +330,7 @@ void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
   uint32_t initial_flags = 0;
   {
     std::lock_guard<std::mutex> config_lock(config_mutex_);
-    initial_flags = make_flags(make_config(in_force_.mode, in_force_.shift), true);
+    initial_flags = make_flags(make_config(in_force_.mode, in_force_.shift), true, patcher_.set() == PatchSet::Memory);
   }
   auto state = DeviceContext::create(data.context, index, *writer_, initial_flags, &error);
   if (!state) {
@@ -369,14 +381,17 @@ void Injector::on_module_loaded(const Sanitizer_ResourceModuleData& data) {
       if (first_time(LogOnce::Cubin)) log_line("a module's cubin was not kept (%s)", why.c_str());
     }
   }
-  std::string error;
+  std::string error, note;
   bool patched = false;
   {
     ScopedTimer timer(&counters.patch_ns);
-    patched = patcher_.patch_module(data.context, data.module, &error);
+    patched = patcher_.patch_module(data.context, data.module, data.pCubin, data.cubinSize, &error, &note);
   }
+  if (!note.empty() && first_time(LogOnce::MemoryKernels))
+    log_line("%s; GPUOBS_MEMORY_KERNELS cannot choose it", note.c_str());
   if (patched) {
     count(&counters.modules_patched);
+    if (patcher_.hooks_accesses(data.module)) count(&counters.modules_access_hooked);
   } else {
     count(&counters.patch_failures);
     if (first_time(LogOnce::PatchModule)) log_line("a module could not be patched (%s); it runs unpatched", error.c_str());
@@ -473,12 +488,14 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
   const uint64_t function_pc = cubin != 0 ? entry_pc : 0;
   DeviceContext* device = context_for(context);
   const bool patched = patcher_.is_patched(module);
+  const bool access_hooked = patcher_.hooks_accesses(module);
+  const uint32_t entry_flags = patcher_.chosen(module) ? uint32_t(kKernelAccessHooksChosen) : 0u;
   bool on_device = false;
   int64_t slot = -1;
   {
     std::lock_guard<std::mutex> lock(config_mutex_);
     slot = writer_->register_kernel(reinterpret_cast<uint64_t>(function), reinterpret_cast<uint64_t>(module), mangled,
-                                    cubin, function_pc);
+                                    cubin, function_pc, entry_flags);
     if (slot < 0) {
       if (first_time(LogOnce::KernelTable)) log_line("kernel table full; further kernels go unattributed");
       return slot;
@@ -491,13 +508,15 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     const bool captured = slot_captured_[slot].load(std::memory_order_relaxed) != 0;
     // the tool thread writes the slot's first pc (and, with a filter, its verdict) to the device
     slot_entry_pc_[slot].store(entry_pc, std::memory_order_relaxed);
+    slot_access_hooked_[slot].store(access_hooked ? 1 : 0, std::memory_order_relaxed);
     entry_pcs_stale_.store(true, std::memory_order_release);
-    if (filter_) flags_stale_.store(true, std::memory_order_release);
+    // a slot's word says so (written for every slot before it registered: hooked only in the memory set)
+    if (filter_ || access_hooked != (patcher_.set() == PatchSet::Memory)) flags_stale_.store(true, std::memory_order_release);
     // the slot's address must fit below the config bits of a bound userdata
     if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
       // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps the userdata of its first launch).
       const Binding binding{function, module, uint32_t(slot), device};
-      const uint32_t flags = make_flags(make_config(in_force_.mode, in_force_.shift), captured);
+      const uint32_t flags = make_flags(make_config(in_force_.mode, in_force_.shift), captured, access_hooked);
       on_device = sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata_of(binding, flags))) ==
                   SANITIZER_SUCCESS;
       if (on_device) bindings_.push_back(binding);

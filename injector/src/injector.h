@@ -132,6 +132,7 @@ class Injector : private ControlTarget {
   // ControlTarget: the control decision (producer.h) asks and changes the config through these.
   ControlRequest in_force() override;
   PatchSet patch_set() override;
+  bool chooses_access_kernels() override;
   int64_t live_graph_execs() override;
   bool switch_patch_set(PatchSet set, std::string* error) override;
   void put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) override;
@@ -180,6 +181,7 @@ class Injector : private ControlTarget {
   std::unique_ptr<std::atomic<uint8_t>[]> slot_on_device_;  // per slot: the device counts its launches
   std::unique_ptr<std::atomic<uint8_t>[]> slot_captured_;   // per slot: the kernel filter lets it record
   std::unique_ptr<std::atomic<uint64_t>[]> slot_entry_pc_;  // per slot: its function's first pc (0: unknown)
+  std::unique_ptr<std::atomic<uint8_t>[]> slot_access_hooked_;  // per slot: its module has the access hooks
   std::unique_ptr<HostCounted[]> host_counted_;             // per slot
   std::atomic<bool> launch_callbacks_{false};
   std::atomic<uint32_t> ops_window_{0};      // steps of an op window not taken by the plugin yet

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "gpuobs/producer.h"
 #include "injector_log.h"
 
 namespace gpuobs {
@@ -84,8 +85,20 @@ InjectorConfig load_injector_config() {
     if (const struct group* entry = getgrnam(group)) config.group = entry->gr_gid;
     else log_line("GPUOBS_GROUP=%s: no such group; segments stay 0600", group);
   }
-  if (mode_needs_memory_set(config.mode) && config.patch_set != PatchSet::Memory) {
-    log_line("GPUOBS_MODE=%s needs GPUOBS_PATCH_SET=memory; starting in counter", mode_name(config.mode));
+  if (const char* chosen = env("GPUOBS_MEMORY_KERNELS")) {
+    const std::string problem = memory_kernels_problem(chosen);
+    if (problem.empty()) config.memory_kernels = chosen;
+    else log_line("GPUOBS_MEMORY_KERNELS is %s; no kernel gets the access hooks", problem.c_str());
+  }
+  if (config.patch_set == PatchSet::Memory && !config.memory_kernels.empty()) {
+    log_line("GPUOBS_MEMORY_KERNELS has no effect with GPUOBS_PATCH_SET=memory (every kernel gets the access hooks)");
+  }
+  ControlRequest start;
+  start.mode = config.mode;
+  start.patch_set = config.patch_set;
+  if (patch_set_needed(start, !config.memory_kernels.empty()) != config.patch_set) {
+    log_line("GPUOBS_MODE=%s records accesses: it needs GPUOBS_MEMORY_KERNELS or GPUOBS_PATCH_SET=memory; "
+             "starting in counter", mode_name(config.mode));
     config.mode = Mode::Counter;
   }
   if (const char* label = env("GPUOBS_LABEL")) config.label = label;

@@ -22,6 +22,8 @@ struct InjectorConfig {
   uint32_t publish_ms = 50;              // GPUOBS_PUBLISH_MS: device counters published this often (each
                                          // publish copies every kernel's counters to the host)
   uint32_t control_poll_us = 1000;       // GPUOBS_CONTROL_POLL_US: control block poll period
+  std::string memory_kernels;            // GPUOBS_MEMORY_KERNELS: in the block set, the modules holding a
+                                         // kernel whose name matches also get the memory access hooks
   bool block_exit = false;               // GPUOBS_BLOCK_EXIT: hook block exits too (exit events)
   bool naive_counting = false;           // GPUOBS_NAIVE_COUNTING: benchmark-only naive access count
   bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)

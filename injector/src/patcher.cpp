@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+
+#include "gpuobs/cubin_functions.h"
+#include "gpuobs/producer.h"
 
 namespace gpuobs {
 namespace {
@@ -56,7 +60,7 @@ bool Patcher::load_patches(CUcontext context, const std::string& patch_file, std
   return true;
 }
 
-bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
+bool Patcher::apply(CUmodule module, bool accesses, std::string* error) {
   // GPUOBS_DEBUG_PATCHES (measurement only): "empty" puts do-nothing patches on the same
   // instructions; "enter_only" leaves block exits unpatched; a step of kDebugEntries puts the
   // block-entry patch cut after that step (gpuobs_patches.cu) and leaves exits unpatched.
@@ -72,7 +76,7 @@ bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
       return false;
     }
   }
-  if (set == PatchSet::Memory) {
+  if (accesses) {
     for (const Hook& hook : kMemoryHooks) {
       const char* function = hook.function;
       if (naive_counting_ && hook.instruction == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS)
@@ -91,24 +95,46 @@ bool Patcher::apply(CUmodule module, PatchSet set, std::string* error) {
   return true;
 }
 
-bool Patcher::patch_module(CUcontext context, CUmodule module, std::string* error) {
+bool Patcher::patch_module(CUcontext context, CUmodule module, const void* cubin, size_t cubin_bytes,
+                           std::string* error, std::string* note) {
+  // The names are read and judged before the lock: a module load on another thread need not
+  // wait for this one's pattern search.
+  bool chosen = false;
+  if (memory_kernels_) {
+    std::string unreadable;
+    const std::vector<std::string> names = cubin_function_names(cubin, cubin_bytes, &unreadable);
+    if (!unreadable.empty()) *note = "a module's function names could not be read (" + unreadable + ")";
+    chosen = module_chosen_for_access_hooks(*memory_kernels_, names);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = modules_.find(module);
-  if (found != modules_.end()) return found->second;
+  if (found != modules_.end()) return found->second.patched;
+  Module& state = modules_[module];
+  state.chosen = chosen;
   if (!contexts_with_patches_.count(context)) {
-    modules_[module] = false;
     *error = "no patches loaded in this context";
     return false;
   }
-  const bool patched = apply(module, set_, error);
-  modules_[module] = patched;
-  return patched;
+  state.patched = apply(module, set_ == PatchSet::Memory || chosen, error);
+  return state.patched;
 }
 
 bool Patcher::is_patched(CUmodule module) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = modules_.find(module);
-  return found != modules_.end() && found->second;
+  return found != modules_.end() && found->second.patched;
+}
+
+bool Patcher::hooks_accesses(CUmodule module) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = modules_.find(module);
+  return found != modules_.end() && found->second.patched && (set_ == PatchSet::Memory || found->second.chosen);
+}
+
+bool Patcher::chosen(CUmodule module) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = modules_.find(module);
+  return found != modules_.end() && found->second.chosen;
 }
 
 void Patcher::forget(CUmodule module) {
@@ -120,16 +146,16 @@ bool Patcher::switch_set(PatchSet set, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (set == set_) return true;
   bool all = true;
-  for (auto& [module, patched] : modules_) {
-    if (!patched) continue;
+  for (auto& [module, state] : modules_) {
+    if (!state.patched) continue;
     if (sanitizerUnpatchModule(module) != SANITIZER_SUCCESS) {
       *error = "sanitizerUnpatchModule failed";
       all = false;
       continue;
     }
     std::string problem;
-    patched = apply(module, set, &problem);
-    if (!patched) {
+    state.patched = apply(module, set == PatchSet::Memory || state.chosen, &problem);
+    if (!state.patched) {
       *error = problem;
       all = false;
     }

@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 
+#include "gpuobs/cubin_functions.h"
+#include "gpuobs/device_state.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
@@ -341,6 +343,7 @@ void bind_schema(py::module_& m) {
   m.attr("MAX_OP_LABEL_BYTES") = kMaxOpLabelBytes;
   m.attr("SEQ_WRITING") = kSeqWriting;
   m.attr("FILTER_BYTES") = kFilterBytes;
+  m.attr("STATUS_MESSAGE_BYTES") = kStatusMessageBytes;
   m.attr("STEP_SAME_REQUESTS") = kStepSameRequests;
   m.attr("GRAPH_NODES_RECORDED") = kGraphNodesRecorded;
   m.attr("LAUNCH_CAPTURED") = kLaunchCaptured;
@@ -354,15 +357,23 @@ void bind_schema(py::module_& m) {
   m.attr("FIELDS") = fields;
   m.attr("STRUCT_SIZES") = sizes;
   py::dict modes;
-  py::list memory_set_modes, sampled_modes;
+  py::list access_modes, sampled_modes, event_modes;
   for (const ModeInfo& info : kModes) {
     modes[info.name] = uint32_t(info.mode);
-    if (info.needs_memory_set) memory_set_modes.append(info.name);
+    if (info.records_accesses) access_modes.append(info.name);
     if (info.sampled) sampled_modes.append(info.name);
+    if (info.emits_events) event_modes.append(info.name);
   }
   m.attr("MODES") = modes;
-  m.attr("MEMORY_SET_MODES") = memory_set_modes;  // the modes that need the memory patch set
-  m.attr("SAMPLED_MODES") = sampled_modes;        // the modes the sample shift applies to
+  m.attr("ACCESS_MODES") = access_modes;    // the modes that record nothing but accesses
+  m.attr("SAMPLED_MODES") = sampled_modes;  // the modes the sample shift applies to
+  m.attr("EVENT_MODES") = event_modes;      // the modes that record events at all
+  m.attr("BLOCK_CAPTURES") = names_dict(kBlockCaptureNames);  // what a kernel's block leaders record (block_capture)
+  m.attr("BLOCK_SAMPLED") = uint32_t(kBlockSampled);
+  m.attr("BLOCK_EARLIER_EPOCH") = uint32_t(kBlockEarlierEpoch);
+  m.attr("BLOCK_EPOCH_SHIFT") = kBlockEpochShift;
+  m.attr("KERNEL_ACCESS_HOOKS_CHOSEN") = uint32_t(kKernelAccessHooksChosen);
+  m.attr("MEMORY_KERNELS_BYTES") = kMemoryKernelsBytes;
   m.attr("PATCH_SETS") = names_dict(kPatchSetNames);
   m.attr("EVENT_KINDS") = names_dict(kEventKindNames);
   m.attr("EVENT_KIND_COUNT") = kEventKindCount;
@@ -398,6 +409,46 @@ void bind_functions(py::module_& m) {
   m.def("pack_block", &pack_block, py::arg("x"), py::arg("y"), py::arg("z"));
   m.def("shape_hash", &shape_hash, py::arg("grid"), py::arg("block"), "The launch census's shape hash");
   m.def("sample_keep", &sample_keep, py::arg("pc"), py::arg("thread"), py::arg("block"), py::arg("shift"));
+  m.def("block_sample_keep", &block_sample_keep, py::arg("grid_id"), py::arg("block"), py::arg("epoch"),
+        py::arg("shift"), "Whether `sampled` keeps this block in kernels without access hooks (sample_hash.h)");
+  m.def("block_exit_choice", &block_exit_choice, py::arg("grid_id"), py::arg("block"), py::arg("now_ns"),
+        py::arg("shift"), "0: a sampled block's exit is not recorded; 1: by its epoch; 2: by the epoch before");
+  m.def(
+      "block_capture",
+      [](uint32_t mode, uint32_t shift, bool captured, bool access_hooked) {
+        return uint32_t(block_capture(make_flags(make_config(Mode(mode), shift), captured, access_hooked)));
+      },
+      py::arg("mode"), py::arg("shift"), py::arg("captured"), py::arg("access_hooked"),
+      "What a kernel's block leaders record (device_state.h's BlockCapture: 0 none, 1 launches, 2 sampled, 3 every)");
+  m.def(
+      "patch_set_needed",
+      [](uint32_t mode, uint32_t patch_set, bool chooses_access_kernels) {
+        ControlRequest request;
+        request.mode = Mode(mode);
+        request.patch_set = PatchSet(patch_set);
+        return uint32_t(patch_set_needed(request, chooses_access_kernels));
+      },
+      py::arg("mode"), py::arg("patch_set"), py::arg("chooses_access_kernels"),
+      "The patch set a producer needs for a request (the control decision's)");
+  m.def(
+      "cubin_function_names",
+      [](py::bytes image) {
+        const std::string bytes = image;
+        std::string error;
+        std::vector<std::string> names = cubin_function_names(bytes.data(), bytes.size(), &error);
+        if (!error.empty()) throw py::value_error(error);
+        return names;
+      },
+      py::arg("image"), "The functions an ELF cubin defines, as the injector reads them when it patches a module");
+  m.def(
+      "module_chosen_for_access_hooks",
+      [](const std::string& pattern, const std::vector<std::string>& names) {
+        KernelFilter filter;
+        const std::string problem = KernelFilter::compile(pattern, &filter);
+        if (!problem.empty()) throw py::value_error(problem);
+        return module_chosen_for_access_hooks(filter, names);
+      },
+      py::arg("pattern"), py::arg("names"), "GPUOBS_MEMORY_KERNELS's choice of a module, as the injector makes it");
   m.def("control_request_problem", &control_request_problem, py::arg("mode"), py::arg("shift"), py::arg("patch_set"),
         py::arg("filter"), py::arg("ops_steps") = 0, "Why a control request is invalid; '' when it is valid (same check as the producers).");
   m.def("demangle", &demangle);

@@ -26,6 +26,21 @@ def numpy_sample_keep(pc: np.ndarray, thread: np.ndarray, block: np.ndarray, shi
     return (numpy_fmix64(key) & np.uint64((1 << shift) - 1)) == 0
 
 
+BLOCK_KEY_THREAD = np.uint64(1024)  # the thread a block's key carries: no access key has it
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def numpy_block_sample_keep(grid_id: np.ndarray, block: np.ndarray, epoch: np.ndarray, shift: int) -> np.ndarray:
+    """`sampled`'s choice of a block in a kernel without access hooks: the access key with the
+    grid id mixed with the epoch where the pc is, thread 1024 (sample_hash.h, written again here)."""
+    block = block.astype(np.uint64)
+    rotated = (block << np.uint64(23)) | (block >> np.uint64(41))
+    with np.errstate(over="ignore"):
+        mixed = grid_id.astype(np.uint64) ^ (epoch.astype(np.uint64) * GOLDEN)
+    key = mixed ^ (BLOCK_KEY_THREAD << np.uint64(48)) ^ rotated
+    return (numpy_fmix64(key) & np.uint64((1 << shift) - 1)) == 0
+
+
 def linear_block(events: np.ndarray, launches: np.ndarray) -> np.ndarray:
     """blockIdx linearised with the grid of each event's launch (joined on grid id)."""
     order = np.argsort(launches["grid_id"])

@@ -31,7 +31,12 @@ def test_mode_switch_is_acknowledged_and_takes_effect(start_synth) -> None:
     generation = segment.request_control("sampled", shift=10)
     state = wait_applied(segment, generation)
     assert (state["applied_mode"], state["applied_shift"]) == (MODES["sampled"], 10)
-    assert state["applied_patch_set"] == PATCH_SETS["memory"]  # no graph execs: switched live
+    assert state["applied_patch_set"] == PATCH_SETS["block"]  # sampled blocks: no re-patching
+
+    generation = segment.request_control("memory")
+    state = wait_applied(segment, generation)
+    assert state["applied_mode"] == MODES["memory"] and state["status"] == CONTROL_STATUS["ok"]
+    assert state["applied_patch_set"] == PATCH_SETS["memory"]  # no access hook anywhere, no graph execs: switched live
     assert synth.stop() == 0
 
 
@@ -87,61 +92,44 @@ def test_an_op_window_is_handed_over_once_and_not_kept_in_force(tmp_path) -> Non
 def test_cross_set_switch_is_refused_while_graph_execs_live(start_synth) -> None:
     synth = start_synth("--mode", "counter", "--live-graphs", "3", "--rate", "10000")
     segment = Segment(synth.segment)
-    generation = segment.request_control("sampled", shift=4)
+    generation = segment.request_control("memory")
     state = wait_applied(segment, generation)
     assert state["status"] == CONTROL_STATUS["failed_precondition"]
-    # the injector's own decision (gpuobs-synth runs the segment library's), word for word
-    assert state["status_message"] == ("mode sampled needs patch set memory and 3 CUDA graph execs are alive; "
-                                       "restart the process with GPUOBS_PATCH_SET=memory")
+    # the injector's own decision (gpuobs-synth runs the segment library's), word for word, with
+    # the remedies: chosen kernels, or sampled, which needs no other set
+    assert state["status_message"] == ("mode memory needs access hooks and no kernel has them (3 CUDA graph execs "
+                                       "are alive); restart with GPUOBS_MEMORY_KERNELS=REGEX for chosen kernels, or "
+                                       "use sampled")
     assert state["applied_mode"] == MODES["counter"]  # still the old mode
     assert state["applied_patch_set"] == PATCH_SETS["block"]
-    # a switch within the set still works
-    generation = segment.request_control("blocks")
+    generation = segment.request_control("counter", patch_set="memory")  # a set asked for by name
     state = wait_applied(segment, generation)
-    assert state["status"] == CONTROL_STATUS["ok"] and state["applied_mode"] == MODES["blocks"]
-    assert segment.global_counters()["control_requests"] == 2  # every request counted, refused or not
+    assert state["status"] == CONTROL_STATUS["failed_precondition"]
+    assert state["status_message"] == ("patch set memory needs re-patching and 3 CUDA graph execs are alive; "
+                                       "restart the process with GPUOBS_PATCH_SET=memory")
+    # sampled, and every switch within the set, still work
+    for mode in ("sampled", "blocks"):
+        generation = segment.request_control(mode, shift=4)
+        state = wait_applied(segment, generation)
+        assert state["status"] == CONTROL_STATUS["ok"] and state["applied_mode"] == MODES[mode]
+    assert segment.global_counters()["control_requests"] == 4  # every request counted, refused or not
     assert synth.stop() == 0
 
 
-def test_kernel_filter_restricts_capture_but_not_counting(start_synth) -> None:
-    synth = start_synth("--mode", "blocks", "--rate", "2000000", "--kernel", "flash|^nvjet")
-    segment = Segment(synth.segment)
-    time.sleep(0.3)
-    assert synth.stop() == 0
-    segment.drain_counts()
-    counters, kernels = segment.counters()
-    names = [k["demangled"] for k in segment.kernels()]
-    matching = [i for i, k in enumerate(segment.kernels()) if re.search("flash|^nvjet", k["mangled"])]
-    assert matching == [0, 1, 2]  # cuBLAS, FlashAttention, vLLM's reshape_and_cache_flash
-    delivered = segment.aggregates()[: len(names)].sum(axis=1)
-    assert all(delivered[i] > 0 for i in matching)
-    assert delivered.sum() == delivered[matching].sum()
-    assert np.array_equal(kernels["blocks_observed"], kernels["blocks_expected"])  # counting stays on
-    assert int((kernels["blocks_observed"] > 0).sum()) > 1
+@pytest.mark.parametrize("mode, patch_set, chooses, needed", [
+    ("memory", "block", False, "memory"),   # accesses and no hook anywhere: the memory set
+    ("memory", "block", True, "block"),     # the chosen kernels' hooks serve it
+    ("sampled", "block", False, "block"),   # sampled blocks
+    ("sampled", "memory", False, "memory"),
+    ("counter", "memory", False, "memory"),  # the set asked for (gpuobsd asks the one in force)
+    ("blocks", "block", True, "block"),
+])
+def test_the_patch_set_a_request_needs(mode: str, patch_set: str, chooses: bool, needed: str) -> None:
+    assert _native.patch_set_needed(MODES[mode], PATCH_SETS[patch_set], chooses) == PATCH_SETS[needed]
 
 
-def test_generations_continue_across_a_consumer_restart(start_synth) -> None:
-    synth = start_synth("--mode", "counter", "--rate", "10000")
-    first = Segment(synth.segment)
-    wait_applied(first, first.request_control("blocks"))
-    del first  # the consumer goes away (daemon restart); its lock goes with it
-    second = Segment(synth.segment)
-    generation = second.request_control("counter")
-    assert generation == 2
-    assert wait_applied(second, generation)["applied_mode"] == MODES["counter"]
-    assert synth.stop() == 0
-
-
-def test_a_control_seqlock_left_odd_by_a_killed_daemon_is_closed_on_open(tmp_path) -> None:
-    """Issue 13, item 6: a consumer killed between taking the seqlock and releasing it left it odd
-    for good: every later request failed, the producer ignored them all."""
-    import mmap
-    import struct
-
-    writer = _native.Writer(str(tmp_path))
-    offset = _native.geometry(1, 1024, 1024, 64, 65536)["control_offset"]  # desired_seq is the first word
-    with open(writer.path, "r+b") as file, mmap.mmap(file.fileno(), 0) as mapped:
-        struct.pack_into("<Q", mapped, offset, 7)  # odd: a request half written, its writer gone
-    generation = Segment(writer.path).request_control("blocks")
-    request = writer.poll_control(0)
-    assert request is not None and request["generation"] == generation and request["mode"] == MODES["blocks"]
+def test_every_refusal_fits_the_status_message() -> None:
+    """The longest refusal, with a count of graph execs of 20 digits, is not cut."""
+    message = ("mode memory needs access hooks and no kernel has them (18446744073709551615 CUDA graph execs are "
+               "alive); restart with GPUOBS_MEMORY_KERNELS=REGEX for chosen kernels, or use sampled")
+    assert len(message.encode()) < _native.STATUS_MESSAGE_BYTES  # and its terminating zero

@@ -6,13 +6,15 @@ with the opt-in launch trace, the host's launch records are the oracle it must e
 from __future__ import annotations
 
 import collections
+import re
 
 import numpy as np
 import pytest
 
 from gpuobs import _native
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, STATE_EXITED, Segment
-from gpuobs_testing.oracles import linear_block, numpy_fmix64, numpy_sample_keep
+from gpuobs.segment import (BLOCK_EARLIER_EPOCH, BLOCK_SAMPLED, EVENT_DTYPE, EVENT_KINDS, KERNEL_ACCESS_HOOKS_CHOSEN,
+                            LAUNCH_DTYPE, STATE_EXITED, Segment)
+from gpuobs_testing.oracles import linear_block, numpy_block_sample_keep, numpy_fmix64, numpy_sample_keep
 
 LAUNCHES = "300"
 
@@ -104,14 +106,15 @@ def test_blocks_records_a_launch_and_an_enter_and_an_exit_per_block(start_synth)
             (int(launch["block_x"]), int(launch["block_y"]), int(launch["block_z"]))
 
 
-def test_sampled_keeps_exactly_the_hashed_subset_and_counts_stay_exact(start_synth) -> None:
+def test_sampled_in_the_memory_set_keeps_exactly_the_hashed_accesses_and_counts_stay_exact(start_synth) -> None:
     shift = 4
     # 3 M events a run: at 1 M/s the ring of 1 M records absorbs a reader that stalls for a
     # second (a loaded 2-core machine did, at 4 M/s)
-    memory, every_access, launches = run_to_end(start_synth, "--mode", "memory", "--launch-trace", "--rate",
-                                                "1000000", launches="80")
-    sampled, kept, sampled_launches = run_to_end(start_synth, "--mode", "sampled", "--shift", str(shift),
-                                                 "--launch-trace", "--rate", "1000000", launches="80")
+    memory, every_access, launches = run_to_end(start_synth, "--mode", "memory", "--patch-set", "memory",
+                                                "--launch-trace", "--rate", "1000000", launches="80")
+    sampled, kept, sampled_launches = run_to_end(start_synth, "--mode", "sampled", "--patch-set", "memory",
+                                                 "--shift", str(shift), "--launch-trace", "--rate", "1000000",
+                                                 launches="80")
     every_access = every_access[every_access["kind"] == EVENT_KINDS["memory_access"]]
     kept = kept[kept["kind"] == EVENT_KINDS["memory_access"]]
     assert np.array_equal(launches["grid_id"], sampled_launches["grid_id"])  # the same run twice
@@ -128,3 +131,77 @@ def test_sampled_keeps_exactly_the_hashed_subset_and_counts_stay_exact(start_syn
     assert 0.5 / 2**shift < len(kept) / len(every_access) < 2.0 / 2**shift
     key = lambda e: np.stack([e["grid_id"], e["pc"], e["thread"], e["block_x"], e["block_y"]]).T  # noqa: E731
     assert np.array_equal(np.unique(key(kept), axis=0), np.unique(key(expected), axis=0))
+
+
+def within_sampling_bound(kept: int, population: int, shift: int) -> bool:
+    """A binomial count of 1 in 2^shift: within 5 standard deviations (and 5 for small counts) of
+    its mean. The hash of distinct keys behaves as independent draws; a wrong share (another
+    shift, a rule that keeps all or none) is off by far more."""
+    p = 2.0 ** -shift
+    return abs(kept - population * p) <= 5 * np.sqrt(population * p * (1 - p)) + 5
+
+
+def test_sampled_in_the_block_set_records_exactly_the_hashed_blocks_and_counts_every_block(start_synth) -> None:
+    """The block set's `sampled`: every block counted (the census as in counter), 1 in 2^shift
+    blocks recorded by the shared hash of (grid id, block, epoch), the exit of a kept block
+    decided by its own epoch or the one before (flagged), and no event of an unsampled block."""
+    shift = 3
+    segment, events, launches = run_to_end(start_synth, "--mode", "sampled", "--shift", str(shift), "--launch-trace",
+                                           launches="400")
+    assert segment.control_state()["applied_patch_set"] == 0  # the block set
+    counters, kernels = segment.counters()
+    assert np.array_equal(kernels["blocks_observed"], kernels["blocks_expected"])
+    assert kernels["memory_accesses"].sum() == 0 and counters["device_memory_accesses"] == 0
+    assert kernels["events_produced"].sum() == len(events) and kernels["events_dropped"].sum() == 0
+    geometry = (launches["grid_x"].astype(np.int64) * launches["grid_y"] * launches["grid_z"]).sum()
+    assert kernels["blocks_expected"].sum() == geometry
+    kinds = events["kind"]
+    assert set(np.unique(kinds).tolist()) <= {EVENT_KINDS["block_enter"], EVENT_KINDS["block_exit"],
+                                              EVENT_KINDS["launch"]}
+    enters, exits = events[kinds == EVENT_KINDS["block_enter"]], events[kinds == EVENT_KINDS["block_exit"]]
+    # every recorded enter is a kept block, flagged as a sample
+    assert ((enters["flags"] & BLOCK_SAMPLED) != 0).all()
+    epochs = enters["globaltimer_ns"] >> np.uint64(_native.BLOCK_EPOCH_SHIFT)
+    assert numpy_block_sample_keep(enters["grid_id"], linear_block(enters, launches), epochs, shift).all()
+    assert within_sampling_bound(len(enters), int(geometry), shift), (len(enters), int(geometry))
+    # an exit: kept by its own epoch, or (flagged) by the one before
+    block = linear_block(exits, launches)
+    epoch = exits["globaltimer_ns"] >> np.uint64(_native.BLOCK_EPOCH_SHIFT)
+    own = numpy_block_sample_keep(exits["grid_id"], block, epoch, shift)
+    earlier = numpy_block_sample_keep(exits["grid_id"], block, epoch - np.uint64(1), shift)
+    flagged = (exits["flags"] & BLOCK_EARLIER_EPOCH) != 0
+    assert (own | earlier).all() and np.array_equal(flagged, ~own)
+    # a launch event exactly where block (0,0,0)'s enter was kept
+    zero = enters[(enters["block_x"] == 0) & (enters["block_y"] == 0) & (enters["block_z"] == 0)]
+    launch_events = events[kinds == EVENT_KINDS["launch"]]
+    assert sorted(launch_events["grid_id"].tolist()) == sorted(zero["grid_id"].tolist())
+
+
+def test_chosen_kernels_record_accesses_and_the_others_blocks(start_synth) -> None:
+    """GPUOBS_MEMORY_KERNELS in the block set: the chosen kernels (here each a module of its own)
+    have the access hooks; `sampled` samples their accesses and the others' blocks, `memory`
+    records every access of theirs and nothing of the others, whose counts stay exact."""
+    chosen = "reshape_and_cache|flash_fwd"
+    for mode in ("sampled", "memory"):
+        segment, events, launches = run_to_end(start_synth, "--mode", mode, "--shift", "2", "--memory-kernels", chosen,
+                                               "--launch-trace", "--rate", "1000000", launches="120")
+        state = segment.control_state()
+        assert (state["applied_patch_set"], state["memory_kernels"]) == (0, chosen)
+        entries = segment.kernels()
+        hooked = {e["slot"] for e in entries if e["flags"] & KERNEL_ACCESS_HOOKS_CHOSEN}
+        assert hooked == {e["slot"] for e in entries if re.search(chosen, e["mangled"])} and hooked
+        assert segment.global_counters()["modules_access_hooked"] == len(hooked)
+        _, kernels = segment.counters()
+        launched = {int(slot) for slot in np.flatnonzero(kernels["launches"])}
+        assert launched & hooked and launched - hooked, "both kinds of kernel ran"
+        assert np.array_equal(kernels["blocks_observed"], kernels["blocks_expected"])
+        accessed = {int(slot) for slot in np.flatnonzero(kernels["memory_accesses"])}
+        assert accessed == launched & hooked  # accesses counted (exactly) where the hooks are, only
+        slots_of = lambda kind: set(events[events["kind"] == EVENT_KINDS[kind]]["kernel_slot"].tolist())  # noqa: E731
+        assert slots_of("memory_access") == launched & hooked
+        if mode == "sampled":
+            assert slots_of("block_enter") == launched - hooked  # blocks sampled elsewhere
+        else:
+            assert slots_of("block_enter") == set()  # memory: the others are counted only
+            accesses = events[events["kind"] == EVENT_KINDS["memory_access"]]
+            assert len(accesses) == int(kernels["memory_accesses"].sum())  # every access recorded

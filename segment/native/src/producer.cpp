@@ -13,6 +13,27 @@ std::unique_ptr<SegmentWriter> start_producer(const SegmentOptions& options, con
   return std::make_unique<SegmentWriter>(std::move(segment));
 }
 
+namespace {
+
+// Why a switch of patch set is refused while graph execs are alive, and what to do instead (a
+// graph exec keeps the patched code it was instantiated with: no re-patching under it).
+std::string patch_set_refusal(const ControlRequest& request, PatchSet wanted, int64_t live) {
+  const std::string alive = std::to_string(live) + " CUDA graph execs are alive";
+  if (wanted == PatchSet::Memory && request.patch_set != PatchSet::Memory)
+    return std::string("mode ") + mode_name(request.mode) + " needs access hooks and no kernel has them (" + alive +
+           "); restart with GPUOBS_MEMORY_KERNELS=REGEX for chosen kernels, or use sampled";
+  return std::string("patch set ") + patch_set_name(wanted) + " needs re-patching and " + alive +
+         "; restart the process with GPUOBS_PATCH_SET=" + patch_set_name(wanted);
+}
+
+}  // namespace
+
+PatchSet patch_set_needed(const ControlRequest& request, bool chooses_access_kernels) {
+  if (mode_records_accesses(request.mode) && request.patch_set == PatchSet::Block && !chooses_access_kernels)
+    return PatchSet::Memory;
+  return request.patch_set;
+}
+
 FilterVerdict judge_kernel(const KernelFilter* filter, const std::string& mangled, const std::string& demangled) {
   if (!filter) return FilterVerdict{};
   bool costly = false;
@@ -24,6 +45,22 @@ FilterVerdict judge_kernel(const KernelFilter* filter, const std::string& mangle
   return FilterVerdict{costly, costly};
 }
 
+std::string memory_kernels_problem(const std::string& pattern) {
+  if (pattern.size() >= kMemoryKernelsBytes)
+    return "longer than " + std::to_string(kMemoryKernelsBytes - 1) + " bytes";
+  KernelFilter compiled;
+  const std::string problem = KernelFilter::compile(pattern, &compiled);
+  return problem.empty() ? "" : "not a kernel name pattern: " + problem;
+}
+
+bool module_chosen_for_access_hooks(const KernelFilter& chosen, const std::vector<std::string>& mangled_names) {
+  for (const std::string& name : mangled_names) {
+    if (chosen.search(name, kFilterBudget) == KernelFilter::Verdict::Match) return true;
+    if (chosen.search(demangle(name), kFilterBudget) == KernelFilter::Verdict::Match) return true;
+  }
+  return false;
+}
+
 void handle_control_request(SegmentWriter& writer, ControlTarget& target, const ControlRequest& request) {
   __atomic_fetch_add(&writer.view().counters->control_requests, 1, __ATOMIC_RELAXED);
   const std::string problem = control_request_problem(uint32_t(request.mode), request.shift,
@@ -32,15 +69,12 @@ void handle_control_request(SegmentWriter& writer, ControlTarget& target, const 
     writer.acknowledge(request.generation, target.in_force(), ControlStatus::InvalidArgument, problem);
     return;
   }
-  const PatchSet wanted = mode_needs_memory_set(request.mode) ? PatchSet::Memory : request.patch_set;
+  const PatchSet wanted = patch_set_needed(request, target.chooses_access_kernels());
   if (wanted != target.patch_set()) {
     const int64_t live = target.live_graph_execs();
-    const std::string set_name = patch_set_name(wanted);
     if (live > 0) {
       writer.acknowledge(request.generation, target.in_force(), ControlStatus::FailedPrecondition,
-                         std::string("mode ") + mode_name(request.mode) + " needs patch set " + set_name + " and " +
-                             std::to_string(live) + " CUDA graph execs are alive; restart the process with " +
-                             "GPUOBS_PATCH_SET=" + set_name);
+                         patch_set_refusal(request, wanted, live));
       return;
     }
     std::string error;

@@ -47,7 +47,7 @@ std::string demangle(const std::string& mangled) {
 SegmentWriter::SegmentWriter(std::unique_ptr<MappedSegment> segment) : segment_(std::move(segment)) {}
 
 int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const std::string& mangled,
-                                       uint64_t cubin_hash, uint64_t function_pc) {
+                                       uint64_t cubin_hash, uint64_t function_pc, uint32_t entry_flags) {
   const SegmentView& v = view();
   const std::string demangled = demangle(mangled);
   std::lock_guard<std::mutex> lock(registration_mutex_);
@@ -70,6 +70,7 @@ int64_t SegmentWriter::register_kernel(uint64_t function, uint64_t module, const
   entry.demangled_bytes = uint32_t(demangled.size());
   entry.registered_ns = monotonic_ns();
   entry.slot = slot;
+  entry.flags = entry_flags;
   entry.cubin_hash = cubin_hash;
   entry.function_pc = function_pc;
   __atomic_store_n(&v.header->name_arena_used, used + uint32_t(needed), __ATOMIC_RELEASE);

@@ -141,6 +141,8 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   copy_text(control.desired_filter, kFilterBytes, options.initial_filter);
   copy_text(control.applied_filter, kFilterBytes, options.initial_filter);
   control.desired_filter_bytes = control.applied_filter_bytes = uint32_t(filter_bytes);
+  copy_text(control.memory_kernels, kMemoryKernelsBytes, options.memory_kernels);
+  control.memory_kernels_bytes = uint32_t(std::min(options.memory_kernels.size(), size_t(kMemoryKernelsBytes - 1)));
   control.status = uint32_t(ControlStatus::Ok);
   control.applied_time_ns = header.start_monotonic_ns;  // generation 0: in force from the start
 

@@ -75,16 +75,40 @@ constexpr uint64_t kSlotAddressMask = (1ULL << 48) - 1;
 constexpr uint32_t kFlagsModeMask = 0x7;      // flags bits 0-2: Mode
 constexpr uint32_t kFlagsCaptured = 0x8;      // flags bit 3: the kernel filter lets it record
 constexpr uint32_t kFlagsShiftShift = 4;      // flags bits 4-8: sample shift
+constexpr uint32_t kFlagsAccessHooked = 0x200;  // flags bit 9: its module carries the access hooks
 static_assert(kModeCount <= kFlagsModeMask + 1, "every mode fits the flags' mode bits");
 static_assert(kMaxShift <= 0x1f, "every shift fits the flags' shift bits");
-GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured) {
+GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured, bool access_hooked) {
   return (config_mode(config) & kFlagsModeMask) | (captured ? kFlagsCaptured : 0) |
-         ((config_shift(config) & 0x1f) << kFlagsShiftShift);
+         ((config_shift(config) & 0x1f) << kFlagsShiftShift) | (access_hooked ? kFlagsAccessHooked : 0);
 }
 GPUOBS_HD constexpr uint32_t flags_mode(uint32_t flags) { return flags & kFlagsModeMask; }
 GPUOBS_HD constexpr uint32_t flags_shift(uint32_t flags) { return (flags >> kFlagsShiftShift) & 0x1f; }
 GPUOBS_HD constexpr uint64_t bound_userdata(uint64_t slot_address, uint32_t flags) {
   return (slot_address & kSlotAddressMask) | kBoundConfig | (uint64_t(flags & 0x7fff) << 48);
+}
+
+// What a kernel's block leaders record, from its config word: the one decision of the block
+// patches (enter, exit) and gpuobs-synth. Kernels with access hooks record accesses in the
+// access modes (their leaders only the launch); the others record every block in `blocks`, 1 in
+// 2^shift blocks in `sampled` (block_sample_keep) and nothing in `memory`.
+enum class BlockCapture : uint32_t {
+  None = 0,      // counted only
+  Launches = 1,  // the launch event from block (0,0,0); accesses are recorded by the access patch
+  Sampled = 2,   // the blocks the hash keeps (enter, exit) and, when block (0,0,0) is one, the launch
+  Every = 3,     // every block's enter (and exit), and the launch
+};
+inline constexpr Named<BlockCapture> kBlockCaptureNames[] = {{BlockCapture::None, "none"},
+                                                              {BlockCapture::Launches, "launches"},
+                                                              {BlockCapture::Sampled, "sampled"},
+                                                              {BlockCapture::Every, "every"}};
+static_assert(dense_from(kBlockCaptureNames, 0), "block captures in value order");
+GPUOBS_HD constexpr BlockCapture block_capture(uint32_t flags) {
+  return (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) ? BlockCapture::None
+         : flags_mode(flags) == uint32_t(Mode::Blocks)                              ? BlockCapture::Every
+         : (flags & kFlagsAccessHooked)                                             ? BlockCapture::Launches
+         : flags_mode(flags) == uint32_t(Mode::Sampled)                             ? BlockCapture::Sampled
+                                                                                    : BlockCapture::None;
 }
 GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((userdata >> 48) & 0x7fff); }
 

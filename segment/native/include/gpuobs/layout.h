@@ -23,10 +23,12 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 5;  // 2: graph launch and graph exec records; 3: the launch census;
+constexpr uint32_t kLayoutVersion = 6;  // 2: graph launch and graph exec records; 3: the launch census;
                                         // 4: op records, a launch's thread, identity and GPUs in the header;
                                         // 5: graph nodes an op captured, the graph an exec was made from
-                                        // moved to the device (launch events, kernel shapes section)
+                                        // moved to the device (launch events, kernel shapes section);
+                                        // 6: sampled in the block set (block event flags), access hooks
+                                        // for chosen kernels (kernel entry flags, the pattern, a counter)
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
 constexpr uint32_t kPageBytes = 4096;
@@ -79,11 +81,18 @@ enum class Mode : uint32_t { Off = 0, Noop = 1, Counter = 2, Blocks = 3, Memory 
 constexpr uint32_t kMaxShift = 31;
 
 // Every mode, once: its name and what it asks of the patches. A new mode is a value above and a
-// row here; the patches' and gpuobs-synth's handling of it are the only other code to change.
+// row here; the patches' and gpuobs-synth's handling of it (block_capture in device_state.h)
+// are the only other code to change.
+//
+// What each mode records depends on the kernel's hooks: a kernel whose module carries the memory
+// access hooks (the memory patch set, or a kernel chosen by GPUOBS_MEMORY_KERNELS in the block
+// set) records accesses in `memory` and `sampled`; any other kernel records nothing in `memory`
+// (it is counted, as in `counter`) and 1 in 2^shift blocks in `sampled`.
 struct ModeInfo {
   Mode mode;
   const char* name;
-  bool needs_memory_set;  // needs the per-access hooks of the memory patch set
+  bool records_accesses;  // records nothing but accesses: a process with no access hook anywhere
+                          // needs the memory patch set for it
   bool emits_events;      // puts events into the event ring at all
   bool sampled;           // the sample shift applies
 };
@@ -93,7 +102,7 @@ inline constexpr ModeInfo kModes[] = {
     {Mode::Counter, "counter", false, false, false},
     {Mode::Blocks, "blocks", false, true, false},
     {Mode::Memory, "memory", true, true, false},
-    {Mode::Sampled, "sampled", true, true, true},
+    {Mode::Sampled, "sampled", false, true, true},
 };
 constexpr uint32_t kModeCount = uint32_t(sizeof(kModes) / sizeof(kModes[0]));
 constexpr bool modes_in_order() {
@@ -104,7 +113,7 @@ constexpr bool modes_in_order() {
 static_assert(modes_in_order(), "kModes lists every mode at its wire value");
 
 constexpr const char* mode_name(Mode m) { return uint32_t(m) < kModeCount ? kModes[uint32_t(m)].name : "unknown"; }
-constexpr bool mode_needs_memory_set(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].needs_memory_set; }
+constexpr bool mode_records_accesses(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].records_accesses; }
 constexpr bool mode_emits_events(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].emits_events; }
 // Parses a mode's name; false when unknown.
 constexpr bool parse_mode(const char* name, Mode* out) {
@@ -147,6 +156,12 @@ enum MemoryFlags : uint16_t {
   kAccessWrite = 0x2,
   kAccessAtomic = 0x4,
   kAccessPrefetch = 0x8,
+};
+// Block event flags (EventRecord::flags of block enters, exits and launch events).
+enum BlockEventFlags : uint16_t {
+  kBlockSampled = 0x10,  // recorded in `sampled`: its block was one of 1 in 2^shift (sample_hash.h)
+  kBlockEarlierEpoch = 0x20,  // a sampled exit recorded by the choice of the epoch before its own
+                              // (its block may have entered in it): without its enter it is no anomaly
 };
 
 // Launch table records: kernel launches (1, 2) and the graph events around them (3-5), which
@@ -566,6 +581,7 @@ static_assert(covers(kSegmentHeaderFields, sizeof(SegmentHeader)), "kSegmentHead
 // producer, applied_generation stored last). One cache-line-separated half per writer.
 constexpr uint32_t kFilterBytes = 256;
 constexpr uint32_t kStatusMessageBytes = 192;
+constexpr uint32_t kMemoryKernelsBytes = 128;  // GPUOBS_MEMORY_KERNELS: at most 127 bytes
 // The most engine steps one op window may span: a window is a bounded look (the launch trace is on
 // for its steps), never a way to leave it on.
 constexpr uint32_t kMaxOpsSteps = 1024;
@@ -591,7 +607,12 @@ struct ControlBlock {
   uint32_t reserved1;
   char applied_filter[kFilterBytes];
   char status_message[kStatusMessageBytes];
-  uint8_t pad1[152];
+  // The producer's start-up choice of kernels that get the memory access hooks in the block set
+  // (GPUOBS_MEMORY_KERNELS, an ECMAScript regex on kernel names), written once before the segment
+  // is published; empty when none.
+  uint32_t memory_kernels_bytes;
+  char memory_kernels[kMemoryKernelsBytes];
+  uint8_t pad1[20];
 };
 static_assert(sizeof(ControlBlock) == 1024, "ControlBlock is 1 KiB");
 static_assert(offsetof(ControlBlock, applied_generation) == 384, "halves on separate lines");
@@ -615,6 +636,8 @@ inline constexpr Field kControlBlockFields[] = {
     GPUOBS_RESERVED(ControlBlock, reserved1),
     GPUOBS_TEXT(ControlBlock, applied_filter, applied_filter_bytes),
     GPUOBS_FIELD(ControlBlock, status_message),
+    GPUOBS_FIELD(ControlBlock, memory_kernels_bytes),
+    GPUOBS_TEXT(ControlBlock, memory_kernels, memory_kernels_bytes),
     GPUOBS_RESERVED(ControlBlock, pad1),
 };
 static_assert(covers(kControlBlockFields, sizeof(ControlBlock)), "kControlBlockFields lists every member");
@@ -660,7 +683,10 @@ struct GlobalCounters {
   // subscriber (the driver admits one tool), so each of them got an empty trace. 0 in segments of
   // injectors that predate it (the word was reserved).
   uint64_t profiler_starts;
-  uint64_t reserved[7];
+  // Modules given the memory access hooks (every patched module in the memory patch set; in the
+  // block set those holding a kernel GPUOBS_MEMORY_KERNELS chose), counted as they are patched.
+  uint64_t modules_access_hooked;
+  uint64_t reserved[6];
 };
 static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
 inline constexpr Field kGlobalCountersFields[] = {
@@ -689,6 +715,7 @@ inline constexpr Field kGlobalCountersFields[] = {
     GPUOBS_FIELD(GlobalCounters, cubin_ns),
     GPUOBS_FIELD(GlobalCounters, device_replay_begun),
     GPUOBS_FIELD(GlobalCounters, profiler_starts),
+    GPUOBS_FIELD(GlobalCounters, modules_access_hooked),
     GPUOBS_RESERVED(GlobalCounters, reserved),
 };
 static_assert(covers(kGlobalCountersFields, sizeof(GlobalCounters)), "kGlobalCountersFields lists every member");
@@ -779,6 +806,13 @@ inline constexpr Field kKernelShapesFields[] = {
 };
 static_assert(covers(kKernelShapesFields, sizeof(KernelShapes)), "kKernelShapesFields lists every member");
 
+// KernelEntry::flags.
+enum KernelEntryFlags : uint32_t {
+  kKernelAccessHooksChosen = 0x1,  // its module carries the memory access hooks in the block set:
+                                   // GPUOBS_MEMORY_KERNELS chose a kernel of it (in the memory
+                                   // patch set every kernel's module carries them)
+};
+
 // Kernel table entry: names live in the name arena. Published by storing kernel_count.
 struct KernelEntry {
   uint64_t function;  // CUfunction handle as an integer (0 in gpuobs-synth)
@@ -789,7 +823,7 @@ struct KernelEntry {
   uint32_t demangled_bytes;
   uint64_t registered_ns;  // CLOCK_MONOTONIC
   uint32_t slot;
-  uint32_t flags;
+  uint32_t flags;        // KernelEntryFlags
   uint64_t cubin_hash;   // the module's cubin kept at load (cubin_file_name), 0 when not kept
   uint64_t function_pc;  // device address of the function's first instruction: event pc minus
                          // this is the offset in the cubin's function; 0 when unknown

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpuobs/control_request.h"
 #include "gpuobs/kernel_filter.h"
@@ -35,6 +36,14 @@ struct FilterVerdict {
 // The kernel filter's verdict on a kernel with these names; nullptr is no filter (all record).
 FilterVerdict judge_kernel(const KernelFilter* filter, const std::string& mangled, const std::string& demangled);
 
+// GPUOBS_MEMORY_KERNELS, decided per module when it is patched (patching is per module, so every
+// kernel of a chosen module gets the hooks): whether one of the module's functions, by its
+// mangled or demangled name, matches `chosen`. A name too costly to judge does not choose.
+// Why GPUOBS_MEMORY_KERNELS cannot be taken ("" when it can): longer than the segment shows
+// (kMemoryKernelsBytes - 1), or not a kernel filter pattern (kernel_filter.h).
+std::string memory_kernels_problem(const std::string& pattern);
+bool module_chosen_for_access_hooks(const KernelFilter& chosen, const std::vector<std::string>& mangled_names);
+
 // What the control decision needs of a producer: what is in force and how to change it. Called
 // from the producer's control thread only.
 class ControlTarget {
@@ -44,6 +53,9 @@ class ControlTarget {
   virtual ControlRequest in_force() = 0;
   // The patch set the producer's modules are patched with now.
   virtual PatchSet patch_set() = 0;
+  // Kernels were chosen at start for the access hooks in the block set (GPUOBS_MEMORY_KERNELS):
+  // `memory` then records their accesses without the memory patch set.
+  virtual bool chooses_access_kernels() = 0;
   // Graph execs alive: a switch of patch set is refused while any is, since an exec keeps the
   // patched code it was instantiated with.
   virtual int64_t live_graph_execs() = 0;
@@ -56,9 +68,14 @@ class ControlTarget {
   virtual void open_ops_window(uint32_t steps) = 0;
 };
 
+// The patch set a request needs: the one it names, except that `memory` (which records nothing
+// but accesses) needs the memory patch set where no kernel was chosen for the access hooks.
+PatchSet patch_set_needed(const ControlRequest& request, bool chooses_access_kernels);
+
 // The control decision on one request: counted; refused with the config in force kept when it is
 // malformed (InvalidArgument), needs another patch set while graph execs are alive
-// (FailedPrecondition) or re-patching failed (Internal); else put in force; acknowledged always.
+// (FailedPrecondition, with the remedy) or re-patching failed (Internal); else put in force;
+// acknowledged always.
 void handle_control_request(SegmentWriter& writer, ControlTarget& target, const ControlRequest& request);
 
 // Handles the daemon's request when there is one newer than *seen_generation (which it then

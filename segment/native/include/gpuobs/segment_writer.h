@@ -46,8 +46,9 @@ class SegmentWriter {
   MappedSegment& segment() { return *segment_; }
 
   // Slot of a new kernel, or -1 when the table or name arena is full (counted, "table" stage).
+  // entry_flags: KernelEntryFlags.
   int64_t register_kernel(uint64_t function, uint64_t module, const std::string& mangled, uint64_t cubin_hash = 0,
-                          uint64_t function_pc = 0);
+                          uint64_t function_pc = 0, uint32_t entry_flags = 0);
 
   // Appends a launch record (launches are counted by the device census, not here). False when
   // the launch ring was full (counted, "host" stage). Callable from any thread, never blocks.
