@@ -48,6 +48,7 @@ SILU: list[Config] = [
     ("blocks, exits hooked (GPUOBS_BLOCK_EXIT=1)", "blocks", "block", 0, {"GPUOBS_BLOCK_EXIT": "1"}),
     ("per-access hook floor (memory set, noop)", "noop", "memory", 0, {}),
     ("sampled", "sampled", "memory", 10, {}),
+    ("sampled, block set (1 in 2^10 blocks)", "sampled", "block", 10, {}),
     ("naive exact count (2 atomics per access)", "memory", "memory", 0, {"GPUOBS_NAIVE_COUNTING": "1"}),
 ]
 DIAGNOSE: list[Config] = [
@@ -84,6 +85,8 @@ DECODE: list[Config] = [
     ("counter, launch trace (GPUOBS_LAUNCH_TRACE=1)", "counter", "block", 0, {"GPUOBS_LAUNCH_TRACE": "1"}),
     ("blocks", "blocks", "block", 0, {}),
     ("sampled", "sampled", "memory", 10, {}),
+    ("sampled, block set (1 in 2^10 blocks)", "sampled", "block", 10, {}),
+    ("sampled, block set, exits hooked (GPUOBS_BLOCK_EXIT=1)", "sampled", "block", 10, {"GPUOBS_BLOCK_EXIT": "1"}),
 ]
 # Block-entry patches that each do one part of a leader's work (GPUOBS_DEBUG_PATCHES=<step>,
 # exits unpatched; gpuobs_patches.cu says what each does): where the block set's cost over the
@@ -226,6 +229,10 @@ def check_targets(rows: list[dict]) -> list[str]:
         value = ratio("decode_graph", mode)
         if value is not None and empty:
             check(f"(c) {mode} / empty-patch floor <= 1.01", value / empty, 1.01)
+    block_sampled = ratio("decode_graph", "sampled, block set (1 in 2^10 blocks)")
+    counter = ratio("decode_graph", "counter")
+    if block_sampled and counter:
+        check("(c) block-set sampled 10 / counter <= 1.01", block_sampled / counter, 1.01)
     return lines
 
 
@@ -302,7 +309,8 @@ def main() -> int:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     build = Path(tempfile.mkdtemp(prefix="gpuobs-bench-build-"))
     silu = build / "silu_mul"
-    subprocess.run([nvcc, "-O3", "-arch=sm_90", "-o", str(silu), str(HERE / "programs" / "silu_mul.cu")], check=True)
+    subprocess.run([nvcc, "-O3", "-arch=sm_90", "-I", str(HERE.parent / "tests" / "gpu" / "programs"), "-o", str(silu),
+                    str(HERE / "programs" / "silu_mul.cu")], check=True)
     device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip()
     if args.diagnose:

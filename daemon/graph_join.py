@@ -658,7 +658,7 @@ class GraphJoin(Analysis):
             matched += status == MATCHED
             blocks.append(observed)
             span = self.spans.get(execution.key(record.replay)) if record.replay else None
-            if span and span.enters:
+            if span and span.enters and not span.sampled:  # a sample of blocks spans nothing
                 start = span.first_ns if not start else min(start, span.first_ns)
                 end = max(end, span.last_ns)
         if len(blocks) < len(executions):

@@ -11,14 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    cudaError_t status_ = (call);                                                                \
-    if (status_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(status_));       \
-      std::exit(3);                                                                              \
-    }                                                                                            \
-  } while (0)
+#include "program_support.h"  // tests/gpu/programs: CHECK
 
 constexpr int kTokens = 6098, kWidth = 8192, kThreads = 1024;
 

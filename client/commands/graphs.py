@@ -41,9 +41,10 @@ def run(args: argparse.Namespace) -> int:
               f"mismatched, {sampled}{graph.executions_unrecorded} unrecorded, {graph.executions_unjoined} unjoined; "
               f"{graph.events_unmatched} unmatched events")
         table([("position", "#"), ("node", "NODE"), ("executions", "EXECUTIONS"), ("matched", "MATCHED"),
+               *([("sampled", "SAMPLED")] if graph.executions_sampled else []),
                ("blocks", "BLOCKS/EXEC"), ("grid", "GRID"), ("name", "KERNEL")],
               [{"position": n.position, "node": f"0x{n.node:x}", "executions": n.executions,
-                "matched": n.executions_matched, "blocks": n.blocks_per_execution,
+                "matched": n.executions_matched, "sampled": n.executions_sampled, "blocks": n.blocks_per_execution,
                 "grid": "x".join(map(str, n.grid)), "name": n.name if len(n.name) <= 60 else n.name[:57] + "..."}
                for n in graph.nodes])
         if graph.recent_replays:

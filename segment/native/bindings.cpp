@@ -435,9 +435,11 @@ void bind_functions(py::module_& m) {
       [](py::bytes image) {
         const std::string bytes = image;
         std::string error;
-        std::vector<std::string> names = cubin_function_names(bytes.data(), bytes.size(), &error);
+        const std::vector<std::string> names = cubin_function_names(bytes.data(), bytes.size(), &error);
         if (!error.empty()) throw py::value_error(error);
-        return names;
+        py::list out;
+        for (const std::string& name : names) out.append(lenient_text(name.data(), name.size()));
+        return out;
       },
       py::arg("image"), "The functions an ELF cubin defines, as the injector reads them when it patches a module");
   m.def(

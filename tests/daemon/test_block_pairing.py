@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuobs.daemon.block_pairing import BlockPairing
+from gpuobs.segment import BLOCK_EARLIER_EPOCH, BLOCK_SAMPLED
 from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
 from gpuobs_testing.records import block_events
 
@@ -25,3 +26,23 @@ def test_block_durations_pair_enter_and_exit_across_batches() -> None:
                                        block_events(5, 2, 2, slot=3, t0=50, kind="block_exit")]),
                        node_grid_ids=np.array([5], dtype=np.uint64))
     assert (pairing.block_durations([3], [0])[0].count, pairing.block_durations([3], [0])[0].unpaired) == (0, 4)
+
+
+def test_sampled_blocks_pair_and_their_exits_without_an_enter_are_no_anomaly() -> None:
+    """`sampled` (block set): the kept blocks' enters and exits pair into durations as any; an exit
+    the epoch before kept, whose block entered in an epoch that did not keep it, comes alone and
+    is not counted unpaired. An unsampled exit alone still is."""
+    pairing = BlockPairing(TimeBudget(share=UNLIMITED_SHARE, burst_s=1.0))
+    none = np.zeros(0, dtype=np.uint64)
+    enters = block_events(9, 1, 3, slot=4, t0=1000)
+    exits = block_events(9, 1, 5, slot=4, t0=1400, kind="block_exit")  # blocks 3 and 4: exits alone
+    for batch in (enters, exits):
+        batch["flags"] = BLOCK_SAMPLED
+    exits["flags"][3:] |= BLOCK_EARLIER_EPOCH
+    pairing.add_events(np.concatenate([enters, exits]), node_grid_ids=none)
+    stats = pairing.block_durations([4], [0])[0]
+    assert (stats.count, stats.unpaired, stats.min_ns, stats.max_ns) == (3, 0, 400, 400)
+    alone = block_events(10, 1, 2, slot=4, t0=5000, kind="block_exit")  # not sampled: an anomaly
+    pairing.add_events(alone, node_grid_ids=none)
+    assert pairing.block_durations([4], [0])[0].unpaired == 2
+    assert pairing.report().blocks == 0

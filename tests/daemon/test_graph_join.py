@@ -30,7 +30,7 @@ def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:
     assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (5, 10, 0)
     assert [graph.executions_of(node) for node in graph.nodes.values()] == [5, 5]
     report = join.exec_report(graph, replays=5)
-    assert report["totals"] == {"matched": 10, "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+    assert report["totals"] == {"matched": 10, "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
     assert [r["node_blocks"] for r in report["replays"]] == [[4, 3]] * 5
     assert report["events_unmatched"] == 0
 
@@ -70,7 +70,7 @@ def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
     ]))
     graph = join.by_handle[EXEC]
     report = join.exec_report(graph, replays=3)
-    assert report["totals"] == {"matched": 4, "mismatched": 1, "unrecorded": 1, "unjoined": 0}
+    assert report["totals"] == {"matched": 4, "mismatched": 1, "sampled": 0, "unrecorded": 1, "unjoined": 0}
     assert report["events_unmatched"] == blocks_b
     assert [r["node_blocks"] for r in report["replays"]] == [[4, 3], [3, 3], [4, 0]]
     first, second = report["replays"][:2]
@@ -82,7 +82,7 @@ def test_counter_mode_replays_are_unrecorded_not_mismatched() -> None:
     join = joining_everything()
     join.on_launches(graph_launches(range(1, 3), mode="counter"))
     report = join.exec_report(join.by_handle[EXEC], replays=2)
-    assert report["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 4, "unjoined": 0}
+    assert report["totals"] == {"matched": 0, "mismatched": 0, "sampled": 0, "unrecorded": 4, "unjoined": 0}
 
 
 def test_the_devices_evidence_judges_a_replay_that_ran_in_another_mode_than_launched() -> None:
@@ -95,7 +95,7 @@ def test_the_devices_evidence_judges_a_replay_that_ran_in_another_mode_than_laun
     join.on_events(np.concatenate([block_events(grid, 1, blocks, slot=slot, t0=100 * slot)
                                       for slot, (grid, blocks) in enumerate(NODES.values())]))
     report = join.exec_report(join.by_handle[EXEC], replays=2)
-    assert report["totals"] == {"matched": 2, "mismatched": 0, "unrecorded": 2, "unjoined": 0}
+    assert report["totals"] == {"matched": 2, "mismatched": 0, "sampled": 0, "unrecorded": 2, "unjoined": 0}
 
 
 def test_old_replays_fold_into_totals_and_free_their_spans() -> None:
@@ -124,7 +124,7 @@ def test_replays_leaving_the_window_wait_for_their_events() -> None:
             join.on_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
     join.settle(ALL_REPLAYS)
     report = join.exec_report(join.by_handle[EXEC], replays=16)
-    assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+    assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
     assert report["events_unmatched"] == 0 and not join.spans.keys() - {
         (grid_id << 32) | replay for replay in range(7, 11) for grid_id, _ in NODES.values()}
 
@@ -148,7 +148,7 @@ def test_replays_the_device_has_not_begun_are_not_judged_yet() -> None:
         join.settle(replay + 1)
     join.settle(ALL_REPLAYS)  # the producer is gone: every replay finished
     report = join.exec_report(graph, replays=4)
-    assert report["totals"] == {"matched": 15 * len(NODES), "mismatched": 0, "unrecorded": 5 * len(NODES),
+    assert report["totals"] == {"matched": 15 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 5 * len(NODES),
                                 "unjoined": 0}
     assert report["events_unmatched"] == 0 and not join.unsettled
 
@@ -167,7 +167,7 @@ def test_events_read_before_their_launch_record_wait_for_it() -> None:
     join.on_events(block_events(11, 3, 0, slot=0, t0=0))  # (any batch) another sweep
     join.settle(ALL_REPLAYS)
     report = join.exec_report(join.by_handle[EXEC], replays=3)
-    assert report["totals"] == {"matched": 3 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+    assert report["totals"] == {"matched": 3 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
     assert report["events_unmatched"] == 2  # the stray replay number's
 
 
@@ -200,7 +200,7 @@ def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudge
     join.on_events(block_events(grid_id, 1, blocks, slot=0, t0=0))
     graph = join.by_handle[EXEC]
     assert (graph.replays, graph.node_executions) == (3, 3 * len(NODES))  # the join stays exact
-    assert join.exec_report(graph, replays=3)["totals"] == {"matched": 0, "mismatched": 0, "unrecorded": 0,
+    assert join.exec_report(graph, replays=3)["totals"] == {"matched": 0, "mismatched": 0, "sampled": 0, "unrecorded": 0,
                                                          "unjoined": 3 * len(NODES)}
 
 
@@ -218,7 +218,7 @@ def test_a_skipped_event_batch_leaves_exactly_the_replays_it_held_unjoined() -> 
     join.on_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2, 3)
                                       for s, (g, b) in enumerate(NODES.values()) if (r, s) != (1, 0)]))
     report = join.exec_report(join.by_handle[EXEC], replays=3)
-    assert report["totals"] == {"matched": 2 * len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": len(NODES)}
+    assert report["totals"] == {"matched": 2 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": len(NODES)}
     assert [r["joined"] for r in report["replays"]] == [False, True, True]
 
 
@@ -252,7 +252,7 @@ def test_implied_replays_share_the_learned_nodes_and_are_judged_like_recorded_on
     assert {id(graph.executions(record)) for record in held if record.implied} == {id(graph.learned())}
     join.on_events(np.concatenate([block_events(g, 2000, b, slot=s, t0=0) for s, (g, b) in enumerate(NODES.values())]))
     report = join.exec_report(graph, replays=2)
-    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 1999 * len(NODES), "unjoined": 0}
+    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 1999 * len(NODES), "unjoined": 0}
     assert [r["nodes_matched"] for r in report["replays"]] == [0, len(NODES)]
     assert report["events_unmatched"] == 0
 
@@ -271,7 +271,7 @@ def test_events_skipped_before_their_replay_is_known_leave_it_unjoined() -> None
     join.on_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2)
                                       for s, (g, b) in enumerate(NODES.values()) if (r, s) != (2, 0)]))
     report = join.exec_report(join.by_handle[EXEC], replays=2)
-    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "unrecorded": 0, "unjoined": len(NODES)}
+    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": len(NODES)}
 
 
 def test_replays_folded_before_their_nodes_were_learned_still_add_up() -> None:
@@ -331,7 +331,7 @@ def test_a_reused_exec_handle_gets_a_census_of_its_own() -> None:
     assert [sorted(n.grid_ids) for n in new.nodes.values()] == [[111], [112]]
     for graph in (old, new):
         report = join.exec_report(graph, replays=4)
-        assert report["totals"] == {"matched": 4, "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+        assert report["totals"] == {"matched": 4, "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
         assert report["events_unmatched"] == 0
     join.settle(ALL_REPLAYS)
     assert old.final is None  # its last events may still be in a ring
@@ -341,7 +341,7 @@ def test_a_reused_exec_handle_gets_a_census_of_its_own() -> None:
     assert join.node_grid_ids().tolist() == [111, 112] and join.graph_exec_of(11) == 0
     assert join.graph_exec_of(111) == EXEC
     report = join.exec_report(old, replays=4)
-    assert report["totals"] == {"matched": 4, "mismatched": 0, "unrecorded": 0, "unjoined": 0}
+    assert report["totals"] == {"matched": 4, "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
     assert [(r["replay"], r["nodes_matched"], r["node_blocks"]) for r in report["replays"]] == [(1, 2, [4, 3]),
                                                                                                 (2, 2, [4, 3])]
     assert join.replay_summary(1, 2)["nodes_matched"] == 2 and join.replay_summary(2, 3)["nodes_matched"] == 2

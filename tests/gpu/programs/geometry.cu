@@ -15,14 +15,7 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    cudaError_t status_ = (call);                                                      \
-    if (status_ != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(status_)); \
-      std::exit(3);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "program_support.h"
 
 // one store per thread with i < n
 __global__ void fill_1d(float* out, int n) {
@@ -63,13 +56,6 @@ void launch_round(Buffers& b) {
   copy_1024<<<kCopyBlocks, kCopyThreads>>>(b.in, b.out);
   tiny<<<1, 32>>>(b.small);
   CHECK(cudaGetLastError());
-}
-
-uint64_t checksum(const void* device, size_t bytes, uint64_t hash) {
-  std::vector<unsigned char> host(bytes);
-  CHECK(cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost));
-  for (unsigned char byte : host) hash = (hash ^ byte) * 1099511628211ULL;  // FNV-1a
-  return hash;
 }
 
 int main(int argc, char** argv) {
@@ -116,7 +102,7 @@ int main(int argc, char** argv) {
     }
   }
   CHECK(cudaDeviceSynchronize());
-  uint64_t hash = 1469598103934665603ULL;
+  uint64_t hash = kChecksumStart;
   hash = checksum(b.fill, kFillN * sizeof(float), hash);
   hash = checksum(b.y, kSaxpyN * sizeof(float), hash);
   hash = checksum(b.out, kCopyN * sizeof(float), hash);
