@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import itertools
 import os
+import stat
 import shutil
 import tempfile
 import time
@@ -156,7 +157,7 @@ class ObserverService:
     def __init__(self, registry: Registry, segment_dir: str, cubin_dir: str | None = None) -> None:
         self.registry = registry
         self.segment_dir = segment_dir
-        self.cubin_dir = cubin_dir or str(Path(segment_dir) / "gpuobs-cubins")  # the injector's default
+        self.cubin_dir = cubin_dir  # None: each producer's own, as its segment names it
         self.started = time.monotonic()
         # Queries run here, not on the event loop: a long one (every kernel of a big process)
         # must not hold up a status call, nor the loop's turns that every RPC needs.
@@ -200,7 +201,7 @@ class ObserverService:
             accounting_errors=process.accounting_errors,
             injector=injector_stats(counters),
             engine_steps=process.analyses.steps.report().steps,
-            memory_kernels=control.get("memory_kernels", ""),
+            memory_kernels=header.get("memory_kernels", ""),
             **identity_of(header),
         )
 
@@ -325,7 +326,7 @@ class ObserverService:
                     events_delivered=int(aggregates[slot - low].sum()), events_dropped=int(row["events_dropped"]),
                     shapes=kernel_shapes, other_shape_launches=other_shapes, block_durations=block_durations,
                     graph_launches=graph_launches.get(slot, 0), function_pc=int(entry.get("function_pc", 0)),
-                    cubin=self.cubin_path(entry), access_hooks=access_hooks,
+                    cubin=self.cubin_path(process, entry), access_hooks=access_hooks,
                     records=kernel_records(control["applied_mode"], control["applied_shift"], access_hooks)))
             self.registry.yield_to_drain(time.perf_counter() - began)
         return rows
@@ -393,12 +394,20 @@ class ObserverService:
             events_unmatched=report["events_unmatched"], recent_replays=recent,
             executions_sampled=totals["sampled"])
 
-    def cubin_path(self, entry: dict) -> str:
-        """The kept cubin of a kernel's module, when the file is there."""
-        if not entry.get("cubin_hash"):
+    def cubin_path(self, process: ObservedProcess, entry: dict) -> str:
+        """The kept cubin of a kernel's module, when the file is there and the producer's own: in
+        the directory its segment names (or --cubin-dir), a regular file, not a link, owned by the
+        producer's user or root (anything else another user may have put there)."""
+        directory = self.cubin_dir or process.segment.header.get("cubin_dir", "")
+        if not entry.get("cubin_hash") or not directory:
             return ""
-        path = Path(self.cubin_dir) / f"{int(entry['cubin_hash']):016x}.cubin"
-        return str(path) if path.is_file() else ""
+        path = Path(directory) / f"{int(entry['cubin_hash']):016x}.cubin"
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return ""
+        trusted = stat.S_ISREG(info.st_mode) and info.st_uid in (process.segment.owner_uid, 0)
+        return str(path) if trusted else ""
 
     def hot_pcs(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> results.HotPcs:
         """The `top` PCs by memory events in one reply; or, with top 0, every PC counted a page
@@ -438,7 +447,7 @@ class ObserverService:
             entry = entries.get(slot, {})
             rows.append(results.HotPc(pid=process.pid, slot=slot, kernel=entry.get("demangled", f"slot {slot}"),
                                       mangled=entry.get("mangled", ""), pc=pc, events=events,
-                                      function_pc=int(entry.get("function_pc", 0)), cubin=self.cubin_path(entry)))
+                                      function_pc=int(entry.get("function_pc", 0)), cubin=self.cubin_path(process, entry)))
         return rows
 
     def ops(self, pids: list[int], top: int = 50) -> results.Ops:

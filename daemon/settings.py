@@ -12,6 +12,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
+from .runtime_dir import SOCKET_NAME, socket_path_problem
+
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -36,14 +38,15 @@ def _share(text: str) -> float:
     return value
 
 
-def _count(low: int) -> Callable[[str], int]:
-    """An integer of at least `low` (milliseconds, limits)."""
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An integer within low..high (milliseconds, limits): every setting has a bound, so none can
+    make the daemon wait forever or hold what a host does not have."""
     def parse(text: str) -> int:
         value = int(text)
-        if value < low:
-            raise ValueError(f"must be at least {low}, not {value}")
+        if not low <= value <= high:
+            raise ValueError(f"must be within {low}..{high}, not {value}")
         return value
-    parse.__name__ = f"at_least_{low}"
+    parse.__name__ = f"within_{low}_{high}"
     return parse
 
 
@@ -55,10 +58,17 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+MAX_UID = 2**32 - 2  # (uid_t)-1 means "no uid"
+MAX_OWNERS = 64
+
+
 def _owners(text: str) -> str:
-    for part in text.split(","):
-        if part.strip() and (not part.strip().isdigit()):
-            raise ValueError(f"not a comma-separated list of uids: {text!r}")
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    for part in parts:
+        if not part.isdigit() or int(part) > MAX_UID:
+            raise ValueError(f"not a comma-separated list of uids (0..{MAX_UID}): {text!r}")
+    if len(parts) > MAX_OWNERS:
+        raise ValueError(f"at most {MAX_OWNERS} uids")
     return text
 
 
@@ -83,8 +93,8 @@ def _bool(text: str) -> bool:
 SETTINGS: tuple[Setting, ...] = (
     Setting("runtime_dir", "/run/gpuobs", "directory of the control socket and the daemon lock"),
     Setting("segment_dir", "/dev/shm", "where injected processes create their segments"),
-    Setting("cubin_dir", "", "where injected processes keep module cubins (default: <segment dir>/gpuobs-cubins, "
-            "as GPUOBS_CUBIN_DIR defaults in the injector)"),
+    Setting("cubin_dir", "", "where injected processes keep module cubins, when this daemon sees that folder at "
+            "another path than they do (default: the folder each process's segment names, its GPUOBS_CUBIN_DIR)"),
     Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)", _address),
     Setting("listen", "", "extra gRPC address (e.g. 0.0.0.0:50061), read-only: queries and streams, no set-mode, "
             "record or op window; served over TLS to clients that present the token (--tls-cert, --tls-key and --token-file "
@@ -94,19 +104,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("token_file", "", "file holding the token a --listen client must send (authorization: Bearer TOKEN; "
             "at least 16 characters)"),
     Setting("socket_group", "gpuobs", "group given the control socket (0660) when it exists"),
-    Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", _count(0)),
-    Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", _count(1)),
-    Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", _count(1)),
+    Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", _count(0, 1000)),
+    Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", _count(1, 60_000)),
+    Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", _count(1, 3_600_000)),
     Setting("exited_retention_s", 300, "how long an exited process's final counts stay shown (status, metrics) after "
-            "its final drain; then its segment is deleted and the process forgotten (0: at once)", _count(0)),
+            "its final drain; then its segment is deleted and the process forgotten (0: at once)",
+            _count(0, 30 * 86400)),
     Setting("exited_max", 32, "exited processes kept at most (the oldest forgotten first, before their retention is "
-            "over): a service restarting in a loop leaves a bounded trail", _count(0)),
-    Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", _count(0)),
+            "over): a service restarting in a loop leaves a bounded trail", _count(0, 4096)),
+    Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'",
+            _count(0, 10_000)),
     Setting("analysis_share", 0.3, "share of the daemon's time for joining graph replays to events and pairing "
             "block enters with exits (0 turns both off; counts stay exact)", _share),
     Setting("hang_threshold_ms", 10000, "blocks in flight this long are reported once per launch as a suspected hang "
-            "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", _count(1)),
-    Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long", _count(1)),
+            "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", _count(1, 86_400_000)),
+    Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long",
+            _count(1, 3_600_000)),
     Setting("log_format", "auto", "json, console, or auto (console on a terminal, JSON otherwise)",
             _choice("json", "console", "auto")),
     Setting("owners", "", "comma-separated uids whose segments are trusted (default: ours and root)", _owners),
@@ -125,7 +138,7 @@ class Config:
 
     @property
     def socket_path(self) -> Path:
-        return Path(self.values["runtime_dir"]) / "gpuobsd.sock"
+        return Path(self.values["runtime_dir"]) / SOCKET_NAME
 
     @property
     def owner_uids(self) -> list[int]:
@@ -171,6 +184,9 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
                 values[setting.name] = setting.parse(text)
             except ValueError as error:
                 raise ValueError(f"{source}={text!r}: {error}") from error
+    problem = socket_path_problem(Path(values["runtime_dir"]))
+    if problem:
+        raise ValueError(f"--runtime-dir: {problem}")
     if values["listen"]:
         missing = [f"--{name.replace('_', '-')}" for name in ("tls_cert", "tls_key", "token_file") if not values[name]]
         if missing:

@@ -5,6 +5,7 @@ this). A call without the token is refused UNAUTHENTICATED before it reaches the
 from __future__ import annotations
 
 import hmac
+import ssl
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -22,6 +23,15 @@ def read_token(path: str) -> str:
 
 
 def server_credentials(cert_path: str, key_path: str) -> grpc.ServerCredentials:
+    """The --listen port's credentials, the pair checked first (gRPC would only fail to bind the
+    port, saying nothing of the files): ValueError naming what is wrong."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as error:
+        raise ValueError(f"--tls-cert {cert_path} and --tls-key {key_path} are not a PEM certificate (chain) and its "
+                         f"private key: {error.reason or error}") from None
+    except OSError as error:
+        raise ValueError(f"cannot read --tls-cert or --tls-key: {error.strerror}: {error.filename}") from None
     return grpc.ssl_server_credentials([(Path(key_path).read_bytes(), Path(cert_path).read_bytes())])
 
 

@@ -133,6 +133,7 @@ class Segment:
     ) -> None:
         self.reader = _native.Reader(str(path), list(owners), allow_group, exclusive)
         self.header: dict = self.reader.header()
+        self.owner_uid: int = self.reader.owner_uid()  # the producer's user, as the validated file says
         self._events = np.empty(batch_records, dtype=EVENT_DTYPE)
         self._launches = np.empty(max(1024, batch_records // 16), dtype=LAUNCH_DTYPE)
         self._claim_floor: tuple[int, int] | None = None  # (publish_seq, claimed + dropped) last seen

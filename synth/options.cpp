@@ -59,6 +59,27 @@ uint64_t parse_number(const char* text, const char* flag) {
   return value;
 }
 
+uint64_t parse_bounded(const char* text, const char* flag, uint64_t low, uint64_t high) {
+  const uint64_t value = parse_number(text, flag);
+  if (value < low || value > high)
+    usage((std::string(flag) + " must be within " + std::to_string(low) + ".." + std::to_string(high)).c_str());
+  return value;
+}
+
+namespace {
+
+// Seconds: a finite number within 0..high (0: no limit where the flag says so).
+double parse_seconds(const char* text, const char* flag, double high) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !(value >= 0 && value <= high))
+    usage((std::string(flag) + " must be a number of seconds within 0.." + std::to_string(int64_t(high))).c_str());
+  return value;
+}
+
+}  // namespace
+
 namespace {
 
 // Defaults come from the same GPUOBS_* variables the injector reads, so a command line that
@@ -67,7 +88,7 @@ void apply_environment(Options* o) {
   if (const char* dir = std::getenv("GPUOBS_SEGMENT_DIR"); dir && *dir) o->segment_dir = dir;
   if (const char* mode = std::getenv("GPUOBS_MODE"); mode && *mode && !parse_mode(mode, &o->mode))
     usage("GPUOBS_MODE is not a mode");
-  if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_number(shift, "GPUOBS_SHIFT"));
+  if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_bounded(shift, "GPUOBS_SHIFT", 0, kMaxShift));
   if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set) parse_name(kPatchSetNames, set, &o->patch_set);
   if (const char* label = std::getenv("GPUOBS_LABEL"); label && *label) o->label = label;
   if (const char* group = std::getenv("GPUOBS_GROUP"); group && *group) {  // as the injector: 0660, that group
@@ -115,39 +136,41 @@ Options parse_options(int argc, char** argv) {
   while ((code = getopt_long(argc, argv, "", long_options, nullptr)) != -1) {
     switch (code) {
       case kDir: o.segment_dir = optarg; break;
-      case kKernels: o.kernels = uint32_t(parse_number(optarg, "--kernels")); break;
+      case kKernels: o.kernels = uint32_t(parse_bounded(optarg, "--kernels", 1, kMaxKernels)); break;
       case kRate: o.rate = double(parse_number(optarg, "--rate")); break;
-      case kDuration: o.duration = std::atof(optarg); break;
+      case kDuration: o.duration = parse_seconds(optarg, "--duration", kMaxSeconds); break;
       case kMode:
         if (!parse_mode(optarg, &o.mode)) usage("unknown mode");
         break;
-      case kShift: o.shift = uint32_t(parse_number(optarg, "--shift")); break;
+      case kShift: o.shift = uint32_t(parse_bounded(optarg, "--shift", 0, kMaxShift)); break;
       case kSeed: o.seed = parse_number(optarg, "--seed"); break;
       case kPatchSet:
         if (!parse_name(kPatchSetNames, optarg, &o.patch_set)) usage("patch set is block or memory");
         break;
       case kMaxEvents: o.max_events = parse_number(optarg, "--max-events"); break;
       case kLaunches: o.max_launches = parse_number(optarg, "--launches"); break;
-      case kContexts: o.contexts = uint32_t(parse_number(optarg, "--contexts")); break;
-      case kRing: o.ring_records = uint32_t(parse_number(optarg, "--ring-records")); break;
-      case kLaunchRing: o.launch_ring_records = uint32_t(parse_number(optarg, "--launch-ring-records")); break;
-      case kLiveGraphs: o.live_graphs = uint32_t(parse_number(optarg, "--live-graphs")); break;
+      case kContexts: o.contexts = uint32_t(parse_bounded(optarg, "--contexts", 1, kMaxEventRings)); break;
+      case kRing: o.ring_records = uint32_t(parse_bounded(optarg, "--ring-records", 1, kMaxRingRecords)); break;
+      case kLaunchRing:
+        o.launch_ring_records = uint32_t(parse_bounded(optarg, "--launch-ring-records", 1, kMaxRingRecords));
+        break;
+      case kLiveGraphs: o.live_graphs = uint32_t(parse_bounded(optarg, "--live-graphs", 0, 1u << 20)); break;
       case kCrash: o.crash_after = parse_number(optarg, "--crash-after"); break;
-      case kPublish: o.publish_us = uint32_t(parse_number(optarg, "--publish-us")); break;
-      case kPoll: o.control_poll_us = uint32_t(parse_number(optarg, "--control-poll-us")); break;
+      case kPublish: o.publish_us = uint32_t(parse_bounded(optarg, "--publish-us", 1, 60000000)); break;
+      case kPoll: o.control_poll_us = uint32_t(parse_bounded(optarg, "--control-poll-us", 1, 60000000)); break;
       case kLabel: o.label = optarg; break;
       case kFilter: o.filter = optarg; break;
       case kUnlink: o.unlink_at_exit = true; break;
-      case kGraphNodes: o.graph_nodes = uint32_t(parse_number(optarg, "--graph-nodes")); break;
-      case kReplayDelay: o.replay_delay_us = uint32_t(parse_number(optarg, "--replay-delay-us")); break;
+      case kGraphNodes: o.graph_nodes = uint32_t(parse_bounded(optarg, "--graph-nodes", 0, kMaxKernels)); break;
+      case kReplayDelay: o.replay_delay_us = uint32_t(parse_bounded(optarg, "--replay-delay-us", 0, 10000000)); break;
       case kSteps: o.steps = true; break;
       case kLaunchTrace: o.launch_trace = true; break;
-      case kDeviceLag: o.device_lag = uint32_t(parse_number(optarg, "--device-lag")); break;
-      case kProfilerStarts: o.profiler_starts = uint32_t(parse_number(optarg, "--profiler-starts")); break;
-      case kOps: o.ops = uint32_t(parse_number(optarg, "--ops")); break;
-      case kRank: o.rank = int64_t(parse_number(optarg, "--rank")); break;
-      case kWorldSize: o.world_size = uint32_t(parse_number(optarg, "--world-size")); break;
-      case kLocalRank: o.local_rank = uint32_t(parse_number(optarg, "--local-rank")); break;
+      case kDeviceLag: o.device_lag = uint32_t(parse_bounded(optarg, "--device-lag", 0, 1u << 20)); break;
+      case kProfilerStarts: o.profiler_starts = uint32_t(parse_bounded(optarg, "--profiler-starts", 0, 1u << 20)); break;
+      case kOps: o.ops = uint32_t(parse_bounded(optarg, "--ops", 0, 1u << 20)); break;
+      case kRank: o.rank = int64_t(parse_bounded(optarg, "--rank", 0, UINT32_MAX - 1)); break;
+      case kWorldSize: o.world_size = uint32_t(parse_bounded(optarg, "--world-size", 1, UINT32_MAX)); break;
+      case kLocalRank: o.local_rank = uint32_t(parse_bounded(optarg, "--local-rank", 0, UINT32_MAX)); break;
       case kModel: o.model = optarg; break;
       case kGpu: o.gpus.push_back(optarg); break;
       case kMemoryKernels: o.memory_kernels = optarg; break;
@@ -157,7 +180,7 @@ Options parse_options(int argc, char** argv) {
       case kVersion:
         std::printf("gpuobs-synth %s (segment layout %u)\n", GPUOBS_VERSION, kLayoutVersion);
         std::exit(0);
-      case kHang: o.hang_seconds = double(parse_number(optarg, "--hang-seconds")); break;
+      case kHang: o.hang_seconds = double(parse_bounded(optarg, "--hang-seconds", 0, uint64_t(kMaxSeconds))); break;
       case kCubin: o.cubin = optarg; break;
       case kCubinFunction: o.cubin_function = optarg; break;
       case kCubinOffsets: {
@@ -168,7 +191,8 @@ Options parse_options(int argc, char** argv) {
           const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
           char* end = nullptr;
           const unsigned long value = std::strtoul(item.c_str(), &end, 0);
-          if (item.empty() || *end != '\0') usage("bad --cubin-offsets");
+          if (item.empty() || *end != '\0' || value > UINT32_MAX) usage("bad --cubin-offsets");
+          if (o.cubin_offsets.size() >= kMaxCubinOffsets) usage("--cubin-offsets: too many offsets");
           o.cubin_offsets.push_back(uint32_t(value));
           if (comma == std::string::npos) break;
           start = comma + 1;

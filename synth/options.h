@@ -58,6 +58,11 @@ struct Options {
                               // launches later, in the mode in force then
 };
 
+// The bounds of its settings: none makes it spin, run forever unasked or take what a host lacks.
+constexpr uint32_t kMaxKernels = 1u << 16;     // kernels it plays (each a slot and its names)
+constexpr double kMaxSeconds = 86400;          // --duration, --hang-seconds
+constexpr size_t kMaxCubinOffsets = 1024;
+
 // The settings from the environment and the command line; exits with a usage message (status 2)
 // on anything it cannot accept.
 Options parse_options(int argc, char** argv);
@@ -67,6 +72,8 @@ Options parse_options(int argc, char** argv);
 
 // A decimal number for `flag`; exits through usage() when `text` is not one.
 uint64_t parse_number(const char* text, const char* flag);
+// The same, within low..high.
+uint64_t parse_bounded(const char* text, const char* flag, uint64_t low, uint64_t high);
 
 }  // namespace synth
 }  // namespace gpuobs

@@ -32,6 +32,12 @@ namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop.store(true); }
 
+// Where cubins are kept, as the injector decides it: GPUOBS_CUBIN_DIR, else the user's own cache.
+std::string cubin_directory() {
+  const char* dir = std::getenv("GPUOBS_CUBIN_DIR");
+  return dir && *dir ? dir : default_cubin_directory();
+}
+
 // Kernel 0 plays a real cubin's function (--cubin): the cubin is kept exactly as the injector
 // keeps a module's, and its accesses sit at real instruction offsets. Returns the cubin's hash,
 // 0 when it was not kept.
@@ -46,10 +52,10 @@ uint64_t play_cubin(const Options& options, KernelProfile* kernel0) {
   while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) bytes.append(buffer, got);
   std::fclose(file);
   // the injector's settings: GPUOBS_CUBIN_DIR, GPUOBS_CUBIN_MB (a budget too small keeps nothing)
-  const char* dir = std::getenv("GPUOBS_CUBIN_DIR");
   const char* megabytes = std::getenv("GPUOBS_CUBIN_MB");
-  const uint64_t budget = (megabytes && *megabytes ? parse_number(megabytes, "GPUOBS_CUBIN_MB") : 1024) << 20;
-  CubinStore store(dir && *dir ? dir : options.segment_dir + "/gpuobs-cubins", budget);
+  const uint64_t budget = (megabytes && *megabytes ? parse_bounded(megabytes, "GPUOBS_CUBIN_MB", 0, 1u << 20) : 1024) << 20;
+  const char* named = std::getenv("GPUOBS_CUBIN_DIR");
+  CubinStore store(cubin_directory(), budget, gid_t(options.group), !(named && *named));
   std::string why;
   const uint64_t hash = store.keep(1, bytes.data(), bytes.size(), &why);
   if (!hash) std::fprintf(stderr, "gpuobs-synth: cubin not kept (%s)\n", why.c_str());
@@ -78,6 +84,7 @@ int run(const Options& options) {
   segment_options.label = options.label;
   segment_options.group = gid_t(options.group);
   segment_options.memory_kernels = options.memory_kernels;
+  if (!options.cubin.empty()) segment_options.cubin_dir = cubin_directory();  // it keeps one with --cubin
   segment_options.producer_flags = kBlockExitsHooked | (options.launch_trace ? kLaunchTrace : 0u);  // both edges
   std::string error;
   const std::unique_ptr<SegmentWriter> producer = start_producer(segment_options, options.filter, &error);

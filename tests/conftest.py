@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -23,16 +24,25 @@ def segment_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_synth(segment_dir: Path) -> Iterator[Callable[..., SynthProcess]]:
+def cache_home(tmp_path: Path) -> Path:
+    """The XDG cache folder the producers of a test see: their default cubin folder
+    (gpuobs/cubins) is under it, never under the machine's own home."""
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def start_synth(segment_dir: Path, cache_home: Path) -> Iterator[Callable[..., SynthProcess]]:
     started: list[SynthProcess] = []
 
-    def start(*args: str, directory: Path | None = None, timeout: float = 10.0) -> SynthProcess:
+    def start(*args: str, directory: Path | None = None, timeout: float = 10.0,
+              env: dict[str, str] | None = None) -> SynthProcess:
         directory = directory or segment_dir
         process = subprocess.Popen(
             [synth_binary(), "--segment-dir", str(directory), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, "XDG_CACHE_HOME": str(cache_home), **(env or {})},
         )
         deadline = time.monotonic() + timeout
         wanted = f"gpuobs-{process.pid}-"

@@ -90,7 +90,7 @@ void mark_tool_thread() { t_tool_thread = true; }
 Injector::Injector()
     : config_(load_injector_config()),
       patcher_(config_.patch_set, config_.block_exit, config_.naive_counting, compile_memory_kernels(config_)),
-      cubins_(config_.cubin_dir, uint64_t(config_.cubin_mb) << 20),
+      cubins_(config_.cubin_dir, uint64_t(config_.cubin_mb) << 20, config_.group, config_.cubin_dir_default),
       function_slots_(1u << 16) {
   in_force_.mode = config_.mode;
   in_force_.shift = config_.shift;
@@ -259,6 +259,7 @@ bool Injector::ensure_segment() {
   options.producer = "gpuobs-injector";
   options.label = config_.label;
   if (patcher_.chooses_modules()) options.memory_kernels = config_.memory_kernels;
+  if (config_.cubin_mb > 0) options.cubin_dir = config_.cubin_dir;
   options.producer_flags = (config_.block_exit ? uint32_t(kBlockExitsHooked) : 0u) |
                            (config_.launch_trace ? uint32_t(kLaunchTrace) : 0u);
   std::string error;

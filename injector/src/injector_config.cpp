@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "gpuobs/cubin_store.h"
 #include "gpuobs/producer.h"
 #include "injector_log.h"
 
@@ -102,7 +103,8 @@ InjectorConfig load_injector_config() {
     config.mode = Mode::Counter;
   }
   if (const char* label = env("GPUOBS_LABEL")) config.label = label;
-  config.cubin_dir = env("GPUOBS_CUBIN_DIR") ? env("GPUOBS_CUBIN_DIR") : config.segment_dir + "/gpuobs-cubins";
+  config.cubin_dir_default = env("GPUOBS_CUBIN_DIR") == nullptr;
+  config.cubin_dir = config.cubin_dir_default ? default_cubin_directory() : env("GPUOBS_CUBIN_DIR");
   config.patch_file = env("GPUOBS_PATCH_FILE") ? env("GPUOBS_PATCH_FILE") : library_directory() + "/gpuobs_patches.fatbin";
   return config;
 }

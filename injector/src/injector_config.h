@@ -38,7 +38,9 @@ struct InjectorConfig {
   bool slot_index_in_userdata = false;   // GPUOBS_DEBUG_PATCHES=load_context (measurement only)
   std::string patch_file;                // GPUOBS_PATCH_FILE: patch fatbin (default: beside the library)
   std::string label;                     // GPUOBS_LABEL: free text shown by the daemon
-  std::string cubin_dir;                 // GPUOBS_CUBIN_DIR: module cubins kept (default: <segment dir>/gpuobs-cubins)
+  std::string cubin_dir;                 // GPUOBS_CUBIN_DIR: module cubins kept (default: default_cubin_directory(),
+                                         // under the user's own cache directory, created with its parents)
+  bool cubin_dir_default = true;         // GPUOBS_CUBIN_DIR unset
   uint32_t cubin_mb = 1024;              // GPUOBS_CUBIN_MB: disk this process may add there (0: keep none)
 };
 

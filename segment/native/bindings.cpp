@@ -18,6 +18,7 @@
 #include <string>
 
 #include "gpuobs/cubin_functions.h"
+#include "gpuobs/cubin_store.h"
 #include "gpuobs/device_state.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/launch_census.h"
@@ -405,6 +406,13 @@ void bind_functions(py::module_& m) {
   m.def("mapping_faults_absorbed", &MappingGuard::faults_absorbed,
         "Loads past a shrunk segment's end turned into an empty segment instead of SIGBUS");
   m.def("fmix64", &fmix64, "MurmurHash3 fmix64, as the patches compute it");
+  m.def(
+      "cubin_file_name",
+      [](py::bytes image) {
+        const std::string bytes = image;
+        return cubin_file_name(cubin_hash(bytes.data(), bytes.size()));
+      },
+      py::arg("image"), "The name a kept cubin of these bytes has in the cubin folder");
   m.def("pack_grid", &pack_grid, py::arg("x"), py::arg("y"), py::arg("z"));
   m.def("pack_block", &pack_block, py::arg("x"), py::arg("y"), py::arg("z"));
   m.def("shape_hash", &shape_hash, py::arg("grid"), py::arg("block"), "The launch census's shape hash");
@@ -566,6 +574,7 @@ void bind_reader(py::module_& m) {
              return fields_dict(kControlBlockFields, &control);
            })
       .def("producer_alive", &SegmentReader::producer_alive)
+      .def("owner_uid", &SegmentReader::owner_uid)
       .def("state", [](const SegmentReader& reader) { return uint32_t(reader.state()); })
       .def("size_intact", &SegmentReader::size_intact)
       .def("faulted", &SegmentReader::faulted)

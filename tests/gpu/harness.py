@@ -37,6 +37,9 @@ class InjectedRun:
                 "GPUOBS_PATCH_SET": patch_set,
                 "GPUOBS_SHIFT": str(shift),
                 "GPUOBS_RING_RECORDS": str(ring_records),
+                # the default cubin folder ($XDG_CACHE_HOME/gpuobs/cubins) under the test's own
+                # folder, never the machine's home
+                "XDG_CACHE_HOME": str(segment_dir / ".cache"),
             })
         self.env.update(env or {})
         self.segment: Segment | None = None

@@ -16,7 +16,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "inline_chain.cu"
 
 
 def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, start_synth, start_daemon,
-                                                               segment_dir: Path) -> None:
+                                                               cache_home: Path) -> None:
     cubin = build_cubin(SOURCE, tmp_path, "-lineinfo")
     instructions = CubinSymbols(cubin).functions[KERNEL]
     load = next(offset for offset, text, _ in instructions if text.startswith("LDG"))
@@ -33,7 +33,8 @@ def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, s
     kernels = json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)["kernels"]
     kernel = next(k for k in kernels if k["mangled"] == KERNEL)
     kept = Path(kernel["cubin"])
-    assert kept.parent == segment_dir / "gpuobs-cubins" and kept.read_bytes() == cubin.read_bytes()
+    # by default in the user's own cache folder, never beside the segments (a name anyone can take)
+    assert kept.parent == cache_home / "gpuobs" / "cubins" and kept.read_bytes() == cubin.read_bytes()
     function_pc = int(kernel["function_pc"])
     assert function_pc > 0
 
@@ -65,28 +66,22 @@ def test_source_refuses_a_pc_no_kernel_holds(start_synth, start_daemon) -> None:
     assert done.returncode == 1 and "--top must be positive" in done.stderr
 
 
-def test_cubins_are_stored_once_and_within_the_budget(tmp_path: Path, start_synth, segment_dir: Path) -> None:
-    import os
-
+def test_cubins_are_stored_once_and_within_the_budget(tmp_path: Path, start_synth, cache_home: Path) -> None:
     from gpuobs.segment import Segment
 
     cubin = build_cubin(SOURCE, tmp_path, "-lineinfo")
-    store = segment_dir / "gpuobs-cubins"
+    store = cache_home / "gpuobs" / "cubins"
     load = next(offset for offset, text, _ in CubinSymbols(cubin).functions[KERNEL] if text.startswith("LDG"))
     args = ("--mode", "counter", "--kernels", "2", "--launches", "4", "--cubin", str(cubin), "--cubin-function",
             KERNEL, "--cubin-offsets", hex(load))
     first, second = start_synth(*args), start_synth(*args)  # two processes loading the same module
     assert first.wait() == 0 and second.wait() == 0
     assert [path.read_bytes() for path in store.iterdir()] == [cubin.read_bytes()]  # one file, whole
-    os.environ["GPUOBS_CUBIN_MB"] = "0"
-    try:
-        other = tmp_path / "other"
-        other.mkdir()
-        starved = start_synth(*args, directory=other)
-        assert starved.wait() == 0
-    finally:
-        del os.environ["GPUOBS_CUBIN_MB"]
-    assert not (other / "gpuobs-cubins").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    starved = start_synth(*args, directory=other, env={"GPUOBS_CUBIN_MB": "0", "GPUOBS_CUBIN_DIR": str(other / "cubins")})
+    assert starved.wait() == 0
+    assert not (other / "cubins").exists()
     counters = Segment(starved.segment, exclusive=False).counters()[0]
     assert (counters["cubins_kept"], counters["cubins_skipped"]) == (0, 1)
     entry = next(k for k in Segment(starved.segment, exclusive=False).kernels() if k["mangled"] == KERNEL)

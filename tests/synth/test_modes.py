@@ -186,7 +186,7 @@ def test_chosen_kernels_record_accesses_and_the_others_blocks(start_synth) -> No
         segment, events, launches = run_to_end(start_synth, "--mode", mode, "--shift", "2", "--memory-kernels", chosen,
                                                "--launch-trace", "--rate", "1000000", launches="120")
         state = segment.control_state()
-        assert (state["applied_patch_set"], state["memory_kernels"]) == (0, chosen)
+        assert (state["applied_patch_set"], segment.header["memory_kernels"]) == (0, chosen)
         entries = segment.kernels()
         hooked = {e["slot"] for e in entries if e["flags"] & KERNEL_ACCESS_HOOKS_CHOSEN}
         assert hooked == {e["slot"] for e in entries if re.search(chosen, e["mangled"])} and hooked

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace gpuobs {
@@ -27,52 +28,67 @@ std::string cubin_file_name(uint64_t hash) {
   return name;
 }
 
-CubinStore::CubinStore(std::string directory, uint64_t budget_bytes)
-    : directory_(std::move(directory)), budget_bytes_(budget_bytes) {}
+std::string default_cubin_directory() {
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  if (cache && cache[0] == '/') return std::string(cache) + "/gpuobs/cubins";
+  const char* home = std::getenv("HOME");
+  if (home && home[0] == '/' && std::strcmp(home, "/") != 0) return std::string(home) + "/.cache/gpuobs/cubins";
+  return "";
+}
+
+CubinStore::CubinStore(std::string directory, uint64_t budget_bytes, gid_t group, bool make_parents)
+    : directory_(std::move(directory)), budget_bytes_(budget_bytes), group_(group), make_parents_(make_parents) {}
+
+namespace {
+
+// mkdir -p of the directories above `path` (0700: the user's own cache), each checked when it
+// is opened for the last one; errors show when the last one is opened.
+void make_parent_directories(const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
+    ::mkdir(path.substr(0, slash).c_str(), 0700);
+}
+
+}  // namespace
 
 uint64_t CubinStore::keep(uint64_t module, const void* bytes, size_t size, std::string* why) {
   if (bytes == nullptr || size == 0) {
     *why = "the driver handed over no cubin";
     return 0;
   }
+  if (budget_bytes_ == 0) {
+    *why = "GPUOBS_CUBIN_MB is 0: no cubin is kept";
+    return 0;
+  }
   const uint64_t hash = cubin_hash(bytes, size);
-  const std::string path = directory_ + "/" + cubin_file_name(hash);
+  const std::string name = cubin_file_name(hash);
   std::lock_guard<std::mutex> lock(mutex_);
-  struct stat existing {};
-  if (::stat(path.c_str(), &existing) == 0 && uint64_t(existing.st_size) == size) {
-    module_hash_[module] = hash;  // another process (or an earlier load) kept it already
+  if (!refused_.empty()) {
+    *why = refused_;
+    return 0;
+  }
+  if (!opened_) {
+    if (directory_.empty()) {
+      refused_ = "no cubin directory: GPUOBS_CUBIN_DIR unset and neither XDG_CACHE_HOME nor HOME";
+    } else {
+      if (make_parents_) make_parent_directories(directory_);
+      std::string problem;
+      opened_ = TrustedDir::open(directory_, true, group_ != gid_t(-1) ? 0750 : 0700, &problem);
+      if (!opened_) refused_ = "cubin directory refused: " + problem;
+    }
+    if (!opened_) {
+      *why = refused_;
+      return 0;
+    }
+  }
+  if (opened_->own_file_size(name) == int64_t(size)) {
+    module_hash_[module] = hash;  // an earlier process of this user (or an earlier load) kept it
     return hash;
   }
   if (written_bytes_ + size > budget_bytes_) {
     *why = "over the cubin disk budget (GPUOBS_CUBIN_MB)";
     return 0;
   }
-  if (::mkdir(directory_.c_str(), 0750) != 0 && errno != EEXIST) {
-    *why = "cannot create " + directory_ + ": " + std::strerror(errno);
-    return 0;
-  }
-  // Written under a name of its own, then renamed: a reader never sees half a cubin.
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) {
-    *why = "cannot write " + temporary + ": " + std::strerror(errno);
-    return 0;
-  }
-  const auto* data = static_cast<const char*>(bytes);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t wrote = ::write(fd, data + done, size - done);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) break;
-    done += size_t(wrote);
-  }
-  const bool complete = done == size && ::close(fd) == 0;
-  if (done != size) ::close(fd);
-  if (!complete || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    *why = "writing " + path + " failed";
-    ::unlink(temporary.c_str());
-    return 0;
-  }
+  if (!opened_->write_file(name, bytes, size, 0640, group_, true, why)) return 0;
   written_bytes_ += size;
   module_hash_[module] = hash;
   return hash;

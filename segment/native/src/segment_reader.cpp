@@ -94,6 +94,11 @@ std::string validate_segment_file(int fd, const TrustPolicy& policy, SegmentHead
   return "";
 }
 
+uint32_t SegmentReader::owner_uid() const {
+  struct stat info {};
+  return ::fstat(fd_, &info) == 0 ? uint32_t(info.st_uid) : UINT32_MAX;
+}
+
 std::unique_ptr<SegmentReader> SegmentReader::open(const std::string& path, const TrustPolicy& policy,
                                                    std::string* error) {
   const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <random>
 
+#include "gpuobs/trusted_dir.h"
+
 namespace gpuobs {
 namespace {
 
@@ -24,14 +26,15 @@ std::string errno_text(const char* what, const std::string& path) {
   return std::string(what) + " " + path + ": " + std::strerror(errno);
 }
 
-// Closes a descriptor and removes the temporary file unless released.
+// Closes a descriptor and removes the temporary file (by its name in its directory) unless released.
 struct TempFile {
   int fd = -1;
-  std::string path;
+  int directory = -1;
+  std::string name;
   ~TempFile() {
     if (fd >= 0) {
       ::close(fd);
-      ::unlink(path.c_str());
+      ::unlinkat(directory, name.c_str(), 0);
     }
   }
 };
@@ -60,25 +63,34 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   const uint32_t pid = uint32_t(::getpid());
   const uint64_t start_ticks = process_start_ticks(pid);
 
+  // The directory is shared (/dev/shm): opened without following a link and checked, so that no
+  // other user can make this process write elsewhere or replace its segment.
+  std::string refused;
+  const std::unique_ptr<TrustedDir> directory = TrustedDir::open(options.directory, false, 0, &refused);
+  if (!directory) {
+    *error = "segment directory refused: " + refused;
+    return nullptr;
+  }
   TempFile temp;
+  temp.directory = directory->fd();
   std::random_device entropy;
-  temp.path = options.directory + "/.gpuobs-" + std::to_string(pid) + "-" +
-              std::to_string(entropy()) + ".tmp";
-  temp.fd = ::open(temp.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  temp.name = ".gpuobs-" + std::to_string(pid) + "-" + std::to_string(entropy()) + ".tmp";
+  const std::string temp_path = options.directory + "/" + temp.name;
+  temp.fd = ::openat(temp.directory, temp.name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (temp.fd < 0) {
-    *error = errno_text("cannot create", temp.path);
+    *error = errno_text("cannot create", temp_path);
     return nullptr;
   }
   mode_t mode = 0600;
   if (options.group != gid_t(-1)) {
     if (::fchown(temp.fd, uid_t(-1), options.group) != 0) {
-      *error = errno_text("cannot give group to", temp.path);
+      *error = errno_text("cannot give group to", temp_path);
       return nullptr;
     }
     mode = 0660;
   }
   if (::fchmod(temp.fd, mode) != 0) {
-    *error = errno_text("cannot chmod", temp.path);
+    *error = errno_text("cannot chmod", temp_path);
     return nullptr;
   }
   // Reserve every page now: on a full tmpfs a later first touch would be a SIGBUS in the
@@ -86,15 +98,16 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   const int reserve = ::posix_fallocate(temp.fd, 0, off_t(geometry.segment_bytes));
   if (reserve != 0) {
     errno = reserve;
-    *error = errno_text("no space for segment", temp.path);
+    *error = errno_text("no space for segment", temp_path);
     return nullptr;
   }
   void* mapped = ::mmap(nullptr, geometry.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, temp.fd, 0);
   if (mapped == MAP_FAILED) {
-    *error = errno_text("cannot map", temp.path);
+    *error = errno_text("cannot map", temp_path);
     return nullptr;
   }
-  const std::string final_path = options.directory + "/" + segment_file_name(pid, start_ticks);
+  const std::string final_name = segment_file_name(pid, start_ticks);
+  const std::string final_path = options.directory + "/" + final_name;
   std::unique_ptr<MappedSegment> segment(
       new MappedSegment(final_path, static_cast<uint8_t*>(mapped), geometry.segment_bytes, options.caps));
   const SegmentView& view = segment->view();
@@ -129,6 +142,8 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   copy_text(header.producer, sizeof(header.producer), options.producer);
   copy_text(header.label, sizeof(header.label), options.label);
   header.producer_flags = options.producer_flags;
+  copy_text(header.memory_kernels, sizeof(header.memory_kernels), options.memory_kernels);
+  copy_text(header.cubin_dir, sizeof(header.cubin_dir), options.cubin_dir);
 
   ControlBlock& control = *view.control;
   control.desired_mode = uint32_t(options.initial_mode);
@@ -141,8 +156,6 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   copy_text(control.desired_filter, kFilterBytes, options.initial_filter);
   copy_text(control.applied_filter, kFilterBytes, options.initial_filter);
   control.desired_filter_bytes = control.applied_filter_bytes = uint32_t(filter_bytes);
-  copy_text(control.memory_kernels, kMemoryKernelsBytes, options.memory_kernels);
-  control.memory_kernels_bytes = uint32_t(std::min(options.memory_kernels.size(), size_t(kMemoryKernelsBytes - 1)));
   control.status = uint32_t(ControlStatus::Ok);
   control.applied_time_ns = header.start_monotonic_ns;  // generation 0: in force from the start
 
@@ -150,12 +163,15 @@ std::unique_ptr<MappedSegment> MappedSegment::create(const SegmentOptions& optio
   view.launch_ring_control->limit_cache = launch_capacity;
 
   __atomic_store_n(&header.state, uint32_t(SegmentState::Live), __ATOMIC_RELEASE);
-  if (::rename(temp.path.c_str(), final_path.c_str()) != 0) {
+  // Published under its name only if nothing has it (a link planted there is not replaced, and
+  // never followed); then the temporary name goes.
+  if (::linkat(temp.directory, temp.name.c_str(), temp.directory, final_name.c_str(), 0) != 0) {
     *error = errno_text("cannot publish", final_path);
     return nullptr;
   }
   ::close(temp.fd);
   temp.fd = -1;  // published: no longer ours to remove
+  ::unlinkat(temp.directory, temp.name.c_str(), 0);
   return segment;
 }
 

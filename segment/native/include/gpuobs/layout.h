@@ -28,7 +28,9 @@ constexpr uint32_t kLayoutVersion = 6;  // 2: graph launch and graph exec record
                                         // 5: graph nodes an op captured, the graph an exec was made from
                                         // moved to the device (launch events, kernel shapes section);
                                         // 6: sampled in the block set (block event flags), access hooks
-                                        // for chosen kernels (kernel entry flags, the pattern, a counter)
+                                        // for chosen kernels (kernel entry flags, a counter), a 1 KiB
+                                        // header with start-up settings (the chosen kernels, the cubin
+                                        // directory)
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
 constexpr uint32_t kPageBytes = 4096;
@@ -488,6 +490,9 @@ inline constexpr Named<ProcessRole> kProcessRoleNames[] = {
 constexpr uint32_t kIdentitySet = 0x1;  // identity_flags: role, rank, world size and model were set
 constexpr uint32_t kTakesOpWindows = 0x2;  // identity_flags: a framework plugin asks for op windows (each step)
 
+constexpr uint32_t kHeaderTextBytes = 256;  // a start-up setting's text, its terminating zero included
+constexpr uint32_t kMemoryKernelsBytes = kHeaderTextBytes;  // GPUOBS_MEMORY_KERNELS: at most 255 bytes
+
 struct SegmentHeader {
   uint64_t magic;
   uint32_t layout_version;
@@ -530,8 +535,11 @@ struct SegmentHeader {
   char model[64];           // the served model's name
   GpuIdentity gpus[kSegmentGpus];
   uint8_t reserved[8];
+  // Start-up settings a reader needs, written before the segment is published:
+  char memory_kernels[kHeaderTextBytes];  // GPUOBS_MEMORY_KERNELS as taken ("" for none)
+  char cubin_dir[kHeaderTextBytes];       // where module cubins are kept ("" when none can be)
 };
-static_assert(sizeof(SegmentHeader) == 512, "SegmentHeader is 512 bytes");
+static_assert(sizeof(SegmentHeader) == 1024, "SegmentHeader is 1 KiB");
 inline constexpr Field kSegmentHeaderFields[] = {
     GPUOBS_FIELD(SegmentHeader, magic),
     GPUOBS_FIELD(SegmentHeader, layout_version),
@@ -574,6 +582,8 @@ inline constexpr Field kSegmentHeaderFields[] = {
     GPUOBS_FIELD(SegmentHeader, model),
     GPUOBS_RECORDS(SegmentHeader, gpus, kGpuIdentityFields),
     GPUOBS_RESERVED(SegmentHeader, reserved),
+    GPUOBS_FIELD(SegmentHeader, memory_kernels),
+    GPUOBS_FIELD(SegmentHeader, cubin_dir),
 };
 static_assert(covers(kSegmentHeaderFields, sizeof(SegmentHeader)), "kSegmentHeaderFields lists every member");
 
@@ -581,7 +591,6 @@ static_assert(covers(kSegmentHeaderFields, sizeof(SegmentHeader)), "kSegmentHead
 // producer, applied_generation stored last). One cache-line-separated half per writer.
 constexpr uint32_t kFilterBytes = 256;
 constexpr uint32_t kStatusMessageBytes = 192;
-constexpr uint32_t kMemoryKernelsBytes = 128;  // GPUOBS_MEMORY_KERNELS: at most 127 bytes
 // The most engine steps one op window may span: a window is a bounded look (the launch trace is on
 // for its steps), never a way to leave it on.
 constexpr uint32_t kMaxOpsSteps = 1024;
@@ -607,12 +616,7 @@ struct ControlBlock {
   uint32_t reserved1;
   char applied_filter[kFilterBytes];
   char status_message[kStatusMessageBytes];
-  // The producer's start-up choice of kernels that get the memory access hooks in the block set
-  // (GPUOBS_MEMORY_KERNELS, an ECMAScript regex on kernel names), written once before the segment
-  // is published; empty when none.
-  uint32_t memory_kernels_bytes;
-  char memory_kernels[kMemoryKernelsBytes];
-  uint8_t pad1[20];
+  uint8_t pad1[152];
 };
 static_assert(sizeof(ControlBlock) == 1024, "ControlBlock is 1 KiB");
 static_assert(offsetof(ControlBlock, applied_generation) == 384, "halves on separate lines");
@@ -636,8 +640,6 @@ inline constexpr Field kControlBlockFields[] = {
     GPUOBS_RESERVED(ControlBlock, reserved1),
     GPUOBS_TEXT(ControlBlock, applied_filter, applied_filter_bytes),
     GPUOBS_FIELD(ControlBlock, status_message),
-    GPUOBS_FIELD(ControlBlock, memory_kernels_bytes),
-    GPUOBS_TEXT(ControlBlock, memory_kernels, memory_kernels_bytes),
     GPUOBS_RESERVED(ControlBlock, pad1),
 };
 static_assert(covers(kControlBlockFields, sizeof(ControlBlock)), "kControlBlockFields lists every member");

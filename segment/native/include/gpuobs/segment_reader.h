@@ -65,6 +65,9 @@ class SegmentReader {
 
   const SegmentView& view() const { return view_; }
   const std::string& path() const { return path_; }
+  // The uid that owns the file (the producer's user): what the producer's other files (its kept
+  // cubins) must be owned by to be trusted as its own. UINT32_MAX when it cannot be read.
+  uint32_t owner_uid() const;
 
   // Copies up to `max_records` complete records of event ring `ring_index` into `out`, in
   // ticket order, and advances the shared tail. Returns the number copied.
