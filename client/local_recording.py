@@ -21,6 +21,7 @@ class LocalFile:
     events: int
     launches: int
     dropped: int
+    stopped: str = ""  # why the recording ended early (a disk cap of gpuobsd's), "" when it ran its course
 
 
 def refuse_existing_output(*paths: Path) -> None:
@@ -67,7 +68,7 @@ def record_here(address: str, path: Path, request: pb.RecordRequest, timeout: fl
         refuse_existing_output(*finals.values())
         for pid, final in finals.items():
             parts[pid].rename(final)
-        return [LocalFile(pid, finals[pid], f.events, f.launches, f.dropped) for pid, f in figures.items()]
+        return [LocalFile(pid, finals[pid], f.events, f.launches, f.dropped, f.stopped) for pid, f in figures.items()]
     except OSError as error:
         raise CommandError(f"writing the recording: {error}") from None
     finally:

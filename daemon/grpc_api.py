@@ -158,14 +158,14 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             return await self.service.record_to_temporary(request.duration_ms / 1000.0, request.max_events,
                                                           list(request.pids))
 
-        folder, files = await self._guard(context, call)
+        spooled, files = await self._guard(context, call)
         try:
             for file in files:
                 for data in self.service.file_chunks(file.path):
                     yield pb.RecordChunk(pid=file.pid, data=data)
                 yield pb.RecordChunk(pid=file.pid, file=messages.recorded_file(file, path=""))
         finally:
-            self.service.discard_temporary(folder)
+            self.service.discard_temporary(spooled)
 
 
 class _Malformed:

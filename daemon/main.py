@@ -22,7 +22,8 @@ from gpuobs import version_line
 from gpuobs.api.v1 import observer_pb2
 from .drain_thread import DrainThread
 from .registry import Registry
-from .runtime_dir import AlreadyRunning, RuntimeDir
+from .recording_budget import RecordingBudget
+from .runtime_dir import AlreadyRunning, RuntimeDir, prepare_spool
 from .service import ObserverService
 
 log = structlog.get_logger("gpuobsd")
@@ -37,7 +38,9 @@ class Daemon:
                                  exited_retention_s=float(config.exited_retention_s), exited_max=config.exited_max,
                                  hang_threshold_s=config.hang_threshold_ms / 1000.0,
                                  analysis_share=config.analysis_share)
-        self.service = ObserverService(self.registry, config.segment_dir, config.cubin_dir or None)
+        self.service = ObserverService(self.registry, config.segment_dir, config.cubin_dir or None,
+                                       RecordingBudget(config.record_max_mb << 20, config.record_total_mb << 20),
+                                       config.spool_path)
         self.stop = asyncio.Event()
         self.health = health.aio.HealthServicer()
 
@@ -173,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as error:
         print(f"gpuobsd: cannot use runtime directory {config.runtime_dir}: {error}", file=sys.stderr)
+        return 1
+    try:
+        prepare_spool(config.spool_path)  # after the lock: no other daemon is streaming from it
+    except OSError as error:
+        print(f"gpuobsd: cannot use spool directory {config.spool_path} (--spool-dir): {error}", file=sys.stderr)
         return 1
     try:
         import uvloop

@@ -337,3 +337,4 @@ class RecordedFile:
     events: int
     launches: int
     dropped: int
+    stopped: str = ""  # why it ended before its duration or count ("" when it ran its course)

@@ -10,6 +10,7 @@ import errno
 import fcntl
 import grp
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -105,3 +106,22 @@ class RuntimeDir:
             applied = "0660 (no group named %s)" % group
         os.chmod(socket_path, 0o660)
         return applied
+
+
+def prepare_spool(path: Path) -> None:
+    """The folder where streamed recordings are written first: this daemon's own (created 0700,
+    or checked as the runtime folder is), emptied of what a daemon before it left (a recording cut
+    off by a crash), without following any link in it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        problem = untrusted_problem(os.fstat(directory))
+        if problem:
+            raise Untrusted(f"{path} is {problem}")
+        for entry in os.scandir(directory):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.name, dir_fd=directory, ignore_errors=True)
+            else:
+                os.unlink(entry.name, dir_fd=directory)
+    finally:
+        os.close(directory)

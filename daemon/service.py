@@ -20,8 +20,9 @@ from typing import Callable, Iterator
 import numpy as np
 
 from gpuobs import __version__, _native
-from gpuobs.segment import (CONTROL_STATUS, EVENT_KINDS, IDENTITY_SET, KERNEL_ACCESS_HOOKS_CHOSEN, MODE_NAMES, MODES,
-                            PATCH_SETS, PROCESS_ROLES, SAMPLED_MODES, TAKES_OP_WINDOWS)
+from gpuobs.segment import (CONTROL_STATUS, EVENT_DTYPE, EVENT_KINDS, IDENTITY_SET, KERNEL_ACCESS_HOOKS_CHOSEN,
+                            LAUNCH_DTYPE, MODE_NAMES, MODES, PATCH_SETS, PROCESS_ROLES, SAMPLED_MODES,
+                            TAKES_OP_WINDOWS)
 
 from gpuobs.op_labels import recording_prelude
 from gpuobs.recording import RecordingWriter
@@ -31,6 +32,7 @@ from .errors import Busy, InvalidArgument, NotFound, RecordFailed, quoted
 from .graph_exec import DeviceTime, GraphExec
 from .paging import (GRAPH_TOKEN, HANG_TOKEN, HOT_PC_TOKEN, KERNEL_TOKEN, STEP_TOKEN, page_token_of, parse_page_token,
                      position_in, process_order, walk_pages)
+from .recording_budget import RecordingAllowance, RecordingBudget
 from .registry import ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
 from .step_attribution import Step, StepAttribution
 
@@ -154,10 +156,13 @@ def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
 
 
 class ObserverService:
-    def __init__(self, registry: Registry, segment_dir: str, cubin_dir: str | None = None) -> None:
+    def __init__(self, registry: Registry, segment_dir: str, cubin_dir: str | None = None,
+                 recording_budget: RecordingBudget | None = None, spool_dir: Path | None = None) -> None:
         self.registry = registry
         self.segment_dir = segment_dir
         self.cubin_dir = cubin_dir  # None: each producer's own, as its segment names it
+        self.recording_budget = recording_budget or RecordingBudget(1 << 30, 4 << 30)
+        self.spool_dir = spool_dir  # where streamed recordings are written first (None: the system's temporary folder)
         self.started = time.monotonic()
         # Queries run here, not on the event loop: a long one (every kernel of a big process)
         # must not hold up a status call, nor the loop's turns that every RPC needs.
@@ -696,20 +701,28 @@ class ObserverService:
         return answers + refused
 
     async def record_to_temporary(self, duration_s: float, max_events: int,
-                                  pids: list[int]) -> tuple[Path, list[results.RecordedFile]]:
-        """A recording into a folder of the daemon's own (its private temporary folder), for
-        streaming back to the caller: (the folder, which the caller removes, its files)."""
-        folder = Path(tempfile.mkdtemp(prefix="gpuobs-record-"))
+                                  pids: list[int]) -> tuple[tuple[Path, RecordingAllowance], list[results.RecordedFile]]:
+        """A recording into a folder of the daemon's own (in its spool folder), for streaming back
+        to the caller: (the folder and the recording's share of the disk cap, both handed back
+        through discard_temporary once sent; its files). Its bytes count against the cap for all
+        recordings until then."""
+        folder = Path(tempfile.mkdtemp(prefix="gpuobs-record-", dir=self.spool_dir))
+        allowance = self.recording_budget.allowance()
         try:
-            return folder, await self.record(str(folder / "recording.gpuobs"), duration_s, max_events, pids)
+            files = await self.record(str(folder / "recording.gpuobs"), duration_s, max_events, pids,
+                                      allowance=allowance)
+            return (folder, allowance), files
         except BaseException:
+            allowance.release()
             shutil.rmtree(folder, ignore_errors=True)
             raise
 
     @staticmethod
-    def discard_temporary(folder: Path) -> None:
+    def discard_temporary(spooled: tuple[Path, RecordingAllowance]) -> None:
         """A streamed recording's folder, once it is sent (or the caller went away)."""
+        folder, allowance = spooled
         shutil.rmtree(folder, ignore_errors=True)
+        allowance.release()
 
     @staticmethod
     def file_chunks(path: str, chunk_bytes: int = RECORD_CHUNK_BYTES) -> Iterator[bytes]:
@@ -718,7 +731,17 @@ class ObserverService:
             while chunk := handle.read(chunk_bytes):
                 yield chunk
 
-    async def record(self, path: str, duration_s: float, max_events: int, pids: list[int]) -> list[results.RecordedFile]:
+    async def record(self, path: str, duration_s: float, max_events: int, pids: list[int], *,
+                     allowance: RecordingAllowance | None = None) -> list[results.RecordedFile]:
+        """Records the processes into files at `path` (one per process) for a duration or a count
+        of events, within the disk caps: `allowance` is its share when the caller holds it (a
+        streamed recording, until its files are sent); else one is taken and given back at the end."""
+        if allowance is None:
+            allowance = self.recording_budget.allowance()
+            try:
+                return await self.record(path, duration_s, max_events, pids, allowance=allowance)
+            finally:
+                allowance.release()
         if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
             raise InvalidArgument(f"the record path is longer than {MAX_PATH_BYTES} bytes")
         if "\0" in path:
@@ -769,14 +792,15 @@ class ObserverService:
                     ops = process.analyses.ops
                     nodes = recording_prelude(process.analyses.graph_join.node_records(), ops.node_labels(),
                                               ops.recent_labels(RECENT_OPS))
-                writers[process.pid].add_launches(nodes.tobytes(), len(nodes))
-            await self._record_into(writers, queue, processes, duration_s, max_events)
+                fits = allowance.records(len(nodes), LAUNCH_DTYPE.itemsize)
+                writers[process.pid].add_launches(nodes[:fits].tobytes(), fits)
+            await self._record_into(writers, queue, processes, duration_s, max_events, allowance)
         except asyncio.CancelledError:
             # the client went away (Ctrl-C): recording stops now (no batch comes in while the
             # files are finished); what was recorded is kept
             self.registry.remove_subscriber(subscriber)
             try:
-                self._finish(writers, processes, subscriber)
+                self._finish(writers, processes, subscriber, allowance)
             except RecordFailed:
                 pass  # removed; nobody is left to tell
             raise
@@ -788,7 +812,7 @@ class ObserverService:
             raise
         finally:
             self.registry.remove_subscriber(subscriber)  # whatever happened: the subscription is let go
-        return self._finish(writers, processes, subscriber)
+        return self._finish(writers, processes, subscriber, allowance)
 
     @staticmethod
     def _abort(writers: dict[int, RecordingWriter]) -> None:
@@ -796,14 +820,14 @@ class ObserverService:
             writer.abort()
 
     def _finish(self, writers: dict[int, RecordingWriter], processes: list[ObservedProcess],
-                subscriber: Subscriber) -> list[results.RecordedFile]:
+                subscriber: Subscriber, allowance: RecordingAllowance) -> list[results.RecordedFile]:
         by_pid = {p.pid: p for p in processes}
         files = []
         try:
             for pid, writer in writers.items():
                 written = writer.finish(by_pid[pid].segment.kernels(), dropped=subscriber.dropped)
                 files.append(results.RecordedFile(pid, str(written), writer.event_count, writer.launch_count,
-                                                  subscriber.dropped))
+                                                  subscriber.dropped, allowance.stopped))
         except OSError as error:
             self._abort(writers)
             raise RecordFailed(writer.path, error) from None
@@ -811,9 +835,12 @@ class ObserverService:
 
     @staticmethod
     async def _record_into(writers: dict[int, RecordingWriter], queue: SubscriberQueue,
-                           processes: list[ObservedProcess], duration_s: float, max_events: int) -> None:
+                           processes: list[ObservedProcess], duration_s: float, max_events: int,
+                           allowance: RecordingAllowance) -> None:
+        """Until the duration or the count is reached, every process is gone, or a disk cap ends
+        the recording (allowance.stopped)."""
         deadline = time.monotonic() + duration_s if duration_s else float("inf")
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not allowance.stopped:
             batch = await queue.get_within(min(0.1, max(0.001, deadline - time.monotonic())))
             if batch is None:
                 if all(not p.alive for p in processes):
@@ -822,14 +849,13 @@ class ObserverService:
             kind, pid, payload, count = batch
             writer = writers[pid]
             if kind == "launches":
-                writer.add_launches(payload, count)
+                writer.add_launches(payload, allowance.records(count, LAUNCH_DTYPE.itemsize))
                 continue
-            if max_events and writer.event_count + count >= max_events:
-                writer.add_events(payload, max_events - writer.event_count)
-                if all(w.event_count >= max_events for w in writers.values()):
-                    break
-            elif not max_events or writer.event_count < max_events:
-                writer.add_events(payload, count)
+            if max_events:
+                count = max(0, min(count, max_events - writer.event_count))
+            writer.add_events(payload, allowance.records(count, EVENT_DTYPE.itemsize))
+            if max_events and all(w.event_count >= max_events for w in writers.values()):
+                break
 
     def _selected(self, pids: list[int], ranks: list[int], gpus: list[str]) -> list[ObservedProcess]:
         """Live processes by pid, by the rank their plugin set, or by a GPU of theirs (ordinal, PCI

@@ -120,6 +120,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", _count(1, 86_400_000)),
     Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long",
             _count(1, 3_600_000)),
+    Setting("record_max_mb", 1024, "disk one recording may fill (its files together); reached, it ends with what "
+            "it wrote and says so", _count(1, 1 << 20)),
+    Setting("record_total_mb", 4096, "disk all recordings running at once may fill", _count(1, 1 << 22)),
+    Setting("spool_dir", "", "where a recording streamed to its client is written first (default: <runtime dir>/spool; "
+            "a folder of this daemon's own, emptied at start)"),
     Setting("log_format", "auto", "json, console, or auto (console on a terminal, JSON otherwise)",
             _choice("json", "console", "auto")),
     Setting("owners", "", "comma-separated uids whose segments are trusted (default: ours and root)", _owners),
@@ -139,6 +144,10 @@ class Config:
     @property
     def socket_path(self) -> Path:
         return Path(self.values["runtime_dir"]) / SOCKET_NAME
+
+    @property
+    def spool_path(self) -> Path:
+        return Path(self.values["spool_dir"] or Path(self.values["runtime_dir"]) / "spool")
 
     @property
     def owner_uids(self) -> list[int]:

@@ -37,11 +37,13 @@ def run(args: argparse.Namespace) -> int:
         files = call(args.address, "Record", request, timeout=window + 30).files
     else:  # streamed back and written here, with this user's permissions
         files = record_here(args.address, Path(request.path), request, timeout=window + 120)
-    rows = [{"pid": f.pid, "path": str(f.path), "events": f.events, "launches": f.launches, "dropped": f.dropped}
-            for f in files]
+    rows = [{"pid": f.pid, "path": str(f.path), "events": f.events, "launches": f.launches, "dropped": f.dropped,
+             "stopped": f.stopped} for f in files]
     if args.output == "json":
         emit("json", {"files": rows})
     else:
         table([("pid", "PID"), ("events", "EVENTS"), ("launches", "LAUNCHES"), ("dropped", "DROPPED"),
                ("path", "FILE")], rows)
+        for reason in dict.fromkeys(f.stopped for f in files if f.stopped):
+            print(f"the recording ended early: {reason}; what it wrote is kept")
     return 0

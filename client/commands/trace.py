@@ -53,4 +53,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{out}: {slices} slices from {len(rows)} process(es), "
               f"{sum(r['events'] for r in rows)} events, {sum(r['dropped'] for r in rows)} dropped")
+        for reason in dict.fromkeys(f.stopped for f in recorded if f.stopped):
+            print(f"the window was cut short: {reason}")
     return 0
