@@ -15,7 +15,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 from gpuobs_testing.daemon import DaemonProcess, device_stage, free_port
 from gpuobs_testing.synth import synth_binary
+from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -108,7 +108,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     result: dict = {"producers": args.producers, "seconds_per_phase": args.seconds}
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
+    unwind_on_signals()
+    with scratch_folder("api") as tmp:
         segments = Path(tmp) / "segments"
         segments.mkdir(mode=0o700)
         daemon = DaemonProcess(Path(tmp) / "run", segments, free_port())

@@ -12,13 +12,13 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs_testing.daemon import DaemonProcess, free_port
 from gpuobs_testing.synth import synth_binary
+from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
 
 
 def main() -> int:
@@ -26,7 +26,8 @@ def main() -> int:
     parser.add_argument("--switches", type=int, default=200)
     parser.add_argument("--producers", type=int, default=8)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    unwind_on_signals()
+    with scratch_folder("control") as tmp:
         segments = Path(tmp) / "segments"
         segments.mkdir()
         producers = [subprocess.Popen([synth_binary(), "--segment-dir", str(segments), "--mode", "counter",

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from gpuobs_testing.daemon import DaemonProcess, free_port
 from drain import measure_drain
 from gpuobs_testing.synth import synth_binary
+from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
 
 
 def totals(daemon: DaemonProcess) -> tuple[int, int]:
@@ -34,7 +34,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--producers", type=int, default=8)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
+    unwind_on_signals()
+    with scratch_folder("drain") as tmp:
         segments = Path(tmp) / "segments"
         segments.mkdir()
         # the daemon first: full-speed producers on a small machine would starve its start-up

@@ -15,10 +15,10 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from gpuobs_testing.soak import Soak
+from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
 
 
 def main() -> int:
@@ -26,7 +26,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpuobs-soak-") as tmp:
+    unwind_on_signals()
+    with scratch_folder("soak", shm=False) as tmp:
         segments = Path(tmp) / "segments"
         segments.mkdir(mode=0o700)
         figures = Soak(segments, Path(tmp) / "run", seconds=args.minutes * 60, lifetimes=1 << 62).run()

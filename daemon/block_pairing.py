@@ -95,6 +95,7 @@ class BlockPairing(Analysis):
         self.budget = budget or AnalysisBudget()
         self.node_grid_ids = node_grid_ids
         self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per kernel slot
+        self.analysed_total = 0  # the same, all kernels: one whole value, read without the process's lock
         self.durations: dict[int, Durations] = {}
         self.unpaired: dict[int, int] = collections.defaultdict(int)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
@@ -125,6 +126,7 @@ class BlockPairing(Analysis):
                 counts = np.bincount(block["kernel_slot"])
                 for slot in np.flatnonzero(counts).tolist():
                     self.analysed[slot] += int(counts[slot])
+                self.analysed_total += len(block)
                 self._pair(block, node_grid_ids)
 
     def _pair(self, block: np.ndarray, node_grid_ids: np.ndarray) -> None:
@@ -170,6 +172,27 @@ class BlockPairing(Analysis):
     def _count_unpaired(self, slots: np.ndarray) -> None:
         for slot, count in zip(*np.unique(slots, return_counts=True)):
             self.unpaired[int(slot)] += int(count)
+
+    def unanalysed_total(self, aggregates: np.ndarray) -> int:
+        """Block events the reader delivered (aggregates: per slot and kind) that the pairing did
+        not look at (the budget skipped their batch); 0 where it pairs nothing (no exits)."""
+        if not self.exits_seen:
+            return 0
+        delivered = int(aggregates[:, BLOCK_ENTER].sum() + aggregates[:, BLOCK_EXIT].sum())
+        return max(0, delivered - self.analysed_total)
+
+    def drop_stale(self, kernels_in_flight: set[int], entered_before_ns: int) -> None:
+        """Held enters of kernels that have no block in flight by the counts (kernel_stalls.py),
+        entered before `entered_before_ns`: their exits were lost (dropped, or a sampled block's
+        exit more than an epoch after its enter), so they are not in flight; counted unpaired."""
+        if not len(self.pending):
+            return
+        stale = (~np.isin(self.pending["kernel_slot"], np.fromiter(kernels_in_flight, dtype=np.uint32,
+                                                                    count=len(kernels_in_flight))) &
+                 (self.pending["time"] < entered_before_ns))
+        if stale.any():
+            self._count_unpaired(self.pending["kernel_slot"][stale])
+            self.pending = self.pending[~stale]
 
     def _give_up_pending(self) -> None:
         self._count_unpaired(self.pending["kernel_slot"])

@@ -134,7 +134,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
         def call() -> pb.ListHangsResponse:
             page = self.service.hangs(pids, min_age_ms, request.page_size, request.page_token)
-            return messages.hangs_response(page, [] if request.page_token else self.service.hang_evidence(pids))
+            return messages.hangs_response(page, [] if request.page_token else self.service.hang_evidence(pids, min_age_ms))
 
         return await self._guard(context, call)
 

@@ -77,15 +77,32 @@ class StickyLabels:
 
 
 class GpuobsCollector(Collector):
-    def __init__(self, service: ObserverService, kernel_label_limit: int) -> None:
+    def __init__(self, service: ObserverService, kernel_label_limit: int, stall_threshold_s: float = 5.0) -> None:
         self.service = service
+        self.stall_threshold_s = stall_threshold_s
         self.kernel_label_limit = kernel_label_limit
         self.labels: dict[str, StickyLabels] = {}  # per segment path, while the daemon shows it
         self.last_sums: dict[str, list[list[tuple[str, int]]]] = {}  # per segment: the last scrape's sums
         # prometheus_client runs each scrape on a thread of its own: labels are assigned by one at a time
         self.lock = threading.Lock()
+        # One collection serves concurrent scrapes: a scrape that finds one in flight waits for it
+        # and takes its result, as does one that comes within REUSE_S of it (20 scrapers at once
+        # queued one collection each: 2.1 s at p99 against 38 ms alone)
+        self.flight = threading.Lock()
+        self.last: tuple[float, list] | None = None  # (when it finished, its families)
+
+    REUSE_S = 1.0
 
     def collect(self) -> Iterator:
+        arrived = time.monotonic()
+        with self.flight:
+            if self.last is None or self.last[0] < arrived - self.REUSE_S:
+                families = list(self._collect_once())
+                self.last = (time.monotonic(), families)
+            families = self.last[1]
+        yield from families
+
+    def _collect_once(self) -> Iterator:
         began = time.monotonic()
         success = GaugeMetricFamily("gpuobs_collector_success", "1 when the last scrape read every segment")
         try:
@@ -126,10 +143,15 @@ class GpuobsCollector(Collector):
         errors = CounterMetricFamily("gpuobs_accounting_errors", "Conservation checks that failed (must stay 0)",
                                      labels=["pid"])
         in_flight = GaugeMetricFamily("gpuobs_blocks_in_flight",
-                                      "Blocks that entered and have not exited (processes that record block exits)",
-                                      labels=["pid"])
+                                      "Blocks that entered and have not exited, from the device's counts (processes "
+                                      "that record block exits)", labels=["pid"])
         oldest = GaugeMetricFamily("gpuobs_oldest_block_in_flight_age_seconds",
-                                   "Age of the oldest block in flight (0 when none)", labels=["pid"])
+                                   "The longest a kernel with blocks in flight has had no block exit (0 when none)",
+                                   labels=["pid"])
+        unanalysed = CounterMetricFamily(
+            "gpuobs_block_events_unanalysed", "Block events the daemon's analyses did not look at (its analysis share "
+            "was spent): launches and blocks in flight may be missing from `hangs`, never the stalled kernels",
+            labels=["pid"])
         steps = CounterMetricFamily("gpuobs_engine_steps", "Engine steps recorded (vLLM plugin)", labels=["pid"])
         profilers = CounterMetricFamily(
             "gpuobs_profiler_starts", "Profilers started in an observed process: each recorded no GPU activity "
@@ -169,6 +191,7 @@ class GpuobsCollector(Collector):
             if evidence.exits_hooked and evidence.alive:
                 in_flight.add_metric([str(evidence.pid)], float(evidence.blocks_in_flight))
                 oldest.add_metric([str(evidence.pid)], evidence.oldest_age_ns / 1e9)
+                unanalysed.add_metric([str(evidence.pid)], float(evidence.events_unanalysed))
         stream_dropped.add_metric([], float(self.service.stream_events_dropped()))
         durations = HistogramMetricFamily(
             "gpuobs_block_duration_seconds",
@@ -189,8 +212,12 @@ class GpuobsCollector(Collector):
         lag = GaugeMetricFamily("gpuobs_drain_lag_seconds",
                                 "Time since the drain last went over every segment (grows while it stalls)")
         lag.add_metric([], self.service.drain_age_seconds())
+        stalled = GaugeMetricFamily("gpuobs_drain_stalled", "1 while the drain has finished no pass for the stall "
+                                    "threshold (--watchdog-stall-ms): the daemon answers, the rings fill")
+        stalled.add_metric([], 1.0 if self.service.drain_stalled(self.stall_threshold_s) else 0.0)
         yield from (build, processes, info, mode, shift, fill, launches, blocks, accesses, durations, events, dropped,
-                    launch_dropped, unreadable, stream_dropped, errors, in_flight, oldest, steps, profilers, callbacks, lag)
+                    launch_dropped, unreadable, stream_dropped, errors, in_flight, oldest, unanalysed, steps, profilers,
+                    callbacks, lag, stalled)
 
     def _duration_series(self, process: ObservedProcess, labels: "StickyLabels",
                          out: dict[tuple[int, str], tuple[np.ndarray, int]]) -> None:

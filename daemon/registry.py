@@ -30,6 +30,7 @@ from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segm
 from .analysis import ALL_REPLAYS, Analysis
 from .analysis_budget import AnalysisBudget
 from .block_pairing import BlockPairing
+from .kernel_stalls import KernelStalls
 from .errors import Busy
 from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
@@ -161,7 +162,7 @@ class ObservedProcess:
     last_check: float = 0.0
     last_accounting: Accounting | None = None
     analyses: ProcessAnalyses = dataclasses.field(default_factory=ProcessAnalyses.create)  # the registry passes its budget
-    hangs_reported: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (grid id, replay)
+    stalls: KernelStalls = dataclasses.field(default_factory=KernelStalls)  # hang evidence from counts
     seen_dead: bool = False  # the producer was found dead on an idle pass
     replay_begun: int = 0  # the last device_replay_begun read (GlobalCounters)
     gone_at: float = 0.0  # registry clock at the final drain
@@ -305,31 +306,42 @@ class Registry:
         return total
 
     def report_hangs(self) -> None:
-        """One structured warning per launch whose blocks stayed in flight past the threshold."""
-        now_ns = time.time_ns()
+        """Blocks in flight per kernel from the published counts (no budget skips them), and one
+        structured warning per kernel whose blocks in flight saw no exit for the threshold, busy
+        kernels and kernels with dropped events included; the launch and blocks named where the
+        pairing holds their enters."""
+        now, now_ns = self.clock(), time.time_ns()
         for process in list(self.processes.values()):
             if not process.alive:
                 continue
+            snapshot = process.segment.counters()
+            if snapshot is None:
+                continue  # the producer kept publishing: next time
             with process.lock:
-                self._report_hangs_of(process, now_ns)
+                self._report_hangs_of(process, snapshot[1], now, now_ns)
 
-    def _report_hangs_of(self, process: ObservedProcess, now_ns: int) -> None:
-        suspects = process.analyses.block_pairing.in_flight(now_ns, int(self.hang_threshold_s * 1e9))
-        if not suspects:
+    def _report_hangs_of(self, process: ObservedProcess, kernels: np.ndarray, now: float, now_ns: int) -> None:
+        stalls = process.stalls
+        stalls.update(kernels, now)
+        threshold_ns = int(self.hang_threshold_s * 1e9)
+        pairing = process.analyses.block_pairing
+        # enters held for kernels with no block in flight by the counts, older than the threshold:
+        # their exits were lost (dropped, or a sampled exit more than an epoch after its enter)
+        pairing.drop_stale(set(stalls.stalls), now_ns - threshold_ns)
+        fresh = [s for s in stalls.stalled(now, self.hang_threshold_s) if not s.reported]
+        if not fresh:
             return
-        names = {k["slot"]: k["demangled"] for k in process.segment.kernels()}
-        dropped = process.events_dropped_per_kernel()
-        for launch in suspects:
-            key = (launch["grid_id"], launch["replay"])
-            if key in process.hangs_reported or len(process.hangs_reported) >= MAX_WARNED:
-                continue
-            if dropped is None or launch["slot"] >= len(dropped) or dropped[launch["slot"]]:
-                continue  # a dropped exit event looks like a block in flight: `hangs` lists it, no warning
-            process.hangs_reported.add(key)
-            log.warning("kernel_hang_suspected", pid=process.pid, kernel=names.get(launch["slot"], "?"),
-                        grid_id=launch["grid_id"], replay=launch["replay"], blocks_in_flight=launch["block_count"],
-                        first_blocks=launch["blocks"][:8], sms=launch["sms"][:32],
-                        age_s=round(launch["age_ns"] / 1e9, 3))
+        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s.slot for s in fresh}))}
+        launches = {}
+        for launch in pairing.in_flight(now_ns, threshold_ns):
+            launches.setdefault(launch["slot"], launch)
+        for stall in fresh:
+            stall.reported = True
+            launch = launches.get(stall.slot)
+            detail = ({"grid_id": launch["grid_id"], "replay": launch["replay"], "first_blocks": launch["blocks"][:8],
+                       "sms": launch["sms"][:32]} if launch else {"launch": "not seen in events"})
+            log.warning("kernel_hang_suspected", pid=process.pid, kernel=names.get(stall.slot, "?"), slot=stall.slot,
+                        blocks_in_flight=stall.blocks_in_flight, no_exit_for_s=round(now - stall.since, 3), **detail)
 
     def _drain_process(self, process: ObservedProcess, max_batches: int) -> int:
         segment = process.segment

@@ -73,6 +73,7 @@ class Process:
     gpus: list[Gpu]
     gpu_count: int
     memory_kernels: str
+    block_events_unanalysed: int
 
 
 @dataclasses.dataclass
@@ -127,6 +128,7 @@ class Kernel:
     cubin: str
     access_hooks: bool
     records: str
+    blocks_in_flight: int
 
 
 @dataclasses.dataclass
@@ -293,12 +295,23 @@ class HungLaunch:
 
 
 @dataclasses.dataclass
+class StalledKernel:
+    slot: int
+    kernel: str
+    blocks_in_flight: int
+    no_exit_ns: int  # since a block of it last exited (or since its blocks in flight were first seen)
+
+
+@dataclasses.dataclass
 class HangEvidence:
     pid: int
     exits_hooked: bool
     blocks_in_flight: int
     oldest_age_ns: int
     alive: bool
+    exits_counted: bool
+    events_unanalysed: int
+    stalled: list[StalledKernel]
 
 
 @dataclasses.dataclass

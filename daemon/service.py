@@ -207,6 +207,7 @@ class ObserverService:
             injector=injector_stats(counters),
             engine_steps=process.analyses.steps.report().steps,
             memory_kernels=header.get("memory_kernels", ""),
+            block_events_unanalysed=process.analyses.block_pairing.unanalysed_total(segment.aggregates()),
             **identity_of(header),
         )
 
@@ -222,6 +223,11 @@ class ObserverService:
             rejected_segments_total=self.registry.unattached,
             rejected_segments_forgotten=self.registry.rejected_forgotten,
         )
+
+    def drain_stalled(self, threshold_s: float) -> bool:
+        """The drain has not finished a pass for threshold_s (what the status line, the log and
+        gpuobs_drain_stalled say; the daemon keeps answering)."""
+        return self.drain_age_seconds() > threshold_s
 
     def drain_age_seconds(self) -> float:
         """Time since the drain's last pass (what the watchdog and the drain-lag metric watch)."""
@@ -332,7 +338,9 @@ class ObserverService:
                     shapes=kernel_shapes, other_shape_launches=other_shapes, block_durations=block_durations,
                     graph_launches=graph_launches.get(slot, 0), function_pc=int(entry.get("function_pc", 0)),
                     cubin=self.cubin_path(process, entry), access_hooks=access_hooks,
-                    records=kernel_records(control["applied_mode"], control["applied_shift"], access_hooks)))
+                    records=kernel_records(control["applied_mode"], control["applied_shift"], access_hooks),
+                    blocks_in_flight=max(0, int(row["blocks_observed"]) + int(row["blocks_unobserved"]) -
+                                         int(row["blocks_exited"])) if int(row["blocks_exited"]) else 0))
             self.registry.yield_to_drain(time.perf_counter() - began)
         return rows
 
@@ -588,15 +596,29 @@ class ObserverService:
                 block_count=launch["block_count"]))
         return rows
 
-    def hang_evidence(self, pids: list[int]) -> list[results.HangEvidence]:
-        """Per process: can it show blocks in flight, how many, the oldest's age."""
-        now_ns = time.time_ns()
+    def hang_evidence(self, pids: list[int], min_age_ms: int = 0) -> list[results.HangEvidence]:
+        """Per process: can it show blocks in flight, how many (by the counts where the producer
+        counts exits), the longest a kernel in flight went without an exit, which kernels did so
+        for min_age_ms, and how many block events the pairing did not look at."""
+        now, now_ns = self.registry.clock(), time.time_ns()
         out = []
         for process in self._targets(pids, live_only=False):
             with process.lock:
                 in_flight = process.analyses.block_pairing.report()
-            age = max(0, now_ns - in_flight.oldest_enter_ns) if in_flight.blocks else 0
-            out.append(results.HangEvidence(process.pid, in_flight.exits_hooked, in_flight.blocks, age, process.alive))
+                unanalysed = process.analyses.block_pairing.unanalysed_total(process.segment.aggregates())
+                stalls = process.stalls
+                stalled = stalls.stalled(now, min_age_ms / 1000.0) if stalls.counted else []
+                counted, counted_blocks, since = stalls.counted, stalls.blocks_in_flight(), stalls.oldest_since()
+            if counted:
+                blocks, age = counted_blocks, int((now - since) * 1e9) if since is not None else 0
+            else:
+                blocks = in_flight.blocks
+                age = max(0, now_ns - in_flight.oldest_enter_ns) if in_flight.blocks else 0
+            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s.slot for s in stalled}))}
+            out.append(results.HangEvidence(
+                process.pid, in_flight.exits_hooked, blocks, age, process.alive, counted, unanalysed,
+                [results.StalledKernel(s.slot, names.get(s.slot, f"slot {s.slot}"), s.blocks_in_flight,
+                                       int((now - s.since) * 1e9)) for s in stalled]))
         return out
 
     # -- streams -----------------------------------------------------------------------------

@@ -118,7 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
             "block enters with exits (0 turns both off; counts stay exact)", _share),
     Setting("hang_threshold_ms", 10000, "blocks in flight this long are reported once per launch as a suspected hang "
             "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", _count(1, 86_400_000)),
-    Setting("watchdog_stall_ms", 5000, "health turns NOT_SERVING when no drain pass finished this long",
+    Setting("watchdog_stall_ms", 5000, "a drain that finished no pass this long is said to stall (a log line, the "
+            "status line, gpuobs_drain_stalled); the daemon answers on and the systemd watchdog is fed",
             _count(1, 3_600_000)),
     Setting("record_max_mb", 1024, "disk one recording may fill (its files together); reached, it ends with what "
             "it wrote and says so", _count(1, 1 << 20)),

@@ -22,6 +22,7 @@ def notify(state: str) -> bool:
         address = "\0" + address[1:]
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)  # never hold the event loop: a full queue is a failed notify
             sock.connect(address)
             sock.sendall(state.encode())
     except OSError as error:

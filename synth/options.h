@@ -59,7 +59,7 @@ struct Options {
 };
 
 // The bounds of its settings: none makes it spin, run forever unasked or take what a host lacks.
-constexpr uint32_t kMaxKernels = 1u << 16;     // kernels it plays (each a slot and its names)
+constexpr uint32_t kMaxKernels = 1u << 19;     // kernels it plays (each a slot and its names: ~300 MB at most)
 constexpr double kMaxSeconds = 86400;          // --duration, --hang-seconds
 constexpr size_t kMaxCubinOffsets = 1024;
 

@@ -71,6 +71,9 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   const BlockCapture capture = block_capture(flags);
   const bool observed = mode >= Mode::Counter;
   for (uint64_t block = 0; block < blocks; ++block) count_block(&counters, observed, uint32_t(block % kSmCount));
+  // gpuobs-synth hooks block exits (kBlockExitsHooked): every block exits, counted in every mode,
+  // before the launch's events are written (a block's exit is counted before a later launch runs)
+  for (uint64_t block = 0; block < blocks; ++block) count_block_exit(&counters, uint32_t(block % kSmCount));
   if (!observed) return 2 * blocks;
   blocks_.fetch_add(blocks, std::memory_order_relaxed);
   // the access patch runs only in kernels with the access hooks, and works in the access modes
@@ -207,6 +210,8 @@ void SimulatedDevice::run_held(const LaunchShape& launch, const KernelProfile& p
       for (uint32_t y = 0; y < launch.grid_y; ++y)
         for (uint32_t x = 0; x < launch.grid_x; ++x, ++block_index)
           emit_block_event(launch, profile, x, y, z, block_index, exit != 0, realtime_ns());
+    if (exit)  // released: every block exits
+      for (uint64_t block = 0; block < blocks; ++block) count_block_exit(&counters, uint32_t(block % kSmCount));
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (!exit && !stop.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

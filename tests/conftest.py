@@ -1,4 +1,5 @@
-"""Shared fixtures: real gpuobs-synth processes writing real segments into a temp directory."""
+"""Shared fixtures: real gpuobs-synth processes writing real segments into a temp directory; and
+the check that the run leaves the machine as it found it (gpuobs_testing.leftovers)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,24 @@ def written(tmp_path: Path) -> Iterator["WrittenProcess"]:
     process = WrittenProcess(directory)
     yield process
     process.close()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from gpuobs_testing import leftovers
+
+    session.config.stash[leftovers.KEY] = leftovers.snapshot()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fails the run when it left a segment folder, a shared folder or a gpuobs process behind
+    (they are removed or killed then, and named)."""
+    from gpuobs_testing import leftovers
+
+    before = session.config.stash.get(leftovers.KEY, None)
+    if before is None:
+        return
+    found = leftovers.left_since(before)
+    if found:
+        session.config.get_terminal_writer().line("left behind by the tests (now removed): " + "; ".join(found),
+                                                  red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

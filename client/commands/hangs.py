@@ -1,8 +1,10 @@
 """gpuobsctl hangs [--min-age-ms N] [--pid PID]: blocks that entered and have not exited.
 
-Hang evidence needs block enter and exit events: only a process started with
-GPUOBS_BLOCK_EXIT=1 and running in blocks mode shows it; the command says which observed
-processes cannot (no exit hooks).
+Hang evidence needs block exits hooked (a process started with GPUOBS_BLOCK_EXIT=1): the kernels
+whose blocks in flight have had no exit for the age come from the device's counts, in every mode
+and whatever the daemon analysed; which launch and which blocks from the block events (blocks or
+sampled mode), where the daemon analysed them. The command says which processes cannot tell (no
+exit hooks) and what was not analysed; it never says "none" for what it did not look at.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
                       "processes": [message_dict(p) for p in response.processes]})
         return 0
     blind = [p.pid for p in response.processes if p.alive and not p.exits_hooked]
+    stalled = [(p.pid, k) for p in response.processes if p.alive for k in p.stalled]
+    if stalled:  # from counts: what no budget or drop can hide
+        table([("pid", "PID"), ("no_exit", "NO EXIT FOR s"), ("blocks", "BLOCKS IN FLIGHT"), ("kernel", "KERNEL")],
+              [{"pid": pid, "no_exit": f"{k.no_exit_ns / 1e9:.2f}", "blocks": k.blocks_in_flight,
+                "kernel": k.kernel if len(k.kernel) <= 70 else k.kernel[:67] + "..."}
+               for pid, k in sorted(stalled, key=lambda item: -item[1].no_exit_ns)])
+        print()
     if launches:
         table([("pid", "PID"), ("age", "AGE s"), ("blocks", "IN FLIGHT"), ("which", "BLOCKS"), ("sms", "SMS"),
                ("where", "LAUNCH"), ("kernel", "KERNEL")],
@@ -61,8 +70,18 @@ def run(args: argparse.Namespace) -> int:
                 "where": (f"graph 0x{h.graph_exec:x} replay {h.replay}" if h.graph_exec else f"grid id {h.grid_id}")
                 + (f" ({h.kernel_events_dropped} events of this kernel dropped)" if h.kernel_events_dropped else ""),
                 "kernel": h.kernel if len(h.kernel) <= 60 else h.kernel[:57] + "..."} for h in launches])
-    else:
-        print(f"no blocks in flight for {args.min_age_ms} ms or more")
+    elif stalled:
+        print("which launch and blocks: not in the block events the daemon holds (dropped, not analysed, or not "
+              "recorded in this mode)")
+    unlooked = [p for p in response.processes if p.alive and p.exits_hooked and not p.exits_counted
+                and p.events_unanalysed]
+    if not launches and not stalled and not unlooked:
+        print(f"no blocks in flight for {args.min_age_ms} ms or more" + (" in the other processes" if blind else ""))
+    for process in response.processes:
+        if process.alive and process.exits_hooked and process.events_unanalysed:
+            print(f"pid {process.pid}: {process.events_unanalysed} block events not analysed (gpuobsd's analysis "
+                  f"share was spent): launches and blocks in flight may be missing above"
+                  + ("" if process.exits_counted else ", and this producer counts no exits to tell otherwise"))
     if blind:
         print(f"cannot tell for pid {', '.join(map(str, blind))}: started without GPUOBS_BLOCK_EXIT=1 "
               "(block exits not recorded)")

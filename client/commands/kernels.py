@@ -31,9 +31,11 @@ def shape_text(kernel: pb.Kernel) -> str:
 
 
 def duration_text(durations: pb.BlockDurations) -> str:
+    """p50/p99 in us; `*` where some of the kernel's block events were not analysed."""
+    mark = "*" if durations.unanalysed else ""
     if not durations.count:
-        return "-"
-    return f"{durations.p50_ns / 1000:.1f}/{durations.p99_ns / 1000:.1f}"
+        return "-" + mark
+    return f"{durations.p50_ns / 1000:.1f}/{durations.p99_ns / 1000:.1f}{mark}"
 
 
 def ranks_by_pid(address: str) -> dict[int, int]:
@@ -61,4 +63,6 @@ def run(args: argparse.Namespace) -> int:
            ("blocks", "BLOCKS"), ("expected", "EXPECTED"), ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"),
            ("events", "EVENTS"), ("dropped", "DROPPED"), ("records", "RECORDS"), ("shape", "GRID/BLOCK"),
            ("duration", "BLOCK us p50/p99"), ("name", "KERNEL")], rows)
+    if any(k.block_durations.unanalysed for k in kernels):
+        print("* some of its block events were not analysed (gpuobsd's analysis share was spent): durations from the rest")
     return 0

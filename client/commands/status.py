@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
               f"modules {i.resource_callback_seconds:.2f} s (patching {i.patch_seconds:.2f} s, cubins "
               f"{i.cubin_seconds:.2f} s), launches {i.launch_callback_seconds:.2f} s, graphs "
               f"{i.graph_callback_seconds:.2f} s")
+        if p.block_events_unanalysed:
+            print(f"pid {p.pid}: {p.block_events_unanalysed} block events not analysed (gpuobsd's analysis share was "
+                  f"spent): block durations and the launches `hangs` names may be missing; stalled kernels are not")
         if p.memory_kernels:
             print(f"pid {p.pid}: access hooks for kernels matching {p.memory_kernels!r} ({i.modules_access_hooked} "
                   f"module(s)): memory and sampled record their accesses, sampled 1 in 2^shift blocks of the others")

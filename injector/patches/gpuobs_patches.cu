@@ -273,6 +273,9 @@ __device__ __forceinline__ void block_enter_leader(void* userdata) {
 }
 
 __device__ __noinline__ SanitizerPatchResult block_exit_leader(void* userdata, uint64_t pc) {
+  // counted in every mode (as block entries are, observed or not): blocks in flight from counts
+  // alone, whatever the event rings and the daemon's analyses did
+  count_block_exit(kernel_of(userdata), sm_id());
   const uint32_t flags = flags_of(userdata);
   const BlockCapture capture = block_capture(flags);
   uint32_t event_flags = 0;
@@ -323,7 +326,8 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_block_enter(void*
   return SANITIZER_PATCH_SUCCESS;
 }
 
-// Block exit, in every thread as it exits: the leader's exit stands for the block's.
+// Block exit, in every thread as it exits (hooked only with GPUOBS_BLOCK_EXIT=1): the leader's exit
+// stands for the block's; it counts the exit and, in the event modes, records it.
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_block_exit(void* userdata, uint64_t pc) {
   if (userdata == nullptr || !is_block_leader()) return SANITIZER_PATCH_SUCCESS;
   return block_exit_leader(userdata, pc);

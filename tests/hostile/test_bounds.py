@@ -56,6 +56,7 @@ def test_a_certificate_that_is_not_one_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, named", [
     (["--kernels", "99999999"], "--kernels"),
+    (["--kernels", str((1 << 19) + 1)], "--kernels"),
     (["--kernels", "99999999999"], "--kernels"),
     (["--duration", "-1"], "--duration"),
     (["--duration", "nan"], "--duration"),

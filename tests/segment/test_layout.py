@@ -36,7 +36,7 @@ int main() {
   F(LaunchRecord, shift) F(LaunchRecord, flags) F(LaunchRecord, replay) F(LaunchRecord, thread) F(LaunchRecord, op) F(LaunchRecord, seq)
   F(KernelCounters, launches) F(KernelCounters, blocks_expected) F(KernelCounters, blocks_observed)
   F(KernelCounters, blocks_unpatched) F(KernelCounters, memory_accesses) F(KernelCounters, events_produced)
-  F(KernelCounters, events_dropped) F(KernelCounters, blocks_unobserved)
+  F(KernelCounters, events_dropped) F(KernelCounters, blocks_unobserved) F(KernelCounters, blocks_exited)
   Capacities caps; caps.event_rings = 3; caps.event_ring_records = 1u << 12; caps.launch_ring_records = 1u << 10;
   caps.kernel_slots = 100; caps.name_arena_bytes = 12345;
   Geometry g = compute_geometry(caps);
@@ -88,7 +88,7 @@ def test_record_sizes_and_version(cxx_layout: dict) -> None:
         step_text, shape_count, op, op_nodes = cxx_layout["sizes"]
     assert EVENT_DTYPE.itemsize == event == 64
     assert LAUNCH_DTYPE.itemsize == launch == 128
-    assert KERNEL_COUNTERS_DTYPE.itemsize == kernel_counters == 64
+    assert KERNEL_COUNTERS_DTYPE.itemsize == kernel_counters == 128
     assert _native.STRUCT_SIZES == {
         "header": header,
         "control": control,

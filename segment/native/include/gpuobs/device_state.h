@@ -55,6 +55,10 @@ struct alignas(256) DeviceKernelSlot {
   uint64_t events_dropped;
   uint64_t reserved[4];  // [0]: bytes of the naive access count (benchmarks)
   DeviceShapeBucket shapes[kShapeBuckets];
+  // block leaders at exit, in every mode, where exits are hooked (GPUOBS_BLOCK_EXIT=1): blocks
+  // in flight are the blocks counted in (observed + unobserved) less these, whatever the rings
+  // and the daemon's analyses did
+  uint64_t blocks_exited[kBlockShards];
 };
 static_assert(sizeof(DeviceKernelSlot) == 768, "DeviceKernelSlot is 768 bytes");
 static_assert(offsetof(DeviceKernelSlot, launches) == 128, "the host-written line is a line of its own");

@@ -71,6 +71,12 @@ GPUOBS_HD void count_block(DeviceKernelSlot* kernel, bool observed, uint32_t sm)
   ring::add(observed ? &kernel->blocks[sm % kBlockShards] : &kernel->blocks_unobserved[sm % kBlockShards], 1);
 }
 
+// Every block leader at exit, where exits are hooked, in every mode: with count_block's, blocks
+// in flight come from counts alone.
+GPUOBS_HD void count_block_exit(DeviceKernelSlot* kernel, uint32_t sm) {
+  ring::add(&kernel->blocks_exited[sm % kBlockShards], 1);
+}
+
 // Host: one kernel's device counters as the segment publishes them.
 inline KernelCounters census_counters(const DeviceKernelSlot& device) {
   KernelCounters out{};
@@ -81,6 +87,7 @@ inline KernelCounters census_counters(const DeviceKernelSlot& device) {
   for (uint64_t accesses : device.accesses) out.memory_accesses += accesses;
   out.events_produced = device.events_produced;
   out.events_dropped = device.events_dropped;
+  for (uint64_t blocks : device.blocks_exited) out.blocks_exited += blocks;
   return out;
 }
 

@@ -30,7 +30,7 @@ constexpr uint32_t kLayoutVersion = 6;  // 2: graph launch and graph exec record
                                         // 6: sampled in the block set (block event flags), access hooks
                                         // for chosen kernels (kernel entry flags, a counter), a 1 KiB
                                         // header with start-up settings (the chosen kernels, the cubin
-                                        // directory)
+                                        // directory), blocks exited per kernel
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
 constexpr uint32_t kPageBytes = 4096;
@@ -763,13 +763,17 @@ struct KernelCounters {
   uint64_t events_produced;  // device: events this kernel tried to record
   uint64_t events_dropped;   // device: ... dropped (ring full)
   uint64_t blocks_unobserved; // device: blocks that ran in a mode that counts none (off, noop)
+  uint64_t blocks_exited;    // device: blocks that exited, in every mode, where exits are hooked
+                             // (kBlockExitsHooked); blocks in flight = observed + unobserved - exited
+  uint64_t reserved[7];
 };
-static_assert(sizeof(KernelCounters) == 64, "KernelCounters is one cache line");
+static_assert(sizeof(KernelCounters) == 128, "KernelCounters is two cache lines");
 inline constexpr Field kKernelCountersFields[] = {
     GPUOBS_FIELD(KernelCounters, launches),          GPUOBS_FIELD(KernelCounters, blocks_expected),
     GPUOBS_FIELD(KernelCounters, blocks_observed),   GPUOBS_FIELD(KernelCounters, blocks_unpatched),
     GPUOBS_FIELD(KernelCounters, memory_accesses),   GPUOBS_FIELD(KernelCounters, events_produced),
     GPUOBS_FIELD(KernelCounters, events_dropped),    GPUOBS_FIELD(KernelCounters, blocks_unobserved),
+    GPUOBS_FIELD(KernelCounters, blocks_exited),     GPUOBS_RESERVED(KernelCounters, reserved),
 };
 static_assert(covers(kKernelCountersFields, sizeof(KernelCounters)), "kKernelCountersFields lists every member");
 

@@ -1,0 +1,65 @@
+"""What a test run must not leave on the machine: folders in /dev/shm (segments are memory), gpuobs
+folders in /tmp, and gpuobs processes (a producer or a daemon that outlived its test). The run's
+start is snapshotted; at its end what is new is named, removed or killed, and the run fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+KEY = pytest.StashKey[dict]()
+PLACES = {Path("/dev/shm"): ("",), Path("/tmp"): ("gpuobs-", "gpuobs_")}
+PROGRAMS = ("gpuobs-synth", "gpuobs.daemon.main", "gpuobsd")
+
+
+def _entries() -> set[Path]:
+    found = set()
+    for place, prefixes in PLACES.items():
+        try:
+            found.update(p for p in place.iterdir() if p.name.startswith(prefixes))
+        except OSError:
+            continue
+    return found
+
+
+def _processes() -> dict[int, str]:
+    """gpuobs processes of this machine: pid -> command line."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\x00", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(program in command for program in PROGRAMS) and int(entry.name) != os.getpid():
+            out[int(entry.name)] = command.strip()
+    return out
+
+
+def snapshot() -> dict:
+    return {"entries": _entries(), "processes": set(_processes())}
+
+
+def left_since(before: dict) -> list[str]:
+    """What is new since `before`, after it was removed or killed: a line each."""
+    found = []
+    for pid, command in _processes().items():
+        if pid in before["processes"]:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+        found.append(f"process {pid} ({command[:120]})")
+    for path in sorted(_entries() - before["entries"]):
+        found.append(str(path))
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return found
