@@ -43,7 +43,8 @@ def main() -> int:
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
     ok = (figures["daemon_alive"] and not figures["crashes_in_log"] and figures["accounting_errors"] == 0
-          and not figures["unbalanced_retained"] and not figures["fuzz_failures"] and not figures["stream_failures"])
+          and not figures["unbalanced_retained"] and not figures["fuzz_failures"] and not figures["stream_failures"]
+          and figures["victim_untouched"] and not figures["recording_failures"] and figures["spool_left"] == 0)
     print(f"soak: {figures['lifetimes']} lifetimes, {figures['fuzzed_requests']} fuzzed requests, "
           f"{figures['scrapes']} scrapes, RSS peak {max(rss):.0f} MiB (first quarter {max(rss[:quarter]):.0f}, "
           f"last {max(rss[-quarter:]):.0f}), series max {figures['series_max']}, accounting errors "

@@ -16,6 +16,10 @@ log = structlog.get_logger("gpuobsd.drain")
 
 
 class DrainThread:
+    # the pause between passes that find nothing doubles up to this: an idle daemon makes ~40
+    # passes a second, not 500, and one with work goes back to drain_interval_s at once
+    IDLE_PAUSE_MAX_S = 0.025
+
     def __init__(self, registry: Registry, *, discovery_interval_s: float, drain_interval_s: float) -> None:
         self.registry = registry
         self.discovery_interval_s = discovery_interval_s
@@ -32,6 +36,7 @@ class DrainThread:
 
     def _run(self) -> None:
         next_discovery = 0.0
+        pause = self.drain_interval_s
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= next_discovery:
@@ -46,4 +51,7 @@ class DrainThread:
                 log.exception("drain_failed")
                 read = 0
             if read == 0:
-                self._stop.wait(min(self.drain_interval_s, max(0.0, next_discovery - time.monotonic())))
+                self._stop.wait(min(pause, max(0.0, next_discovery - time.monotonic())))
+                pause = min(max(pause * 2, 0.001), max(self.IDLE_PAUSE_MAX_S, self.drain_interval_s))
+            else:
+                pause = self.drain_interval_s

@@ -28,7 +28,7 @@ from gpuobs._native import EVENT_KIND_COUNT
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
 from .analysis import ALL_REPLAYS, Analysis
-from .analysis_budget import AnalysisBudget
+from .analysis_budget import BEHIND_SHARE, AnalysisBudget
 from .block_pairing import BlockPairing
 from .kernel_stalls import KernelStalls
 from .errors import Busy
@@ -42,6 +42,7 @@ log = structlog.get_logger("gpuobsd.registry")
 
 ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
 HANG_CHECK_S = 0.5  # blocks in flight are compared with the hang threshold at most this often
+LIVENESS_S = 1.0    # a producer's liveness (/proc) and its segment's size checked at most this often
 MAX_WARNED = 4096   # launches remembered as already reported, per process
 # Any local user can fill the segment directory with files named like segments: the daemon
 # remembers this many rejected ones (path and reason) and opens at most MAX_TRIES_PER_PASS
@@ -164,6 +165,9 @@ class ObservedProcess:
     analyses: ProcessAnalyses = dataclasses.field(default_factory=ProcessAnalyses.create)  # the registry passes its budget
     stalls: KernelStalls = dataclasses.field(default_factory=KernelStalls)  # hang evidence from counts
     seen_dead: bool = False  # the producer was found dead on an idle pass
+    last_liveness: float = 0.0  # registry clock of the last liveness check (producer alive, segment whole)
+    unsettled: bool = False  # records read since the analyses last settled
+    settled_at: int = -1  # the replay_begun they settled at
     replay_begun: int = 0  # the last device_replay_begun read (GlobalCounters)
     gone_at: float = 0.0  # registry clock at the final drain
     # the drain (one pass of this process) and each query (one view of it) hold it; reentrant
@@ -292,8 +296,11 @@ class Registry:
             if process.final_drained:
                 continue
             try:
-                total += self._drain_process(process, max_batches)
-                if now - process.last_check >= ACCOUNTING_CHECK_S:
+                read = self._drain_process(process, max_batches)
+                total += read
+                # checked while records flow, and once a liveness tick when they do not (a
+                # quiet producer's counters change little, and an idle pass costs next to nothing)
+                if (read or now - process.last_check >= LIVENESS_S) and now - process.last_check >= ACCOUNTING_CHECK_S:
                     self._check(process, now)
             except Exception:  # one bad segment must not stop the others being drained
                 failures += 1
@@ -345,15 +352,21 @@ class Registry:
 
     def _drain_process(self, process: ObservedProcess, max_batches: int) -> int:
         segment = process.segment
-        if not segment.reader.size_intact():
-            log.error("segment_shrunk", pid=process.pid, path=str(process.path))
-            process.final_drained = True
-            process.alive = False
-            process.gone_at = self.clock()
-            return 0
+        now = self.clock()
+        tick = now - process.last_liveness >= LIVENESS_S  # the checks whose rate must not follow the passes'
+        if tick:
+            process.last_liveness = now
+            if not segment.reader.size_intact():
+                log.error("segment_shrunk", pid=process.pid, path=str(process.path))
+                process.final_drained = True
+                process.alive = False
+                process.gone_at = self.clock()
+                return 0
         # Sampled before reading: a producer seen exited here has committed all it will; if this
         # pass then reads nothing, everything is in. (/proc is only asked on an idle segment.)
         exited = segment.reader.state() == STATE_EXITED
+        if not exited and not tick and not process.unsettled and not segment.reader.backlog()[2]:
+            return 0  # nothing waits: a few loads from the segment, no copy, no analysis, no system call
         # Sampled before reading too: every replay below the one the device had begun then has
         # its events in the rings, so once the rings are read to their end those are final.
         counters = segment.global_counters()
@@ -379,6 +392,8 @@ class Registry:
                 if not len(batch):
                     break
                 read += len(batch)
+                # the analyses wait when the drain is behind (AnalysisBudget.behind)
+                self.analysis_budget.behind = segment.reader.backlog()[1] > BEHIND_SHARE
                 kind_counts = np.bincount(batch["kind"], minlength=EVENT_KIND_COUNT)  # one pass, shared
                 with process.lock:
                     for analysis in process.analyses:
@@ -386,11 +401,15 @@ class Registry:
                 self._publish("events", process.pid, batch)
             else:
                 caught_up = False  # max_batches read and maybe more waiting
-        if caught_up:
+        if read:
+            process.unsettled = True
+        if caught_up and (process.unsettled or replay_begun != process.settled_at):
             with process.lock:
                 for analysis in process.analyses:
                     analysis.settle(replay_begun)
-        if read == 0 and not exited and not segment.reader.producer_alive():
+            process.unsettled = False
+            process.settled_at = replay_begun
+        if read == 0 and not exited and tick and not segment.reader.producer_alive():
             # died without marking the segment: its last claims are settled by the torn timeout,
             # so look again on the next pass before declaring it drained
             exited = process.seen_dead

@@ -574,6 +574,22 @@ void bind_reader(py::module_& m) {
              return fields_dict(kControlBlockFields, &control);
            })
       .def("producer_alive", &SegmentReader::producer_alive)
+      .def("backlog",
+           [](const SegmentReader& reader) {
+             const SegmentReader::Backlog backlog = reader.backlog();
+             return py::make_tuple(backlog.records, backlog.fullest, backlog.ready);
+           },
+           "(records waiting by the published heads, the fullest ring's share, a complete record ready to read)")
+      .def("top_kernels",
+           [](const SegmentReader& reader, const std::string& field, uint32_t count) {
+             for (const Field& entry : kKernelCountersFields)
+               if (field == entry.name) {
+                 py::gil_scoped_release release;
+                 return reader.top_kernels(entry.offset, count);
+               }
+             throw py::value_error("no kernel counter named " + field);
+           },
+           py::arg("field"), py::arg("count"), "[(slot, value)] of the `count` kernels with the most of `field`")
       .def("owner_uid", &SegmentReader::owner_uid)
       .def("state", [](const SegmentReader& reader) { return uint32_t(reader.state()); })
       .def("size_intact", &SegmentReader::size_intact)

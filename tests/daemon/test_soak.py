@@ -30,3 +30,8 @@ def test_a_soak_of_comings_and_goings_junk_and_fuzz(segment_dir: Path, tmp_path:
     warm = rss[len(rss) // 4]  # after the first quarter: imports, first analyses, gRPC pools
     assert max(rss[len(rss) // 4:]) < warm + 150, rss
     assert figures["descriptors_end"] < 64, figures
+    # hostile: links planted among the segments followed by nothing; recordings as long as allowed
+    # end at the caps, their spool emptied
+    assert figures["victim_untouched"], figures
+    assert figures["recordings"] > 0 and figures["recording_failures"] == [] and figures["spool_left"] == 0, figures
+    assert figures["recording_bytes_max"] <= (Soak.RECORD_MAX_MB << 20) + (1 << 20), figures

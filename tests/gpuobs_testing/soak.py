@@ -47,8 +47,14 @@ class Soak:
     figures: dict = dataclasses.field(default_factory=lambda: {
         "lifetimes": 0, "producer_failures": 0, "junk_files": 0, "fuzzed_requests": 0, "fuzz_failures": [],
         "scrapes": 0, "scrape_failures": 0, "streams": 0, "stream_events": 0, "stream_failures": [],
-        "series_max": 0, "rss_mib": [], "descriptors_max": 0, "status_bytes_max": 0})
+        "series_max": 0, "rss_mib": [], "descriptors_max": 0, "status_bytes_max": 0,
+        "recordings": 0, "recordings_capped": 0, "recording_bytes_max": 0, "recording_failures": []})
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    @property
+    def victim(self) -> Path:
+        """A file beside the segment folder that planted links point at: it must stay as it is."""
+        return self.segment_dir.parent / "victim"
 
     # -- the load ----------------------------------------------------------------------------
     def producers(self) -> None:
@@ -94,12 +100,15 @@ class Soak:
                 kept.pop(0).unlink(missing_ok=True)
             index += 1
             path = self.segment_dir / f"gpuobs-{900000 + index}-{rng.randrange(1 << 30)}.seg"
-            kind = rng.choice(["random", "empty", "header", "huge-name"])
+            kind = rng.choice(["random", "empty", "header", "huge-name", "link"])
             if kind == "huge-name":
                 path = self.segment_dir / f"gpuobs-{900000 + index}-{'n' * 230}.seg"
-            data = {"random": rng.randbytes(rng.randrange(1, 8192)), "empty": b"",
-                    "header": b"GPUOBSSG" + rng.randbytes(rng.randrange(0, 600)), "huge-name": b"x"}[kind]
-            path.write_bytes(data)
+            if kind == "link":  # planted where a segment would be: never followed, never written through
+                path.symlink_to(self.victim)
+            else:
+                data = {"random": rng.randbytes(rng.randrange(1, 8192)), "empty": b"",
+                        "header": b"GPUOBSSG" + rng.randbytes(rng.randrange(0, 600)), "huge-name": b"x"}[kind]
+                path.write_bytes(data)
             kept.append(path)
             with self.lock:
                 self.figures["junk_files"] += 1
@@ -170,6 +179,36 @@ class Soak:
             message.max_events = 100_000
         return message
 
+    RECORD_MAX_MB = 4  # the daemon's caps in the soak: recordings reach them every time
+    RECORD_TOTAL_MB = 8
+
+    def recordings(self, stub) -> None:
+        """Recordings as long as the daemon allows, two at a time, streamed back: each ends at a
+        cap with what it wrote; the bytes never pass the caps."""
+        def record() -> None:
+            received, stopped = 0, ""
+            try:
+                for chunk in stub.RecordStream(pb.RecordRequest(duration_ms=3000), timeout=60):
+                    received += len(chunk.data)
+                    if chunk.HasField("file") and chunk.file.stopped:
+                        stopped = chunk.file.stopped
+            except grpc.RpcError as error:
+                if error.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED):
+                    with self.lock:
+                        self.figures["recording_failures"].append(str(error.code()))
+                return
+            with self.lock:
+                self.figures["recordings"] += 1
+                self.figures["recordings_capped"] += bool(stopped)
+                self.figures["recording_bytes_max"] = max(self.figures["recording_bytes_max"], received)
+
+        while not self.stop.is_set():
+            pair = [threading.Thread(target=record) for _ in range(2)]
+            for thread in pair:
+                thread.start()
+            for thread in pair:
+                thread.join()
+
     def scrapes(self, port: int) -> None:
         while not self.stop.wait(0.3):
             try:
@@ -212,13 +251,16 @@ class Soak:
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> dict:
-        daemon = DaemonProcess(self.runtime_dir, self.segment_dir, free_port(), "--exited-max", str(self.exited_max))
+        self.victim.write_text("the victim's own bytes\n")
+        daemon = DaemonProcess(self.runtime_dir, self.segment_dir, free_port(), "--exited-max", str(self.exited_max),
+                               "--record-max-mb", str(self.RECORD_MAX_MB), "--record-total-mb", str(self.RECORD_TOTAL_MB))
         started = time.monotonic()
         threads = [threading.Thread(target=self.producers, name="producers"),
                    threading.Thread(target=self.junk, name="junk"),
                    threading.Thread(target=self.fuzz, args=(daemon.address,), name="fuzz"),
                    threading.Thread(target=self.scrapes, args=(daemon.metrics_port,), name="scrapes"),
                    threading.Thread(target=self.streams, args=(daemon.stub,), name="streams"),
+                   threading.Thread(target=self.recordings, args=(daemon.stub,), name="recordings"),
                    threading.Thread(target=self.watch, args=(daemon,), name="watch")]
         try:
             for thread in threads:
@@ -254,6 +296,8 @@ class Soak:
             figures["processes_gone"] = len(gone)
             figures["accounting_errors"] = sum(int(entry.get("accounting_errors", 0)) for entry in gone)
             figures["crashes_in_log"] = [line for line in daemon.log().splitlines() if "Traceback" in line][:5]
+            figures["victim_untouched"] = self.victim.read_text() == "the victim's own bytes\n"
+            figures["spool_left"] = len(list((self.runtime_dir / "spool").iterdir()))
             return figures
         finally:
             self.stop.set()

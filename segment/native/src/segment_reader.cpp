@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -279,6 +280,62 @@ RingStats SegmentReader::event_ring_stats(uint32_t ring_index) const {
 
 RingStats SegmentReader::launch_ring_stats() const {
   return stats_of(*view_.launch_ring_control, view_.caps.launch_ring_records);
+}
+
+SegmentReader::Backlog SegmentReader::backlog() const {
+  Backlog out;
+  auto add = [&](const RingControl& control, uint64_t capacity, const uint64_t* next_seq_of_slot0, size_t stride) {
+    const uint64_t head = relaxed(&control.head);
+    const uint64_t tail = __atomic_load_n(&control.tail, __ATOMIC_ACQUIRE);
+    const uint64_t waiting = head > tail ? head - tail : 0;
+    out.records += waiting;
+    const double share = capacity ? double(waiting) / double(capacity) : 0.0;
+    if (share > out.fullest) out.fullest = share;
+    if (!out.ready && capacity) {
+      const auto* seq = reinterpret_cast<const uint64_t*>(reinterpret_cast<const uint8_t*>(next_seq_of_slot0) +
+                                                          (tail & (capacity - 1)) * stride);
+      out.ready = __atomic_load_n(seq, __ATOMIC_ACQUIRE) == tail + 1;
+    }
+  };
+  add(*view_.launch_ring_control, view_.caps.launch_ring_records, &view_.launch_ring[0].seq, sizeof(LaunchRecord));
+  for (uint32_t ring = 0; ring < view_.caps.event_rings; ++ring)
+    add(view_.event_ring_controls[ring], view_.caps.event_ring_records, &view_.event_ring(ring)[0].seq,
+        sizeof(EventRecord));
+  return out;
+}
+
+std::vector<std::pair<uint32_t, uint64_t>> SegmentReader::top_kernels(size_t field_offset, uint32_t count) const {
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  if (field_offset + sizeof(uint64_t) > sizeof(KernelCounters) || field_offset % sizeof(uint64_t)) return out;
+  const uint32_t published = kernel_count();
+  for (int attempt = 0; attempt < kCounterTries; ++attempt) {
+    const uint64_t before = __atomic_load_n(&view_.counters->publish_seq, __ATOMIC_ACQUIRE);
+    if (before & 1) {
+      sched_yield();
+      continue;
+    }
+    out.clear();
+    for (uint32_t slot = 0; slot < published; ++slot) {
+      const auto* word = reinterpret_cast<const uint64_t*>(reinterpret_cast<const uint8_t*>(&view_.kernel_counters[slot]) +
+                                                           field_offset);
+      const uint64_t value = relaxed(word);
+      if (value) out.emplace_back(slot, value);
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&view_.counters->publish_seq, __ATOMIC_RELAXED) != before) continue;
+    const auto most = [](const std::pair<uint32_t, uint64_t>& a, const std::pair<uint32_t, uint64_t>& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    };
+    if (out.size() > count) {
+      std::partial_sort(out.begin(), out.begin() + count, out.end(), most);
+      out.resize(count);
+    } else {
+      std::sort(out.begin(), out.end(), most);
+    }
+    return out;
+  }
+  out.clear();
+  return out;
 }
 
 uint32_t SegmentReader::kernel_count() const {

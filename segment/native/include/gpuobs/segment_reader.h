@@ -76,6 +76,20 @@ class SegmentReader {
 
   RingStats event_ring_stats(uint32_t ring_index) const;
   RingStats launch_ring_stats() const;
+  // Records claimed and not yet read, in the launch ring and the fullest event ring, as a share
+  // of that ring's capacity: what an idle drain pass asks before it does anything else (a few
+  // loads, no copy, no system call), and how far behind a busy one is.
+  struct Backlog {
+    uint64_t records = 0;  // launch ring and every event ring, by the heads published
+    double fullest = 0;    // the largest backlog / capacity of one ring
+    bool ready = false;    // a complete record waits at some ring's tail (the heads of event rings
+                           // are published with the counters: a record may be there before them)
+  };
+  Backlog backlog() const;
+  // The `count` kernel slots with the most of `field` (a KernelCounters word, by its offset),
+  // most first, from one consistent copy of the counters (an empty list when none could be had):
+  // one pass in place over the mapped counters, so a top-N costs O(N) beyond the scan.
+  std::vector<std::pair<uint32_t, uint64_t>> top_kernels(size_t field_offset, uint32_t count) const;
 
   // Kernel table entries published so far (bounds-checked against the arena).
   std::vector<KernelInfo> kernels(uint32_t first_slot = 0, uint32_t max_count = UINT32_MAX) const;
