@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from typing import Callable
 
 import numpy as np
@@ -42,6 +43,12 @@ PENDING_DTYPE = np.dtype([("grid_id", np.uint64), ("replay", np.uint64), ("block
                           ("time", np.int64), ("kernel_slot", np.uint32), ("sm", np.uint16), ("flags", np.uint16)])
 
 
+def duration_buckets(durations: np.ndarray) -> np.ndarray:
+    """The log2 histogram bucket of each duration (ns), BUCKETS_PER_OCTAVE an octave."""
+    buckets = np.floor(np.log2(np.maximum(durations, 1)) * BUCKETS_PER_OCTAVE).astype(np.int64)
+    return np.clip(buckets, 0, BUCKETS - 1)
+
+
 @dataclasses.dataclass
 class Durations:
     histogram: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(BUCKETS, dtype=np.uint64))
@@ -51,13 +58,16 @@ class Durations:
     max_ns: int = 0
 
     def add(self, durations: np.ndarray) -> None:
-        buckets = np.floor(np.log2(np.maximum(durations, 1)) * BUCKETS_PER_OCTAVE).astype(np.int64)
-        np.add.at(self.histogram, np.clip(buckets, 0, BUCKETS - 1), 1)
-        low, high = int(durations.min()), int(durations.max())
+        self.merge(np.bincount(duration_buckets(durations), minlength=BUCKETS).astype(np.uint64), len(durations),
+                   int(durations.sum()), int(durations.min()), int(durations.max()))
+
+    def merge(self, histogram: np.ndarray, count: int, total_ns: int, low: int, high: int) -> None:
+        """Durations already bucketed (count of them, their sum, least and most)."""
+        self.histogram += histogram
         self.min_ns = low if not self.count else min(self.min_ns, low)
         self.max_ns = max(self.max_ns, high)
-        self.count += len(durations)
-        self.total_ns += int(durations.sum())
+        self.count += count
+        self.total_ns += total_ns
 
     def percentile(self, fraction: float) -> int:
         """The geometric middle of the bucket holding that fraction of the blocks, kept within
@@ -100,6 +110,15 @@ class BlockPairing(Analysis):
         self.unpaired: dict[int, int] = collections.defaultdict(int)
         self.pending = np.zeros(0, dtype=PENDING_DTYPE)
         self.exits_seen = exits_hooked
+        # block events taken and not yet paired: pairing sorts, and its cost is per call as much
+        # as per event, so a trickle is paired in batches of PAIR_BATCH or every PAIR_WAIT_S
+        self._queued: list[np.ndarray] = []
+        self._queued_events = 0
+        self._queued_since = 0.0
+        self._node_grid_ids = NO_GRID_IDS
+
+    PAIR_BATCH = 1 << 14
+    PAIR_WAIT_S = 0.25
 
     def on_events(self, events: np.ndarray, kind_counts: np.ndarray) -> None:
         self.add_events(events, self.node_grid_ids(), kind_counts)
@@ -114,6 +133,7 @@ class BlockPairing(Analysis):
         if not self.budget.allows():
             # Nothing per event here: a skipped batch costs nothing. What it held shows as
             # delivered block events minus analysed ones (report()).
+            self.flush()
             if len(self.pending):
                 self._give_up_pending()  # their exits may be in this batch: do not show them in flight
             return
@@ -127,7 +147,27 @@ class BlockPairing(Analysis):
                 for slot in np.flatnonzero(counts).tolist():
                     self.analysed[slot] += int(counts[slot])
                 self.analysed_total += len(block)
-                self._pair(block, node_grid_ids)
+                if not self._queued:
+                    self._queued_since = time.monotonic()
+                self._queued.append(block)  # a copy: the batch is a view of the reader's buffer
+                self._queued_events += len(block)
+                self._node_grid_ids = node_grid_ids
+        if self._queued_events >= self.PAIR_BATCH or (
+                self._queued and time.monotonic() - self._queued_since >= self.PAIR_WAIT_S):
+            self.flush()
+
+    def settle(self, replay_begun: int) -> None:
+        if self._queued and time.monotonic() - self._queued_since >= self.PAIR_WAIT_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Pairs what was taken and is queued (before anything reads the pairs or the enters held)."""
+        if not self._queued:
+            return
+        block = np.concatenate(self._queued) if len(self._queued) > 1 else self._queued[0]
+        self._queued, self._queued_events = [], 0
+        with self.budget.spending():
+            self._pair(block, self._node_grid_ids)
 
     def _pair(self, block: np.ndarray, node_grid_ids: np.ndarray) -> None:
         fresh = np.zeros(len(block), dtype=PENDING_DTYPE)
@@ -150,10 +190,8 @@ class BlockPairing(Analysis):
         enter_index = np.flatnonzero(pair)
         exit_index = enter_index + 1
         if len(enter_index):
-            durations = rows["time"][exit_index] - rows["time"][enter_index]
-            slots = rows["kernel_slot"][enter_index]
-            for slot in np.unique(slots).tolist():
-                self.durations.setdefault(slot, Durations()).add(np.maximum(durations[slots == slot], 0))
+            self._add_durations(rows["kernel_slot"][enter_index],
+                                np.maximum(rows["time"][exit_index] - rows["time"][enter_index], 0))
         paired = np.zeros(len(rows), dtype=bool)
         paired[enter_index] = True
         paired[exit_index] = True
@@ -168,6 +206,21 @@ class BlockPairing(Analysis):
             self._count_unpaired(waiting["kernel_slot"][:-self.MAX_PENDING])
             waiting = waiting[-self.MAX_PENDING:]
         self.pending = waiting
+
+    def _add_durations(self, slots: np.ndarray, durations: np.ndarray) -> None:
+        """Every kernel's durations of one pairing at once: one histogram pass for all kernels."""
+        kernels, which = np.unique(slots, return_inverse=True)
+        histograms = np.bincount(which * BUCKETS + duration_buckets(durations),
+                                 minlength=len(kernels) * BUCKETS).reshape(len(kernels), BUCKETS).astype(np.uint64)
+        counts = np.bincount(which, minlength=len(kernels))
+        totals = np.bincount(which, weights=durations.astype(np.float64), minlength=len(kernels))
+        order = np.argsort(which, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(which[order]) != 0])
+        lows = np.minimum.reduceat(durations[order], starts)
+        highs = np.maximum.reduceat(durations[order], starts)
+        for index, slot in enumerate(kernels.tolist()):
+            self.durations.setdefault(slot, Durations()).merge(histograms[index], int(counts[index]),
+                                                               int(totals[index]), int(lows[index]), int(highs[index]))
 
     def _count_unpaired(self, slots: np.ndarray) -> None:
         for slot, count in zip(*np.unique(slots, return_counts=True)):
@@ -185,6 +238,7 @@ class BlockPairing(Analysis):
         """Held enters of kernels that have no block in flight by the counts (kernel_stalls.py),
         entered before `entered_before_ns`: their exits were lost (dropped, or a sampled block's
         exit more than an epoch after its enter), so they are not in flight; counted unpaired."""
+        self.flush()
         if not len(self.pending):
             return
         stale = (~np.isin(self.pending["kernel_slot"], np.fromiter(kernels_in_flight, dtype=np.uint32,
@@ -208,6 +262,7 @@ class BlockPairing(Analysis):
         key included), at most `limit` launches: the order a paged walk resumes in, whatever
         exits meanwhile. Ages compare the device clock (%globaltimer, ns since the epoch) with
         the host's realtime clock."""
+        self.flush()
         if not self.exits_seen or not len(self.pending) or limit <= 0:
             return []
         pending = self.pending
@@ -236,6 +291,7 @@ class BlockPairing(Analysis):
         return launches
 
     def report(self) -> InFlight:
+        self.flush()
         if not self.exits_seen or not len(self.pending):
             return InFlight(self.exits_seen, 0, 0)
         return InFlight(True, len(self.pending), int(self.pending["time"].min()))
@@ -244,6 +300,7 @@ class BlockPairing(Analysis):
         """Block durations of these kernel slots, with one pass over the enters held.
         `block_events_delivered`: each slot's block enter and exit events the reader delivered
         (the native reader's aggregates); those not analysed were skipped by the budget."""
+        self.flush()
         held = np.bincount(self.pending["kernel_slot"]) if len(self.pending) else np.zeros(0, dtype=np.int64)
         return [self._durations_of(slot, events, int(held[slot]) if slot < len(held) else 0)
                 for slot, events in zip(slots, block_events_delivered)]

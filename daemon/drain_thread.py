@@ -16,9 +16,10 @@ log = structlog.get_logger("gpuobsd.drain")
 
 
 class DrainThread:
-    # the pause between passes that find nothing doubles up to this: an idle daemon makes ~40
-    # passes a second, not 500, and one with work goes back to drain_interval_s at once
+    # the pause between passes that find little doubles up to this: an idle daemon makes ~40
+    # passes a second, not 500, and one that finds much goes back to drain_interval_s at once
     IDLE_PAUSE_MAX_S = 0.025
+    BUSY_PASS = 8192  # records a pass read for the next to follow at once (a ring holds 65,536 or more)
 
     def __init__(self, registry: Registry, *, discovery_interval_s: float, drain_interval_s: float) -> None:
         self.registry = registry
@@ -50,8 +51,11 @@ class DrainThread:
             except Exception:  # logged; a loop that keeps failing shows as a stall in health
                 log.exception("drain_failed")
                 read = 0
-            if read == 0:
-                self._stop.wait(min(pause, max(0.0, next_discovery - time.monotonic())))
-                pause = min(max(pause * 2, 0.001), max(self.IDLE_PAUSE_MAX_S, self.drain_interval_s))
-            else:
-                pause = self.drain_interval_s
+            if read >= self.BUSY_PASS:
+                pause = self.drain_interval_s  # records flow fast: straight on
+                continue
+            # nothing, or a trickle: wait longer each time (up to IDLE_PAUSE_MAX_S), so that a
+            # trickle is read in batches of what accumulated, not a few records a pass (its cost
+            # is per pass and per batch as much as per record)
+            self._stop.wait(min(pause, max(0.0, next_discovery - time.monotonic())))
+            pause = min(max(pause * 2, 0.001), max(self.IDLE_PAUSE_MAX_S, self.drain_interval_s))

