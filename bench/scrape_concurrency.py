@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpuobs.daemon.metrics_server import REUSE_S
 from gpuobs_testing.daemon import DaemonProcess, free_port
 from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
 from gpuobs_testing.synth import synth_binary
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=64)
     parser.add_argument("--scrapers", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=10, help="scrapes per concurrent scraper")
+    parser.add_argument("--lone", type=int, default=30, help="lone scrapes")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     unwind_on_signals()
@@ -59,10 +61,10 @@ def main() -> None:
             time.sleep(2)  # every kernel launched, labels assigned
             for _ in range(3):
                 scrape_seconds(port)  # warm
-            lone = []
-            for _ in range(30):
+            lone = []  # spaced past the daemon's reuse window: each makes its own collection
+            for _ in range(args.lone):
                 lone.append(scrape_seconds(port))
-                time.sleep(0.05)
+                time.sleep(REUSE_S + 0.1)
             together: list[float] = []
             lock = threading.Lock()
 

@@ -13,11 +13,12 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from . import logging_setup, settings, systemd, tcp_access
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
+from .metrics_server import SharedExposition, serve
 from gpuobs import version_line
 from gpuobs.api.v1 import observer_pb2
 from .drain_thread import DrainThread
@@ -107,7 +108,7 @@ class Daemon:
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
         try:
-            start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+            serve(SharedExposition(registry), host or "127.0.0.1", int(port))
         except OSError as error:
             raise OSError(error.errno, f"cannot serve metrics on {address}: {error.strerror}") from error
         return address

@@ -99,28 +99,34 @@ def test_a_stalled_drain_is_said_and_the_watchdog_is_fed(tmp_path: Path, segment
     assert families["gpuobs_drain_stalled"].samples[0].value == 1.0
 
 
-def test_concurrent_scrapes_share_one_collection() -> None:
-    from gpuobs.daemon.metrics import GpuobsCollector
+def test_concurrent_scrapes_share_one_exposition() -> None:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
 
-    collector = GpuobsCollector.__new__(GpuobsCollector)
-    GpuobsCollector.__init__(collector, service=None, kernel_label_limit=50)  # type: ignore[arg-type]
+    from gpuobs.daemon.metrics_server import SharedExposition
+
     collections = []
 
-    def slow_collection():
-        collections.append(time.monotonic())
-        time.sleep(0.3)
-        yield "families"
+    class Slow:
+        def collect(self):
+            collections.append(time.monotonic())
+            time.sleep(0.3)
+            family = GaugeMetricFamily("gpuobs_test", "a slow collection")
+            family.add_metric([], float(len(collections)))
+            yield family
 
-    collector._collect_once = slow_collection  # type: ignore[method-assign]
+    registry = CollectorRegistry()
+    registry.register(Slow())
+    collections.clear()  # register() collects once to learn the names
+    exposition = SharedExposition(registry)
     answers = []
-    scrapers = [threading.Thread(target=lambda: answers.append(list(collector.collect()))) for _ in range(20)]
+    scrapers = [threading.Thread(target=lambda: answers.append(exposition.latest())) for _ in range(20)]
     began = time.monotonic()
     for scraper in scrapers:
         scraper.start()
     for scraper in scrapers:
         scraper.join()
-    assert len(answers) == 20 and all(answer == ["families"] for answer in answers)
+    assert len(answers) == 20 and len(set(answers)) == 1 and b"gpuobs_test 1.0" in answers[0]
     assert len(collections) == 1 and time.monotonic() - began < 3 * 0.3  # not 20 collections one after another
-    time.sleep(collector.REUSE_S + 0.05)
-    list(collector.collect())
-    assert len(collections) == 2  # an old collection is not served again
+    time.sleep(exposition.reuse_s + 0.05)
+    assert b"gpuobs_test 2.0" in exposition.latest()  # an old exposition is not served again
