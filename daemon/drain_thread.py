@@ -16,10 +16,14 @@ log = structlog.get_logger("gpuobsd.drain")
 
 
 class DrainThread:
-    # the pause between passes that find little doubles up to this: an idle daemon makes ~40
-    # passes a second, not 500, and one that finds much goes back to drain_interval_s at once
-    IDLE_PAUSE_MAX_S = 0.025
-    BUSY_PASS = 8192  # records a pass read for the next to follow at once (a ring holds 65,536 or more)
+    # The pause between passes follows how full the fullest ring was when a pass found it: the
+    # next pass comes when that ring would be about FOLLOW_SHARE full at the rate it filled,
+    # within [drain_interval_s, IDLE_PAUSE_MAX_S]. A trickle is then read in batches of what
+    # accumulated in up to 0.1 s (its cost is per batch and per call as much as per record), a
+    # flood straight on, and a pass that finds nothing waits twice as long as the last, up to
+    # the same 0.1 s: an idle daemon makes ~10 passes a second, not 500.
+    IDLE_PAUSE_MAX_S = 0.1
+    FOLLOW_SHARE = 1 / 16
 
     def __init__(self, registry: Registry, *, discovery_interval_s: float, drain_interval_s: float) -> None:
         self.registry = registry
@@ -35,9 +39,21 @@ class DrainThread:
         self._stop.set()
         self._thread.join(timeout_s)
 
+    def next_pause(self, pause: float, read: int, fullest: float, since_last_pass_s: float) -> float:
+        """The pause before the next pass, given the last pause, what this pass read, how full it
+        found the fullest ring and the time since the pass before."""
+        longest = max(self.IDLE_PAUSE_MAX_S, self.drain_interval_s)
+        if not read:
+            return min(max(pause * 2, 0.001), longest)
+        if fullest >= self.FOLLOW_SHARE:
+            return 0.0
+        fill_time = since_last_pass_s * self.FOLLOW_SHARE / max(fullest, 1e-9)
+        return min(max(fill_time, self.drain_interval_s), longest)
+
     def _run(self) -> None:
         next_discovery = 0.0
         pause = self.drain_interval_s
+        last_pass = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= next_discovery:
@@ -46,16 +62,13 @@ class DrainThread:
                     self.registry.discover()
                 except Exception:  # a bug here must not end discovery for good: log it, go on
                     log.exception("discovery_failed")
+            began = time.monotonic()
             try:
                 read = self.registry.drain_pass()
             except Exception:  # logged; a loop that keeps failing shows as a stall in health
                 log.exception("drain_failed")
                 read = 0
-            if read >= self.BUSY_PASS:
-                pause = self.drain_interval_s  # records flow fast: straight on
-                continue
-            # nothing, or a trickle: wait longer each time (up to IDLE_PAUSE_MAX_S), so that a
-            # trickle is read in batches of what accumulated, not a few records a pass (its cost
-            # is per pass and per batch as much as per record)
-            self._stop.wait(min(pause, max(0.0, next_discovery - time.monotonic())))
-            pause = min(max(pause * 2, 0.001), max(self.IDLE_PAUSE_MAX_S, self.drain_interval_s))
+            pause = self.next_pause(pause, read, self.registry.pass_fullest, began - last_pass)
+            last_pass = began
+            if pause > 0:
+                self._stop.wait(min(pause, max(0.0, next_discovery - time.monotonic())))

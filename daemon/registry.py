@@ -207,6 +207,7 @@ class Registry:
         self.analysis_budget = AnalysisBudget(analysis_share)
         self.hang_threshold_s = hang_threshold_s
         self.last_hang_check = 0.0
+        self.pass_fullest = 0.0
         self.query_budget = TimeBudget(QUERY_SHARE, QUERY_BURST_S)
 
     # -- discovery ---------------------------------------------------------------------------
@@ -292,6 +293,7 @@ class Registry:
         total = 0
         now = self.clock()
         failures = 0
+        self.pass_fullest = 0.0  # the fullest ring's share as this pass found it (the drain thread's pace)
         for process in list(self.processes.values()):
             if process.final_drained:
                 continue
@@ -365,7 +367,9 @@ class Registry:
         # Sampled before reading: a producer seen exited here has committed all it will; if this
         # pass then reads nothing, everything is in. (/proc is only asked on an idle segment.)
         exited = segment.reader.state() == STATE_EXITED
-        if not exited and not tick and not process.unsettled and not segment.reader.backlog()[2]:
+        _, fullest, ready = segment.reader.backlog()
+        self.pass_fullest = max(self.pass_fullest, fullest)
+        if not exited and not tick and not process.unsettled and not ready:
             return 0  # nothing waits: a few loads from the segment, no copy, no analysis, no system call
         # Sampled before reading too: every replay below the one the device had begun then has
         # its events in the rings, so once the rings are read to their end those are final.
@@ -401,6 +405,7 @@ class Registry:
                 self._publish("events", process.pid, batch)
             else:
                 caught_up = False  # max_batches read and maybe more waiting
+                self.pass_fullest = 1.0  # the pass left records: the next follows at once
         if read:
             process.unsettled = True
         if caught_up and (process.unsettled or replay_begun != process.settled_at):

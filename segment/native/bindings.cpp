@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "gpuobs/block_pairer.h"
 #include "gpuobs/cubin_functions.h"
 #include "gpuobs/cubin_store.h"
 #include "gpuobs/device_state.h"
@@ -355,7 +356,11 @@ void bind_schema(py::module_& m) {
     fields[table.name] = field_list(table.fields, table.count);
     sizes[table.name] = table.bytes;
   }
+  fields["pending_block"] = field_list(kPendingBlockFields, field_count(kPendingBlockFields));
+  sizes["pending_block"] = uint32_t(sizeof(PendingBlock));
   m.attr("FIELDS") = fields;
+  m.attr("DURATION_BUCKETS_PER_OCTAVE") = kDurationBucketsPerOctave;
+  m.attr("DURATION_BUCKETS") = kDurationBuckets;
   m.attr("STRUCT_SIZES") = sizes;
   py::dict modes;
   py::list access_modes, sampled_modes, event_modes;
@@ -629,6 +634,71 @@ void bind_reader(py::module_& m) {
       }, py::arg("first_slot") = 0, py::arg("max_count") = py::none());
 }
 
+template <class T>
+py::bytes bytes_of(const std::vector<T>& values) {
+  return py::bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+// A contiguous read-only 1-D array of T (uint64 grid ids, uint32 slots), as pointer and count.
+template <class T>
+std::pair<const T*, size_t> values_of(const py::buffer& buffer) {
+  py::buffer_info info = buffer.request();
+  if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(T)) || (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(T))))
+    throw py::value_error("expected a contiguous 1-D array of " + std::to_string(sizeof(T)) + "-byte values");
+  return {static_cast<const T*>(info.ptr), size_t(info.shape[0])};
+}
+
+// The daemon's block pairing (block_pairer.h); results as bytes that Python views with numpy.
+void bind_pairer(py::module_& m) {
+  py::class_<BlockPairer>(m, "BlockPairer")
+      .def(py::init<size_t>(), py::arg("max_pending"))
+      .def(
+          "pair",
+          [](BlockPairer& pairer, py::buffer events, py::buffer node_grid_ids) {
+            py::buffer_info info = events.request();
+            if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(EventRecord)) ||
+                (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(EventRecord))))
+              throw py::value_error("events must be contiguous records of " + std::to_string(sizeof(EventRecord)) + " bytes");
+            auto [nodes, node_count] = values_of<uint64_t>(node_grid_ids);
+            PairingBatch batch;
+            {
+              py::gil_scoped_release release;
+              pairer.pair(static_cast<const EventRecord*>(info.ptr), size_t(info.shape[0]), nodes, node_count, batch);
+            }
+            return py::make_tuple(bytes_of(batch.block_event_slots), bytes_of(batch.unpaired_slots));
+          },
+          py::arg("events"), py::arg("node_grid_ids"),
+          "(block event slots u4, unpaired slots u4); node_grid_ids sorted u8")
+      .def(
+          "durations",
+          [](const BlockPairer& pairer) {
+            py::dict out;
+            for (const auto& [slot, durations] : pairer.durations())
+              out[py::int_(slot)] = py::make_tuple(
+                  py::bytes(reinterpret_cast<const char*>(durations.histogram.data()), sizeof(durations.histogram)),
+                  durations.count, durations.total_ns, durations.min_ns, durations.max_ns);
+            return out;
+          },
+          "{slot: (histogram u8 bytes, count, total ns, min ns, max ns)} of every kernel with pairs")
+      .def("pending", [](const BlockPairer& pairer) { return bytes_of(pairer.pending()); },
+           "the enters held, as pending_block records")
+      .def("__len__", &BlockPairer::pending_count)
+      .def(
+          "drop_stale",
+          [](BlockPairer& pairer, py::buffer in_flight, uint64_t entered_before_ns) {
+            auto [slots, count] = values_of<uint32_t>(in_flight);
+            std::vector<uint32_t> unpaired;
+            pairer.drop_stale(slots, count, entered_before_ns, unpaired);
+            return bytes_of(unpaired);
+          },
+          py::arg("in_flight_slots"), py::arg("entered_before_ns"), "slots given up (in_flight_slots sorted u4)")
+      .def("clear", [](BlockPairer& pairer) {
+        std::vector<uint32_t> unpaired;
+        pairer.clear(unpaired);
+        return bytes_of(unpaired);
+      });
+}
+
 // The test writer: a producer in-process for the CPU tests, on the segment library's writer code.
 void bind_writer(py::module_& m) {
   py::class_<Writer>(m, "Writer")
@@ -670,4 +740,5 @@ PYBIND11_MODULE(_native, m) {
   bind_functions(m);
   bind_reader(m);
   bind_writer(m);
+  bind_pairer(m);
 }
