@@ -46,3 +46,36 @@ def test_sampled_blocks_pair_and_their_exits_without_an_enter_are_no_anomaly() -
     pairing.add_events(alone, node_grid_ids=none)
     assert pairing.block_durations([4], [0])[0].unpaired == 2
     assert pairing.report().blocks == 0
+
+
+def test_enters_beyond_the_bound_give_up_the_oldest_and_stale_ones_are_let_go() -> None:
+    """At most MAX_PENDING enters are held (the newest); those given up count as unpaired, as do
+    held enters of kernels the counts say have nothing in flight, once older than asked."""
+    class Small(BlockPairing):
+        MAX_PENDING = 8
+
+    pairing = Small(TimeBudget(share=UNLIMITED_SHARE, burst_s=1.0), exits_hooked=True)
+    none = np.zeros(0, dtype=np.uint64)
+    pairing.add_events(block_events(3, 0, 12, slot=1, t0=1000), node_grid_ids=none)
+    pending = pairing.pending
+    assert len(pending) == 8 and sorted(pending["block"].tolist()) == list(range(4, 12))
+    assert pairing.block_durations([1], [12])[0].unpaired == 4 + 8  # given up, and held
+    pairing.add_events(block_events(3, 0, 12, slot=1, t0=2000, kind="block_exit"), node_grid_ids=none)
+    stats = pairing.block_durations([1], [24])[0]
+    assert (stats.count, stats.unpaired, stats.min_ns, stats.max_ns) == (8, 8, 1000, 1000)  # 4 lonely exits
+    pairing.add_events(block_events(4, 0, 3, slot=2, t0=5000), node_grid_ids=none)
+    pairing.add_events(block_events(5, 0, 2, slot=5, t0=5000), node_grid_ids=none)
+    pairing.drop_stale({5}, entered_before_ns=5015)  # slot 5 has blocks in flight; slot 2 none
+    assert sorted(pairing.pending["grid_id"].tolist()) == [4, 5, 5]  # slot 2's block entered at 5020 stays
+    assert pairing.block_durations([2], [3])[0].unpaired == 3  # 2 let go + 1 held
+
+
+def test_a_graph_nodes_replays_pair_in_ring_order_even_under_one_key() -> None:
+    """Before the graph join knows a node's grid id its events are keyed by grid id alone:
+    replays of it still pair each exit with the enter before it (one ring per context, in order)."""
+    pairing = BlockPairing(TimeBudget(share=UNLIMITED_SHARE, burst_s=1.0), exits_hooked=True)
+    batch = np.concatenate([block_events(7, 1, 2, slot=0, t0=100), block_events(7, 1, 2, slot=0, t0=300, kind="block_exit"),
+                            block_events(7, 2, 2, slot=0, t0=1000), block_events(7, 2, 2, slot=0, t0=1100, kind="block_exit")])
+    pairing.add_events(batch, node_grid_ids=np.zeros(0, dtype=np.uint64))
+    stats = pairing.block_durations([0], [8])[0]
+    assert (stats.count, stats.unpaired, stats.min_ns, stats.max_ns) == (4, 0, 100, 200)
