@@ -93,7 +93,8 @@ def with_daemon(tmp: Path, name: str, producers: int, producer_args: list[str], 
     segments = tmp / f"{name}-segments"
     segments.mkdir()
     fleet = Producers(segments)
-    daemon = DaemonProcess(tmp / f"{name}-run", segments, free_port(), *daemon_args)
+    # the daemon's own discovery interval (the tests' helper asks for 50 ms)
+    daemon = DaemonProcess(tmp / f"{name}-run", segments, free_port(), "--discovery-interval-ms", "200", *daemon_args)
     try:
         fleet.start(producers, *producer_args)
         deadline = time.monotonic() + 60  # seen, alive or already done (the queries' producers end)
@@ -112,9 +113,7 @@ def idle(tmp: Path, counts: list[int], seconds: float) -> dict:
         def measure(daemon: DaemonProcess, _segments: Path) -> float:
             time.sleep(2)  # discovered, counters read once
             return cpu_share(daemon.process.pid, seconds)
-        # the daemon's own discovery interval (the tests' helper asks for 50 ms)
-        share = with_daemon(tmp, f"idle{count}", count, ["--mode", "counter", "--kernels", "16", "--rate", "2000"], measure,
-                            "--discovery-interval-ms", "200")
+        share = with_daemon(tmp, f"idle{count}", count, ["--mode", "counter", "--kernels", "16", "--rate", "2000"], measure)
         rows.append({"processes": count, "core_share": round(share, 4), "per_process": round(share / count, 5)})
     return {"rows": rows, "growth_exponent": round(exponent([r["processes"] for r in rows],
                                                           [r["core_share"] for r in rows]), 2)}

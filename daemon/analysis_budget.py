@@ -10,7 +10,7 @@ ANALYSIS_SHARE = 0.3     # of the daemon's wall time (--analysis-share)
 ANALYSIS_BURST_S = 0.05  # of analysis at full speed after an idle spell
 
 
-BEHIND_SHARE = 0.25      # a ring fuller than this after a batch is read: the drain is behind
+BEHIND_SHARE = 0.25      # a ring fuller than this before a batch is read: the drain is behind
 
 
 class AnalysisBudget(TimeBudget):

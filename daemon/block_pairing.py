@@ -21,7 +21,6 @@ beyond that budget are counted per kernel as not analysed (their partners then s
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from typing import Callable
 
@@ -93,10 +92,9 @@ class BlockPairing(Analysis):
                  node_grid_ids: Callable[[], np.ndarray] = lambda: NO_GRID_IDS) -> None:
         self.budget = budget or AnalysisBudget()
         self.node_grid_ids = node_grid_ids
-        self.analysed: dict[int, int] = collections.defaultdict(int)  # block events paired or held, per kernel slot
-        self.analysed_total = 0  # the same, all kernels: one whole value, read without the process's lock
-        self.unpaired: dict[int, int] = collections.defaultdict(int)
-        self.pairer = _native.BlockPairer(self.MAX_PENDING)  # the enters held: the blocks in flight
+        # the enters held (the blocks in flight), durations, and block events looked at and
+        # without a partner, per kernel
+        self.pairer = _native.BlockPairer(self.MAX_PENDING)
         self.exits_seen = exits_hooked
 
     @property
@@ -124,25 +122,32 @@ class BlockPairing(Analysis):
         if kind_counts is not None and not (kind_counts[BLOCK_ENTER] or kind_counts[BLOCK_EXIT]):
             return
         with self.budget.spending():
-            slots, unpaired = self.pairer.pair(
-                np.ascontiguousarray(events), np.ascontiguousarray(node_grid_ids, dtype=np.uint64))
-            slots = np.frombuffer(slots, dtype=np.uint32)
-            if len(slots):
-                counts = np.bincount(slots)
-                for slot in np.flatnonzero(counts).tolist():
-                    self.analysed[slot] += int(counts[slot])
-                self.analysed_total += len(slots)
-            self._count_unpaired(np.frombuffer(unpaired, dtype=np.uint32))
+            self.pairer.pair(np.ascontiguousarray(events), np.ascontiguousarray(node_grid_ids, dtype=np.uint64))
+
+    @property
+    def analysed_total(self) -> int:
+        """Block events looked at (paired or held), all kernels."""
+        return self.pairer.analysed_total()
+
+    @property
+    def analysed(self) -> dict[int, int]:
+        """Block events looked at, per kernel slot."""
+        return self.pairer.analysed()
+
+    @property
+    def unpaired(self) -> dict[int, int]:
+        """Block events without a partner (lonely unsampled exits, enters given up), per kernel slot."""
+        return self.pairer.unpaired()
 
     @property
     def durations(self) -> dict[int, Durations]:
         """Every kernel's block durations so far (the native pairer's histograms), by slot."""
-        return {slot: Durations(np.frombuffer(histogram, dtype=np.uint64).copy(), count, total, low, high)
-                for slot, (histogram, count, total, low, high) in self.pairer.durations().items()}
+        return self.durations_of(None)
 
-    def _count_unpaired(self, slots: np.ndarray) -> None:
-        for slot, count in zip(*np.unique(slots, return_counts=True)):
-            self.unpaired[int(slot)] += int(count)
+    def durations_of(self, slots: list[int] | None) -> dict[int, Durations]:
+        """Those kernels' block durations (all with None), by slot; kernels without pairs left out."""
+        return {slot: Durations(np.frombuffer(histogram, dtype=np.uint64).copy(), count, total, low, high)
+                for slot, (histogram, count, total, low, high) in self.pairer.durations(slots).items()}
 
     def unanalysed_total(self, aggregates: np.ndarray) -> int:
         """Block events the reader delivered (aggregates: per slot and kind) that the pairing did
@@ -158,11 +163,10 @@ class BlockPairing(Analysis):
         exit more than an epoch after its enter), so they are not in flight; counted unpaired."""
         if len(self.pairer):
             in_flight = np.sort(np.fromiter(kernels_in_flight, dtype=np.uint32, count=len(kernels_in_flight)))
-            self._count_unpaired(np.frombuffer(self.pairer.drop_stale(in_flight, max(0, entered_before_ns)),
-                                               dtype=np.uint32))
+            self.pairer.drop_stale(in_flight, max(0, entered_before_ns))
 
     def _give_up_pending(self) -> None:
-        self._count_unpaired(np.frombuffer(self.pairer.clear(), dtype=np.uint32))
+        self.pairer.clear()
 
     MAX_HUNG_LAUNCHES = 256     # launches the hang warnings look at, at most, per check
     MAX_LISTED_BLOCKS = 4096    # blocks listed per launch (the count is always exact)
@@ -212,15 +216,13 @@ class BlockPairing(Analysis):
         `block_events_delivered`: each slot's block enter and exit events the reader delivered
         (the native reader's aggregates); those not analysed were skipped by the budget."""
         held = np.bincount(self.pending["kernel_slot"]) if len(self.pairer) else np.zeros(0, dtype=np.int64)
-        every = self.durations
-        return [self._durations_of(slot, every.get(slot), events, int(held[slot]) if slot < len(held) else 0)
+        every, unpaired, analysed = self.durations_of(list(slots)), self.unpaired, self.analysed
+        return [self._durations_of(every.get(slot), events - analysed.get(slot, 0),
+                                   unpaired.get(slot, 0) + (int(held[slot]) if slot < len(held) else 0))
                 for slot, events in zip(slots, block_events_delivered)]
 
-    def _durations_of(self, slot: int, durations: Durations | None, block_events_delivered: int,
-                      pending: int) -> BlockDurations:
-        stats = BlockDurations(
-            unpaired=self.unpaired.get(slot, 0) + pending,
-            unanalysed=max(0, block_events_delivered - self.analysed.get(slot, 0)) if self.exits_seen else 0)
+    def _durations_of(self, durations: Durations | None, unanalysed: int, unpaired: int) -> BlockDurations:
+        stats = BlockDurations(unpaired=unpaired, unanalysed=max(0, unanalysed) if self.exits_seen else 0)
         if durations is not None and durations.count:
             stats = dataclasses.replace(
                 stats, count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,

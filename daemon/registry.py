@@ -207,7 +207,7 @@ class Registry:
         self.analysis_budget = AnalysisBudget(analysis_share)
         self.hang_threshold_s = hang_threshold_s
         self.last_hang_check = 0.0
-        self.pass_fullest = 0.0
+        self.pass_fullest = self.last_pass_fullest = 0.0
         self.query_budget = TimeBudget(QUERY_SHARE, QUERY_BURST_S)
 
     # -- discovery ---------------------------------------------------------------------------
@@ -293,6 +293,7 @@ class Registry:
         total = 0
         now = self.clock()
         failures = 0
+        self.last_pass_fullest = self.pass_fullest
         self.pass_fullest = 0.0  # the fullest ring's share as this pass found it (the drain thread's pace)
         for process in list(self.processes.values()):
             if process.final_drained:
@@ -392,12 +393,14 @@ class Registry:
         caught_up = True
         for ring in range(segment.event_rings):
             for _ in range(max_batches):
+                # the analyses wait when the drain is behind (AnalysisBudget.behind): judged by
+                # what waited in this ring before this batch was read and in the fullest ring of the
+                # last pass, as time spent on one process's analyses is time every ring fills
+                self.analysis_budget.behind = max(self.last_pass_fullest, segment.reader.backlog()[1]) > BEHIND_SHARE
                 batch = segment.read_events(ring)
                 if not len(batch):
                     break
                 read += len(batch)
-                # the analyses wait when the drain is behind (AnalysisBudget.behind)
-                self.analysis_budget.behind = segment.reader.backlog()[1] > BEHIND_SHARE
                 kind_counts = np.bincount(batch["kind"], minlength=EVENT_KIND_COUNT)  # one pass, shared
                 with process.lock:
                     for analysis in process.analyses:

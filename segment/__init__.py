@@ -51,7 +51,8 @@ GRAPH_NODES_RECORDED: int = int(_native.GRAPH_NODES_RECORDED)  # graph launch re
 MAX_OP_LABEL_BYTES: int = int(_native.MAX_OP_LABEL_BYTES)  # the injector cuts an op's label there
 LAUNCH_CAPTURED: int = int(_native.LAUNCH_CAPTURED)  # launch record flag: the kernel filter let it record
 KERNEL_COUNTERS_DTYPE: np.dtype = _struct_dtype("kernel_counters")
-PENDING_BLOCK_DTYPE: np.dtype = _struct_dtype("pending_block")  # the daemon's block pairer's held enters
+# the daemon's block pairer's held enters (not on the wire)
+PENDING_BLOCK_DTYPE: np.dtype = _dtype(_native.PENDING_BLOCK_FIELDS, _native.PENDING_BLOCK_SIZE)
 KERNEL_SHAPES_DTYPE: np.dtype = _struct_dtype("kernel_shapes")
 MODES: dict[str, int] = dict(_native.MODES)
 PROCESS_ROLES: dict[str, int] = dict(_native.PROCESS_ROLES)  # a segment's role field

@@ -356,9 +356,10 @@ void bind_schema(py::module_& m) {
     fields[table.name] = field_list(table.fields, table.count);
     sizes[table.name] = table.bytes;
   }
-  fields["pending_block"] = field_list(kPendingBlockFields, field_count(kPendingBlockFields));
-  sizes["pending_block"] = uint32_t(sizeof(PendingBlock));
   m.attr("FIELDS") = fields;
+  // not on the wire: the daemon's block pairer (block_pairer.h) hands Python these
+  m.attr("PENDING_BLOCK_FIELDS") = field_list(kPendingBlockFields, field_count(kPendingBlockFields));
+  m.attr("PENDING_BLOCK_SIZE") = uint32_t(sizeof(PendingBlock));
   m.attr("DURATION_BUCKETS_PER_OCTAVE") = kDurationBucketsPerOctave;
   m.attr("DURATION_BUCKETS") = kDurationBuckets;
   m.attr("STRUCT_SIZES") = sizes;
@@ -655,31 +656,38 @@ void bind_pairer(py::module_& m) {
       .def(
           "pair",
           [](BlockPairer& pairer, py::buffer events, py::buffer node_grid_ids) {
+            // The GIL stays held: the API's threads read what the pairer holds, and it is
+            // tens of ns an event
             py::buffer_info info = events.request();
             if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(EventRecord)) ||
                 (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(EventRecord))))
               throw py::value_error("events must be contiguous records of " + std::to_string(sizeof(EventRecord)) + " bytes");
             auto [nodes, node_count] = values_of<uint64_t>(node_grid_ids);
-            PairingBatch batch;
-            {
-              py::gil_scoped_release release;
-              pairer.pair(static_cast<const EventRecord*>(info.ptr), size_t(info.shape[0]), nodes, node_count, batch);
-            }
-            return py::make_tuple(bytes_of(batch.block_event_slots), bytes_of(batch.unpaired_slots));
+            pairer.pair(static_cast<const EventRecord*>(info.ptr), size_t(info.shape[0]), nodes, node_count);
           },
-          py::arg("events"), py::arg("node_grid_ids"),
-          "(block event slots u4, unpaired slots u4); node_grid_ids sorted u8")
+          py::arg("events"), py::arg("node_grid_ids"), "pairs the block events of a batch (node_grid_ids sorted u8)")
+      .def("analysed", &BlockPairer::analysed, "{slot: block events looked at}")
+      .def("unpaired", &BlockPairer::unpaired, "{slot: block events without a partner}")
+      .def("analysed_total", &BlockPairer::analysed_total)
       .def(
           "durations",
-          [](const BlockPairer& pairer) {
+          [](const BlockPairer& pairer, std::optional<std::vector<uint32_t>> slots) {
             py::dict out;
-            for (const auto& [slot, durations] : pairer.durations())
+            auto put = [&out](uint32_t slot, const SlotDurations& durations) {
               out[py::int_(slot)] = py::make_tuple(
                   py::bytes(reinterpret_cast<const char*>(durations.histogram.data()), sizeof(durations.histogram)),
                   durations.count, durations.total_ns, durations.min_ns, durations.max_ns);
+            };
+            if (!slots) {
+              for (const auto& [slot, durations] : pairer.durations()) put(slot, durations);
+              return out;
+            }
+            for (uint32_t slot : *slots)
+              if (auto at = pairer.durations().find(slot); at != pairer.durations().end()) put(slot, at->second);
             return out;
           },
-          "{slot: (histogram u8 bytes, count, total ns, min ns, max ns)} of every kernel with pairs")
+          py::arg("slots") = py::none(),
+          "{slot: (histogram u8 bytes, count, total ns, min ns, max ns)} of these kernels (all by default) with pairs")
       .def("pending", [](const BlockPairer& pairer) { return bytes_of(pairer.pending()); },
            "the enters held, as pending_block records")
       .def("__len__", &BlockPairer::pending_count)
@@ -687,16 +695,10 @@ void bind_pairer(py::module_& m) {
           "drop_stale",
           [](BlockPairer& pairer, py::buffer in_flight, uint64_t entered_before_ns) {
             auto [slots, count] = values_of<uint32_t>(in_flight);
-            std::vector<uint32_t> unpaired;
-            pairer.drop_stale(slots, count, entered_before_ns, unpaired);
-            return bytes_of(unpaired);
+            pairer.drop_stale(slots, count, entered_before_ns);
           },
-          py::arg("in_flight_slots"), py::arg("entered_before_ns"), "slots given up (in_flight_slots sorted u4)")
-      .def("clear", [](BlockPairer& pairer) {
-        std::vector<uint32_t> unpaired;
-        pairer.clear(unpaired);
-        return bytes_of(unpaired);
-      });
+          py::arg("in_flight_slots"), py::arg("entered_before_ns"), "gives up old enters (in_flight_slots sorted u4)")
+      .def("clear", &BlockPairer::clear, "gives up every enter held");
 }
 
 // The test writer: a producer in-process for the CPU tests, on the segment library's writer code.

@@ -58,21 +58,19 @@ struct SlotDurations {
   }
 };
 
-// What one batch gave: slots per event, so that Python counts them with one bincount.
-// (Durations go to the pairer's own per-kernel histograms.)
-struct PairingBatch {
-  std::vector<uint32_t> block_event_slots;  // every block enter and exit looked at
-  std::vector<uint32_t> unpaired_slots;     // exits without an enter (unsampled ones) and enters given up
-};
-
 class BlockPairer {
  public:
   explicit BlockPairer(size_t max_pending) : max_pending_(max_pending) {}
 
   // Pairs the block events of `events` (other kinds are skipped). `node_grid_ids`, sorted: the
   // grid ids of graph nodes, whose events are keyed by (grid id, replay); others by grid id alone.
-  void pair(const EventRecord* events, size_t count, const uint64_t* node_grid_ids, size_t node_count,
-            PairingBatch& out);
+  void pair(const EventRecord* events, size_t count, const uint64_t* node_grid_ids, size_t node_count);
+
+  // Per kernel slot: block events looked at, and those without a partner (exits without an enter,
+  // unsampled ones only; enters given up); and all kernels' block events looked at.
+  const std::unordered_map<uint32_t, uint64_t>& analysed() const { return analysed_; }
+  const std::unordered_map<uint32_t, uint64_t>& unpaired() const { return unpaired_; }
+  uint64_t analysed_total() const { return analysed_total_; }
 
   // The durations of the blocks paired so far, per kernel slot that has any.
   const std::unordered_map<uint32_t, SlotDurations>& durations() const { return durations_; }
@@ -81,12 +79,11 @@ class BlockPairer {
   std::vector<PendingBlock> pending() const;
   size_t pending_count() const { return held_.size(); }
 
-  // Gives up the held enters of kernels not in `in_flight` (sorted) that entered before
-  // `entered_before_ns`; their slots go to `unpaired`.
-  void drop_stale(const uint32_t* in_flight, size_t in_flight_count, uint64_t entered_before_ns,
-                  std::vector<uint32_t>& unpaired);
+  // Gives up (as unpaired) the held enters of kernels not in `in_flight` (sorted) that entered
+  // before `entered_before_ns`.
+  void drop_stale(const uint32_t* in_flight, size_t in_flight_count, uint64_t entered_before_ns);
   // Gives up every held enter.
-  void clear(std::vector<uint32_t>& unpaired);
+  void clear();
 
  private:
   struct Key {
@@ -103,11 +100,13 @@ class BlockPairer {
     uint32_t kernel_slot;
     uint16_t sm, flags;
   };
-  void keep_newest(std::vector<uint32_t>& unpaired);
+  void keep_newest();
 
   size_t max_pending_;
   std::unordered_map<Key, Held, KeyHash> held_;
   std::unordered_map<uint32_t, SlotDurations> durations_;
+  std::unordered_map<uint32_t, uint64_t> analysed_, unpaired_;
+  uint64_t analysed_total_ = 0;
 };
 
 }  // namespace gpuobs
