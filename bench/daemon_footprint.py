@@ -5,7 +5,8 @@ single-stream decode is host-bound, so every core-percent it burns is the servic
              N = 1, 8, 32: share of a core in all and per process, and its growth exponent
   trickle    CPU seconds per million events at 20,000 block events/s from each of 8 producers
   delivery   events/s the whole daemon delivers from 8 full-speed producers against what the bare
-             reader (gpuobs-drain, no analyses) reads from the same producers: their ratio
+             reader (gpuobs-drain, no analyses) reads from such producers: their ratio (medians
+             of 3 interleaved rounds, each round's figures beside them)
   drops      the share of events dropped at full speed with the default analysis share and with 0
   queries    a scrape and `kernels --top 50` with 4 processes of 100 / 1,000 / 10,000 kernels:
              wall time, and its growth exponent in kernels per process
@@ -133,7 +134,7 @@ def trickle(tmp: Path, producers: int, rate: int, seconds: float) -> dict:
     return with_daemon(tmp, "trickle", producers, ["--mode", "blocks", "--kernels", "16", "--rate", str(rate)], measure)
 
 
-def full_speed(tmp: Path, producers: int, seconds: float, *daemon_args: str) -> dict:
+def full_speed(tmp: Path, producers: int, seconds: float, tag: str, *daemon_args: str) -> dict:
     def measure(daemon: DaemonProcess, _segments: Path) -> dict:
         time.sleep(1)
         before = [device_stage(p) for p in daemon.status().processes]
@@ -144,15 +145,15 @@ def full_speed(tmp: Path, producers: int, seconds: float, *daemon_args: str) -> 
         delivered = sum(a.delivered for a in after) - sum(b.delivered for b in before)
         dropped = sum(a.dropped for a in after) - sum(b.dropped for b in before)
         return {"delivered_per_s": round(delivered / elapsed), "drop_share": round(dropped / max(1, delivered + dropped), 4)}
-    return with_daemon(tmp, f"full{len(daemon_args)}", producers,
+    return with_daemon(tmp, f"full{len(daemon_args)}{tag}", producers,
                        ["--mode", "blocks", "--kernels", "16", "--rate", "0", "--ring-records", str(1 << 18)],
                        measure, *daemon_args)
 
 
-def bare_reader(tmp: Path, producers: int, seconds: float) -> dict:
+def bare_reader(tmp: Path, producers: int, seconds: float, tag: str) -> dict:
     """The same producers read by gpuobs-drain (native reads and the per-kernel aggregates, no
     analyses, no API), started together; its report's device stages summed."""
-    segments = tmp / "bare-segments"
+    segments = tmp / f"bare-segments{tag}"
     segments.mkdir()
     fleet = Producers(segments)
     try:
@@ -166,6 +167,23 @@ def bare_reader(tmp: Path, producers: int, seconds: float) -> dict:
     delivered, produced = sum(d for _, d in stages), sum(p for p, _ in stages)
     return {"delivered_per_s": round(delivered / seconds), "drop_share": round(1 - delivered / max(1, produced), 4),
             "processes_reported": len(stages)}
+
+
+def delivery(tmp: Path, producers: int, window: float, rounds: int) -> dict:
+    """The daemon with analyses, without, and the bare reader, each with fresh producers,
+    interleaved over rounds (the host drifts; producers and reader share its CPUs): the median
+    of each and every round's figure, so a reader sees the spread."""
+    runs: dict[str, list[dict]] = {"delivery_daemon": [], "delivery_no_analyses": [], "delivery_bare_reader": []}
+    for round_ in range(rounds):
+        runs["delivery_daemon"].append(full_speed(tmp, producers, window, f"r{round_}"))
+        runs["delivery_no_analyses"].append(full_speed(tmp, producers, window, f"r{round_}", "--analysis-share", "0"))
+        runs["delivery_bare_reader"].append(bare_reader(tmp, producers, window, f"r{round_}"))
+    out = {}
+    for name, rows in runs.items():
+        out[name] = {"delivered_per_s": round(statistics.median(r["delivered_per_s"] for r in rows)),
+                     "drop_share": round(statistics.median(r["drop_share"] for r in rows), 4),
+                     "rounds": rows}
+    return out
 
 
 def queries(tmp: Path, kernel_counts: list[int]) -> dict:
@@ -232,9 +250,7 @@ def main() -> int:
     with scratch_folder("footprint") as tmp:
         report["idle"] = idle(tmp, [1, 8] if args.quick else [1, 8, 32], window)
         report["trickle"] = trickle(tmp, 8, 20000, window)
-        report["delivery_daemon"] = full_speed(tmp, 8, window)
-        report["delivery_no_analyses"] = full_speed(tmp, 8, window, "--analysis-share", "0")
-        report["delivery_bare_reader"] = bare_reader(tmp, 8, window)
+        report.update(delivery(tmp, 8, window, 1 if args.quick else 3))
         report["queries"] = queries(tmp, [100, 1000] if args.quick else [100, 1000, 10000])
         report["control"] = control(tmp, 28 if not args.quick else 8, 4, 20 if args.quick else 60)
     bare = report["delivery_bare_reader"]["delivered_per_s"]

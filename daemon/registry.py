@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import numpy as np
 import structlog
 
-from gpuobs._native import EVENT_KIND_COUNT
+from gpuobs._native import kind_counts as kind_counts_of
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
 from .analysis import ALL_REPLAYS, Analysis
@@ -401,7 +401,7 @@ class Registry:
                 if not len(batch):
                     break
                 read += len(batch)
-                kind_counts = np.bincount(batch["kind"], minlength=EVENT_KIND_COUNT)  # one pass, shared
+                kind_counts = np.frombuffer(kind_counts_of(batch), dtype=np.uint64)  # one pass, shared
                 with process.lock:
                     for analysis in process.analyses:
                         analysis.on_events(batch, kind_counts)
