@@ -380,7 +380,10 @@ class Registry:
         replay_begun = ALL_REPLAYS if exited or process.seen_dead else process.replay_begun
         read = 0
         # Launches first: a launch record is written before its kernel runs, so the events read
-        # next find their launch (graph node) already known.
+        # next find their launch (graph node) already known. They are few (one per launch, none
+        # per block) and every join keys on them: only the share limits their analysis, never a
+        # ring's backlog (that is for the events' analyses, set per batch below).
+        self.analysis_budget.behind = False
         for _ in range(max_batches):
             launches = segment.read_launches()
             if not len(launches):

@@ -77,7 +77,7 @@ __device__ __forceinline__ DeviceKernelSlot* kernel_of(void* userdata) {
 // Through L1 here (the per-access patches); the block-entry patch reads it with fresh_flags_of.
 __device__ __forceinline__ uint32_t flags_of(void* userdata) {
   const uint64_t bits = reinterpret_cast<uint64_t>(userdata);
-  return (bits & kBoundConfig) ? bound_flags(bits) : __ldg(&kernel_of(userdata)->flags);
+  return (bits & kBoundConfig) ? bound_flags(bits) : slot_word_flags(bits, __ldg(&kernel_of(userdata)->flags));
 }
 
 // The same from L2, never from L1: measured on the H200, an SM's L1 kept a line across kernel
@@ -90,7 +90,7 @@ __device__ __forceinline__ uint32_t fresh_flags_of(void* userdata) {
   if (bits & kBoundConfig) return bound_flags(bits);
   uint32_t value;
   asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(value) : "l"(&kernel_of(userdata)->flags) : "memory");
-  return value;
+  return slot_word_flags(bits, value);
 }
 
 // Writes one record into a claimed slot of the segment's ring (host memory over PCIe): the

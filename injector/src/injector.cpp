@@ -471,7 +471,8 @@ uint64_t Injector::userdata_of(const Binding& binding, uint32_t flags) const {
   if (config_.bound_config) return bound_userdata(address, flags);
   // GPUOBS_DEBUG_PATCHES=load_context (measurement only) finds its context from the slot index
   if (config_.slot_index_in_userdata) return slot_userdata(address, binding.slot);
-  return address;  // the slot: the patch reads the word
+  // the slot (the patch reads the word), and whether its module has the access hooks by choice
+  return address | (binding.access_hooks_chosen ? kUserdataAccessHooked : 0);
 }
 
 int64_t Injector::register_function(CUcontext context, CUmodule module, CUfunction function, const char* name) {
@@ -516,7 +517,7 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     // the slot's address must fit below the config bits of a bound userdata
     if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
       // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps the userdata of its first launch).
-      const Binding binding{function, module, uint32_t(slot), device};
+      const Binding binding{function, module, uint32_t(slot), device, entry_flags != 0};
       const uint32_t flags = make_flags(make_config(in_force_.mode, in_force_.shift), captured, access_hooked);
       on_device = sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata_of(binding, flags))) ==
                   SANITIZER_SUCCESS;

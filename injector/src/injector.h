@@ -199,6 +199,7 @@ class Injector : private ControlTarget {
     CUmodule module;
     uint32_t slot;
     DeviceContext* context;
+    bool access_hooks_chosen;  // its module has the access hooks by choice (GPUOBS_MEMORY_KERNELS)
   };
   std::mutex device_config_mutex_;  // apply_config: one writer of slots and bindings at a time
   std::mutex config_mutex_;

@@ -13,7 +13,7 @@ from gpuobs import _native
 from gpuobs.daemon.analysis_budget import BEHIND_SHARE
 from gpuobs.daemon.drain_thread import DrainThread
 from gpuobs.daemon.registry import Registry
-from gpuobs_testing.records import block_events
+from gpuobs_testing.records import NODES, block_events, graph_launches
 
 
 @pytest.fixture
@@ -68,3 +68,26 @@ def test_analyses_skip_while_a_ring_was_behind_in_the_last_pass(tmp_path: Path) 
     write_and_drain(3, 10)  # the last pass found every ring nearly empty: analysed
     assert pairing.analysed_total == 20
     assert pairing.unanalysed_total(process.segment.aggregates()) == 620
+
+
+def test_launch_records_are_joined_while_a_ring_is_behind(tmp_path: Path) -> None:
+    """Launch records are few and every join keys on them: a backlog of events in a ring skips
+    the events' analyses, never theirs (a replay whose graph launch was skipped has no mode)."""
+    writer = _native.Writer(str(tmp_path), event_ring_records=1024)
+    writer.register_kernel("_Z6kernelv")
+    registry = Registry(tmp_path, owners=[os.getuid()], torn_timeout_s=1.0, analysis_share=0.3)
+    registry.discover()
+    (process,) = registry.processes.values()
+    backlog = block_events(1, 0, 600, slot=0, t0=1000)
+    assert writer.put_events(0, backlog) == len(backlog)
+    writer.publish()
+    registry.drain_pass(max_batches=1)  # one batch, found behind: the pass ends judged behind
+    assert registry.pass_fullest > BEHIND_SHARE and registry.analysis_budget.behind
+    launches = graph_launches(range(1, 4), mode="blocks", graph_exec=0x7000)
+    for index in range(len(launches)):
+        assert writer.write_launch(launches[index:index + 1])
+    writer.publish()
+    registry.drain_pass()
+    assert process.analyses.graph_join.replay_shape(0x7000)[1] == len(NODES)  # its nodes learned
+    graph = process.analyses.graph_join.by_handle[0x7000]
+    assert sum(node.unjoined for node in graph.nodes.values()) == 0

@@ -116,10 +116,21 @@ GPUOBS_HD constexpr BlockCapture block_capture(uint32_t flags) {
 }
 GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((userdata >> 48) & 0x7fff); }
 
+// A kernel whose module has the access hooks by choice (GPUOBS_MEMORY_KERNELS: chosen for the
+// process's life, in every patch set) says so in the userdata it is bound to, from its first
+// launch: its slot's word says so only once the tool thread has rewritten it, and launches before
+// that recorded its blocks as a kernel without the hooks would (seen on the H200 at 5e8016a: all
+// three launches of a short program came first). The word's bit still says it for the modules
+// the memory set hooks, which change with the set.
+constexpr uint64_t kUserdataAccessHooked = 1ULL << 62;
+GPUOBS_HD constexpr uint32_t slot_word_flags(uint64_t userdata, uint32_t word) {
+  return word | ((userdata & kUserdataAccessHooked) ? kFlagsAccessHooked : 0u);
+}
+
 // Measurement only (GPUOBS_DEBUG_PATCHES=load_context): the slot's address with the slot's index
 // in bits 48-62, from which a diagnostic patch finds its context's state by arithmetic
 // (context_of_slot) instead of a load.
-constexpr uint32_t kMaxDeviceSlots = 1u << 15;
+constexpr uint32_t kMaxDeviceSlots = 1u << 14;  // bits 48-61: bit 62 is kUserdataAccessHooked
 GPUOBS_HD constexpr uint64_t slot_userdata(uint64_t slot_address, uint32_t slot) {
   return (slot_address & kSlotAddressMask) | (uint64_t(slot & (kMaxDeviceSlots - 1)) << 48);
 }
