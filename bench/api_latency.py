@@ -6,7 +6,8 @@ Phase 2 repeats it while another thread keeps asking for every kernel of a 120,0
 With --paced-rate, a last phase runs the producers at that rate (one the daemon keeps up with)
 with and without the heavy queries: the producers' drops must not grow with the queries.
 
-Last line: `api latency: status p99 <S> ms (health p99 <H> ms), with long queries <Q> ms; drops paced <A> / with queries <B>`
+Last line: `api latency: status p99 <S> ms (health p99 <H> ms), with long queries <Q> ms; drops paced <A> /
+with queries <B>`
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ import time
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 from gpuobs_testing.daemon import DaemonProcess, device_stage, free_port
-from gpuobs_testing.synth import synth_binary
 from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
+from gpuobs_testing.synth import synth_binary
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -35,8 +35,12 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def summary(values: list[float]) -> dict:
-    return {"calls": len(values), "p50_ms": round(percentile(values, 0.5), 1),
-            "p99_ms": round(percentile(values, 0.99), 1), "max_ms": round(max(values) * 1000, 1) if values else None}
+    return {
+        "calls": len(values),
+        "p50_ms": round(percentile(values, 0.5), 1),
+        "p99_ms": round(percentile(values, 0.99), 1),
+        "max_ms": round(max(values) * 1000, 1) if values else None,
+    }
 
 
 def sample(stub, health, seconds: float) -> tuple[list[float], list[float]]:
@@ -67,14 +71,15 @@ class HeavyQueries:
         while not self._stop.is_set():
             token = ""
             while True:  # the largest pages the daemon gives: the costliest way to ask
-                page = self.stub.ListKernels(pb.ListKernelsRequest(pids=[self.pid], page_size=20000, page_token=token),
-                                             timeout=300)
+                page = self.stub.ListKernels(
+                    pb.ListKernelsRequest(pids=[self.pid], page_size=20000, page_token=token), timeout=300
+                )
                 token = page.next_page_token
                 if not token:
                     break
             self.done += 1
 
-    def __enter__(self) -> "HeavyQueries":
+    def __enter__(self) -> HeavyQueries:
         self._thread.start()
         return self
 
@@ -84,9 +89,28 @@ class HeavyQueries:
 
 
 def producers(segments: Path, count: int, rate: int, seconds: float) -> list[subprocess.Popen]:
-    return [subprocess.Popen([synth_binary(), "--segment-dir", str(segments), "--mode", "blocks", "--rate", str(rate),
-                              "--seed", str(i), "--kernels", "64", "--duration", str(seconds)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(count)]
+    return [
+        subprocess.Popen(
+            [
+                synth_binary(),
+                "--segment-dir",
+                str(segments),
+                "--mode",
+                "blocks",
+                "--rate",
+                str(rate),
+                "--seed",
+                str(i),
+                "--kernels",
+                "64",
+                "--duration",
+                str(seconds),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(count)
+    ]
 
 
 def drops(daemon: DaemonProcess, pids: set[int]) -> tuple[int, int]:
@@ -117,8 +141,22 @@ def main() -> int:
         stub, health = pb_grpc.ObserverStub(channel), health_pb2_grpc.HealthStub(channel)
         running: list[subprocess.Popen] = []
         try:
-            big = subprocess.run([synth_binary(), "--segment-dir", str(segments), "--mode", "counter", "--kernels",
-                                  "120000", "--launches", "300"], capture_output=True, text=True, check=True)
+            big = subprocess.run(
+                [
+                    synth_binary(),
+                    "--segment-dir",
+                    str(segments),
+                    "--mode",
+                    "counter",
+                    "--kernels",
+                    "120000",
+                    "--launches",
+                    "300",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             big_pid = json.loads(big.stdout.splitlines()[-1])["pid"]
             time.sleep(args.idle)  # a first call after an idle spell once took 20 s
             running = producers(segments, args.producers, 0, args.idle + 3 * args.seconds + 30)
@@ -127,8 +165,11 @@ def main() -> int:
             result["full_speed"] = {"status": summary(status), "health": summary(checks)}
             with HeavyQueries(stub, big_pid) as heavy:
                 status, checks = sample(stub, health, args.seconds)
-            result["full_speed_with_long_queries"] = {"status": summary(status), "health": summary(checks),
-                                                      "long_queries_answered": heavy.done}
+            result["full_speed_with_long_queries"] = {
+                "status": summary(status),
+                "health": summary(checks),
+                "long_queries_answered": heavy.done,
+            }
             for process in running:
                 process.kill()
                 process.wait()
@@ -147,8 +188,12 @@ def main() -> int:
                         answered = 0
                     time.sleep(2.0)  # final drains
                     produced, dropped = drops(daemon, pids)
-                    result[label] = {"rate_per_producer": args.paced_rate, "produced": produced, "dropped": dropped,
-                                     "long_queries_answered": answered}
+                    result[label] = {
+                        "rate_per_producer": args.paced_rate,
+                        "produced": produced,
+                        "dropped": dropped,
+                        "long_queries_answered": answered,
+                    }
         finally:
             for process in running:
                 if process.poll() is None:
@@ -161,8 +206,10 @@ def main() -> int:
     loaded = result["full_speed_with_long_queries"]
     paced = result.get("paced", {}).get("dropped", "-")
     paced_q = result.get("paced_with_long_queries", {}).get("dropped", "-")
-    print(f"api latency: status p99 {quiet['status']['p99_ms']} ms (health p99 {quiet['health']['p99_ms']} ms), "
-          f"with long queries {loaded['status']['p99_ms']} ms; drops paced {paced} / with queries {paced_q}")
+    print(
+        f"api latency: status p99 {quiet['status']['p99_ms']} ms (health p99 {quiet['health']['p99_ms']} ms), "
+        f"with long queries {loaded['status']['p99_ms']} ms; drops paced {paced} / with queries {paced_q}"
+    )
     return 0
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs_testing.daemon import DaemonProcess, free_port
-from gpuobs_testing.synth import synth_binary
 from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
+from gpuobs_testing.synth import synth_binary
 
 
 def main() -> int:
@@ -30,9 +30,24 @@ def main() -> int:
     with scratch_folder("control") as tmp:
         segments = Path(tmp) / "segments"
         segments.mkdir()
-        producers = [subprocess.Popen([synth_binary(), "--segment-dir", str(segments), "--mode", "counter",
-                                       "--rate", "200000", "--seed", str(i)], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL) for i in range(args.producers)]
+        producers = [
+            subprocess.Popen(
+                [
+                    synth_binary(),
+                    "--segment-dir",
+                    str(segments),
+                    "--mode",
+                    "counter",
+                    "--rate",
+                    "200000",
+                    "--seed",
+                    str(i),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(args.producers)
+        ]
         daemon = DaemonProcess(Path(tmp) / "run", segments, free_port())
         try:
             daemon.wait_processes(args.producers, timeout=30)
@@ -53,8 +68,10 @@ def main() -> int:
     p50 = statistics.median(latencies)
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
     print(f"max {latencies[-1]:.2f} ms, mean {statistics.mean(latencies):.2f} ms")
-    print(f"control latency: p50 {p50:.2f} ms, p99 {p99:.2f} ms over {len(latencies)} switches, "
-          f"{args.producers} producers")
+    print(
+        f"control latency: p50 {p50:.2f} ms, p99 {p99:.2f} ms over {len(latencies)} switches, "
+        f"{args.producers} producers"
+    )
     return 0
 
 

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from gpuobs_testing.daemon import DaemonProcess, free_port
 from drain import measure_drain
-from gpuobs_testing.synth import synth_binary
+from gpuobs_testing.daemon import DaemonProcess, free_port
 from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
+from gpuobs_testing.synth import synth_binary
 
 
 def totals(daemon: DaemonProcess) -> tuple[int, int]:
@@ -42,10 +42,28 @@ def main() -> int:
         daemon = DaemonProcess(Path(tmp) / "run", segments, free_port())
         producers: list[subprocess.Popen] = []
         try:
-            producers = [subprocess.Popen([synth_binary(), "--segment-dir", str(segments), "--mode", "blocks",
-                                           "--rate", "0", "--seed", str(i), "--kernels", "16", "--ring-records",
-                                           str(1 << 17)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                         for i in range(args.producers)]
+            producers = [
+                subprocess.Popen(
+                    [
+                        synth_binary(),
+                        "--segment-dir",
+                        str(segments),
+                        "--mode",
+                        "blocks",
+                        "--rate",
+                        "0",
+                        "--seed",
+                        str(i),
+                        "--kernels",
+                        "16",
+                        "--ring-records",
+                        str(1 << 17),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for i in range(args.producers)
+            ]
             daemon.wait_processes(args.producers, timeout=30)
             time.sleep(1.0)
             delivered0, dropped0 = totals(daemon)
@@ -60,10 +78,14 @@ def main() -> int:
                 producer.wait()
     rate = (delivered1 - delivered0) / elapsed / 1e6
     raw = measure_drain(3.0, 1 << 18, 1 << 14)["reader_events_per_s"] / 1e6
-    print(f"window {elapsed:.1f} s, {args.producers} producers, delivered {delivered1 - delivered0}, "
-          f"dropped {dropped1 - dropped0}")
-    print(f"daemon drain: {rate:.1f} Mevents/s delivered ({dropped1 - dropped0} dropped), raw reader {raw:.1f} "
-          f"Mevents/s, ratio {rate / raw:.2f}")
+    print(
+        f"window {elapsed:.1f} s, {args.producers} producers, delivered {delivered1 - delivered0}, "
+        f"dropped {dropped1 - dropped0}"
+    )
+    print(
+        f"daemon drain: {rate:.1f} Mevents/s delivered ({dropped1 - dropped0} dropped), raw reader {raw:.1f} "
+        f"Mevents/s, ratio {rate / raw:.2f}"
+    )
     return 0
 
 

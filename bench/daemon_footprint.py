@@ -33,7 +33,6 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -74,9 +73,13 @@ class Producers:
 
     def start(self, count: int, *args: str) -> None:
         for index in range(count):
-            self.processes.append(subprocess.Popen(
-                [synth_binary(), "--segment-dir", str(self.folder), "--seed", str(index + 1), *args],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.processes.append(
+                subprocess.Popen(
+                    [synth_binary(), "--segment-dir", str(self.folder), "--seed", str(index + 1), *args],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
 
     def stop(self) -> None:
         for process in self.processes:
@@ -111,13 +114,19 @@ def with_daemon(tmp: Path, name: str, producers: int, producer_args: list[str], 
 def idle(tmp: Path, counts: list[int], seconds: float) -> dict:
     rows = []
     for count in counts:
+
         def measure(daemon: DaemonProcess, _segments: Path) -> float:
             time.sleep(2)  # discovered, counters read once
             return cpu_share(daemon.process.pid, seconds)
-        share = with_daemon(tmp, f"idle{count}", count, ["--mode", "counter", "--kernels", "16", "--rate", "2000"], measure)
+
+        share = with_daemon(
+            tmp, f"idle{count}", count, ["--mode", "counter", "--kernels", "16", "--rate", "2000"], measure
+        )
         rows.append({"processes": count, "core_share": round(share, 4), "per_process": round(share / count, 5)})
-    return {"rows": rows, "growth_exponent": round(exponent([r["processes"] for r in rows],
-                                                          [r["core_share"] for r in rows]), 2)}
+    return {
+        "rows": rows,
+        "growth_exponent": round(exponent([r["processes"] for r in rows], [r["core_share"] for r in rows]), 2),
+    }
 
 
 def trickle(tmp: Path, producers: int, rate: int, seconds: float) -> dict:
@@ -128,8 +137,12 @@ def trickle(tmp: Path, producers: int, rate: int, seconds: float) -> dict:
         time.sleep(seconds)
         cpu = cpu_seconds(daemon.process.pid) - cpu_before
         events = sum(device_stage(p).delivered for p in daemon.status().processes) - events_before
-        return {"events_per_s": round(events / (time.monotonic() - began)), "cpu_seconds": round(cpu, 2),
-                "cpu_seconds_per_million_events": round(cpu / max(events, 1) * 1e6, 3)}
+        return {
+            "events_per_s": round(events / (time.monotonic() - began)),
+            "cpu_seconds": round(cpu, 2),
+            "cpu_seconds_per_million_events": round(cpu / max(events, 1) * 1e6, 3),
+        }
+
     # blocks mode: an enter and an exit per block, so --rate (units: block entries+exits) is events/s
     return with_daemon(tmp, "trickle", producers, ["--mode", "blocks", "--kernels", "16", "--rate", str(rate)], measure)
 
@@ -144,10 +157,19 @@ def full_speed(tmp: Path, producers: int, seconds: float, tag: str, *daemon_args
         elapsed = time.monotonic() - began
         delivered = sum(a.delivered for a in after) - sum(b.delivered for b in before)
         dropped = sum(a.dropped for a in after) - sum(b.dropped for b in before)
-        return {"delivered_per_s": round(delivered / elapsed), "drop_share": round(dropped / max(1, delivered + dropped), 4)}
-    return with_daemon(tmp, f"full{len(daemon_args)}{tag}", producers,
-                       ["--mode", "blocks", "--kernels", "16", "--rate", "0", "--ring-records", str(1 << 18)],
-                       measure, *daemon_args)
+        return {
+            "delivered_per_s": round(delivered / elapsed),
+            "drop_share": round(dropped / max(1, delivered + dropped), 4),
+        }
+
+    return with_daemon(
+        tmp,
+        f"full{len(daemon_args)}{tag}",
+        producers,
+        ["--mode", "blocks", "--kernels", "16", "--rate", "0", "--ring-records", str(1 << 18)],
+        measure,
+        *daemon_args,
+    )
 
 
 def bare_reader(tmp: Path, producers: int, seconds: float, tag: str) -> dict:
@@ -157,16 +179,23 @@ def bare_reader(tmp: Path, producers: int, seconds: float, tag: str) -> dict:
     segments.mkdir()
     fleet = Producers(segments)
     try:
-        drain = subprocess.Popen([sys.executable, "-m", "gpuobs.drain_cli", "--segment-dir", str(segments),
-                                  "--duration", str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        drain = subprocess.Popen(
+            [sys.executable, "-m", "gpuobs.drain_cli", "--segment-dir", str(segments), "--duration", str(seconds)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         fleet.start(producers, "--mode", "blocks", "--kernels", "16", "--rate", "0", "--ring-records", str(1 << 18))
         out, _ = drain.communicate(timeout=seconds + 120)
     finally:
         fleet.stop()
     stages = [(int(p), int(d)) for p, d in re.findall(r"stage device: produced (\d+).*? delivered (\d+)", out)]
     delivered, produced = sum(d for _, d in stages), sum(p for p, _ in stages)
-    return {"delivered_per_s": round(delivered / seconds), "drop_share": round(1 - delivered / max(1, produced), 4),
-            "processes_reported": len(stages)}
+    return {
+        "delivered_per_s": round(delivered / seconds),
+        "drop_share": round(1 - delivered / max(1, produced), 4),
+        "processes_reported": len(stages),
+    }
 
 
 def delivery(tmp: Path, producers: int, window: float, rounds: int) -> dict:
@@ -180,15 +209,18 @@ def delivery(tmp: Path, producers: int, window: float, rounds: int) -> dict:
         runs["delivery_bare_reader"].append(bare_reader(tmp, producers, window, f"r{round_}"))
     out = {}
     for name, rows in runs.items():
-        out[name] = {"delivered_per_s": round(statistics.median(r["delivered_per_s"] for r in rows)),
-                     "drop_share": round(statistics.median(r["drop_share"] for r in rows), 4),
-                     "rounds": rows}
+        out[name] = {
+            "delivered_per_s": round(statistics.median(r["delivered_per_s"] for r in rows)),
+            "drop_share": round(statistics.median(r["drop_share"] for r in rows), 4),
+            "rounds": rows,
+        }
     return out
 
 
 def queries(tmp: Path, kernel_counts: list[int]) -> dict:
     rows = []
     for kernels in kernel_counts:
+
         def measure(daemon: DaemonProcess, _segments: Path) -> dict:
             time.sleep(2)
             timings = {"scrape": [], "top50": []}
@@ -202,12 +234,21 @@ def queries(tmp: Path, kernel_counts: list[int]) -> dict:
                 daemon.stub.ListKernels(pb.ListKernelsRequest(top=50), timeout=120)
                 timings["top50"].append(time.monotonic() - began)
             return {name: round(statistics.median(values) * 1000, 1) for name, values in timings.items()}
-        timed = with_daemon(tmp, f"queries{kernels}", 4, ["--mode", "counter", "--kernels", str(kernels), "--launches",
-                                                           str(kernels * 3), "--rate", "0"], measure)
+
+        timed = with_daemon(
+            tmp,
+            f"queries{kernels}",
+            4,
+            ["--mode", "counter", "--kernels", str(kernels), "--launches", str(kernels * 3), "--rate", "0"],
+            measure,
+        )
         rows.append({"kernels_per_process": kernels, "scrape_ms": timed["scrape"], "top50_ms": timed["top50"]})
     ks = [r["kernels_per_process"] for r in rows]
-    return {"rows": rows, "scrape_exponent": round(exponent(ks, [r["scrape_ms"] for r in rows]), 2),
-            "top50_exponent": round(exponent(ks, [r["top50_ms"] for r in rows]), 2)}
+    return {
+        "rows": rows,
+        "scrape_exponent": round(exponent(ks, [r["scrape_ms"] for r in rows]), 2),
+        "top50_exponent": round(exponent(ks, [r["top50_ms"] for r in rows]), 2),
+    }
 
 
 def control(tmp: Path, quiet: int, hot: int, rounds: int) -> dict:
@@ -223,16 +264,22 @@ def control(tmp: Path, quiet: int, hot: int, rounds: int) -> dict:
         took = []
         for index in range(rounds):
             began = time.monotonic()
-            reply = daemon.stub.SetMode(pb.SetModeRequest(mode=["counter", "noop"][index % 2], timeout_ms=10000),
-                                        timeout=30)
+            reply = daemon.stub.SetMode(
+                pb.SetModeRequest(mode=["counter", "noop"][index % 2], timeout_ms=10000), timeout=30
+            )
             took.append(time.monotonic() - began)
             assert all(r.status == "ok" for r in reply.results), reply
     finally:
         fleet.stop()
         daemon.stop()
     took.sort()
-    return {"processes": quiet + hot, "hot": hot, "rounds": rounds,
-            "p50_ms": round(took[len(took) // 2] * 1000, 1), "p99_ms": round(took[min(len(took) - 1, int(len(took) * 0.99))] * 1000, 1)}
+    return {
+        "processes": quiet + hot,
+        "hot": hot,
+        "rounds": rounds,
+        "p50_ms": round(took[len(took) // 2] * 1000, 1),
+        "p99_ms": round(took[min(len(took) - 1, int(len(took) * 0.99))] * 1000, 1),
+    }
 
 
 def main() -> int:
@@ -242,11 +289,14 @@ def main() -> int:
     args = parser.parse_args()
     unwind_on_signals()
     window = 3.0 if args.quick else 8.0
-    report: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-                    "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                             cwd=Path(__file__).parent).stdout.strip(),
-                    "load_average_at_start": os.getloadavg()[0]}
+    report: dict = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+        ).stdout.strip(),
+        "load_average_at_start": os.getloadavg()[0],
+    }
     with scratch_folder("footprint") as tmp:
         report["idle"] = idle(tmp, [1, 8] if args.quick else [1, 8, 32], window)
         report["trickle"] = trickle(tmp, 8, 20000, window)
@@ -260,12 +310,14 @@ def main() -> int:
         args.out.write_text(text + "\n")
     print(text)
     idle32 = report["idle"]["rows"][-1]
-    print(f"footprint: idle {idle32['core_share'] * 100:.2f}% of a core at {idle32['processes']} processes; "
-          f"{report['trickle']['cpu_seconds_per_million_events']} CPU-s per million events at 20k/s x 8; delivery "
-          f"{report['delivery_ratio_to_bare_reader']} x the bare reader; drops {report['delivery_daemon']['drop_share']} "
-          f"with analyses, {report['delivery_no_analyses']['drop_share']} without; top-50 exponent "
-          f"{report['queries']['top50_exponent']}, scrape exponent {report['queries']['scrape_exponent']}; control p99 "
-          f"{report['control']['p99_ms']} ms")
+    print(
+        f"footprint: idle {idle32['core_share'] * 100:.2f}% of a core at {idle32['processes']} processes; "
+        f"{report['trickle']['cpu_seconds_per_million_events']} CPU-s per million events at 20k/s x 8; delivery "
+        f"{report['delivery_ratio_to_bare_reader']} x the bare reader; drops {report['delivery_daemon']['drop_share']} "
+        f"with analyses, {report['delivery_no_analyses']['drop_share']} without; top-50 exponent "
+        f"{report['queries']['top50_exponent']}, scrape exponent {report['queries']['scrape_exponent']}; control p99 "
+        f"{report['control']['p99_ms']} ms"
+    )
     return 0
 
 

@@ -5,8 +5,8 @@ gpuobs-synth (another process, the other core) fills an event ring at its maximu
 reader lets the producer get ahead (20 ms), then drains the backlog while the producer keeps
 writing; its rate is the records of the read calls that found a whole batch ready divided by the
 time inside those calls (the work one core sustains; time spent waiting for the producer is the
-producer's speed, reported beside it as the wall-clock rate). memcpy: numpy copies of the same number of bytes between two ring-sized buffers, measured
-in the same run. The last line is the summary:
+producer's speed, reported beside it as the wall-clock rate). memcpy: numpy copies of the same
+number of bytes between two ring-sized buffers, measured in the same run. The last line is the summary:
 
     drain: <X> Mevents/s, memcpy <Y> GB/s, ratio <Z>
 
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from gpuobs.segment import EVENT_DTYPE, Segment, segment_paths
 from gpuobs_testing.synth import synth_binary
 
@@ -44,11 +43,28 @@ def measure_memcpy(total_bytes: int, buffer_bytes: int) -> float:
 
 
 def measure_drain(seconds: float, ring_records: int, batch_records: int) -> dict:
-    with tempfile.TemporaryDirectory(prefix="gpuobs-drain-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as directory:
+    with tempfile.TemporaryDirectory(
+        prefix="gpuobs-drain-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    ) as directory:
         producer = subprocess.Popen(
-            [synth_binary(), "--segment-dir", directory, "--mode", "blocks", "--rate", "0", "--kernels", "16",
-             "--ring-records", str(ring_records), "--duration", str(seconds + 5)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                synth_binary(),
+                "--segment-dir",
+                directory,
+                "--mode",
+                "blocks",
+                "--rate",
+                "0",
+                "--kernels",
+                "16",
+                "--ring-records",
+                str(ring_records),
+                "--duration",
+                str(seconds + 5),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             while not segment_paths(directory):
                 time.sleep(0.001)
@@ -98,17 +114,23 @@ def main() -> int:
     args = parser.parse_args()
 
     drain = measure_drain(args.seconds, args.ring_records, args.batch_records)
-    memcpy_bytes_per_s = measure_memcpy(max(drain["delivered"], 1 << 26) * EVENT_DTYPE.itemsize,
-                                        args.ring_records * EVENT_DTYPE.itemsize)
+    memcpy_bytes_per_s = measure_memcpy(
+        max(drain["delivered"], 1 << 26) * EVENT_DTYPE.itemsize, args.ring_records * EVENT_DTYPE.itemsize
+    )
     x = drain["reader_events_per_s"] / 1e6
     y = memcpy_bytes_per_s / 1e9
     z = drain["reader_events_per_s"] * EVENT_DTYPE.itemsize / memcpy_bytes_per_s
-    print(f"reader: {drain['timed_events']} events in {drain['busy_s']:.3f} s of full-batch read calls "
-          f"({drain['wall_s']:.2f} s wall, {drain['wall_events_per_s'] / 1e6:.1f} Mevents/s wall-clock)")
-    print(f"producer: gpuobs-synth --mode blocks --rate 0, {drain['dropped_by_full_ring']} events dropped on a full ring")
+    print(
+        f"reader: {drain['timed_events']} events in {drain['busy_s']:.3f} s of full-batch read calls "
+        f"({drain['wall_s']:.2f} s wall, {drain['wall_events_per_s'] / 1e6:.1f} Mevents/s wall-clock)"
+    )
+    print(
+        f"producer: gpuobs-synth --mode blocks --rate 0, {drain['dropped_by_full_ring']} events dropped on a full ring"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({**drain, "memcpy_bytes_per_s": memcpy_bytes_per_s, "x": x, "y": y,
-                                               "z": z}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({**drain, "memcpy_bytes_per_s": memcpy_bytes_per_s, "x": x, "y": y, "z": z}, indent=2) + "\n"
+        )
     print(f"drain: {x:.1f} Mevents/s, memcpy {y:.2f} GB/s, ratio {z:.2f}")
     return 0
 

@@ -54,8 +54,13 @@ SILU: list[Config] = [
 DIAGNOSE: list[Config] = [
     BASELINE,
     ("empty block-entry patch", "off", "block", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
-    ("empty block-entry and block-exit patches", "off", "block", 0,
-     {"GPUOBS_DEBUG_PATCHES": "empty", "GPUOBS_BLOCK_EXIT": "1"}),
+    (
+        "empty block-entry and block-exit patches",
+        "off",
+        "block",
+        0,
+        {"GPUOBS_DEBUG_PATCHES": "empty", "GPUOBS_BLOCK_EXIT": "1"},
+    ),
     ("empty per-access patch (memory set)", "off", "memory", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
 ]
 GEMM: list[Config] = [
@@ -72,16 +77,31 @@ EMPTY_PATCH = "empty block-entry patch (floor tool)"
 DECODE: list[Config] = [
     BASELINE,
     NO_TOOL_AGAIN,
-    (EMPTY_PATCH, "off", None, 0,
-     {"CUDA_INJECTION64_PATH": str(FLOOR_TOOL), "GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""}),
-    ("empty patch + gpuobs's steady callbacks (floor tool)", "off", None, 0,
-     {"CUDA_INJECTION64_PATH": str(FLOOR_TOOL), "GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"}),
+    (
+        EMPTY_PATCH,
+        "off",
+        None,
+        0,
+        {"CUDA_INJECTION64_PATH": str(FLOOR_TOOL), "GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""},
+    ),
+    (
+        "empty patch + gpuobs's steady callbacks (floor tool)",
+        "off",
+        None,
+        0,
+        {"CUDA_INJECTION64_PATH": str(FLOOR_TOOL), "GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"},
+    ),
     ("gpuobs with empty patches (GPUOBS_DEBUG_PATCHES=empty)", "off", "block", 0, {"GPUOBS_DEBUG_PATCHES": "empty"}),
     ("off", "off", "block", 0, {}),
     ("noop", "noop", "block", 0, {}),
     ("counter", "counter", "block", 0, {}),
-    ("counter, config bound in the userdata (GPUOBS_CONFIG_WORD=bound)", "counter", "block", 0,
-     {"GPUOBS_CONFIG_WORD": "bound"}),
+    (
+        "counter, config bound in the userdata (GPUOBS_CONFIG_WORD=bound)",
+        "counter",
+        "block",
+        0,
+        {"GPUOBS_CONFIG_WORD": "bound"},
+    ),
     ("counter, launch trace (GPUOBS_LAUNCH_TRACE=1)", "counter", "block", 0, {"GPUOBS_LAUNCH_TRACE": "1"}),
     ("blocks", "blocks", "block", 0, {}),
     ("sampled", "sampled", "memory", 10, {}),
@@ -92,21 +112,49 @@ DECODE: list[Config] = [
 # exits unpatched; gpuobs_patches.cu says what each does): where the block set's cost over the
 # empty patch goes on the decode graph.
 DEBUG_STEPS = ("leader", "load", "load_context", "red", "count", "count_inline", "census")
-DECOMPOSE: list[Config] = DECODE[:5] + [
-    (f"block-entry diagnostic patch: {step} (GPUOBS_DEBUG_PATCHES={step})", "counter", "block", 0,
-     {"GPUOBS_DEBUG_PATCHES": step}) for step in DEBUG_STEPS] + [
-    ("off", "off", "block", 0, {}),
-    ("counter", "counter", "block", 0, {}),
-    ("counter, config bound in the userdata (GPUOBS_CONFIG_WORD=bound)", "counter", "block", 0,
-     {"GPUOBS_CONFIG_WORD": "bound"}),
-]
+DECOMPOSE: list[Config] = (
+    DECODE[:5]
+    + [
+        (
+            f"block-entry diagnostic patch: {step} (GPUOBS_DEBUG_PATCHES={step})",
+            "counter",
+            "block",
+            0,
+            {"GPUOBS_DEBUG_PATCHES": step},
+        )
+        for step in DEBUG_STEPS
+    ]
+    + [
+        ("off", "off", "block", 0, {}),
+        ("counter", "counter", "block", 0, {}),
+        (
+            "counter, config bound in the userdata (GPUOBS_CONFIG_WORD=bound)",
+            "counter",
+            "block",
+            0,
+            {"GPUOBS_CONFIG_WORD": "bound"},
+        ),
+    ]
+)
 
 # The same question without any call in the patch (no frame for any thread): the thread index
 # alone, the leader's reduction alone, load + reduction, then production.
 INLINE_STEPS = ("tid_inline", "red_inline", "count_inline")
-INLINE: list[Config] = DECODE[:3] + [DECODE[4]] + [
-    (f"block-entry diagnostic patch: {step} (GPUOBS_DEBUG_PATCHES={step})", "counter", "block", 0,
-     {"GPUOBS_DEBUG_PATCHES": step}) for step in INLINE_STEPS] + [("counter", "counter", "block", 0, {})]
+INLINE: list[Config] = (
+    DECODE[:3]
+    + [DECODE[4]]
+    + [
+        (
+            f"block-entry diagnostic patch: {step} (GPUOBS_DEBUG_PATCHES={step})",
+            "counter",
+            "block",
+            0,
+            {"GPUOBS_DEBUG_PATCHES": step},
+        )
+        for step in INLINE_STEPS
+    ]
+    + [("counter", "counter", "block", 0, {})]
+)
 
 
 class Drainer(threading.Thread):
@@ -151,8 +199,16 @@ def run_config(argv: list[str], config: Config) -> dict:
     with tempfile.TemporaryDirectory(prefix="gpuobs-bench-", dir="/dev/shm") as directory:
         drainer = None
         if mode is not None:
-            env.update({"CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": directory, "GPUOBS_MODE": mode,
-                        "GPUOBS_PATCH_SET": patch_set or "block", "GPUOBS_SHIFT": str(shift), **extra})
+            env.update(
+                {
+                    "CUDA_INJECTION64_PATH": str(INJECTOR),
+                    "GPUOBS_SEGMENT_DIR": directory,
+                    "GPUOBS_MODE": mode,
+                    "GPUOBS_PATCH_SET": patch_set or "block",
+                    "GPUOBS_SHIFT": str(shift),
+                    **extra,
+                }
+            )
             drainer = Drainer(Path(directory))
             drainer.start()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
@@ -164,8 +220,9 @@ def run_config(argv: list[str], config: Config) -> dict:
     return result
 
 
-def measure(workload: str, argv: list[str], configs: list[Config], rounds: int,
-            deterministic: bool = True) -> list[dict]:
+def measure(
+    workload: str, argv: list[str], configs: list[Config], rounds: int, deterministic: bool = True
+) -> list[dict]:
     per_config: dict[str, list[dict]] = {c[0]: [] for c in configs}
     for round_index in range(rounds):
         for config in configs:
@@ -190,7 +247,8 @@ def measure(workload: str, argv: list[str], configs: list[Config], rounds: int,
             "median_ms": statistics.median(r["median_ms"] for r in results),
             # None: the workload's output varies between uninstrumented runs too (bench/diag_decode.sh)
             "output_identical": all(r["checksum"] == b["checksum"] for r, b in zip(results, baseline))
-            if deterministic else None,
+            if deterministic
+            else None,
             "events_produced": results[-1]["events"]["produced"],
             "events_dropped": results[-1]["events"]["dropped"],
             "kernel_launches": results[-1]["events"].get("launches", 0),
@@ -203,6 +261,7 @@ def measure(workload: str, argv: list[str], configs: list[Config], rounds: int,
 
 def check_targets(rows: list[dict]) -> list[str]:
     """The targets whose rows this report has (a report of some workloads checks only theirs)."""
+
     def ratio(workload: str, config: str) -> float | None:
         return next((r["ratio"] for r in rows if r["workload"] == workload and r["config"] == config), None)
 
@@ -244,7 +303,7 @@ def write_report(out: Path, commit: str, device: str, rows: list[dict], workload
     report = {
         "commit": commit,
         "device": device,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": f"python bench/overhead.py --workloads {','.join(workloads)}",
         "method": __doc__.split("\n\n")[1].replace("\n", " "),
         "workloads": sorted({row["workload"] for row in rows}),
@@ -271,8 +330,13 @@ def merge_reports(paths: list[str], out: Path) -> int:
             return 1
         seen |= workloads
         rows += report["rows"]
-    merged = dict(reports[0], rows=rows, targets=check_targets(rows), workloads=sorted(seen),
-                  merged_from=[{"date": r["date"], "command": r["command"]} for r in reports])
+    merged = dict(
+        reports[0],
+        rows=rows,
+        targets=check_targets(rows),
+        workloads=sorted(seen),
+        merged_from=[{"date": r["date"], "command": r["command"]} for r in reports],
+    )
     merged["command"] = "python bench/overhead.py --merge " + " ".join(Path(p).name for p in paths)
     out.write_text(json.dumps(merged, indent=2) + "\n")
     print_report(rows, merged["targets"])
@@ -282,8 +346,10 @@ def merge_reports(paths: list[str], out: Path) -> int:
 def print_report(rows: list[dict], targets: list[str]) -> None:
     print(f"{'workload':<18} {'config':<42} {'ratio':>8} {'median ms':>10} {'identical':>9}")
     for row in rows:
-        print(f"{row['workload']:<18} {row['config']:<42} {row['ratio']:>8.3f} {row['median_ms']:>10.4f} "
-              f"{str(row['output_identical']):>9}")
+        print(
+            f"{row['workload']:<18} {row['config']:<42} {row['ratio']:>8.3f} {row['median_ms']:>10.4f} "
+            f"{str(row['output_identical']):>9}"
+        )
     for line in targets:
         print(line)
 
@@ -293,8 +359,9 @@ def main() -> int:
     parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated, in the order to run: {', '.join(WORKLOADS)}")
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help=f"comma-separated, in the order to run: {', '.join(WORKLOADS)}"
+    )
     parser.add_argument("--diagnose", action="store_true", help="SiLU-and-mul's empty-patch diagnostics only")
     parser.add_argument("--merge", nargs="+", metavar="REPORT", help="merge reports of disjoint workloads into --out")
     args = parser.parse_args()
@@ -309,25 +376,47 @@ def main() -> int:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     build = Path(tempfile.mkdtemp(prefix="gpuobs-bench-build-"))
     silu = build / "silu_mul"
-    subprocess.run([nvcc, "-O3", "-arch=sm_90", "-I", str(HERE.parent / "tests" / "gpu" / "programs"), "-o", str(silu),
-                    str(HERE / "programs" / "silu_mul.cu")], check=True)
-    device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [
+            nvcc,
+            "-O3",
+            "-arch=sm_90",
+            "-I",
+            str(HERE.parent / "tests" / "gpu" / "programs"),
+            "-o",
+            str(silu),
+            str(HERE / "programs" / "silu_mul.cu"),
+        ],
+        check=True,
+    )
+    device = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.strip()
     if args.diagnose:
         workloads = ["diagnose"]
     rows: list[dict] = []
     for name in workloads:
         if name in ("silu", "diagnose"):
-            rows += measure("silu_and_mul", [str(silu), "--iters", "30"], SILU if name == "silu" else DIAGNOSE,
-                            args.rounds)
+            rows += measure(
+                "silu_and_mul", [str(silu), "--iters", "30"], SILU if name == "silu" else DIAGNOSE, args.rounds
+            )
         elif name == "gemm":
-            rows += measure("cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM,
-                            max(2, args.rounds - 1))
+            rows += measure(
+                "cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM, max(2, args.rounds - 1)
+            )
         else:  # decode, decompose, inline: the same graph, a run of its own each
-            workload, configs = {"decode": ("decode_graph", DECODE), "decompose": ("decode_graph_decomposed", DECOMPOSE),
-                                 "inline": ("decode_graph_inline", INLINE)}[name]
-            rows += measure(workload, [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"],
-                            configs, args.rounds, deterministic=False)
+            workload, configs = {
+                "decode": ("decode_graph", DECODE),
+                "decompose": ("decode_graph_decomposed", DECOMPOSE),
+                "inline": ("decode_graph_inline", INLINE),
+            }[name]
+            rows += measure(
+                workload,
+                [sys.executable, str(HERE / "workloads" / "decode_graph.py"), "1000"],
+                configs,
+                args.rounds,
+                deterministic=False,
+            )
         write_report(out, args.commit, device, rows, workloads)
     print_report(rows, check_targets(rows))
     return 0

@@ -50,10 +50,26 @@ def main() -> None:
     with scratch_folder("scrape") as tmp:
         segments = tmp / "segments"
         segments.mkdir()
-        producers = [subprocess.Popen([synth_binary(), "--segment-dir", str(segments), "--mode", "blocks",
-                                       "--kernels", str(args.kernels), "--rate", "200000", "--seed", str(seed)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                     for seed in range(args.processes)]
+        producers = [
+            subprocess.Popen(
+                [
+                    synth_binary(),
+                    "--segment-dir",
+                    str(segments),
+                    "--mode",
+                    "blocks",
+                    "--kernels",
+                    str(args.kernels),
+                    "--rate",
+                    "200000",
+                    "--seed",
+                    str(seed),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for seed in range(args.processes)
+        ]
         port = free_port()
         daemon = DaemonProcess(tmp / "run", segments, port)
         try:
@@ -86,17 +102,25 @@ def main() -> None:
                 producer.wait(timeout=20)
     lone_p50, together_p99 = percentile(lone, 0.5), percentile(together, 0.99)
     report = {
-        "date": datetime.date.today().isoformat(), "processes": args.processes, "kernels_per_process": args.kernels,
-        "scrapers": args.scrapers, "lone_scrapes": len(lone), "concurrent_scrapes": len(together),
-        "lone_p50_ms": round(lone_p50, 1), "lone_p99_ms": round(percentile(lone, 0.99), 1),
-        "concurrent_p50_ms": round(percentile(together, 0.5), 1), "concurrent_p99_ms": round(together_p99, 1),
+        "date": datetime.date.today().isoformat(),
+        "processes": args.processes,
+        "kernels_per_process": args.kernels,
+        "scrapers": args.scrapers,
+        "lone_scrapes": len(lone),
+        "concurrent_scrapes": len(together),
+        "lone_p50_ms": round(lone_p50, 1),
+        "lone_p99_ms": round(percentile(lone, 0.99), 1),
+        "concurrent_p50_ms": round(percentile(together, 0.5), 1),
+        "concurrent_p99_ms": round(together_p99, 1),
         "ratio_concurrent_p99_to_lone_p50": round(together_p99 / lone_p50, 2),
     }
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report))
-    print(f"scrapes: lone p50 {lone_p50:.1f} ms, {args.scrapers} concurrent p99 {together_p99:.1f} ms, "
-          f"ratio {together_p99 / lone_p50:.2f} (target <= 3)")
+    print(
+        f"scrapes: lone p50 {lone_p50:.1f} ms, {args.scrapers} concurrent p99 {together_p99:.1f} ms, "
+        f"ratio {together_p99 / lone_p50:.2f} (target <= 3)"
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuobs_testing.soak import Soak
 from gpuobs_testing.scratch import scratch_folder, unwind_on_signals
+from gpuobs_testing.soak import Soak
 
 
 def main() -> int:
@@ -33,22 +33,42 @@ def main() -> int:
         figures = Soak(segments, Path(tmp) / "run", seconds=args.minutes * 60, lifetimes=1 << 62).run()
     rss = figures.pop("rss_mib")
     quarter = max(1, len(rss) // 4)
-    figures["rss_mib_summary"] = {"samples": len(rss), "first_quarter_max": max(rss[:quarter]),
-                                  "last_quarter_max": max(rss[-quarter:]), "peak": max(rss), "last": rss[-1]}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "command": " ".join(sys.argv),
-              "figures": figures}
+    figures["rss_mib_summary"] = {
+        "samples": len(rss),
+        "first_quarter_max": max(rss[:quarter]),
+        "last_quarter_max": max(rss[-quarter:]),
+        "peak": max(rss),
+        "last": rss[-1],
+    }
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
+    report = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "command": " ".join(sys.argv),
+        "figures": figures,
+    }
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
-    ok = (figures["daemon_alive"] and not figures["crashes_in_log"] and figures["accounting_errors"] == 0
-          and not figures["unbalanced_retained"] and not figures["fuzz_failures"] and not figures["stream_failures"]
-          and figures["victim_untouched"] and not figures["recording_failures"] and figures["spool_left"] == 0)
-    print(f"soak: {figures['lifetimes']} lifetimes, {figures['fuzzed_requests']} fuzzed requests, "
-          f"{figures['scrapes']} scrapes, RSS peak {max(rss):.0f} MiB (first quarter {max(rss[:quarter]):.0f}, "
-          f"last {max(rss[-quarter:]):.0f}), series max {figures['series_max']}, accounting errors "
-          f"{figures['accounting_errors']}: {'ok' if ok else 'FAILED'}")
+    ok = (
+        figures["daemon_alive"]
+        and not figures["crashes_in_log"]
+        and figures["accounting_errors"] == 0
+        and not figures["unbalanced_retained"]
+        and not figures["fuzz_failures"]
+        and not figures["stream_failures"]
+        and figures["victim_untouched"]
+        and not figures["recording_failures"]
+        and figures["spool_left"] == 0
+    )
+    print(
+        f"soak: {figures['lifetimes']} lifetimes, {figures['fuzzed_requests']} fuzzed requests, "
+        f"{figures['scrapes']} scrapes, RSS peak {max(rss):.0f} MiB (first quarter {max(rss[:quarter]):.0f}, "
+        f"last {max(rss[-quarter:]):.0f}), series max {figures['series_max']}, accounting errors "
+        f"{figures['accounting_errors']}: {'ok' if ok else 'FAILED'}"
+    )
     return 0 if ok else 1
 
 

@@ -53,7 +53,6 @@ import time
 from pathlib import Path
 
 import gpuobs
-
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd)
 from gpuobs_testing.phase_file import phases
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
@@ -80,10 +79,16 @@ GPUOBS_MODES = "off,noop,counter,blocks"
 CONFIGS: dict[str, tuple[Path | None, dict[str, str], str]] = {
     "none": (None, {}, "none"),
     "floor-patch": (LIB / "libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""}, "none"),
-    "floor-steady": (LIB / "libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"},
-                     "none"),
-    "floor-old": (LIB / "libgpuobs_floor_tool.so",
-                  {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "resource,launch,graphs,synchronize"}, "none"),
+    "floor-steady": (
+        LIB / "libgpuobs_floor_tool.so",
+        {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"},
+        "none",
+    ),
+    "floor-old": (
+        LIB / "libgpuobs_floor_tool.so",
+        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "resource,launch,graphs,synchronize"},
+        "none",
+    ),
     "gpuobs": (LIB / "libgpuobs_injector.so", {}, GPUOBS_MODES),
     "gpuobs-trace": (LIB / "libgpuobs_injector.so", {"GPUOBS_LAUNCH_TRACE": "1"}, "counter"),
 }
@@ -97,12 +102,27 @@ class Worker:
         self.name, self.round = name, round_index
         stem = directory / f"{name}-r{round_index}"
         self.status, self.result, self.go, self.measure, self.log = (
-            stem.with_suffix(s) for s in (".status", ".json", ".go", ".measure", ".log"))
+            stem.with_suffix(s) for s in (".status", ".json", ".go", ".measure", ".log")
+        )
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            [*argv, "--status", str(self.status), "--result", str(self.result), "--go", str(self.go),
-             "--measure", str(self.measure)], env=env,
-            stdout=self.log.open("w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                *argv,
+                "--status",
+                str(self.status),
+                "--result",
+                str(self.result),
+                "--go",
+                str(self.go),
+                "--measure",
+                str(self.measure),
+            ],
+            env=env,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def phase(self) -> str:
         seen = phases(self.status)
@@ -157,8 +177,9 @@ def pin(pid: int, allowed: set[int]) -> None:
                 except OSError:
                     pass  # gone meanwhile
                 try:
-                    pending.extend(int(child) for child in
-                                   Path(f"/proc/{current}/task/{task}/children").read_text().split())
+                    pending.extend(
+                        int(child) for child in Path(f"/proc/{current}/task/{task}/children").read_text().split()
+                    )
                 except OSError:
                     pass
         except OSError:
@@ -167,8 +188,12 @@ def pin(pid: int, allowed: set[int]) -> None:
 
 # What each process measures, and which way is better: wall time per token in one stream, tokens
 # per second in a batch, and the process's CPU time per token in each.
-METRICS = (("single_ms_per_token", "lower"), ("batch_tokens_per_s", "higher"),
-           ("single_cpu_ms_per_token", "lower"), ("batch_cpu_ms_per_token", "lower"))
+METRICS = (
+    ("single_ms_per_token", "lower"),
+    ("batch_tokens_per_s", "higher"),
+    ("single_cpu_ms_per_token", "lower"),
+    ("batch_cpu_ms_per_token", "lower"),
+)
 
 
 def median(values: list[float]) -> float | None:
@@ -189,11 +214,18 @@ def summarise(runs: list[dict], configs: list[str]) -> dict:
         if nones:
             centre = statistics.median(nones)
             out["no_tool_spread"][metric] = {
-                "per_round": nones, "min_over_median": min(nones) / centre, "max_over_median": max(nones) / centre,
+                "per_round": nones,
+                "min_over_median": min(nones) / centre,
+                "max_over_median": max(nones) / centre,
                 "within_process_max_over_min": max(
-                    (max(r["none"]["modes"]["none"][metric]) / min(r["none"]["modes"]["none"][metric])
-                     for r in by_round.values() if "none" in r and min(r["none"]["modes"]["none"].get(metric) or [0]) > 0),
-                    default=None)}
+                    (
+                        max(r["none"]["modes"]["none"][metric]) / min(r["none"]["modes"]["none"][metric])
+                        for r in by_round.values()
+                        if "none" in r and min(r["none"]["modes"]["none"].get(metric) or [0]) > 0
+                    ),
+                    default=None,
+                ),
+            }
         for config in configs:
             for mode in CONFIGS[config][2].split(","):
                 label = config if mode == "none" else f"{config}:{mode}"
@@ -214,10 +246,14 @@ def summarise(runs: list[dict], configs: list[str]) -> dict:
                     continue
                 # as a cost: > 1 is slower (ms/token grows, tokens/s falls)
                 as_cost = (lambda r: r) if better == "lower" else (lambda r: 1 / r)  # noqa: E731
-                row[metric] = {"per_round": values, "ratio_per_round": ratios, "ratio": median(ratios),
-                               "cost": median([as_cost(r) for r in ratios]),
-                               "best_ratio_per_round": best_ratios,
-                               "best_cost": median([as_cost(r) for r in best_ratios])}
+                row[metric] = {
+                    "per_round": values,
+                    "ratio_per_round": ratios,
+                    "ratio": median(ratios),
+                    "cost": median([as_cost(r) for r in ratios]),
+                    "best_ratio_per_round": best_ratios,
+                    "best_cost": median([as_cost(r) for r in best_ratios]),
+                }
     ready = {}
     for config in configs:
         times = [r["figures"]["engine_ready_s"] for r in runs if r["config"] == config and "figures" in r]
@@ -257,8 +293,11 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     logs = args.out / "logs"
     logs.mkdir(exist_ok=True)
-    base_env = {**offline_environment(args.payload), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                "TOKENIZERS_PARALLELISM": "false"}
+    base_env = {
+        **offline_environment(args.payload),
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     began = time.monotonic()
     # the GPU-bound model's 32 layers are copies of one: made in seconds rather than minutes
     if make_model(args.payload, Path(args.model), base_env, model_args, by_copies=args.model_size == "gpu-bound"):
@@ -269,31 +308,57 @@ def main() -> int:
     local_paths = {"GPUOBS_SEGMENT_DIR": str(segments), "GPUOBS_CUBIN_DIR": str(work / "cubins")}
     # --analysis-share 1: the daemon judges every replay's join (the test of this run checks it);
     # it runs beside the measured process on cores of its own
-    daemon = DaemonProcess(work / "run", segments, args.metrics_port, "--analysis-share", "1") \
-        if any(c.startswith("gpuobs") for c in configs) else None
+    daemon = (
+        DaemonProcess(work / "run", segments, args.metrics_port, "--analysis-share", "1")
+        if any(c.startswith("gpuobs") for c in configs)
+        else None
+    )
     measuring_cores, other_cores = cores()
     pin(os.getpid(), other_cores)  # this process, and so every child it starts, begins there
     if daemon is not None:
         pin(daemon.process.pid, other_cores)
     try:
-        device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]
+        device = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()[:1]
+        )
     except OSError:
         device = []
     report: dict = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": args.commit,
-        "device": device[0] if device else "unknown", "vllm": "0.25.1",
-        "model": "random-weight Qwen3, make_tiny_qwen3.py " + " ".join(model_args), "model_size": args.model_size,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": args.commit,
+        "device": device[0] if device else "unknown",
+        "vllm": "0.25.1",
+        "model": "random-weight Qwen3, make_tiny_qwen3.py " + " ".join(model_args),
+        "model_size": args.model_size,
         "workload": dict(zip(("single_tokens", "batch", "batch_tokens"), WORKLOAD[args.model_size])),
         "command": "python bench/vllm_decode.py " + " ".join(sys.argv[1:]),
-        "method": __doc__.split("\n\n")[1].replace("\n", " "), "rounds": args.rounds, "repeats": args.repeats,
-        "configs": {c: {"library": CONFIGS[c][0].name if CONFIGS[c][0] else None, "environment": CONFIGS[c][1],
-                        "modes": CONFIGS[c][2]} for c in configs},
-        "drop_in_environment": drop_in, "runs": [],
+        "method": __doc__.split("\n\n")[1].replace("\n", " "),
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "configs": {
+            c: {
+                "library": CONFIGS[c][0].name if CONFIGS[c][0] else None,
+                "environment": CONFIGS[c][1],
+                "modes": CONFIGS[c][2],
+            }
+            for c in configs
+        },
+        "drop_in_environment": drop_in,
+        "runs": [],
         "cores": {"measuring": sorted(measuring_cores), "other": sorted(other_cores)},
     }
-    plan = [(round_index, configs[(index + round_index) % len(configs)])
-            for round_index in range(args.rounds) for index in range(len(configs))]
+    plan = [
+        (round_index, configs[(index + round_index) % len(configs)])
+        for round_index in range(args.rounds)
+        for index in range(len(configs))
+    ]
 
     def start(round_index: int, name: str) -> Worker:
         library, overrides, modes = CONFIGS[name]
@@ -304,8 +369,22 @@ def main() -> int:
                 env.update(local_paths)
             env.update({"CUDA_INJECTION64_PATH": str(library), **overrides})
         single, batch, batch_tokens = WORKLOAD[args.model_size]
-        argv = [sys.executable, str(WORKER), "--model", args.model, "--modes", modes, "--repeats", str(args.repeats),
-                "--single-tokens", str(single), "--batch", str(batch), "--batch-tokens", str(batch_tokens)]
+        argv = [
+            sys.executable,
+            str(WORKER),
+            "--model",
+            args.model,
+            "--modes",
+            modes,
+            "--repeats",
+            str(args.repeats),
+            "--single-tokens",
+            str(single),
+            "--batch",
+            str(batch),
+            "--batch-tokens",
+            str(batch_tokens),
+        ]
         if name.startswith("gpuobs"):
             argv += ["--address", daemon.address]
         return Worker(name, round_index, logs, argv, env)
@@ -347,8 +426,8 @@ def main() -> int:
                 run["seconds"] = round(time.monotonic() - worker.started, 1)
                 report["runs"].append(run)
                 write()
-                print(f"{name} r{round_index}: {run['seconds']} s, {'ok' if 'figures' in run else run.get('error', '')[:300]}",
-                      flush=True)
+                outcome = "ok" if "figures" in run else run.get("error", "")[:300]
+                print(f"{name} r{round_index}: {run['seconds']} s, {outcome}", flush=True)
             if upcoming is None:
                 break
     finally:
@@ -361,18 +440,30 @@ def main() -> int:
         shutil.rmtree(segments, ignore_errors=True)
         write()
     summary = report["summary"]
-    print(f"{'configuration':<24} {'ms/token':>9} {'cost':>6} {'best':>6} {'tokens/s':>9} {'cost':>6} {'best':>6} "
-          f"{'cpu cost 1':>10} {'cpu cost 64':>11}")
+    print(
+        f"{'configuration':<24} {'ms/token':>9} {'cost':>6} {'best':>6} {'tokens/s':>9} {'cost':>6} {'best':>6} "
+        f"{'cpu cost 1':>10} {'cpu cost 64':>11}"
+    )
     for label, row in summary["rows"].items():
         single, batch = row.get("single_ms_per_token", {}), row.get("batch_tokens_per_s", {})
         cpu_single, cpu_batch = row.get("single_cpu_ms_per_token", {}), row.get("batch_cpu_ms_per_token", {})
         fmt = lambda v, p: f"{v:{p}}" if v is not None else "-"  # noqa: E731
-        print(f"{label:<24} {fmt(median(single.get('per_round', [])), '9.3f')} {fmt(single.get('cost'), '6.3f')} "
-              f"{fmt(single.get('best_cost'), '6.3f')} {fmt(median(batch.get('per_round', [])), '9.0f')} "
-              f"{fmt(batch.get('cost'), '6.3f')} {fmt(batch.get('best_cost'), '6.3f')} "
-              f"{fmt(cpu_single.get('cost'), '10.3f')} {fmt(cpu_batch.get('cost'), '11.3f')}")
-    print(json.dumps({"no_tool_spread": summary["no_tool_spread"], "engine_ready": summary["engine_ready"],
-                      "tokens_identical": summary["tokens_identical"]}, indent=1))
+        print(
+            f"{label:<24} {fmt(median(single.get('per_round', [])), '9.3f')} {fmt(single.get('cost'), '6.3f')} "
+            f"{fmt(single.get('best_cost'), '6.3f')} {fmt(median(batch.get('per_round', [])), '9.0f')} "
+            f"{fmt(batch.get('cost'), '6.3f')} {fmt(batch.get('best_cost'), '6.3f')} "
+            f"{fmt(cpu_single.get('cost'), '10.3f')} {fmt(cpu_batch.get('cost'), '11.3f')}"
+        )
+    print(
+        json.dumps(
+            {
+                "no_tool_spread": summary["no_tool_spread"],
+                "engine_ready": summary["engine_ready"],
+                "tokens_identical": summary["tokens_identical"],
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -45,31 +45,44 @@ import urllib.request
 from pathlib import Path
 
 import gpuobs
-
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd, as daemon_drain.py)
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP_IN = ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"
 INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
-SERVE_ARGS = ["--max-model-len", "512", "--gpu-memory-utilization", "0.2", "--max-num-seqs", "4",
-              "--max-num-batched-tokens", "512", "--compilation-config", '{"cudagraph_capture_sizes":[1,2,4]}']
+SERVE_ARGS = [
+    "--max-model-len",
+    "512",
+    "--gpu-memory-utilization",
+    "0.2",
+    "--max-num-seqs",
+    "4",
+    "--max-num-batched-tokens",
+    "512",
+    "--compilation-config",
+    '{"cudagraph_capture_sizes":[1,2,4]}',
+]
 REFERENCE_REQUESTS = 3
 ROUNDS = 2
 # server -> (inject?, environment over the drop-in's, modes its load runs in)
 SERVERS: dict[str, tuple[bool, dict[str, str], list[str]]] = {
     "none-cold": (False, {}, ["none-cold"]),
     "gpuobs-block": (True, {}, ["off", "counter", "blocks"]),
-    "gpuobs-memory": (True, {"GPUOBS_PATCH_SET": "memory", "GPUOBS_MODE": "sampled", "GPUOBS_SHIFT": "10"},
-                      ["sampled"]),
+    "gpuobs-memory": (
+        True,
+        {"GPUOBS_PATCH_SET": "memory", "GPUOBS_MODE": "sampled", "GPUOBS_SHIFT": "10"},
+        ["sampled"],
+    ),
     "none": (False, {}, ["none"]),
 }
 SWITCHES = ["counter", "off", "blocks", "noop", "counter", "blocks"]
 
 
 def post(port: int, path: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read())
@@ -81,8 +94,18 @@ def post(port: int, path: str, body: dict, timeout: float = 120) -> tuple[int, d
 
 def completion(port: int, prompt: str, tokens: int) -> tuple[int, dict, float]:
     began = time.perf_counter()
-    code, body = post(port, "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": tokens,
-                                                 "temperature": 0, "ignore_eos": True, "return_token_ids": True})
+    code, body = post(
+        port,
+        "/v1/completions",
+        {
+            "model": "tiny",
+            "prompt": prompt,
+            "max_tokens": tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        },
+    )
     return code, body, time.perf_counter() - began
 
 
@@ -94,10 +117,26 @@ class Server:
         self.started = time.perf_counter()
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1", "--port",
-             str(port), "--served-model-name", "tiny", *SERVE_ARGS],
-            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "vllm.entrypoints.cli.main",
+                "serve",
+                model,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--served-model-name",
+                "tiny",
+                *SERVE_ARGS,
+            ],
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def wait_healthy(self, timeout: float) -> float | None:
         while time.perf_counter() - self.started < timeout:
@@ -151,8 +190,11 @@ def load(port: int, requests: int, tokens: int, concurrency: int) -> dict:
     produced = sum(int(body.get("usage", {}).get("completion_tokens", 0)) for body, _ in ok)
     latencies = sorted(seconds * 1000 for _, seconds in ok)
     return {
-        "requests_ok": len(ok), "requests_failed": len(results) - len(ok), "output_tokens": produced,
-        "wall_s": round(wall, 3), "tokens_per_s": round(produced / wall, 1) if wall else 0.0,
+        "requests_ok": len(ok),
+        "requests_failed": len(results) - len(ok),
+        "output_tokens": produced,
+        "wall_s": round(wall, 3),
+        "tokens_per_s": round(produced / wall, 1) if wall else 0.0,
         "p50_ms": round(statistics.median(latencies), 2) if latencies else None,
         "p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2) if latencies else None,
     }
@@ -177,10 +219,12 @@ def capture(daemon: DaemonProcess, into: Path, pid: int | None) -> None:
     """What an operator would look at: each view as text, and whole as JSON; the metrics."""
     into.mkdir(parents=True, exist_ok=True)
     pids = ["--pid", str(pid)] if pid else []
-    views = [("status", ["status"], ["status"]),
-             ("kernels", ["kernels", *pids, "--top", "40"], ["kernels", *pids, "--top", "0"]),
-             ("graphs", ["graphs", *pids, "--replays", "12"], ["graphs", *pids, "--replays", "1024"]),
-             ("steps", ["steps", *pids, "--last", "80"], ["steps", *pids, "--last", "4096"])]
+    views = [
+        ("status", ["status"], ["status"]),
+        ("kernels", ["kernels", *pids, "--top", "40"], ["kernels", *pids, "--top", "0"]),
+        ("graphs", ["graphs", *pids, "--replays", "12"], ["graphs", *pids, "--replays", "1024"]),
+        ("steps", ["steps", *pids, "--last", "80"], ["steps", *pids, "--last", "4096"]),
+    ]
     for name, text, whole in views:
         (into / f"{name}.txt").write_text(gpuobsctl(daemon.address, *text, timeout=60).stdout)
         ctl_json(daemon, into / f"{name}.json", *whole)
@@ -219,8 +263,14 @@ def switch_while_serving(daemon: DaemonProcess, port: int, seconds_per_mode: flo
             time.sleep(seconds_per_mode)
             began = time.perf_counter()
             done = gpuobsctl(daemon.address, "set-mode", mode, timeout=60)
-            switches.append({"mode": mode, "rc": done.returncode, "ms": round((time.perf_counter() - began) * 1000, 1),
-                             "output": (done.stdout + done.stderr).strip()[-300:]})
+            switches.append(
+                {
+                    "mode": mode,
+                    "rc": done.returncode,
+                    "ms": round((time.perf_counter() - began) * 1000, 1),
+                    "output": (done.stdout + done.stderr).strip()[-300:],
+                }
+            )
         time.sleep(seconds_per_mode)
     finally:
         stop.set()
@@ -232,8 +282,10 @@ def switch_while_serving(daemon: DaemonProcess, port: int, seconds_per_mode: flo
 def ratios(modes: dict[str, dict], servers: dict[str, dict]) -> dict[str, dict]:
     """Per mode, load figures over no tool's; per server, start-up figures over no tool's."""
     out: dict[str, dict] = {}
-    for table, baseline, keys in ((modes, "none", ("tokens_per_s", "p50_ms", "p99_ms")),
-                                  (servers, "none", ("start_s", "engine_init_s", "graph_capture_s"))):
+    for table, baseline, keys in (
+        (modes, "none", ("tokens_per_s", "p50_ms", "p99_ms")),
+        (servers, "none", ("start_s", "engine_init_s", "graph_capture_s")),
+    ):
         base = table.get(baseline) or {}
         for name, row in table.items():
             r = {key: round(row[key] / base[key], 3) for key in keys if row.get(key) is not None and base.get(key)}
@@ -275,21 +327,39 @@ def main() -> int:
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-", dir="/dev/shm"))
     drop_in = drop_in_environment(DROP_IN)
     # this machine's paths for the drop-in's three paths; every other variable as deployed
-    local_paths = {"CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": str(segments),
-                   "GPUOBS_CUBIN_DIR": str(work / "cubins")}
+    local_paths = {
+        "CUDA_INJECTION64_PATH": str(INJECTOR),
+        "GPUOBS_SEGMENT_DIR": str(segments),
+        "GPUOBS_CUBIN_DIR": str(work / "cubins"),
+    }
     daemon = DaemonProcess(work / "run", segments, args.metrics_port)
     try:
-        device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[:1]
+        device = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()[:1]
+        )
     except OSError:
         device = []
     result: dict = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": args.commit,
-        "device": device[0] if device else "unknown", "vllm": "0.25.1", "model": "tiny random-weight Qwen3 (2 layers)",
-        "serve_args": SERVE_ARGS, "load": {"requests": args.requests, "tokens": args.tokens,
-                                           "concurrency": args.concurrency},
-        "drop_in": str(DROP_IN.relative_to(ROOT)), "drop_in_environment": drop_in,
-        "replaced_paths": sorted(local_paths), "servers": {}, "modes": {}, "reference_tokens": {},
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": args.commit,
+        "device": device[0] if device else "unknown",
+        "vllm": "0.25.1",
+        "model": "tiny random-weight Qwen3 (2 layers)",
+        "serve_args": SERVE_ARGS,
+        "load": {"requests": args.requests, "tokens": args.tokens, "concurrency": args.concurrency},
+        "drop_in": str(DROP_IN.relative_to(ROOT)),
+        "drop_in_environment": drop_in,
+        "replaced_paths": sorted(local_paths),
+        "servers": {},
+        "modes": {},
+        "reference_tokens": {},
     }
     seen_pids: set[int] = set()
     try:
@@ -324,14 +394,25 @@ def main() -> int:
                         if len(modes) > 1:
                             switched = gpuobsctl(daemon.address, "set-mode", mode, timeout=60)
                             if switched.returncode != 0:
-                                rounds[mode].append({"tokens_per_s": 0.0, "requests_failed": args.requests,
-                                                     "set_mode_error": switched.stdout + switched.stderr})
+                                rounds[mode].append(
+                                    {
+                                        "tokens_per_s": 0.0,
+                                        "requests_failed": args.requests,
+                                        "set_mode_error": switched.stdout + switched.stderr,
+                                    }
+                                )
                                 continue
                         if mode not in result["reference_tokens"]:
                             result["reference_tokens"][mode] = reference_tokens(server.port, 32)
                             if inject:  # the steps of the requests that ran alone, before the load evicts them
-                                ctl_json(daemon, args.out / "cli" / name / f"steps-reference-{mode}.json", "steps",
-                                         *(["--pid", str(pid)] if pid else []), "--last", "160")
+                                ctl_json(
+                                    daemon,
+                                    args.out / "cli" / name / f"steps-reference-{mode}.json",
+                                    "steps",
+                                    *(["--pid", str(pid)] if pid else []),
+                                    "--last",
+                                    "160",
+                                )
                         rounds[mode].append(load(server.port, args.requests, args.tokens, args.concurrency))
                 for mode, measured in rounds.items():
                     result["modes"][mode] = {"server": name, **median_load(measured)}
@@ -346,8 +427,10 @@ def main() -> int:
                 result["ratios_to_none"] = ratios(result["modes"], result["servers"])
                 result["elapsed_s"] = round(time.perf_counter() - t0, 1)
                 (args.out / "vllm-overhead.json").write_text(json.dumps(result, indent=1))
-                print(f"{name}: {json.dumps({k: v for k, v in row.items() if k not in ('log_tail', 'environment')})}",
-                      flush=True)
+                print(
+                    f"{name}: {json.dumps({k: v for k, v in row.items() if k not in ('log_tail', 'environment')})}",
+                    flush=True,
+                )
     finally:
         daemon.stop()
         # the daemon's log stays with the results; its socket and the segments go
@@ -357,8 +440,16 @@ def main() -> int:
     references = [tokens for tokens in result["reference_tokens"].values() if tokens]
     result["tokens_identical"] = bool(references) and all(tokens == references[0] for tokens in references)
     (args.out / "vllm-overhead.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({"modes": result["modes"], "ratios_to_none": result.get("ratios_to_none"),
-                      "tokens_identical": result["tokens_identical"]}, indent=1))
+    print(
+        json.dumps(
+            {
+                "modes": result["modes"],
+                "ratios_to_none": result.get("ratios_to_none"),
+                "tokens_identical": result["tokens_identical"],
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

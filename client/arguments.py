@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable
+from collections.abc import Callable
 
 UINT32_MAX = (1 << 32) - 1
 UINT64_MAX = (1 << 64) - 1
@@ -20,6 +20,7 @@ def number(low: int, high: int) -> Callable[[str], int]:
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is not within {low}..{high}")
         return value
+
     parse.__name__ = "number"
     return parse
 
@@ -36,6 +37,7 @@ MAX_RECORD_S = 3600  # what gpuobsd records at most in one window
 def seconds(high: float, within: str, allow_zero: bool = False) -> Callable[[str], float]:
     """Seconds within [MILLISECOND_S, high] (or 0 where `allow_zero`), checked before the
     request's milliseconds are built; `within` says the range in the refusal."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -46,6 +48,7 @@ def seconds(high: float, within: str, allow_zero: bool = False) -> Callable[[str
         if not (math.isfinite(value) and MILLISECOND_S <= value <= high):
             raise argparse.ArgumentTypeError(f"{value:g} is not within {within}")
         return value
+
     parse.__name__ = "seconds"
     return parse
 

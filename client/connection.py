@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 import grpc
-
 from gpuobs.api.v1 import observer_pb2_grpc
 
 DEFAULT_ADDRESS = "unix:///run/gpuobs/gpuobsd.sock"
@@ -38,21 +37,27 @@ def is_unix(address: str) -> bool:
 
 def tcp_credentials(address: str) -> grpc.ChannelCredentials:
     if not _tcp["ca"] or not _tcp["token_file"]:
-        raise CommandError(f"{address} is a TCP address: gpuobsd serves it over TLS to clients with its token; "
-                           f"give --tls-ca CA.pem and --token-file FILE (or GPUOBS_TLS_CA, GPUOBS_TOKEN_FILE)")
+        raise CommandError(
+            f"{address} is a TCP address: gpuobsd serves it over TLS to clients with its token; "
+            f"give --tls-ca CA.pem and --token-file FILE (or GPUOBS_TLS_CA, GPUOBS_TOKEN_FILE)"
+        )
     try:
         ca = open(_tcp["ca"], "rb").read()
         token = open(_tcp["token_file"]).read().strip()
     except OSError as error:
         raise CommandError(f"reading the TLS settings: {error}") from None
-    return grpc.composite_channel_credentials(grpc.ssl_channel_credentials(root_certificates=ca),
-                                              grpc.access_token_call_credentials(token))
+    return grpc.composite_channel_credentials(
+        grpc.ssl_channel_credentials(root_certificates=ca), grpc.access_token_call_credentials(token)
+    )
 
 
 def stub(address: str) -> observer_pb2_grpc.ObserverStub:
     options = [("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)]
-    channel = grpc.insecure_channel(address, options=options) if is_unix(address) else \
-        grpc.secure_channel(address, tcp_credentials(address), options=options)
+    channel = (
+        grpc.insecure_channel(address, options=options)
+        if is_unix(address)
+        else grpc.secure_channel(address, tcp_credentials(address), options=options)
+    )
     return observer_pb2_grpc.ObserverStub(channel)
 
 
@@ -62,19 +67,29 @@ def unreachable(address: str, details: str) -> str:
         path = address.removeprefix("unix://") if address.startswith("unix://") else address.removeprefix("unix:")
         directory = os.path.dirname(path) or "."
         if os.path.isdir(directory) and not os.access(directory, os.X_OK):  # the socket may be there: unseen
-            return (f"permission denied on {directory}: gpuobsd's runtime directory is for its owner and group "
-                    f"(`ls -ld {directory}`); run as a member of that group, e.g. `sudo usermod -aG gpuobs $USER`, "
-                    f"then log in again")
+            return (
+                f"permission denied on {directory}: gpuobsd's runtime directory is for its owner and group "
+                f"(`ls -ld {directory}`); run as a member of that group, e.g. `sudo usermod -aG gpuobs $USER`, "
+                f"then log in again"
+            )
         if not os.path.exists(path):
-            return (f"gpuobsd is not running: no socket at {path} (start it: `systemctl start gpuobsd`, or "
-                    f"`gpuobsd --runtime-dir DIR`; another address: --address or GPUOBS_ADDRESS)")
+            return (
+                f"gpuobsd is not running: no socket at {path} (start it: `systemctl start gpuobsd`, or "
+                f"`gpuobsd --runtime-dir DIR`; another address: --address or GPUOBS_ADDRESS)"
+            )
         if not os.access(path, os.R_OK | os.W_OK):
-            return (f"permission denied on {path}: the socket is for its owner and group (`ls -l {path}`); "
-                    f"run as a member of that group, e.g. `sudo usermod -aG gpuobs $USER`, then log in again")
-        return (f"nothing answers on {path} (a socket left by a gpuobsd that is gone, or one still starting): "
-                f"`systemctl status gpuobsd`, or start gpuobsd again ({details})")
-    return (f"cannot reach gpuobsd at {address} ({details}): is it running with `--listen` on that address, "
-            f"and does a firewall let the port through?")
+            return (
+                f"permission denied on {path}: the socket is for its owner and group (`ls -l {path}`); "
+                f"run as a member of that group, e.g. `sudo usermod -aG gpuobs $USER`, then log in again"
+            )
+        return (
+            f"nothing answers on {path} (a socket left by a gpuobsd that is gone, or one still starting): "
+            f"`systemctl status gpuobsd`, or start gpuobsd again ({details})"
+        )
+    return (
+        f"cannot reach gpuobsd at {address} ({details}): is it running with `--listen` on that address, "
+        f"and does a firewall let the port through?"
+    )
 
 
 def failure(address: str, error: grpc.RpcError, timeout: float) -> CommandError:
@@ -85,8 +100,10 @@ def failure(address: str, error: grpc.RpcError, timeout: float) -> CommandError:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return CommandError(f"gpuobsd at {address} refused the token (--token-file): {error.details()}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return CommandError(f"gpuobsd at {address} did not answer within {timeout:g} s (busy, or stopped): "
-                            f"`gpuobsctl status` to see whether it answers at all")
+        return CommandError(
+            f"gpuobsd at {address} did not answer within {timeout:g} s (busy, or stopped): "
+            f"`gpuobsctl status` to see whether it answers at all"
+        )
     return CommandError(f"{code.name.lower()}: {error.details()}")
 
 
@@ -127,4 +144,3 @@ def every_kernel(address: str, pids: list[int], timeout: float = 30.0) -> list:
     from gpuobs.api.v1 import observer_pb2 as pb
 
     return every_page(address, "ListKernels", pb.ListKernelsRequest(pids=pids), "kernels", timeout)
-

@@ -24,17 +24,22 @@ class Parser(argparse.ArgumentParser):
 def add_global_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
     """--address, --output and the TCP settings, before the subcommand (with their defaults) and
     after it too (without: a flag given there overrides, one not given leaves the earlier value)."""
+
     def default(value: object) -> dict:
         return {"default": value if defaults else argparse.SUPPRESS}
 
-    parser.add_argument("--address", help="gpuobsd address [GPUOBS_ADDRESS, default unix:///run/gpuobs/gpuobsd.sock]",
-                        **default(None))
-    parser.add_argument("--output", choices=["table", "json"], help="table for people, json for programs",
-                        **default("table"))
-    parser.add_argument("--tls-ca", help="a TCP address: the CA of gpuobsd's certificate [GPUOBS_TLS_CA]",
-                        **default(None))
-    parser.add_argument("--token-file", help="a TCP address: the file holding gpuobsd's token [GPUOBS_TOKEN_FILE]",
-                        **default(None))
+    parser.add_argument(
+        "--address", help="gpuobsd address [GPUOBS_ADDRESS, default unix:///run/gpuobs/gpuobsd.sock]", **default(None)
+    )
+    parser.add_argument(
+        "--output", choices=["table", "json"], help="table for people, json for programs", **default("table")
+    )
+    parser.add_argument(
+        "--tls-ca", help="a TCP address: the CA of gpuobsd's certificate [GPUOBS_TLS_CA]", **default(None)
+    )
+    parser.add_argument(
+        "--token-file", help="a TCP address: the file holding gpuobsd's token [GPUOBS_TOKEN_FILE]", **default(None)
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

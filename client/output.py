@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-
 # `--output json`: every command prints one object with this version in `schema_version`; a
 # change that removes or renames a key, or changes what one means, bumps it (keys may be added).
 SCHEMA_VERSION = 1
-_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+_INT64 = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
 
 
 def message_dict(message: Message) -> dict:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 DEVICE = "device"  # a row compared by device spans
-HOST = "host"      # ... by host start times
+HOST = "host"  # ... by host start times
 
 
 class Identified(Protocol):
@@ -90,8 +91,9 @@ def group_jobs(processes: Iterable[Identified]) -> tuple[list[Job], list[LeftOut
         else:
             without.append(process.pid)
     jobs: list[Job] = []
-    left_out = [LeftOut(sorted(without), "no identity (no framework plugin set its rank and world size)")] \
-        if without else []
+    left_out = (
+        [LeftOut(sorted(without), "no identity (no framework plugin set its rank and world size)")] if without else []
+    )
     for (model, world_size), members in sorted(by_job.items()):
         by_rank: dict[int, list[Identified]] = collections.defaultdict(list)
         for process in members:
@@ -105,15 +107,24 @@ def group_jobs(processes: Iterable[Identified]) -> tuple[list[Job], list[LeftOut
                 pids[rank] = chosen.pid
                 exited = sorted(p.pid for p in held if p is not chosen)
                 if exited:
-                    left_out.append(LeftOut(exited, f"exited; live pid {chosen.pid} is rank {rank} of "
-                                                    f"{model or '(no model)'}, world size {world_size}"))
+                    left_out.append(
+                        LeftOut(
+                            exited,
+                            f"exited; live pid {chosen.pid} is rank {rank} of "
+                            f"{model or '(no model)'}, world size {world_size}",
+                        )
+                    )
             else:
                 shared.append(rank)
         if shared:
-            left_out.append(LeftOut(sorted(p.pid for p in members),
-                                    f"{model or '(no model)'}, world size {world_size}: rank(s) "
-                                    f"{', '.join(map(str, shared))} held by several processes "
-                                    f"(give the job's pids with --pid)"))
+            left_out.append(
+                LeftOut(
+                    sorted(p.pid for p in members),
+                    f"{model or '(no model)'}, world size {world_size}: rank(s) "
+                    f"{', '.join(map(str, shared))} held by several processes "
+                    f"(give the job's pids with --pid)",
+                )
+            )
             continue
         jobs.append(Job(model, world_size, pids))
     return jobs, left_out
@@ -130,8 +141,10 @@ def align_steps(job: Job, steps: Iterable[StepOfRank]) -> list[AlignedStep]:
     aligned = []
     for number, of_rank in sorted(by_number.items()):
         earliest = min(s.host_time_ns for s in of_rank.values())
-        ranks = {rank: RankStep(rank, s.pid, s.host_time_ns, s.host_time_ns - earliest, s.device_span_ns, s.tokens)
-                 for rank, s in sorted(of_rank.items())}
+        ranks = {
+            rank: RankStep(rank, s.pid, s.host_time_ns, s.host_time_ns - earliest, s.device_span_ns, s.tokens)
+            for rank, s in sorted(of_rank.items())
+        }
         spans = [r.device_span_ns for r in ranks.values()]
         if all(spans):
             slowest = max(ranks.values(), key=lambda r: (r.device_span_ns, -r.rank)).rank

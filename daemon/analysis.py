@@ -2,9 +2,9 @@
 process. The registry feeds every analysis of a process the same batches, in the same order,
 under the process's lock: launch records first (a launch record is written before its kernel
 runs, so events find their launch known), then each event batch, then settle() once every
-event ring has been read to its end, with the graph replay the device had begun by then. What an analysis keeps is bounded, and optional work is
-paid from the AnalysisBudget; the service reads results through report() and the analysis's
-own queries."""
+event ring has been read to its end, with the graph replay the device had begun by then. What an
+analysis keeps is bounded, and optional work is paid from the AnalysisBudget; the service reads
+results through report() and the analysis's own queries."""
 
 from __future__ import annotations
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from .time_budget import UNLIMITED_SHARE, TimeBudget
 
-ANALYSIS_SHARE = 0.3     # of the daemon's wall time (--analysis-share)
+ANALYSIS_SHARE = 0.3  # of the daemon's wall time (--analysis-share)
 ANALYSIS_BURST_S = 0.05  # of analysis at full speed after an idle spell
 
 
-BEHIND_SHARE = 0.25      # a ring fuller than this before a batch is read: the drain is behind
+BEHIND_SHARE = 0.25  # a ring fuller than this before a batch is read: the drain is behind
 
 
 class AnalysisBudget(TimeBudget):

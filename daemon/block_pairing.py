@@ -22,10 +22,9 @@ beyond that budget are counted per kernel as not analysed (their partners then s
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-
 from gpuobs import _native
 from gpuobs.segment import EVENT_KINDS, PENDING_BLOCK_DTYPE
 
@@ -86,10 +85,14 @@ class BlockPairing(Analysis):
     the grid ids of graph nodes now (the graph join's), whose events carry a replay number that
     is part of their launch's key."""
 
-    MAX_PENDING = 1 << 14   # enter events waiting for their exit: an H200 holds at most 132 x 32 blocks
+    MAX_PENDING = 1 << 14  # enter events waiting for their exit: an H200 holds at most 132 x 32 blocks
 
-    def __init__(self, budget: TimeBudget | None = None, exits_hooked: bool = False,
-                 node_grid_ids: Callable[[], np.ndarray] = lambda: NO_GRID_IDS) -> None:
+    def __init__(
+        self,
+        budget: TimeBudget | None = None,
+        exits_hooked: bool = False,
+        node_grid_ids: Callable[[], np.ndarray] = lambda: NO_GRID_IDS,
+    ) -> None:
         self.budget = budget or AnalysisBudget()
         self.node_grid_ids = node_grid_ids
         # the enters held (the blocks in flight), durations, and block events looked at and
@@ -146,8 +149,10 @@ class BlockPairing(Analysis):
 
     def durations_of(self, slots: list[int] | None) -> dict[int, Durations]:
         """Those kernels' block durations (all with None), by slot; kernels without pairs left out."""
-        return {slot: Durations(np.frombuffer(histogram, dtype=np.uint64).copy(), count, total, low, high)
-                for slot, (histogram, count, total, low, high) in self.pairer.durations(slots).items()}
+        return {
+            slot: Durations(np.frombuffer(histogram, dtype=np.uint64).copy(), count, total, low, high)
+            for slot, (histogram, count, total, low, high) in self.pairer.durations(slots).items()
+        }
 
     def unanalysed_total(self, aggregates: np.ndarray) -> int:
         """Block events the reader delivered (aggregates: per slot and kind) that the pairing did
@@ -168,11 +173,12 @@ class BlockPairing(Analysis):
     def _give_up_pending(self) -> None:
         self.pairer.clear()
 
-    MAX_HUNG_LAUNCHES = 256     # launches the hang warnings look at, at most, per check
-    MAX_LISTED_BLOCKS = 4096    # blocks listed per launch (the count is always exact)
+    MAX_HUNG_LAUNCHES = 256  # launches the hang warnings look at, at most, per check
+    MAX_LISTED_BLOCKS = 4096  # blocks listed per launch (the count is always exact)
 
-    def in_flight(self, now_ns: int, min_age_ns: int, after: tuple[int, int] = (0, 0),
-                  limit: int = MAX_HUNG_LAUNCHES) -> list[dict]:
+    def in_flight(
+        self, now_ns: int, min_age_ns: int, after: tuple[int, int] = (0, 0), limit: int = MAX_HUNG_LAUNCHES
+    ) -> list[dict]:
         """Blocks that entered and have not exited, at least min_age_ns old, per launch (grid id
         and, for graph nodes, replay number), in (grid id, replay) order from `after` on (that
         key included), at most `limit` launches: the order a paged walk resumes in, whatever
@@ -182,27 +188,43 @@ class BlockPairing(Analysis):
             return []
         pending = self.pending
         grid_after, replay_after = np.uint64(after[0]), np.uint64(after[1])
-        old = pending[(pending["time"] <= now_ns - min_age_ns) &
-                      ((pending["grid_id"] > grid_after) |
-                       ((pending["grid_id"] == grid_after) & (pending["replay"] >= replay_after)))]
+        old = pending[
+            (pending["time"] <= now_ns - min_age_ns)
+            & (
+                (pending["grid_id"] > grid_after)
+                | ((pending["grid_id"] == grid_after) & (pending["replay"] >= replay_after))
+            )
+        ]
         if not len(old):
             return []
         old = old[np.lexsort((old["block"], old["replay"], old["grid_id"]))]
         change = (old["grid_id"][1:] != old["grid_id"][:-1]) | (old["replay"][1:] != old["replay"][:-1])
-        starts = np.flatnonzero(np.concatenate([[True], change]))[:limit + 1]
+        starts = np.flatnonzero(np.concatenate([[True], change]))[: limit + 1]
         ends = np.append(starts[1:], len(old))[:limit]
         launches = []
         for start, end in zip(starts[:limit].tolist(), ends.tolist()):
             mine = old[start:end]
             oldest = int(mine["time"].min())
             block = mine["block"][: self.MAX_LISTED_BLOCKS]
-            blocks = list(zip((block & np.uint64(0xFFFFFFFF)).tolist(),
-                              ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
-                              (block >> np.uint64(48)).tolist()))
-            launches.append({"grid_id": int(mine["grid_id"][0]), "replay": int(mine["replay"][0]),
-                             "slot": int(mine["kernel_slot"][0]), "blocks": blocks, "block_count": len(mine),
-                             "sms": np.unique(mine["sm"]).tolist(), "oldest_enter_ns": oldest,
-                             "age_ns": max(0, now_ns - oldest)})
+            blocks = list(
+                zip(
+                    (block & np.uint64(0xFFFFFFFF)).tolist(),
+                    ((block >> np.uint64(32)) & np.uint64(0xFFFF)).tolist(),
+                    (block >> np.uint64(48)).tolist(),
+                )
+            )
+            launches.append(
+                {
+                    "grid_id": int(mine["grid_id"][0]),
+                    "replay": int(mine["replay"][0]),
+                    "slot": int(mine["kernel_slot"][0]),
+                    "blocks": blocks,
+                    "block_count": len(mine),
+                    "sms": np.unique(mine["sm"]).tolist(),
+                    "oldest_enter_ns": oldest,
+                    "age_ns": max(0, now_ns - oldest),
+                }
+            )
         return launches
 
     def report(self) -> InFlight:
@@ -217,14 +239,25 @@ class BlockPairing(Analysis):
         (the native reader's aggregates); those not analysed were skipped by the budget."""
         held = np.bincount(self.pending["kernel_slot"]) if len(self.pairer) else np.zeros(0, dtype=np.int64)
         every, unpaired, analysed = self.durations_of(list(slots)), self.unpaired, self.analysed
-        return [self._durations_of(every.get(slot), events - analysed.get(slot, 0),
-                                   unpaired.get(slot, 0) + (int(held[slot]) if slot < len(held) else 0))
-                for slot, events in zip(slots, block_events_delivered)]
+        return [
+            self._durations_of(
+                every.get(slot),
+                events - analysed.get(slot, 0),
+                unpaired.get(slot, 0) + (int(held[slot]) if slot < len(held) else 0),
+            )
+            for slot, events in zip(slots, block_events_delivered)
+        ]
 
     def _durations_of(self, durations: Durations | None, unanalysed: int, unpaired: int) -> BlockDurations:
         stats = BlockDurations(unpaired=unpaired, unanalysed=max(0, unanalysed) if self.exits_seen else 0)
         if durations is not None and durations.count:
             stats = dataclasses.replace(
-                stats, count=durations.count, mean_ns=durations.total_ns / durations.count, min_ns=durations.min_ns,
-                p50_ns=durations.percentile(0.5), p99_ns=durations.percentile(0.99), max_ns=durations.max_ns)
+                stats,
+                count=durations.count,
+                mean_ns=durations.total_ns / durations.count,
+                min_ns=durations.min_ns,
+                p50_ns=durations.percentile(0.5),
+                p99_ns=durations.percentile(0.99),
+                max_ns=durations.max_ns,
+            )
         return stats

@@ -8,10 +8,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
-
 from gpuobs.launch_key import launch_key
 from gpuobs.segment import BLOCK_SAMPLED, EVENT_KINDS
 
@@ -32,11 +31,11 @@ class DeviceSpan:
     enters: int = 0
     events: int = 0
     first_ns: int = 0  # first block enter
-    last_ns: int = 0   # last block event of any kind
+    last_ns: int = 0  # last block event of any kind
     exits: int = 0
-    sampled: int = 0   # of its events, those of sampled blocks (BLOCK_SAMPLED): a sample, never whole
+    sampled: int = 0  # of its events, those of sampled blocks (BLOCK_SAMPLED): a sample, never whole
 
-    def merge(self, part: "DeviceSpan") -> None:
+    def merge(self, part: DeviceSpan) -> None:
         """More block events of the same launch (a later batch's part of it)."""
         if part.enters:
             self.first_ns = part.first_ns if not self.enters else min(self.first_ns, part.first_ns)
@@ -63,9 +62,12 @@ def span_parts(block: np.ndarray, starts: np.ndarray) -> list[DeviceSpan]:
     firsts = np.minimum.reduceat(np.where(is_enter, times, np.iinfo(np.int64).max), starts)
     lasts = np.maximum.reduceat(times, starts)
     counts = np.diff(np.append(starts, len(block)))
-    return [DeviceSpan(enters=n_enters, events=n_events, first_ns=first, last_ns=last, exits=n_exits, sampled=n_sampled)
-            for n_enters, n_events, first, last, n_exits, n_sampled
-            in zip(enters.tolist(), counts.tolist(), firsts.tolist(), lasts.tolist(), exits.tolist(), sampled.tolist())]
+    return [
+        DeviceSpan(enters=n_enters, events=n_events, first_ns=first, last_ns=last, exits=n_exits, sampled=n_sampled)
+        for n_enters, n_events, first, last, n_exits, n_sampled in zip(
+            enters.tolist(), counts.tolist(), firsts.tolist(), lasts.tolist(), exits.tolist(), sampled.tolist()
+        )
+    ]
 
 
 @dataclasses.dataclass
@@ -96,7 +98,7 @@ class DeviceTime:
         elif settled:
             self.partial += 1
 
-    def __iadd__(self, other: "DeviceTime") -> "DeviceTime":
+    def __iadd__(self, other: DeviceTime) -> DeviceTime:
         self.ns += other.ns
         self.timed += other.timed
         self.partial += other.partial
@@ -175,7 +177,9 @@ class GraphExec:
     # implied replays folded before any node was learned: their executions, once nodes are
     # known, are counted unjoined (never judged)
     folded_unlearned: int = 0
-    recent: collections.OrderedDict = dataclasses.field(default_factory=collections.OrderedDict)  # replay -> ReplayRecord
+    recent: collections.OrderedDict = dataclasses.field(
+        default_factory=collections.OrderedDict
+    )  # replay -> ReplayRecord
     nodes_version: int = 0  # bumped when a node or a node's grid id is learned
     _learned: tuple = ()
     _learned_version: int = -1
@@ -186,8 +190,15 @@ class GraphExec:
         graph's size)."""
         if self._learned_version != self.nodes_version:
             self._learned = tuple(
-                NodeExecution(node.node, min(node.grid_ids) if node.grid_ids else 0, node.slot,
-                              node.blocks_per_execution, len(node.grid_ids) == 1) for node in self.nodes.values())
+                NodeExecution(
+                    node.node,
+                    min(node.grid_ids) if node.grid_ids else 0,
+                    node.slot,
+                    node.blocks_per_execution,
+                    len(node.grid_ids) == 1,
+                )
+                for node in self.nodes.values()
+            )
             self._learned_version = self.nodes_version
         return self._learned
 

@@ -33,8 +33,8 @@ launched the replay: a switch lands while replays are queued on the GPU, so a re
 one mode may run its nodes in another. An execution with events of its (grid id, replay) ran in
 an event mode: it is matched when every block entered, mismatched otherwise, sampled when its
 events are those of sampled blocks (`sampled` in a kernel without access hooks: 1 in 2^shift of
-its blocks, never judged whole); one without any event is unrecorded (it ran in a mode that records none, its kernel was filtered out, or every
-one of its events was dropped, which the drop counters say).
+its blocks, never judged whole); one without any event is unrecorded (it ran in a mode that
+records none, its kernel was filtered out, or every one of its events was dropped, which the drop counters say).
 
 A node execution's device time (DeviceTime) is its span, first block enter to last block event,
 when every block's events came; folded into its node when its replay leaves the window, so that
@@ -53,17 +53,29 @@ import collections
 import dataclasses
 import itertools
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
-
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay
 from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
-from .graph_exec import (MATCHED, MISMATCHED, SAMPLED, STATUSES, UNJOINED, UNRECORDED, DeviceSpan, DeviceTime, GraphExec,
-                         NodeCensus, NodeExecution, ReplayRecord, span_parts)
+from .graph_exec import (
+    MATCHED,
+    MISMATCHED,
+    SAMPLED,
+    STATUSES,
+    UNJOINED,
+    UNRECORDED,
+    DeviceSpan,
+    DeviceTime,
+    GraphExec,
+    NodeCensus,
+    NodeExecution,
+    ReplayRecord,
+    span_parts,
+)
 from .time_budget import TimeBudget
 
 GRAPH_NODE = LAUNCH_KINDS["graph_node"]
@@ -89,17 +101,22 @@ class GraphJoinReport:
 class GraphJoin(Analysis):
     """All graph execs of one process."""
 
-    MAX_GRAPHS = 4096     # execs kept: the oldest final one makes room, else a new exec is not counted
-    FINAL_AFTER_S = 1.0   # a destroyed exec's last events are read by then (and the rings caught up) ...
+    MAX_GRAPHS = 4096  # execs kept: the oldest final one makes room, else a new exec is not counted
+    FINAL_AFTER_S = 1.0  # a destroyed exec's last events are read by then (and the rings caught up) ...
     FINAL_LATEST_S = 30.0  # ... or by then, when no later replay has begun to say its last one finished
-    KEEP_REPLAYS = 1024   # per graph exec, replays kept in detail
+    KEEP_REPLAYS = 1024  # per graph exec, replays kept in detail
     MAX_UNSETTLED = 8 * 1024  # replays out of the window waiting for the daemon to catch up
-    SWEEP_SPANS = 1 << 16     # spans held before unclaimed ones are looked for ...
-    SWEEP_EVERY_S = 2.0       # ... at most this often (a sweep walks every kept replay)
-    AHEAD_REPLAYS = 1 << 20   # events of a replay this far past the last launch record read wait for it
+    SWEEP_SPANS = 1 << 16  # spans held before unclaimed ones are looked for ...
+    SWEEP_EVERY_S = 2.0  # ... at most this often (a sweep walks every kept replay)
+    AHEAD_REPLAYS = 1 << 20  # events of a replay this far past the last launch record read wait for it
 
-    def __init__(self, budget: TimeBudget | None = None, clock: Callable[[], float] = time.monotonic, *,
-                 exits_hooked: bool = False) -> None:
+    def __init__(
+        self,
+        budget: TimeBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        exits_hooked: bool = False,
+    ) -> None:
         """`exits_hooked`: the process says it records block exits (so does one that shows one)."""
         self.budget = budget or AnalysisBudget()
         self.clock = clock
@@ -189,7 +206,9 @@ class GraphJoin(Analysis):
         """The exact census, one numpy pass: lifetimes, replays, node executions per node (of a
         run in which only the first record may be a creation)."""
         kinds = rows["kind"]
-        for kind, graph_exec in rows[(kinds == EXEC_CREATED) | (kinds == EXEC_DESTROYED)][["kind", "graph_exec"]].tolist():
+        for kind, graph_exec in rows[(kinds == EXEC_CREATED) | (kinds == EXEC_DESTROYED)][
+            ["kind", "graph_exec"]
+        ].tolist():
             if kind == EXEC_CREATED:
                 self._created(int(graph_exec))
             else:
@@ -219,8 +238,9 @@ class GraphJoin(Analysis):
         low, high = np.minimum.reduceat(launch_ids, starts), np.maximum.reduceat(launch_ids, starts)
         grid_ids = nodes["grid_id"]
         one_grid_id = np.minimum.reduceat(grid_ids, starts) == np.maximum.reduceat(grid_ids, starts)
-        for start, end, first_id, last_id, single in zip(starts.tolist(), ends.tolist(), low.tolist(), high.tolist(),
-                                                         one_grid_id.tolist()):
+        for start, end, first_id, last_id, single in zip(
+            starts.tolist(), ends.tolist(), low.tolist(), high.tolist(), one_grid_id.tolist()
+        ):
             row = nodes[start]
             graph = self._graph(int(row["graph_exec"]))
             if graph is None:
@@ -230,8 +250,11 @@ class GraphJoin(Analysis):
             if entry is None:
                 graph.nodes_version += 1
                 entry = graph.nodes[node] = NodeCensus(
-                    node, int(row["kernel_slot"]), (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
-                    (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])))
+                    node,
+                    int(row["kernel_slot"]),
+                    (int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])),
+                    (int(row["block_x"]), int(row["block_y"]), int(row["block_z"])),
+                )
             entry.executions += end - start
             graph.recorded_executions += end - start
             graph.first_launch_id = min(graph.first_launch_id or first_id, first_id)
@@ -250,8 +273,9 @@ class GraphJoin(Analysis):
     def _count_unjoined(self, rows: np.ndarray) -> None:
         """Node executions of launch batches the budget skipped: recorded ones and implied ones."""
         nodes = rows[rows["kind"] == GRAPH_NODE]
-        pairs, counts = np.unique(np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1), axis=0,
-                                  return_counts=True)
+        pairs, counts = np.unique(
+            np.stack([nodes["graph_exec"], nodes["graph_node"]], axis=1), axis=0, return_counts=True
+        )
         for (graph_exec, node), count in zip(pairs.tolist(), counts.tolist()):
             graph = self.by_handle.get(graph_exec)
             if graph is not None and node in graph.nodes:
@@ -276,8 +300,9 @@ class GraphJoin(Analysis):
             if graph is None:
                 continue
             if kind == GRAPH_LAUNCH:
-                record = self._keep(graph, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]),
-                                                         int(row["mode"])))
+                record = self._keep(
+                    graph, ReplayRecord(int(row["replay"]), 0, int(row["host_time_ns"]), int(row["mode"]))
+                )
                 record.implied = not int(row["flags"]) & GRAPH_NODES_RECORDED
             else:
                 self._node_execution(graph, row)
@@ -291,8 +316,9 @@ class GraphJoin(Analysis):
             record = self._keep(graph, ReplayRecord(replay, launch_id, int(row["host_time_ns"]), int(row["mode"])))
         record.launch_id = launch_id
         recordable = replay != 0 and int(row["kernel_slot"]) != 0xFFFFFFFF
-        record.executions.append(NodeExecution(node, grid_id, int(row["kernel_slot"]),
-                                               graph.nodes[node].blocks_per_execution, recordable))
+        record.executions.append(
+            NodeExecution(node, grid_id, int(row["kernel_slot"]), graph.nodes[node].blocks_per_execution, recordable)
+        )
 
     def _keep(self, graph: GraphExec, record: ReplayRecord) -> ReplayRecord:
         key = record.replay if record.replay else -record.number  # unknown replays stay apart
@@ -381,12 +407,21 @@ class GraphJoin(Analysis):
         """A graph node launch record (replay 0, host time 0) per grid id of every node learned,
         of the execs not final: what a recording that begins now needs to tell those nodes'
         events from eager launches' (their own node records were read before it began)."""
-        rows = [(graph.graph_exec, node, grid_id) for graph in list(self.execs.values()) if graph.final is None
-                for node in list(graph.nodes.values()) for grid_id in sorted(node.grid_ids)]
+        rows = [
+            (graph.graph_exec, node, grid_id)
+            for graph in list(self.execs.values())
+            if graph.final is None
+            for node in list(graph.nodes.values())
+            for grid_id in sorted(node.grid_ids)
+        ]
         records = np.zeros(len(rows), dtype=LAUNCH_DTYPE)
         records["kind"] = GRAPH_NODE
-        columns = {"graph_exec": [graph_exec for graph_exec, _, _ in rows], "graph_node": [n.node for _, n, _ in rows],
-                   "grid_id": [grid_id for _, _, grid_id in rows], "kernel_slot": [n.slot for _, n, _ in rows]}
+        columns = {
+            "graph_exec": [graph_exec for graph_exec, _, _ in rows],
+            "graph_node": [n.node for _, n, _ in rows],
+            "grid_id": [grid_id for _, _, grid_id in rows],
+            "kernel_slot": [n.slot for _, n, _ in rows],
+        }
         for axis, name in enumerate("xyz"):
             columns[f"grid_{name}"] = [n.grid[axis] for _, n, _ in rows]
             columns[f"block_{name}"] = [n.block[axis] for _, n, _ in rows]
@@ -410,8 +445,9 @@ class GraphJoin(Analysis):
         """Node grid ids, sorted, and the instance of each one's exec (for vectorized lookups)."""
         if self._owner_arrays_version != self._owners_version:
             grid_ids = np.fromiter(self.grid_owner, dtype=np.uint64, count=len(self.grid_owner))
-            owners = np.fromiter((graph.instance for graph in self.grid_owner.values()), dtype=np.uint64,
-                                 count=len(self.grid_owner))
+            owners = np.fromiter(
+                (graph.instance for graph in self.grid_owner.values()), dtype=np.uint64, count=len(self.grid_owner)
+            )
             order = np.argsort(grid_ids)
             self._owner_arrays = (grid_ids[order], owners[order])
             self._owner_arrays_version = self._owners_version
@@ -419,8 +455,9 @@ class GraphJoin(Analysis):
 
     def on_events(self, events: np.ndarray, kind_counts: np.ndarray | None = None) -> None:
         if not self.exits_recorded and len(events):
-            self.exits_recorded = bool(kind_counts[BLOCK_EXIT] if kind_counts is not None else
-                                       (events["kind"] == BLOCK_EXIT).any())
+            self.exits_recorded = bool(
+                kind_counts[BLOCK_EXIT] if kind_counts is not None else (events["kind"] == BLOCK_EXIT).any()
+            )
         if not self.grid_owner or not len(events):
             return
         if kind_counts is not None and not kind_counts[[BLOCK_ENTER, BLOCK_EXIT, LAUNCH_EVENT]].any():
@@ -434,8 +471,10 @@ class GraphJoin(Analysis):
     def _node_events(self, events: np.ndarray) -> np.ndarray:
         """The block and launch events of graph nodes (those the join is about)."""
         kinds = events["kind"]
-        return events[((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT) | (kinds == LAUNCH_EVENT)) &
-                      np.isin(events["grid_id"], self.node_grid_ids())]
+        return events[
+            ((kinds == BLOCK_ENTER) | (kinds == BLOCK_EXIT) | (kinds == LAUNCH_EVENT))
+            & np.isin(events["grid_id"], self.node_grid_ids())
+        ]
 
     def _taint(self, skipped: np.ndarray) -> None:
         """Events the budget skipped: exactly the replays they belong to go unjudged (unjoined),
@@ -567,9 +606,13 @@ class GraphJoin(Analysis):
         """Events held for this graph's grid ids that no kept replay claims, plus those swept;
         until the exec is final, not those of replays whose launch record may still come."""
         claims = self._claims(graph)
-        held = sum(span.events for key, span in self.spans.items()
-                   if self.grid_owner.get(key_grid_id(key)) is graph and not self._claimed(key, claims) and
-                   (final or not self._ahead(key_replay(key))))
+        held = sum(
+            span.events
+            for key, span in self.spans.items()
+            if self.grid_owner.get(key_grid_id(key)) is graph
+            and not self._claimed(key, claims)
+            and (final or not self._ahead(key_replay(key)))
+        )
         return graph.events_unmatched + held
 
     def _check_orders(self, graph: GraphExec, record: ReplayRecord, orders: GraphExec | None = None) -> None:
@@ -642,13 +685,23 @@ class GraphJoin(Analysis):
         else:
             record = graph.recent.get(replay)
             row = None if record is None else self._replay_row(graph, record, list(self.judged(graph, record)), 0)
-        return None if row is None else {
-            "node_executions": row["node_executions"], "nodes_matched": row["nodes_matched"],
-            "blocks_observed": sum(row["node_blocks"]), "joined": row["joined"], "mode": row["mode"],
-            "device_start_ns": row["device_start_ns"], "device_end_ns": row["device_end_ns"]}
+        return (
+            None
+            if row is None
+            else {
+                "node_executions": row["node_executions"],
+                "nodes_matched": row["nodes_matched"],
+                "blocks_observed": sum(row["node_blocks"]),
+                "joined": row["joined"],
+                "mode": row["mode"],
+                "device_start_ns": row["device_start_ns"],
+                "device_end_ns": row["device_end_ns"],
+            }
+        )
 
-    def _replay_row(self, graph: GraphExec, record: ReplayRecord,
-                    judged: list[tuple[NodeExecution, str, int]], previous_end: int) -> dict:
+    def _replay_row(
+        self, graph: GraphExec, record: ReplayRecord, judged: list[tuple[NodeExecution, str, int]], previous_end: int
+    ) -> dict:
         """One replay in detail, from its judged node executions (none for a replay without
         events: its nodes then show no blocks); previous_end: the last event of the replay
         before it, for the gap."""
@@ -664,10 +717,16 @@ class GraphJoin(Analysis):
         if len(blocks) < len(executions):
             blocks = [0] * len(executions)
         return {
-            "replay": record.replay, "launch_id": record.launch_id, "host_time_ns": record.host_time_ns,
-            "mode": record.mode, "node_executions": len(executions), "nodes_matched": matched,
+            "replay": record.replay,
+            "launch_id": record.launch_id,
+            "host_time_ns": record.host_time_ns,
+            "mode": record.mode,
+            "node_executions": len(executions),
+            "nodes_matched": matched,
             "joined": not record.tainted,
-            "node_blocks": blocks, "device_start_ns": start, "device_end_ns": end,
+            "node_blocks": blocks,
+            "device_start_ns": start,
+            "device_end_ns": end,
             "span_ns": end - start if start else 0,
             "gap_ns": start - previous_end if start and previous_end else 0,
         }
@@ -675,11 +734,18 @@ class GraphJoin(Analysis):
     def exec_report(self, graph: GraphExec, replays: int) -> dict:
         """Totals over every replay seen, and the last `replays` in detail."""
         totals = {status: 0 for status in STATUSES}
-        per_node = {node: {status: graph.nodes[node].__dict__[status] for status in totals} |
-                    {"blocks_observed": graph.nodes[node].blocks_observed} for node in graph.nodes}
-        order_check = GraphExec(graph.graph_exec, order=list(graph.order), order_stable=graph.order_stable,
-                                  device_order=list(graph.device_order),
-                                  device_order_stable=graph.device_order_stable)
+        per_node = {
+            node: {status: graph.nodes[node].__dict__[status] for status in totals}
+            | {"blocks_observed": graph.nodes[node].blocks_observed}
+            for node in graph.nodes
+        }
+        order_check = GraphExec(
+            graph.graph_exec,
+            order=list(graph.order),
+            order_stable=graph.order_stable,
+            device_order=list(graph.device_order),
+            device_order_stable=graph.device_order_stable,
+        )
         details = list(graph.final.values()) if graph.final is not None else []
         # implied replays without any event: every learned node gets the same status, added once
         eventless = {UNRECORDED: 0, UNJOINED: 0}
@@ -712,8 +778,11 @@ class GraphJoin(Analysis):
             for status in totals:
                 totals[status] += node[status]
         return {
-            "totals": totals, "per_node": per_node, "replays": details[-replays:] if replays else [],
-            "order": order_check.order, "order_stable": order_check.order_stable,
+            "totals": totals,
+            "per_node": per_node,
+            "replays": details[-replays:] if replays else [],
+            "order": order_check.order,
+            "order_stable": order_check.order_stable,
             "device_order_stable": order_check.device_order_stable,
             "events_unmatched": self.unmatched_events(graph),
         }

@@ -5,14 +5,13 @@ from a method of the service."""
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import grpc
-
-from gpuobs.segment import EVENT_DTYPE
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
+from gpuobs.segment import EVENT_DTYPE
+
 from . import messages
 from .errors import Busy, InvalidArgument, NotFound, RecordFailed
 from .service import ObserverService
@@ -24,8 +23,10 @@ EVENT_BYTES = EVENT_DTYPE.itemsize
 STREAM_RECORDS = (MAX_MESSAGE_BYTES // 2) // EVENT_BYTES  # per EventBatch: well within a client's limit
 
 
-READ_ONLY = ("this address is read-only (anyone who can reach a TCP port can call it): switch modes and record "
-             "through the daemon's unix socket")
+READ_ONLY = (
+    "this address is read-only (anyone who can reach a TCP port can call it): switch modes and record "
+    "through the daemon's unix socket"
+)
 
 
 class ObserverServicer(pb_grpc.ObserverServicer):
@@ -55,8 +56,9 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         except Busy as error:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         except RecordFailed as error:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED if error.out_of_space else grpc.StatusCode.INTERNAL,
-                                str(error))
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED if error.out_of_space else grpc.StatusCode.INTERNAL, str(error)
+            )
 
     async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.GetStatusResponse:
         return await self._guard(context, lambda: messages.status_response(self.service.status()), inline=True)
@@ -64,6 +66,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
     async def SetMode(self, request: pb.SetModeRequest, context: Context) -> pb.SetModeResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
+
         async def call():
             return await self.service.set_mode(
                 request.mode,
@@ -71,7 +74,8 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 list(request.pids),
                 request.kernel_regex if request.HasField("kernel_regex") else None,
                 (request.timeout_ms or 2000) / 1000.0,
-                ranks=list(request.ranks), gpus=list(request.gpus),
+                ranks=list(request.ranks),
+                gpus=list(request.gpus),
             )
 
         return messages.set_mode_response(await self._guard(context, call))
@@ -80,14 +84,21 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return await self._guard(context, lambda: messages.processes_response(self.service.processes()), inline=True)
 
     async def ListKernels(self, request: pb.ListKernelsRequest, context: Context) -> pb.ListKernelsResponse:
-        return await self._guard(context, lambda: messages.kernels_response(
-            self.service.kernels(list(request.pids), request.top, request.page_size, request.page_token)))
+        return await self._guard(
+            context,
+            lambda: messages.kernels_response(
+                self.service.kernels(list(request.pids), request.top, request.page_size, request.page_token)
+            ),
+        )
 
     async def StreamEvents(self, request: pb.StreamEventsRequest, context: Context) -> AsyncIterator[pb.EventBatch]:
         if request.queue_batches > MAX_QUEUE_BATCHES:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"queue_batches: at most {MAX_QUEUE_BATCHES}")
-        subscriber, queue = await self._guard(context, lambda: self.service.open_stream(
-            list(request.pids), request.queue_batches or 64, read_only=self.read_only), inline=True)
+        subscriber, queue = await self._guard(
+            context,
+            lambda: self.service.open_stream(list(request.pids), request.queue_batches or 64, read_only=self.read_only),
+            inline=True,
+        )
         sent = 0
         try:
             while not request.max_events or sent < request.max_events:
@@ -99,34 +110,51 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 for first in range(0, count, STREAM_RECORDS):
                     part = min(STREAM_RECORDS, count - first)
                     sent += part
-                    yield pb.EventBatch(pid=pid, records=payload[first * EVENT_BYTES:(first + part) * EVENT_BYTES],
-                                        count=part, dropped_for_client=subscriber.dropped)
+                    yield pb.EventBatch(
+                        pid=pid,
+                        records=payload[first * EVENT_BYTES : (first + part) * EVENT_BYTES],
+                        count=part,
+                        dropped_for_client=subscriber.dropped,
+                    )
         finally:
             self.service.close_stream(subscriber)
 
     async def ListGraphs(self, request: pb.ListGraphsRequest, context: Context) -> pb.ListGraphsResponse:
-        return await self._guard(context, lambda: messages.graphs_response(
-            self.service.graphs(list(request.pids), request.replays or 16, request.page_size, request.page_token)))
+        return await self._guard(
+            context,
+            lambda: messages.graphs_response(
+                self.service.graphs(list(request.pids), request.replays or 16, request.page_size, request.page_token)
+            ),
+        )
 
     async def ListSteps(self, request: pb.ListStepsRequest, context: Context) -> pb.ListStepsResponse:
         replay = request.replay if request.HasField("replay") else None
-        return await self._guard(context, lambda: messages.steps_response(
-            self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)))
+        return await self._guard(
+            context,
+            lambda: messages.steps_response(
+                self.service.steps(list(request.pids), request.last or 20, replay, request.page_token)
+            ),
+        )
 
     async def OpenOpsWindow(self, request: pb.OpenOpsWindowRequest, context: Context) -> pb.SetModeResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
 
         async def call():
-            return await self.service.open_ops_window(request.steps, list(request.pids),
-                                                      (request.timeout_ms or 2000) / 1000.0,
-                                                      ranks=list(request.ranks), gpus=list(request.gpus))
+            return await self.service.open_ops_window(
+                request.steps,
+                list(request.pids),
+                (request.timeout_ms or 2000) / 1000.0,
+                ranks=list(request.ranks),
+                gpus=list(request.gpus),
+            )
 
         return messages.set_mode_response(await self._guard(context, call))
 
     async def ListOps(self, request: pb.ListOpsRequest, context: Context) -> pb.ListOpsResponse:
-        return await self._guard(context, lambda: messages.ops_response(
-            self.service.ops(list(request.pids), request.top or 50)))
+        return await self._guard(
+            context, lambda: messages.ops_response(self.service.ops(list(request.pids), request.top or 50))
+        )
 
     async def ListHangs(self, request: pb.ListHangsRequest, context: Context) -> pb.ListHangsResponse:
         min_age_ms = request.min_age_ms if request.HasField("min_age_ms") else 1000
@@ -134,29 +162,39 @@ class ObserverServicer(pb_grpc.ObserverServicer):
 
         def call() -> pb.ListHangsResponse:
             page = self.service.hangs(pids, min_age_ms, request.page_size, request.page_token)
-            return messages.hangs_response(page, [] if request.page_token else self.service.hang_evidence(pids, min_age_ms))
+            return messages.hangs_response(
+                page, [] if request.page_token else self.service.hang_evidence(pids, min_age_ms)
+            )
 
         return await self._guard(context, call)
 
     async def ListHotPcs(self, request: pb.ListHotPcsRequest, context: Context) -> pb.ListHotPcsResponse:
-        return await self._guard(context, lambda: messages.hot_pcs_response(
-            self.service.hot_pcs(list(request.pids), request.top, request.page_size, request.page_token)))
+        return await self._guard(
+            context,
+            lambda: messages.hot_pcs_response(
+                self.service.hot_pcs(list(request.pids), request.top, request.page_size, request.page_token)
+            ),
+        )
 
     async def Record(self, request: pb.RecordRequest, context: Context) -> pb.RecordResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
+
         async def call():
-            return await self.service.record(request.path, request.duration_ms / 1000.0, request.max_events,
-                                             list(request.pids))
+            return await self.service.record(
+                request.path, request.duration_ms / 1000.0, request.max_events, list(request.pids)
+            )
 
         return messages.record_response(await self._guard(context, call))
 
     async def RecordStream(self, request: pb.RecordRequest, context: Context) -> AsyncIterator[pb.RecordChunk]:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
+
         async def call():
-            return await self.service.record_to_temporary(request.duration_ms / 1000.0, request.max_events,
-                                                          list(request.pids))
+            return await self.service.record_to_temporary(
+                request.duration_ms / 1000.0, request.max_events, list(request.pids)
+            )
 
         spooled, files = await self._guard(context, call)
         try:
@@ -192,6 +230,7 @@ def add_to_server(servicer: ObserverServicer, server: grpc.aio.Server) -> None:
         response_class = getattr(pb, method.output_type.name)
         implementation = getattr(servicer, method.name)
         if method.server_streaming:
+
             async def stream(request, context, implementation=implementation):
                 if isinstance(request, _Malformed):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
@@ -199,15 +238,20 @@ def add_to_server(servicer: ObserverServicer, server: grpc.aio.Server) -> None:
                     yield item
 
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                stream, request_deserializer=_safe_deserializer(request_class),
-                response_serializer=response_class.SerializeToString)
+                stream,
+                request_deserializer=_safe_deserializer(request_class),
+                response_serializer=response_class.SerializeToString,
+            )
         else:
+
             async def unary(request, context, implementation=implementation):
                 if isinstance(request, _Malformed):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
                 return await implementation(request, context)
 
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=_safe_deserializer(request_class),
-                response_serializer=response_class.SerializeToString)
+                unary,
+                request_deserializer=_safe_deserializer(request_class),
+                response_serializer=response_class.SerializeToString,
+            )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))

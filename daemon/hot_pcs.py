@@ -8,7 +8,6 @@ import collections
 import dataclasses
 
 import numpy as np
-
 from gpuobs.segment import EVENT_KINDS
 
 from .analysis import Analysis
@@ -76,7 +75,7 @@ class HotPcs(Analysis):
     def seen(self, first: int, count: int) -> list[tuple[int, int, int]]:
         """(slot, pc, events) of the pairs first seen first..first+count-1: a paged walk's
         positions, which new pairs only extend."""
-        return [(slot, pc, self.counts[(slot, pc)]) for slot, pc in self.order[first:first + max(0, count)]]
+        return [(slot, pc, self.counts[(slot, pc)]) for slot, pc in self.order[first : first + max(0, count)]]
 
     def report(self) -> HotPcTotals:
         return HotPcTotals(self.counted, self.skipped, self.distinct)

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import grpc
 import structlog
+from gpuobs import version_line
+from gpuobs.api.v1 import observer_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from . import logging_setup, settings, systemd, tcp_access
+from .drain_thread import DrainThread
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
 from .metrics_server import SharedExposition, serve
-from gpuobs import version_line
-from gpuobs.api.v1 import observer_pb2
-from .drain_thread import DrainThread
-from .registry import Registry
 from .recording_budget import RecordingBudget
+from .registry import Registry
 from .runtime_dir import AlreadyRunning, RuntimeDir, prepare_spool
 from .service import ObserverService
 
@@ -34,14 +34,22 @@ SERVICE_NAME = observer_pb2.DESCRIPTOR.services_by_name["Observer"].full_name
 class Daemon:
     def __init__(self, config: settings.Config) -> None:
         self.config = config
-        self.registry = Registry(Path(config.segment_dir), owners=config.owner_uids,
-                                 torn_timeout_s=config.torn_timeout_ms / 1000.0,
-                                 exited_retention_s=float(config.exited_retention_s), exited_max=config.exited_max,
-                                 hang_threshold_s=config.hang_threshold_ms / 1000.0,
-                                 analysis_share=config.analysis_share)
-        self.service = ObserverService(self.registry, config.segment_dir, config.cubin_dir or None,
-                                       RecordingBudget(config.record_max_mb << 20, config.record_total_mb << 20),
-                                       config.spool_path)
+        self.registry = Registry(
+            Path(config.segment_dir),
+            owners=config.owner_uids,
+            torn_timeout_s=config.torn_timeout_ms / 1000.0,
+            exited_retention_s=float(config.exited_retention_s),
+            exited_max=config.exited_max,
+            hang_threshold_s=config.hang_threshold_ms / 1000.0,
+            analysis_share=config.analysis_share,
+        )
+        self.service = ObserverService(
+            self.registry,
+            config.segment_dir,
+            config.cubin_dir or None,
+            RecordingBudget(config.record_max_mb << 20, config.record_total_mb << 20),
+            config.spool_path,
+        )
         self.stop = asyncio.Event()
         self.health = health.aio.HealthServicer()
 
@@ -67,14 +75,22 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop.set)
-        drain = DrainThread(self.registry, discovery_interval_s=self.config.discovery_interval_ms / 1000.0,
-                            drain_interval_s=self.config.drain_interval_ms / 1000.0)
+        drain = DrainThread(
+            self.registry,
+            discovery_interval_s=self.config.discovery_interval_ms / 1000.0,
+            drain_interval_s=self.config.drain_interval_ms / 1000.0,
+        )
         drain.start()
         watch = asyncio.create_task(self._watch())
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        log.info("ready", socket=str(socket_path), socket_mode=applied, metrics=metrics_at,
-                 segment_dir=self.config.segment_dir)
+        log.info(
+            "ready",
+            socket=str(socket_path),
+            socket_mode=applied,
+            metrics=metrics_at,
+            segment_dir=self.config.segment_dir,
+        )
         systemd.notify("READY=1")
         systemd.notify(f"STATUS={self._status_line(self.service.drain_age_seconds())}")
         await self.stop.wait()
@@ -88,8 +104,9 @@ class Daemon:
         return 0
 
     def _server(self, *, read_only: bool, interceptors: list | None = None) -> grpc.aio.Server:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
-                                 interceptors=interceptors or [])
+        server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)], interceptors=interceptors or []
+        )
         add_to_server(ObserverServicer(self.service, read_only=read_only), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
@@ -101,8 +118,9 @@ class Daemon:
             return "off"
         host, _, port = address.rpartition(":")
         registry = CollectorRegistry()
-        registry.register(GpuobsCollector(self.service, self.config.kernel_label_limit,
-                                          self.config.watchdog_stall_ms / 1000.0))
+        registry.register(
+            GpuobsCollector(self.service, self.config.kernel_label_limit, self.config.watchdog_stall_ms / 1000.0)
+        )
         # the daemon's own process: CPU, memory, file descriptors, Python and its collector
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)

@@ -5,7 +5,8 @@ one conversion (fields_of) serves them all; nested results become nested message
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
@@ -77,10 +78,12 @@ def ops_response(ops: results.Ops) -> pb.ListOpsResponse:
     return pb.ListOpsResponse(**fields_of(ops))
 
 
-def hangs_response(page: results.Page[results.HungLaunch],
-                   evidence: list[results.HangEvidence]) -> pb.ListHangsResponse:
-    return pb.ListHangsResponse(launches=fields_of(page.rows), processes=fields_of(evidence),
-                                next_page_token=page.next_page_token)
+def hangs_response(
+    page: results.Page[results.HungLaunch], evidence: list[results.HangEvidence]
+) -> pb.ListHangsResponse:
+    return pb.ListHangsResponse(
+        launches=fields_of(page.rows), processes=fields_of(evidence), next_page_token=page.next_page_token
+    )
 
 
 def hot_pcs_response(hot: results.HotPcs) -> pb.ListHotPcsResponse:

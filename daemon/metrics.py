@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterator
-
-import numpy as np
-import structlog
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
-from prometheus_client.registry import Collector
+from collections.abc import Callable, Iterator
 
 import gpuobs
+import numpy as np
+import structlog
 from gpuobs._native import LAYOUT_VERSION
 from gpuobs.segment import MODES
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
 
 from .block_pairing import BUCKETS_PER_OCTAVE
 from .registry import ObservedProcess
@@ -96,8 +95,9 @@ class GpuobsCollector(Collector):
             log.error("scrape_failed", error=str(error))
             success.add_metric([], 0.0)
         yield success
-        duration = GaugeMetricFamily("gpuobs_scrape_duration_seconds",
-                                     "Time this scrape took to gather gpuobs's own metrics")
+        duration = GaugeMetricFamily(
+            "gpuobs_scrape_duration_seconds", "Time this scrape took to gather gpuobs's own metrics"
+        )
         duration.add_metric([], time.monotonic() - began)
         yield duration
 
@@ -105,47 +105,69 @@ class GpuobsCollector(Collector):
         processes = GaugeMetricFamily("gpuobs_processes", "Observed processes that are alive")
         mode = GaugeMetricFamily("gpuobs_mode", "Mode in force (1 for the current mode)", labels=["pid", "mode"])
         shift = GaugeMetricFamily("gpuobs_sample_shift", "Sampling shift in force (1 in 2^shift)", labels=["pid"])
-        fill = GaugeMetricFamily("gpuobs_ring_fill_ratio", "Fullest event ring, claimed but unread / capacity",
-                                 labels=["pid"])
+        fill = GaugeMetricFamily(
+            "gpuobs_ring_fill_ratio", "Fullest event ring, claimed but unread / capacity", labels=["pid"]
+        )
         launches = CounterMetricFamily("gpuobs_kernel_launches", "Kernel launches", labels=["pid", "kernel"])
         blocks = CounterMetricFamily("gpuobs_blocks", "Thread blocks counted on the device", labels=["pid", "kernel"])
-        accesses = CounterMetricFamily("gpuobs_memory_accesses", "Global memory accesses counted on the device",
-                                       labels=["pid", "kernel"])
+        accesses = CounterMetricFamily(
+            "gpuobs_memory_accesses", "Global memory accesses counted on the device", labels=["pid", "kernel"]
+        )
         events = CounterMetricFamily("gpuobs_events", "Events delivered to the daemon", labels=["pid"])
-        dropped = CounterMetricFamily("gpuobs_events_dropped",
-                                      "Events the device dropped, the event ring full (counted, never lost)",
-                                      labels=["pid"])
+        dropped = CounterMetricFamily(
+            "gpuobs_events_dropped",
+            "Events the device dropped, the event ring full (counted, never lost)",
+            labels=["pid"],
+        )
         launch_dropped = CounterMetricFamily(
             "gpuobs_launch_records_dropped",
             "Host records (graph launches, engine steps, the launch trace) dropped, the launch ring full",
-            labels=["pid"])
-        unreadable = CounterMetricFamily("gpuobs_records_unreadable",
-                                         "Event records the daemon could not read: torn by a writer that died "
-                                         "mid-record, or corrupt", labels=["pid"])
-        stream_dropped = CounterMetricFamily("gpuobs_stream_events_dropped",
-                                             "Events a slow streaming or recording client missed (its queue was full)")
-        errors = CounterMetricFamily("gpuobs_accounting_errors", "Conservation checks that failed (must stay 0)",
-                                     labels=["pid"])
-        in_flight = GaugeMetricFamily("gpuobs_blocks_in_flight",
-                                      "Blocks that entered and have not exited, from the device's counts (processes "
-                                      "that record block exits)", labels=["pid"])
-        oldest = GaugeMetricFamily("gpuobs_oldest_block_in_flight_age_seconds",
-                                   "The longest a kernel with blocks in flight has had no block exit (0 when none)",
-                                   labels=["pid"])
+            labels=["pid"],
+        )
+        unreadable = CounterMetricFamily(
+            "gpuobs_records_unreadable",
+            "Event records the daemon could not read: torn by a writer that died mid-record, or corrupt",
+            labels=["pid"],
+        )
+        stream_dropped = CounterMetricFamily(
+            "gpuobs_stream_events_dropped", "Events a slow streaming or recording client missed (its queue was full)"
+        )
+        errors = CounterMetricFamily(
+            "gpuobs_accounting_errors", "Conservation checks that failed (must stay 0)", labels=["pid"]
+        )
+        in_flight = GaugeMetricFamily(
+            "gpuobs_blocks_in_flight",
+            "Blocks that entered and have not exited, from the device's counts (processes that record block exits)",
+            labels=["pid"],
+        )
+        oldest = GaugeMetricFamily(
+            "gpuobs_oldest_block_in_flight_age_seconds",
+            "The longest a kernel with blocks in flight has had no block exit (0 when none)",
+            labels=["pid"],
+        )
         unanalysed = CounterMetricFamily(
-            "gpuobs_block_events_unanalysed", "Block events the daemon's analyses did not look at (its analysis share "
+            "gpuobs_block_events_unanalysed",
+            "Block events the daemon's analyses did not look at (its analysis share "
             "was spent): launches and blocks in flight may be missing from `hangs`, never the stalled kernels",
-            labels=["pid"])
+            labels=["pid"],
+        )
         steps = CounterMetricFamily("gpuobs_engine_steps", "Engine steps recorded (vLLM plugin)", labels=["pid"])
         profilers = CounterMetricFamily(
-            "gpuobs_profiler_starts", "Profilers started in an observed process: each recorded no GPU activity "
-            "(the driver admits one tool)", labels=["pid"])
-        callbacks = CounterMetricFamily("gpuobs_injector_callback_seconds",
-                                        "Wall time the injector spent in its own callbacks", labels=["pid", "callback"])
+            "gpuobs_profiler_starts",
+            "Profilers started in an observed process: each recorded no GPU activity (the driver admits one tool)",
+            labels=["pid"],
+        )
+        callbacks = CounterMetricFamily(
+            "gpuobs_injector_callback_seconds",
+            "Wall time the injector spent in its own callbacks",
+            labels=["pid", "callback"],
+        )
         info = GaugeMetricFamily(
-            "gpuobs_process_info", "Who an observed process is: its label, the role, rank and model its plugin set, "
+            "gpuobs_process_info",
+            "Who an observed process is: its label, the role, rank and model its plugin set, "
             "and a GPU of its contexts (one series per GPU; gpu is the ordinal as the process sees it)",
-            labels=["pid", "label", "role", "rank", "world_size", "model", "gpu", "gpu_uuid", "pci_bus_id"])
+            labels=["pid", "label", "role", "rank", "world_size", "model", "gpu", "gpu_uuid", "pci_bus_id"],
+        )
         alive = 0
         for view in self.service.processes():
             pid = str(view.pid)
@@ -156,7 +178,9 @@ class GpuobsCollector(Collector):
             fill.add_metric([pid], view.ring_fill_ratio)
             errors.add_metric([pid], float(view.accounting_errors))
             steps.add_metric([pid], float(view.engine_steps))
-            who = [view.role, str(view.rank), str(view.world_size), view.model] if view.identity_set else ["", "", "", ""]
+            who = (
+                [view.role, str(view.rank), str(view.world_size), view.model] if view.identity_set else ["", "", "", ""]
+            )
             for gpu in view.gpus or [None]:
                 where = [str(gpu.ordinal), gpu.uuid, gpu.pci_bus_id] if gpu else ["", "", ""]
                 info.add_metric([str(view.pid), view.label, *who, *where], 1.0)
@@ -180,31 +204,68 @@ class GpuobsCollector(Collector):
         durations = HistogramMetricFamily(
             "gpuobs_block_duration_seconds",
             "Leader thread's block enter to exit (processes that record block exits), per kernel",
-            labels=["pid", "kernel"])
+            labels=["pid", "kernel"],
+        )
         with self.lock:
             *counts, histograms = self._kernel_series()
             for family, series in zip((launches, blocks, accesses), counts):
                 for (pid, name), total in series.items():
                     family.add_metric([str(pid), name], float(total))
             for (pid, name), (cumulative, total_ns) in histograms.items():
-                durations.add_metric([str(pid), name], buckets=[
-                    *((f"{edge * 1e-9:.9g}", float(cumulative[i])) for i, edge in enumerate(DURATION_EDGES_NS)),
-                    ("+Inf", float(cumulative[-1]))], sum_value=total_ns * 1e-9)
+                durations.add_metric(
+                    [str(pid), name],
+                    buckets=[
+                        *((f"{edge * 1e-9:.9g}", float(cumulative[i])) for i, edge in enumerate(DURATION_EDGES_NS)),
+                        ("+Inf", float(cumulative[-1])),
+                    ],
+                    sum_value=total_ns * 1e-9,
+                )
         processes.add_metric([], float(alive))
-        build = InfoMetricFamily("gpuobs_build", "The daemon's version and the segment layout it reads",
-                                 value={"version": gpuobs.__version__, "layout_version": str(LAYOUT_VERSION)})
-        lag = GaugeMetricFamily("gpuobs_drain_lag_seconds",
-                                "Time since the drain last went over every segment (grows while it stalls)")
+        build = InfoMetricFamily(
+            "gpuobs_build",
+            "The daemon's version and the segment layout it reads",
+            value={"version": gpuobs.__version__, "layout_version": str(LAYOUT_VERSION)},
+        )
+        lag = GaugeMetricFamily(
+            "gpuobs_drain_lag_seconds", "Time since the drain last went over every segment (grows while it stalls)"
+        )
         lag.add_metric([], self.service.drain_age_seconds())
-        stalled = GaugeMetricFamily("gpuobs_drain_stalled", "1 while the drain has finished no pass for the stall "
-                                    "threshold (--watchdog-stall-ms): the daemon answers, the rings fill")
+        stalled = GaugeMetricFamily(
+            "gpuobs_drain_stalled",
+            "1 while the drain has finished no pass for the stall "
+            "threshold (--watchdog-stall-ms): the daemon answers, the rings fill",
+        )
         stalled.add_metric([], 1.0 if self.service.drain_stalled(self.stall_threshold_s) else 0.0)
-        yield from (build, processes, info, mode, shift, fill, launches, blocks, accesses, durations, events, dropped,
-                    launch_dropped, unreadable, stream_dropped, errors, in_flight, oldest, unanalysed, steps, profilers,
-                    callbacks, lag, stalled)
+        yield from (
+            build,
+            processes,
+            info,
+            mode,
+            shift,
+            fill,
+            launches,
+            blocks,
+            accesses,
+            durations,
+            events,
+            dropped,
+            launch_dropped,
+            unreadable,
+            stream_dropped,
+            errors,
+            in_flight,
+            oldest,
+            unanalysed,
+            steps,
+            profilers,
+            callbacks,
+            lag,
+            stalled,
+        )
 
-    def _duration_series(self, process: ObservedProcess, labels: "StickyLabels",
-                         out: dict[tuple[int, str], tuple[np.ndarray, int]]) -> None:
+    def _duration_series(
+        self, process: ObservedProcess, labels: StickyLabels, out: dict[tuple[int, str], tuple[np.ndarray, int]]
+    ) -> None:
         """Adds this process's block-duration histograms, per kernel label, cumulative at
         DURATION_EDGES_NS and in total (the last entry), with their sums in ns."""
         for slot, (histogram, total_ns) in self.service.block_duration_histograms(process).items():
@@ -227,10 +288,12 @@ class GpuobsCollector(Collector):
             shown.add(segment)
             if counters is not None:
                 labels = self.labels.setdefault(segment, StickyLabels(self.kernel_label_limit))
-                labels.assign(counters["launches"],
-                              lambda first, count, p=process: self.service.kernel_names(p, first, count))
-                self.last_sums[segment] = [labels.sums(counters[column]) for column in
-                                           ("launches", "blocks_observed", "memory_accesses")]
+                labels.assign(
+                    counters["launches"], lambda first, count, p=process: self.service.kernel_names(p, first, count)
+                )
+                self.last_sums[segment] = [
+                    labels.sums(counters[column]) for column in ("launches", "blocks_observed", "memory_accesses")
+                ]
             if segment in self.labels:
                 self._duration_series(process, self.labels[segment], out[3])
             for series, sums in zip(out, self.last_sums.get(segment, ())):

@@ -46,10 +46,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
-
 from gpuobs.op_labels import OP, OP_TEXT, OpLabel, OpLabels
 from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE, STEP_TEXT_DTYPE
 
@@ -73,14 +72,14 @@ HELD_DTYPE = np.dtype([("grid_id", np.uint64), ("row", np.int64), ("blocks", np.
 
 @dataclasses.dataclass(frozen=True)
 class OpTotals:
-    ops: int                   # op records seen
-    launches_attributed: int   # eager launch records that named an op
-    launches_without_op: int   # eager launch records made outside any op
-    labels: int                # labels with rows of their own
-    launches_other: int        # attributed to OTHER: their label came after MAX_LABELS others
-    nodes_captured: int = 0    # graph nodes an op added under capture (op nodes records)
+    ops: int  # op records seen
+    launches_attributed: int  # eager launch records that named an op
+    launches_without_op: int  # eager launch records made outside any op
+    labels: int  # labels with rows of their own
+    launches_other: int  # attributed to OTHER: their label came after MAX_LABELS others
+    nodes_captured: int = 0  # graph nodes an op added under capture (op nodes records)
     nodes_without_op: int = 0  # graph nodes added under capture outside any op
-    timings_let_go: int = 0    # eager launches let go (MAX_IN_FLIGHT) before all their block events came
+    timings_let_go: int = 0  # eager launches let go (MAX_IN_FLIGHT) before all their block events came
 
 
 @dataclasses.dataclass
@@ -128,11 +127,16 @@ class OpAttribution(Analysis):
     KEEP_GRAPHS = 1024
     KEEP_EXECS = 4096
     KEEP_LAUNCHES = 65536  # eager launch records held for their block events
-    MAX_IN_FLIGHT = 4096   # eager launches with some block events, waiting for the rest
+    MAX_IN_FLIGHT = 4096  # eager launches with some block events, waiting for the rest
 
-    def __init__(self, exec_of: Callable[[int], GraphExec | None] = lambda handle: None,
-                 node_times: Callable[[GraphExec], dict[int, DeviceTime]] = lambda graph: {}, *,
-                 budget: TimeBudget | None = None, exits_hooked: bool = False) -> None:
+    def __init__(
+        self,
+        exec_of: Callable[[int], GraphExec | None] = lambda handle: None,
+        node_times: Callable[[GraphExec], dict[int, DeviceTime]] = lambda graph: {},
+        *,
+        budget: TimeBudget | None = None,
+        exits_hooked: bool = False,
+    ) -> None:
         """`exec_of`: the graph join's exec for a handle (the join reads each batch first);
         `node_times`: the join's device time per node of an exec; `exits_hooked`: the process
         says it records block exits (so does one that shows one)."""
@@ -168,7 +172,7 @@ class OpAttribution(Analysis):
             return
         kinds = rows["kind"]
         for index in np.flatnonzero(np.isin(kinds, ANNOTATIONS)).tolist():  # before the launches they name
-            raw = rows[index:index + 1]
+            raw = rows[index : index + 1]
             kind = int(kinds[index])
             if kind == OP:
                 self._begin(raw.view(OP_DTYPE)[0])
@@ -199,8 +203,9 @@ class OpAttribution(Analysis):
         launches = np.bincount(inverse, minlength=len(unique))
         block_sums = np.bincount(inverse, weights=blocks.astype(np.float64), minlength=len(unique))
         rows = np.zeros(len(unique), dtype=np.int64)
-        for index, ((op, slot), count, total) in enumerate(zip(unique.tolist(), launches.tolist(),
-                                                               block_sums.tolist())):
+        for index, ((op, slot), count, total) in enumerate(
+            zip(unique.tolist(), launches.tolist(), block_sums.tolist())
+        ):
             rows[index] = self._add(self.ops.label(op), slot, count, int(total))
         return rows[inverse]
 
@@ -273,9 +278,8 @@ class OpAttribution(Analysis):
         (taken out of the ring, so that a late event of a launch timed already starts none)."""
         if not grid_ids:
             return
-        filled = self.held[:min(self.held_written, self.KEEP_LAUNCHES)]
-        found = np.flatnonzero(np.isin(filled["grid_id"], np.array(grid_ids, dtype=np.uint64)) &
-                               (filled["blocks"] > 0))
+        filled = self.held[: min(self.held_written, self.KEEP_LAUNCHES)]
+        found = np.flatnonzero(np.isin(filled["grid_id"], np.array(grid_ids, dtype=np.uint64)) & (filled["blocks"] > 0))
         for grid_id, row, blocks in filled[found].tolist():
             self.in_flight[grid_id] = InFlight(row, blocks)
         filled["blocks"][found] = 0
@@ -382,8 +386,11 @@ class OpAttribution(Analysis):
         if made.graph_exec in self.ordering and self.ordering[made.graph_exec] is bound:
             return labels  # the first replay may still be arriving: nothing settled yet
         if not labels and bound.order and len(bound.order) == len(capture.kernels):
-            labels = {node: capture.labels[captured] for node, captured in zip(bound.order, capture.kernels)
-                      if captured in capture.labels}
+            labels = {
+                node: capture.labels[captured]
+                for node, captured in zip(bound.order, capture.kernels)
+                if captured in capture.labels
+            }
             self.matched_by_position += 1
         bound.labels = labels
         bound.capture = Capture(capture.graph)  # its labels are the exec's now: the rest is not kept
@@ -433,6 +440,13 @@ class OpAttribution(Analysis):
         return ((label, slot, row) for (label, slot), row in rows.items())
 
     def report(self) -> OpTotals:
-        return OpTotals(self.ops_seen, self.launches_attributed, self.launches_without_op,
-                        len(self.labels) - (OTHER in self.labels), self.launches_other, self.nodes_captured,
-                        self.nodes_without_op, self.timings_let_go)
+        return OpTotals(
+            self.ops_seen,
+            self.launches_attributed,
+            self.launches_without_op,
+            len(self.labels) - (OTHER in self.labels),
+            self.launches_other,
+            self.nodes_captured,
+            self.nodes_without_op,
+            self.timings_let_go,
+        )

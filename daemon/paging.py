@@ -6,18 +6,18 @@ A token is "<kind>.<pid>.<start time>.<position>...": where the next page starts
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import InvalidArgument
 from .registry import ObservedProcess
 
 # What a page token pages through (and its format's version), and how many positions it holds
 TokenKind = tuple[str, int]
-KERNEL_TOKEN: TokenKind = ("k1", 1)   # kernel slot
-GRAPH_TOKEN: TokenKind = ("g1", 1)    # graph exec instance (first-seen order)
-STEP_TOKEN: TokenKind = ("s1", 2)     # the first and last step keys of the walk
-HANG_TOKEN: TokenKind = ("h1", 2)     # grid id and replay of the next hung launch
-HOT_PC_TOKEN: TokenKind = ("p1", 1)   # (kernel, pc) pairs in the order first seen
+KERNEL_TOKEN: TokenKind = ("k1", 1)  # kernel slot
+GRAPH_TOKEN: TokenKind = ("g1", 1)  # graph exec instance (first-seen order)
+STEP_TOKEN: TokenKind = ("s1", 2)  # the first and last step keys of the walk
+HANG_TOKEN: TokenKind = ("h1", 2)  # grid id and replay of the next hung launch
+HOT_PC_TOKEN: TokenKind = ("p1", 1)  # (kernel, pc) pairs in the order first seen
 
 # Takes one process's rows into a page from a position (() for its start) and says where that
 # process goes on (None: it has no more). It decides itself how many rows still fit.
@@ -40,8 +40,12 @@ def parse_page_token(token: str, kind: TokenKind) -> tuple[int, ...] | None:
     if not token:
         return None
     parts = token.split(".")
-    if len(token) > 60 + 20 * kind[1] or len(parts) != 3 + kind[1] or parts[0] != kind[0] or \
-            not all(p.isascii() and p.isdigit() for p in parts[1:]):
+    if (
+        len(token) > 60 + 20 * kind[1]
+        or len(parts) != 3 + kind[1]
+        or parts[0] != kind[0]
+        or not all(p.isascii() and p.isdigit() for p in parts[1:])
+    ):
         raise InvalidArgument("page_token is not one this daemon gave out")
     return tuple(int(p) for p in parts[1:])
 
@@ -54,8 +58,14 @@ def position_in(process: ObservedProcess, resume: tuple[int, ...] | None) -> tup
     return resume[2:] if process_order(process) == resume[:2] else None
 
 
-def walk_pages(kind: TokenKind, targets: list[ObservedProcess], page_token: str, take: PageTaker,
-               full: Callable[[list], bool], has_rows: Callable[[ObservedProcess], bool]) -> tuple[list, str]:
+def walk_pages(
+    kind: TokenKind,
+    targets: list[ObservedProcess],
+    page_token: str,
+    take: PageTaker,
+    full: Callable[[list], bool],
+    has_rows: Callable[[ObservedProcess], bool],
+) -> tuple[list, str]:
     """One page: (rows, next_page_token), the token empty after the last page. A page that
     fills up at the end of a process points at the next process that has rows (`has_rows`),
     so a walk does not end on an empty page."""
@@ -70,6 +80,6 @@ def walk_pages(kind: TokenKind, targets: list[ObservedProcess], page_token: str,
         if goes_on is not None:
             return rows, page_token_of(kind, process, *goes_on)
         if full(rows):
-            later = next((p for p in ordered[index + 1:] if has_rows(p)), None)
+            later = next((p for p in ordered[index + 1 :] if has_rows(p)), None)
             return rows, page_token_of(kind, later, *([0] * kind[1])) if later else ""
     return rows, ""

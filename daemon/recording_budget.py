@@ -21,7 +21,7 @@ class RecordingBudget:
     def held_bytes(self) -> int:
         return self._held
 
-    def allowance(self) -> "RecordingAllowance":
+    def allowance(self) -> RecordingAllowance:
         return RecordingAllowance(self)
 
     def _take(self, wanted: int, unit: int) -> int:
@@ -59,11 +59,14 @@ class RecordingAllowance:
 
     def _over(self, wanted: int, asked: int) -> None:
         if wanted < asked:
-            self.stopped = (f"the cap of {self.budget.per_recording_bytes} bytes per recording was reached "
-                            f"(gpuobsd --record-max-mb)")
+            self.stopped = (
+                f"the cap of {self.budget.per_recording_bytes} bytes per recording was reached "
+                f"(gpuobsd --record-max-mb)"
+            )
         else:
-            self.stopped = (f"all recordings together reached gpuobsd's cap of {self.budget.total_bytes} bytes "
-                            f"(--record-total-mb)")
+            self.stopped = (
+                f"all recordings together reached gpuobsd's cap of {self.budget.total_bytes} bytes (--record-total-mb)"
+            )
 
     def release(self) -> None:
         """The recording is over: its bytes no longer count against the cap for all."""

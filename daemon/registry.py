@@ -18,22 +18,20 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import structlog
-
-from gpuobs._native import kind_counts as kind_counts_of
 from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segment_paths
 
 from .analysis import ALL_REPLAYS, Analysis
 from .analysis_budget import BEHIND_SHARE, AnalysisBudget
 from .block_pairing import BlockPairing
-from .kernel_stalls import KernelStalls
 from .errors import Busy
 from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
+from .kernel_stalls import KernelStalls
 from .op_attribution import OpAttribution
 from .step_attribution import StepAttribution
 from .time_budget import TimeBudget
@@ -42,14 +40,14 @@ log = structlog.get_logger("gpuobsd.registry")
 
 ACCOUNTING_CHECK_S = 0.05  # conservation is checked at most this often per process, and at the end
 HANG_CHECK_S = 0.5  # blocks in flight are compared with the hang threshold at most this often
-LIVENESS_S = 1.0    # a producer's liveness (/proc) and its segment's size checked at most this often
-MAX_WARNED = 4096   # launches remembered as already reported, per process
+LIVENESS_S = 1.0  # a producer's liveness (/proc) and its segment's size checked at most this often
+MAX_WARNED = 4096  # launches remembered as already reported, per process
 # Any local user can fill the segment directory with files named like segments: the daemon
 # remembers this many rejected ones (path and reason) and opens at most MAX_TRIES_PER_PASS
 # files it does not know per discovery pass, in turn, so junk costs bounded memory and time.
 MAX_REJECTED = 4096
 MAX_TRIES_PER_PASS = 1024
-QUERY_SHARE = 0.4    # of the daemon's time, for every query thread together
+QUERY_SHARE = 0.4  # of the daemon's time, for every query thread together
 QUERY_BURST_S = 0.5  # of query work answered at full speed after an idle spell
 
 
@@ -120,8 +118,9 @@ class SubscriberQueue:
         return getter.result() if done else None
 
 
-def queue_subscriber(pids: frozenset[int], max_batches: int, *,
-                     wants_launches: bool = False) -> tuple[Subscriber, SubscriberQueue]:
+def queue_subscriber(
+    pids: frozenset[int], max_batches: int, *, wants_launches: bool = False
+) -> tuple[Subscriber, SubscriberQueue]:
     """A Subscriber whose batches a coroutine of the running loop takes from the returned queue."""
     queue = SubscriberQueue(asyncio.get_running_loop(), max_batches)
     return Subscriber(pids, queue.put, wants_launches=wants_launches), queue
@@ -139,14 +138,20 @@ class ProcessAnalyses:
     hot_pcs: HotPcs
 
     @classmethod
-    def create(cls, budget: TimeBudget | None = None, *, exits_hooked: bool = False) -> "ProcessAnalyses":
+    def create(cls, budget: TimeBudget | None = None, *, exits_hooked: bool = False) -> ProcessAnalyses:
         """Every analysis of a new process, sharing `budget` (all processes share one)."""
         budget = budget or AnalysisBudget()
         graph_join = GraphJoin(budget, exits_hooked=exits_hooked)
-        ops = OpAttribution(graph_join.by_handle.get, graph_join.node_device_times, budget=budget,
-                            exits_hooked=exits_hooked)
-        return cls(graph_join, BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
-                   StepAttribution(graph_join.replay_shape), ops, HotPcs(budget))
+        ops = OpAttribution(
+            graph_join.by_handle.get, graph_join.node_device_times, budget=budget, exits_hooked=exits_hooked
+        )
+        return cls(
+            graph_join,
+            BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
+            StepAttribution(graph_join.replay_shape),
+            ops,
+            HotPcs(budget),
+        )
 
     def __iter__(self) -> Iterator[Analysis]:
         return (getattr(self, field.name) for field in dataclasses.fields(self))
@@ -162,7 +167,9 @@ class ObservedProcess:
     last_errors: tuple[str, ...] = ()
     last_check: float = 0.0
     last_accounting: Accounting | None = None
-    analyses: ProcessAnalyses = dataclasses.field(default_factory=ProcessAnalyses.create)  # the registry passes its budget
+    analyses: ProcessAnalyses = dataclasses.field(
+        default_factory=ProcessAnalyses.create
+    )  # the registry passes its budget
     stalls: KernelStalls = dataclasses.field(default_factory=KernelStalls)  # hang evidence from counts
     seen_dead: bool = False  # the producer was found dead on an idle pass
     last_liveness: float = 0.0  # registry clock of the last liveness check (producer alive, segment whole)
@@ -186,9 +193,18 @@ class ObservedProcess:
 
 
 class Registry:
-    def __init__(self, segment_dir: Path, *, owners: list[int], torn_timeout_s: float, exited_retention_s: float = 300.0,
-                 exited_max: int = 32, clock: Callable[[], float] = time.monotonic, hang_threshold_s: float = 10.0,
-                 analysis_share: float = 0.3) -> None:
+    def __init__(
+        self,
+        segment_dir: Path,
+        *,
+        owners: list[int],
+        torn_timeout_s: float,
+        exited_retention_s: float = 300.0,
+        exited_max: int = 32,
+        clock: Callable[[], float] = time.monotonic,
+        hang_threshold_s: float = 10.0,
+        analysis_share: float = 0.3,
+    ) -> None:
         self.segment_dir = Path(segment_dir)
         self.owners = owners
         self.torn_timeout_s = torn_timeout_s
@@ -223,13 +239,19 @@ class Registry:
                 self._reject(path, str(error).split(": ", 1)[-1])
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
-            analyses = ProcessAnalyses.create(self.analysis_budget,
-                                              exits_hooked=bool(segment.header.get("block_exits_hooked")))
+            analyses = ProcessAnalyses.create(
+                self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked"))
+            )
             process = ObservedProcess(path, segment, analyses=analyses)
             self._check(process, self.clock())  # a status seeing the process sees its accounting too
             self.processes[path] = process
-            log.info("process_attached", pid=segment.pid, producer=segment.header["producer"],
-                     label=segment.header["label"], path=str(path))
+            log.info(
+                "process_attached",
+                pid=segment.pid,
+                producer=segment.header["producer"],
+                label=segment.header["label"],
+                path=str(path),
+            )
         self.unattached = len(present - self.processes.keys())
         now = self.clock()
         for path in list(self.processes):
@@ -270,7 +292,7 @@ class Registry:
     def _trim_exited(self) -> None:
         """At most exited_max exited processes, the oldest forgotten first."""
         exited = sorted((p for p in self.processes.values() if p.final_drained), key=lambda p: p.gone_at)
-        for process in exited[:max(0, len(exited) - self.exited_max)]:
+        for process in exited[: max(0, len(exited) - self.exited_max)]:
             self._forget(process)
 
     def _forget(self, process: ObservedProcess) -> None:
@@ -348,10 +370,25 @@ class Registry:
         for stall in fresh:
             stall.reported = True
             launch = launches.get(stall.slot)
-            detail = ({"grid_id": launch["grid_id"], "replay": launch["replay"], "first_blocks": launch["blocks"][:8],
-                       "sms": launch["sms"][:32]} if launch else {"launch": "not seen in events"})
-            log.warning("kernel_hang_suspected", pid=process.pid, kernel=names.get(stall.slot, "?"), slot=stall.slot,
-                        blocks_in_flight=stall.blocks_in_flight, no_exit_for_s=round(now - stall.since, 3), **detail)
+            detail = (
+                {
+                    "grid_id": launch["grid_id"],
+                    "replay": launch["replay"],
+                    "first_blocks": launch["blocks"][:8],
+                    "sms": launch["sms"][:32],
+                }
+                if launch
+                else {"launch": "not seen in events"}
+            )
+            log.warning(
+                "kernel_hang_suspected",
+                pid=process.pid,
+                kernel=names.get(stall.slot, "?"),
+                slot=stall.slot,
+                blocks_in_flight=stall.blocks_in_flight,
+                no_exit_for_s=round(now - stall.since, 3),
+                **detail,
+            )
 
     def _drain_process(self, process: ObservedProcess, max_batches: int) -> int:
         segment = process.segment
@@ -404,7 +441,8 @@ class Registry:
                 if not len(batch):
                     break
                 read += len(batch)
-                kind_counts = np.frombuffer(kind_counts_of(batch), dtype=np.uint64)  # one pass, shared
+                # counted by the reader as it read them; shared by every analysis
+                kind_counts = np.frombuffer(segment.reader.last_read_kinds(), dtype=np.uint64)
                 with process.lock:
                     for analysis in process.analyses:
                         analysis.on_events(batch, kind_counts)
@@ -431,8 +469,12 @@ class Registry:
             process.final_drained = True
             process.gone_at = self.clock()
             self._check(process, process.gone_at)
-            log.info("process_gone", pid=process.pid, accounting_errors=process.accounting_errors,
-                     retained_s=self.exited_retention_s)
+            log.info(
+                "process_gone",
+                pid=process.pid,
+                accounting_errors=process.accounting_errors,
+                retained_s=self.exited_retention_s,
+            )
             self._trim_exited()  # at once: a status right after must not show one too many
         return read
 
@@ -441,7 +483,9 @@ class Registry:
             return
         payload = batch.tobytes()
         for subscriber in tuple(self.subscribers):  # the API adds and removes them on its thread
-            if (subscriber.pids and pid not in subscriber.pids) or (kind == "launches" and not subscriber.wants_launches):
+            if (subscriber.pids and pid not in subscriber.pids) or (
+                kind == "launches" and not subscriber.wants_launches
+            ):
                 continue
             if not subscriber.put((kind, pid, payload, len(batch))):
                 subscriber.dropped += len(batch) if kind == "events" else 0

@@ -34,8 +34,10 @@ def socket_path_problem(runtime_dir: Path) -> str:
     """Why a socket cannot be made in this directory ("" when it can): its path is too long."""
     path = bytes(Path(runtime_dir) / SOCKET_NAME)
     if len(path) > MAX_SOCKET_PATH_BYTES:
-        return (f"the socket path {str(Path(runtime_dir) / SOCKET_NAME)!r} is {len(path)} bytes, more than a unix "
-                f"socket takes ({MAX_SOCKET_PATH_BYTES}): choose a shorter --runtime-dir")
+        return (
+            f"the socket path {str(Path(runtime_dir) / SOCKET_NAME)!r} is {len(path)} bytes, more than a unix "
+            f"socket takes ({MAX_SOCKET_PATH_BYTES}): choose a shorter --runtime-dir"
+        )
     return ""
 
 
@@ -103,7 +105,7 @@ class RuntimeDir:
             os.chown(socket_path, -1, gid)
             applied = f"0660 group {group}"
         except KeyError:
-            applied = "0660 (no group named %s)" % group
+            applied = f"0660 (no group named {group})"
         os.chmod(socket_path, 0o660)
         return applied
 

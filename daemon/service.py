@@ -9,29 +9,48 @@ import asyncio
 import dataclasses
 import itertools
 import os
-import stat
 import shutil
+import stat
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
-
 from gpuobs import __version__, _native
-from gpuobs.segment import (CONTROL_STATUS, EVENT_DTYPE, EVENT_KINDS, IDENTITY_SET, KERNEL_ACCESS_HOOKS_CHOSEN,
-                            LAUNCH_DTYPE, MODE_NAMES, MODES, PATCH_SETS, PROCESS_ROLES, SAMPLED_MODES,
-                            TAKES_OP_WINDOWS)
-
 from gpuobs.op_labels import recording_prelude
 from gpuobs.recording import RecordingWriter
+from gpuobs.segment import (
+    CONTROL_STATUS,
+    EVENT_DTYPE,
+    EVENT_KINDS,
+    IDENTITY_SET,
+    KERNEL_ACCESS_HOOKS_CHOSEN,
+    LAUNCH_DTYPE,
+    MODE_NAMES,
+    MODES,
+    PATCH_SETS,
+    PROCESS_ROLES,
+    SAMPLED_MODES,
+    TAKES_OP_WINDOWS,
+)
 
 from . import results
 from .errors import Busy, InvalidArgument, NotFound, RecordFailed, quoted
 from .graph_exec import DeviceTime, GraphExec
-from .paging import (GRAPH_TOKEN, HANG_TOKEN, HOT_PC_TOKEN, KERNEL_TOKEN, STEP_TOKEN, page_token_of, parse_page_token,
-                     position_in, process_order, walk_pages)
+from .paging import (
+    GRAPH_TOKEN,
+    HANG_TOKEN,
+    HOT_PC_TOKEN,
+    KERNEL_TOKEN,
+    STEP_TOKEN,
+    page_token_of,
+    parse_page_token,
+    position_in,
+    process_order,
+    walk_pages,
+)
 from .recording_budget import RecordingAllowance, RecordingBudget
 from .registry import ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
 from .step_attribution import Step, StepAttribution
@@ -87,8 +106,19 @@ class OpRow:
         timed, or nothing of the process took time)."""
         device = self.device
         share = device.ns / process_ns if device.timed and process_ns else None
-        return results.OpKernel(pid, label, kernel, self.launches, self.blocks, self.executions, self.nodes,
-                                device.ns, device.timed, device.partial, share)
+        return results.OpKernel(
+            pid,
+            label,
+            kernel,
+            self.launches,
+            self.blocks,
+            self.executions,
+            self.nodes,
+            device.ns,
+            device.timed,
+            device.partial,
+            share,
+        )
 
 
 def check_top_or_page(top: int, page_size: int, page_token: str, max_page: int, row: str) -> None:
@@ -108,8 +138,10 @@ def identity_of(header: dict) -> dict:
     return {
         "identity_set": bool(header.get("identity_flags", 0) & IDENTITY_SET),
         "role": ROLE_NAMES.get(header.get("role", 0), "unknown"),
-        "rank": header.get("rank", 0), "world_size": header.get("world_size", 0),
-        "local_rank": header.get("local_rank", 0), "model": header.get("model", ""),
+        "rank": header.get("rank", 0),
+        "world_size": header.get("world_size", 0),
+        "local_rank": header.get("local_rank", 0),
+        "model": header.get("model", ""),
         "gpus": [results.Gpu(g["ordinal"], g["context"], g["pci_bus_id"], g["uuid"]) for g in header["gpus"][:named]],
         "gpu_count": header.get("gpu_count", 0),
     }
@@ -154,23 +186,41 @@ def matches_gpu(gpus: list[results.Gpu], wanted: str) -> bool:
     """A GPU named by its UUID or its PCI bus id, as nvidia-smi names it; not by an ordinal, which
     is each process's own (CUDA_VISIBLE_DEVICES renumbers them) and would select across GPUs."""
     address = pci_address(wanted)
-    return any(wanted.lower() == g.uuid.lower() or (address is not None and address == pci_address(g.pci_bus_id))
-               for g in gpus)
+    return any(
+        wanted.lower() == g.uuid.lower() or (address is not None and address == pci_address(g.pci_bus_id)) for g in gpus
+    )
 
 
 def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
     """The injector's own work from its global counters: exact counts, and callback time in seconds."""
-    counts = {name: counters.get(name, 0) for name in
-              ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped",
-               "profiler_starts", "modules_access_hooked")}
-    seconds = {f"{name}_seconds": counters.get(f"{name}_ns", 0) / 1e9 for name in
-               ("resource_callback", "launch_callback", "graph_callback", "patch", "cubin")}
+    counts = {
+        name: counters.get(name, 0)
+        for name in (
+            "modules_loaded",
+            "modules_patched",
+            "patch_failures",
+            "cubins_kept",
+            "cubins_skipped",
+            "profiler_starts",
+            "modules_access_hooked",
+        )
+    }
+    seconds = {
+        f"{name}_seconds": counters.get(f"{name}_ns", 0) / 1e9
+        for name in ("resource_callback", "launch_callback", "graph_callback", "patch", "cubin")
+    }
     return results.InjectorStats(**counts, **seconds)
 
 
 class ObserverService:
-    def __init__(self, registry: Registry, segment_dir: str, cubin_dir: str | None = None,
-                 recording_budget: RecordingBudget | None = None, spool_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        segment_dir: str,
+        cubin_dir: str | None = None,
+        recording_budget: RecordingBudget | None = None,
+        spool_dir: Path | None = None,
+    ) -> None:
         self.registry = registry
         self.segment_dir = segment_dir
         self.cubin_dir = cubin_dir  # None: each producer's own, as its segment names it
@@ -231,8 +281,10 @@ class ObserverService:
             uptime_ms=int((time.monotonic() - self.started) * 1000),
             processes=self.processes(),
             # a local user can fill the directory with junk: the reply names a few, counts all
-            rejected_segments=[f"{str(path)[:256]}: {reason[:256]}" for path, reason in
-                               itertools.islice(dict(self.registry.rejected).items(), MAX_REJECTED_SHOWN)],
+            rejected_segments=[
+                f"{str(path)[:256]}: {reason[:256]}"
+                for path, reason in itertools.islice(dict(self.registry.rejected).items(), MAX_REJECTED_SHOWN)
+            ],
             rejected_segments_total=self.registry.unattached,
             rejected_segments_forgotten=self.registry.rejected_forgotten,
         )
@@ -250,7 +302,9 @@ class ObserverService:
         # a copy: the metrics thread reads while the drain loop may add or drop processes
         return [self.process_view(p) for p in list(self.registry.processes.values())]
 
-    def kernels(self, pids: list[int], top: int, page_size: int = 0, page_token: str = "") -> results.Page[results.Kernel]:
+    def kernels(
+        self, pids: list[int], top: int, page_size: int = 0, page_token: str = ""
+    ) -> results.Page[results.Kernel]:
         """The `top` kernels by launches; or, with top 0, every kernel a page at a time in (pid,
         slot) order, which new kernels only extend: following next_page_token visits each once."""
         check_top_or_page(top, page_size, page_token, MAX_KERNEL_PAGE, "kernel")
@@ -266,8 +320,16 @@ class ObserverService:
             rows.extend(self._kernel_rows(process, list(range(first, stop))))
             return (stop,) if stop < count else None
 
-        return results.Page(*walk_pages(KERNEL_TOKEN, targets, page_token, take, lambda rows: len(rows) >= size,
-                                        lambda process: process.segment.kernel_count() > 0))
+        return results.Page(
+            *walk_pages(
+                KERNEL_TOKEN,
+                targets,
+                page_token,
+                take,
+                lambda rows: len(rows) >= size,
+                lambda process: process.segment.kernel_count() > 0,
+            )
+        )
 
     def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray | None]]:
         """Per process, its per-kernel counters as one array (row = slot): what the metrics
@@ -288,8 +350,11 @@ class ObserverService:
         in ns (block_pairing.BUCKETS_PER_OCTAVE buckets an octave) and their sum, copied under
         the process's lock."""
         with process.lock:
-            return {slot: (durations.histogram.copy(), durations.total_ns)
-                    for slot, durations in process.analyses.block_pairing.durations.items() if durations.count}
+            return {
+                slot: (durations.histogram.copy(), durations.total_ns)
+                for slot, durations in process.analyses.block_pairing.durations.items()
+                if durations.count
+            }
 
     @staticmethod
     def kernel_names(process: ObservedProcess, first_slot: int, count: int) -> list[str]:
@@ -330,8 +395,9 @@ class ObserverService:
             aggregates = process.segment.aggregates(low, span)
             shapes = process.segment.reader.launch_shapes(low, span) or {}
             entries = [e for e in process.segment.kernels_at(chunk) if e["slot"] - low < len(counters)]
-            block_events = [int(aggregates[e["slot"] - low, BLOCK_ENTER] + aggregates[e["slot"] - low, BLOCK_EXIT])
-                            for e in entries]
+            block_events = [
+                int(aggregates[e["slot"] - low, BLOCK_ENTER] + aggregates[e["slot"] - low, BLOCK_EXIT]) for e in entries
+            ]
             with process.lock:
                 durations = process.analyses.block_pairing.block_durations([e["slot"] for e in entries], block_events)
             for entry, block_durations in zip(entries, durations):
@@ -339,23 +405,41 @@ class ObserverService:
                 row = counters[slot - low]
                 kernel_shapes, other_shapes = launch_shapes(shapes.get(slot))
                 access_hooks = memory_set or bool(entry["flags"] & KERNEL_ACCESS_HOOKS_CHOSEN)
-                rows.append(results.Kernel(
-                    pid=process.pid, slot=slot, name=entry["demangled"], mangled=entry["mangled"],
-                    launches=int(row["launches"]), blocks_expected=int(row["blocks_expected"]),
-                    blocks_observed=int(row["blocks_observed"]), blocks_unpatched=int(row["blocks_unpatched"]),
-                    blocks_unobserved=int(row["blocks_unobserved"]), memory_accesses=int(row["memory_accesses"]),
-                    events_delivered=int(aggregates[slot - low].sum()), events_dropped=int(row["events_dropped"]),
-                    shapes=kernel_shapes, other_shape_launches=other_shapes, block_durations=block_durations,
-                    graph_launches=graph_launches.get(slot, 0), function_pc=int(entry.get("function_pc", 0)),
-                    cubin=self.cubin_path(process, entry), access_hooks=access_hooks,
-                    records=kernel_records(control["applied_mode"], control["applied_shift"], access_hooks),
-                    blocks_in_flight=max(0, int(row["blocks_observed"]) + int(row["blocks_unobserved"]) -
-                                         int(row["blocks_exited"])) if int(row["blocks_exited"]) else 0))
+                rows.append(
+                    results.Kernel(
+                        pid=process.pid,
+                        slot=slot,
+                        name=entry["demangled"],
+                        mangled=entry["mangled"],
+                        launches=int(row["launches"]),
+                        blocks_expected=int(row["blocks_expected"]),
+                        blocks_observed=int(row["blocks_observed"]),
+                        blocks_unpatched=int(row["blocks_unpatched"]),
+                        blocks_unobserved=int(row["blocks_unobserved"]),
+                        memory_accesses=int(row["memory_accesses"]),
+                        events_delivered=int(aggregates[slot - low].sum()),
+                        events_dropped=int(row["events_dropped"]),
+                        shapes=kernel_shapes,
+                        other_shape_launches=other_shapes,
+                        block_durations=block_durations,
+                        graph_launches=graph_launches.get(slot, 0),
+                        function_pc=int(entry.get("function_pc", 0)),
+                        cubin=self.cubin_path(process, entry),
+                        access_hooks=access_hooks,
+                        records=kernel_records(control["applied_mode"], control["applied_shift"], access_hooks),
+                        blocks_in_flight=max(
+                            0, int(row["blocks_observed"]) + int(row["blocks_unobserved"]) - int(row["blocks_exited"])
+                        )
+                        if int(row["blocks_exited"])
+                        else 0,
+                    )
+                )
             self.registry.yield_to_drain(time.perf_counter() - began)
         return rows
 
-    def graphs(self, pids: list[int], replays: int = 16, page_size: int = 0,
-               page_token: str = "") -> results.Page[results.Graph]:
+    def graphs(
+        self, pids: list[int], replays: int = 16, page_size: int = 0, page_token: str = ""
+    ) -> results.Page[results.Graph]:
         """Graph execs a page at a time in (pid, first seen) order, which new execs only extend
         (whatever their handle). Each graph is read under its process's lock alone, then the
         drain gets its turn."""
@@ -382,40 +466,76 @@ class ObserverService:
                     if graph is not None:
                         rows.append(self._graph_row(process, graph, replays))
                         reply_bytes[0] += 64 * len(rows[-1].nodes) + sum(
-                            48 + 6 * len(r.node_blocks) for r in rows[-1].recent_replays)
+                            48 + 6 * len(r.node_blocks) for r in rows[-1].recent_replays
+                        )
                 self.registry.yield_to_drain(time.perf_counter() - began)
             return None
 
-        return results.Page(*walk_pages(GRAPH_TOKEN, self._targets(pids, live_only=False), page_token, take, full,
-                                        lambda process: bool(process.analyses.graph_join.execs)))
+        return results.Page(
+            *walk_pages(
+                GRAPH_TOKEN,
+                self._targets(pids, live_only=False),
+                page_token,
+                take,
+                full,
+                lambda process: bool(process.analyses.graph_join.execs),
+            )
+        )
 
     def _graph_row(self, process: ObservedProcess, graph: GraphExec, replays: int) -> results.Graph:
         report = process.analyses.graph_join.exec_report(graph, replays)
-        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({n.slot for n in graph.nodes.values()}))}
+        names = {
+            k["slot"]: k["demangled"]
+            for k in process.segment.kernels_at(sorted({n.slot for n in graph.nodes.values()}))
+        }
         order = report["order"]
         position = {node: index for index, node in enumerate(order)}
         nodes = []
         for n in sorted(graph.nodes.values(), key=lambda n: position.get(n.node, len(order))):
             counts = report["per_node"][n.node]
-            nodes.append(results.GraphNode(
-                node=n.node, slot=n.slot, name=names.get(n.slot, f"slot {n.slot}"), grid=list(n.grid),
-                block=list(n.block), executions=graph.executions_of(n), blocks_per_execution=n.blocks_per_execution,
-                grid_ids=sorted(n.grid_ids), position=position.get(n.node, len(order)),
-                executions_matched=counts["matched"], executions_mismatched=counts["mismatched"],
-                executions_unrecorded=counts["unrecorded"], blocks_observed=counts["blocks_observed"],
-                executions_unjoined=counts["unjoined"], executions_sampled=counts["sampled"]))
+            nodes.append(
+                results.GraphNode(
+                    node=n.node,
+                    slot=n.slot,
+                    name=names.get(n.slot, f"slot {n.slot}"),
+                    grid=list(n.grid),
+                    block=list(n.block),
+                    executions=graph.executions_of(n),
+                    blocks_per_execution=n.blocks_per_execution,
+                    grid_ids=sorted(n.grid_ids),
+                    position=position.get(n.node, len(order)),
+                    executions_matched=counts["matched"],
+                    executions_mismatched=counts["mismatched"],
+                    executions_unrecorded=counts["unrecorded"],
+                    blocks_observed=counts["blocks_observed"],
+                    executions_unjoined=counts["unjoined"],
+                    executions_sampled=counts["sampled"],
+                )
+            )
         recent = [results.Replay(**{**r, "mode": MODE_NAMES.get(r["mode"], "unknown")}) for r in report["replays"]]
         totals = report["totals"]
         return results.Graph(
-            pid=process.pid, graph_exec=graph.graph_exec, instance=graph.instance, alive=graph.alive,
-            replays=graph.replays, first_launch_id=graph.first_launch_id, last_launch_id=graph.last_launch_id,
-            node_executions=graph.node_executions, replays_nodes_unknown=graph.replays_nodes_unknown,
-            order_stable=report["order_stable"], device_order_stable=report["device_order_stable"],
-            blocks_per_replay=sum(n.blocks_per_execution for n in nodes), nodes=nodes,
-            executions_matched=totals["matched"], executions_mismatched=totals["mismatched"],
-            executions_unrecorded=totals["unrecorded"], executions_unjoined=totals["unjoined"],
-            events_unmatched=report["events_unmatched"], recent_replays=recent,
-            executions_sampled=totals["sampled"])
+            pid=process.pid,
+            graph_exec=graph.graph_exec,
+            instance=graph.instance,
+            alive=graph.alive,
+            replays=graph.replays,
+            first_launch_id=graph.first_launch_id,
+            last_launch_id=graph.last_launch_id,
+            node_executions=graph.node_executions,
+            replays_nodes_unknown=graph.replays_nodes_unknown,
+            order_stable=report["order_stable"],
+            device_order_stable=report["device_order_stable"],
+            blocks_per_replay=sum(n.blocks_per_execution for n in nodes),
+            nodes=nodes,
+            executions_matched=totals["matched"],
+            executions_mismatched=totals["mismatched"],
+            executions_unrecorded=totals["unrecorded"],
+            executions_unjoined=totals["unjoined"],
+            events_unmatched=report["events_unmatched"],
+            recent_replays=recent,
+            executions_sampled=totals["sampled"],
+        )
 
     def cubin_path(self, process: ObservedProcess, entry: dict) -> str:
         """The kept cubin of a kernel's module, when the file is there and the producer's own: in
@@ -458,8 +578,14 @@ class ObserverService:
                 rows.extend(self._hot_pc_rows(process, found))
                 return (first + len(found),) if first + len(found) < process.analyses.hot_pcs.distinct else None
 
-        rows, token = walk_pages(HOT_PC_TOKEN, targets, page_token, take, lambda rows: len(rows) >= size,
-                                 lambda process: process.analyses.hot_pcs.distinct > 0)
+        rows, token = walk_pages(
+            HOT_PC_TOKEN,
+            targets,
+            page_token,
+            take,
+            lambda rows: len(rows) >= size,
+            lambda process: process.analyses.hot_pcs.distinct > 0,
+        )
         return results.HotPcs(rows, counted, skipped, token)
 
     def _hot_pc_rows(self, process: ObservedProcess, found: list[tuple[int, int, int]]) -> list[results.HotPc]:
@@ -468,9 +594,18 @@ class ObserverService:
         rows = []
         for slot, pc, events in found:
             entry = entries.get(slot, {})
-            rows.append(results.HotPc(pid=process.pid, slot=slot, kernel=entry.get("demangled", f"slot {slot}"),
-                                      mangled=entry.get("mangled", ""), pc=pc, events=events,
-                                      function_pc=int(entry.get("function_pc", 0)), cubin=self.cubin_path(process, entry)))
+            rows.append(
+                results.HotPc(
+                    pid=process.pid,
+                    slot=slot,
+                    kernel=entry.get("demangled", f"slot {slot}"),
+                    mangled=entry.get("mangled", ""),
+                    pc=pc,
+                    events=events,
+                    function_pc=int(entry.get("function_pc", 0)),
+                    cubin=self.cubin_path(process, entry),
+                )
+            )
         return rows
 
     def ops(self, pids: list[int], top: int = 50) -> results.Ops:
@@ -487,15 +622,28 @@ class ObserverService:
                 seen = ops.report()
                 total = ops.eager_total()
                 total += process.analyses.graph_join.device_total()
-                totals.append(results.OpTotals(process.pid, seen.ops, seen.launches_attributed,
-                                               seen.launches_without_op, seen.labels, seen.launches_other,
-                                               seen.nodes_captured, seen.nodes_without_op, total.ns, total.timed,
-                                               total.partial, seen.timings_let_go))
+                totals.append(
+                    results.OpTotals(
+                        process.pid,
+                        seen.ops,
+                        seen.launches_attributed,
+                        seen.launches_without_op,
+                        seen.labels,
+                        seen.launches_other,
+                        seen.nodes_captured,
+                        seen.nodes_without_op,
+                        total.ns,
+                        total.timed,
+                        total.partial,
+                        seen.timings_let_go,
+                    )
+                )
                 held: dict[tuple[str, int], OpRow] = {}
                 for label, kernels in ops.labels.items():
                     for slot, counts in kernels.items():
-                        held[(label, slot)] = OpRow(counts[0], counts[1], device=dataclasses.replace(
-                            ops.eager_time(label, slot)))
+                        held[(label, slot)] = OpRow(
+                            counts[0], counts[1], device=dataclasses.replace(ops.eager_time(label, slot))
+                        )
                 for label, slot, node in ops.graph_rows():
                     row = held.setdefault((label, slot), OpRow())
                     row.blocks += node.blocks
@@ -503,8 +651,10 @@ class ObserverService:
                     row.nodes += node.nodes
                     row.device += node.device
             names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s for _, s in held}))}
-            rows.extend(row.result(process.pid, label, names.get(slot, f"slot {slot}"), total.ns)
-                        for (label, slot), row in held.items())
+            rows.extend(
+                row.result(process.pid, label, names.get(slot, f"slot {slot}"), total.ns)
+                for (label, slot), row in held.items()
+            )
         rows.sort(key=lambda row: (-(row.launches + row.node_executions), row.pid, row.op, row.kernel))
         return results.Ops(rows[:top], totals)
 
@@ -557,13 +707,24 @@ class ObserverService:
         timed = [r for r in replays if r.device_start_ns]
         span = max(r.device_end_ns for r in timed) - min(r.device_start_ns for r in timed) if timed else 0
         return results.Step(
-            pid=process.pid, label=label, step=step.step, host_time_ns=step.host_time_ns, thread=step.thread,
-            requests=step.requests, tokens=step.tokens, request_ids=step.request_ids,
-            request_ids_complete=step.ids_complete, kernel_launches=step.kernel_launches,
-            blocks_expected=step.blocks_expected, replays=replays, device_span_ns=span)
+            pid=process.pid,
+            label=label,
+            step=step.step,
+            host_time_ns=step.host_time_ns,
+            thread=step.thread,
+            requests=step.requests,
+            tokens=step.tokens,
+            request_ids=step.request_ids,
+            request_ids_complete=step.ids_complete,
+            kernel_launches=step.kernel_launches,
+            blocks_expected=step.blocks_expected,
+            replays=replays,
+            device_span_ns=span,
+        )
 
-    def hangs(self, pids: list[int], min_age_ms: int, page_size: int = 0,
-              page_token: str = "") -> results.Page[results.HungLaunch]:
+    def hangs(
+        self, pids: list[int], min_age_ms: int, page_size: int = 0, page_token: str = ""
+    ) -> results.Page[results.HungLaunch]:
         """Launches with blocks in flight at least min_age_ms, a page at a time in (pid, grid id,
         replay) order. A launch whose blocks exit between two pages is simply not on the later
         one; grid ids grow, so a new launch comes after the token."""
@@ -578,32 +739,52 @@ class ObserverService:
             after = (at[0], at[1]) if at else (0, 0)
             with process.lock:
                 room = size - len(rows)
-                launches = process.analyses.block_pairing.in_flight(now_ns, min_age_ms * 1_000_000, after=after,
-                                                                    limit=room + 1)
+                launches = process.analyses.block_pairing.in_flight(
+                    now_ns, min_age_ms * 1_000_000, after=after, limit=room + 1
+                )
                 if not launches:
                     return None
                 rows.extend(self._hung_rows(process, launches[:room]))
             return (launches[room]["grid_id"], launches[room]["replay"]) if len(launches) > room else None
 
-        return results.Page(*walk_pages(HANG_TOKEN, self._targets(pids, live_only=False), page_token, take,
-                                        lambda rows: len(rows) >= size,
-                                        lambda process: process.analyses.block_pairing.report().blocks > 0))
+        return results.Page(
+            *walk_pages(
+                HANG_TOKEN,
+                self._targets(pids, live_only=False),
+                page_token,
+                take,
+                lambda rows: len(rows) >= size,
+                lambda process: process.analyses.block_pairing.report().blocks > 0,
+            )
+        )
 
     @staticmethod
     def _hung_rows(process: ObservedProcess, launches: list[dict]) -> list[results.HungLaunch]:
-        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({l["slot"] for l in launches}))}
+        names = {
+            k["slot"]: k["demangled"]
+            for k in process.segment.kernels_at(sorted({launch["slot"] for launch in launches}))
+        }
         dropped = process.events_dropped_per_kernel()
         rows = []
         for launch in launches:
             slot = launch["slot"]
             graph_exec = process.analyses.graph_join.graph_exec_of(launch["grid_id"])
-            rows.append(results.HungLaunch(
-                pid=process.pid, kernel=names.get(slot, f"slot {slot}"), slot=slot, grid_id=launch["grid_id"],
-                graph_exec=graph_exec, replay=launch["replay"] if graph_exec else 0,
-                blocks=[results.BlockIndex(x, y, z) for x, y, z in launch["blocks"]], sms=launch["sms"],
-                oldest_enter_ns=launch["oldest_enter_ns"], age_ns=launch["age_ns"],
-                kernel_events_dropped=int(dropped[slot]) if dropped is not None and slot < len(dropped) else 0,
-                block_count=launch["block_count"]))
+            rows.append(
+                results.HungLaunch(
+                    pid=process.pid,
+                    kernel=names.get(slot, f"slot {slot}"),
+                    slot=slot,
+                    grid_id=launch["grid_id"],
+                    graph_exec=graph_exec,
+                    replay=launch["replay"] if graph_exec else 0,
+                    blocks=[results.BlockIndex(x, y, z) for x, y, z in launch["blocks"]],
+                    sms=launch["sms"],
+                    oldest_enter_ns=launch["oldest_enter_ns"],
+                    age_ns=launch["age_ns"],
+                    kernel_events_dropped=int(dropped[slot]) if dropped is not None and slot < len(dropped) else 0,
+                    block_count=launch["block_count"],
+                )
+            )
         return rows
 
     def hang_evidence(self, pids: list[int], min_age_ms: int = 0) -> list[results.HangEvidence]:
@@ -625,14 +806,29 @@ class ObserverService:
                 blocks = in_flight.blocks
                 age = max(0, now_ns - in_flight.oldest_enter_ns) if in_flight.blocks else 0
             names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s.slot for s in stalled}))}
-            out.append(results.HangEvidence(
-                process.pid, in_flight.exits_hooked, blocks, age, process.alive, counted, unanalysed,
-                [results.StalledKernel(s.slot, names.get(s.slot, f"slot {s.slot}"), s.blocks_in_flight,
-                                       int((now - s.since) * 1e9)) for s in stalled]))
+            out.append(
+                results.HangEvidence(
+                    process.pid,
+                    in_flight.exits_hooked,
+                    blocks,
+                    age,
+                    process.alive,
+                    counted,
+                    unanalysed,
+                    [
+                        results.StalledKernel(
+                            s.slot, names.get(s.slot, f"slot {s.slot}"), s.blocks_in_flight, int((now - s.since) * 1e9)
+                        )
+                        for s in stalled
+                    ],
+                )
+            )
         return out
 
     # -- streams -----------------------------------------------------------------------------
-    def open_stream(self, pids: list[int], queue_batches: int, *, read_only: bool) -> tuple[Subscriber, SubscriberQueue]:
+    def open_stream(
+        self, pids: list[int], queue_batches: int, *, read_only: bool
+    ) -> tuple[Subscriber, SubscriberQueue]:
         """A live feed of those processes' event batches (all, when empty), through a queue of
         at most queue_batches batches; Busy when as many streams run as the daemon takes.
         Called on the event loop, whose coroutines take the batches."""
@@ -650,9 +846,17 @@ class ObserverService:
         return sum(s.dropped for s in tuple(self.registry.subscribers))
 
     # -- control -----------------------------------------------------------------------------
-    async def set_mode(self, mode: str, shift: int | None, pids: list[int], kernel_regex: str | None,
-                       timeout_s: float, *, ranks: list[int] | None = None,
-                       gpus: list[str] | None = None) -> list[results.ModeResult]:
+    async def set_mode(
+        self,
+        mode: str,
+        shift: int | None,
+        pids: list[int],
+        kernel_regex: str | None,
+        timeout_s: float,
+        *,
+        ranks: list[int] | None = None,
+        gpus: list[str] | None = None,
+    ) -> list[results.ModeResult]:
         if mode not in MODES:
             raise InvalidArgument(f"unknown mode {quoted(mode)}; modes are {', '.join(MODES)}")
         if shift is not None and not 0 <= shift <= _native.MAX_SHIFT:
@@ -670,8 +874,15 @@ class ObserverService:
 
         return await self._acknowledged(pids, ranks, gpus, request, timeout_s)
 
-    async def open_ops_window(self, steps: int, pids: list[int], timeout_s: float, *, ranks: list[int] | None = None,
-                              gpus: list[str] | None = None) -> list[results.ModeResult]:
+    async def open_ops_window(
+        self,
+        steps: int,
+        pids: list[int],
+        timeout_s: float,
+        *,
+        ranks: list[int] | None = None,
+        gpus: list[str] | None = None,
+    ) -> list[results.ModeResult]:
         """An op window of `steps` engine steps in each selected process, the config in force kept."""
         if not 1 <= steps <= _native.MAX_OPS_STEPS:
             raise InvalidArgument(f"an op window is 1..{_native.MAX_OPS_STEPS} engine steps, not {steps}")
@@ -686,16 +897,24 @@ class ObserverService:
             if mode is None:
                 return f"this process runs mode {control['applied_mode']}, unknown to this gpuobsd"
             if not process.segment.reader.header().get("identity_flags", 0) & TAKES_OP_WINDOWS:
-                return ("no framework plugin takes op windows in this process (the vLLM plugin does, from its "
-                        "first engine step)")
-            return process.segment.request_control(mode, control["applied_shift"], control["applied_filter"],
-                                                   ops_steps=steps)
+                return (
+                    "no framework plugin takes op windows in this process (the vLLM plugin does, from its "
+                    "first engine step)"
+                )
+            return process.segment.request_control(
+                mode, control["applied_shift"], control["applied_filter"], ops_steps=steps
+            )
 
         return await self._acknowledged(pids, ranks, gpus, request, timeout_s)
 
-    async def _acknowledged(self, pids: list[int], ranks: list[int] | None, gpus: list[str] | None,
-                            request: Callable[[ObservedProcess], int | str],
-                            timeout_s: float) -> list[results.ModeResult]:
+    async def _acknowledged(
+        self,
+        pids: list[int],
+        ranks: list[int] | None,
+        gpus: list[str] | None,
+        request: Callable[[ObservedProcess], int | str],
+        timeout_s: float,
+    ) -> list[results.ModeResult]:
         """Writes the control request of each selected process (under its lock) and waits,
         without blocking the loop, until each acknowledged its generation or the timeout passed.
         `request` answers the generation written, or why it wrote nothing (that process's
@@ -709,8 +928,11 @@ class ObserverService:
             with process.lock:
                 written = request(process)
             if isinstance(written, str):
-                refused.append(results.ModeResult(pid=process.pid, acknowledged=False, status="failed_precondition",
-                                                  message=written, generation=0))
+                refused.append(
+                    results.ModeResult(
+                        pid=process.pid, acknowledged=False, status="failed_precondition", message=written, generation=0
+                    )
+                )
             else:
                 generations[process.pid] = (process, written)
         deadline = time.monotonic() + timeout_s
@@ -725,15 +947,20 @@ class ObserverService:
         for pid, (process, generation) in generations.items():
             control = process.segment.control_state()
             acknowledged = control["applied_generation"] >= generation
-            answers.append(results.ModeResult(
-                pid=pid, acknowledged=acknowledged,
-                status=STATUS_NAMES.get(control["status"], "unknown") if acknowledged else "timeout",
-                message=control["status_message"] if acknowledged else "no acknowledgement before the timeout",
-                generation=generation))
+            answers.append(
+                results.ModeResult(
+                    pid=pid,
+                    acknowledged=acknowledged,
+                    status=STATUS_NAMES.get(control["status"], "unknown") if acknowledged else "timeout",
+                    message=control["status_message"] if acknowledged else "no acknowledgement before the timeout",
+                    generation=generation,
+                )
+            )
         return answers + refused
 
-    async def record_to_temporary(self, duration_s: float, max_events: int,
-                                  pids: list[int]) -> tuple[tuple[Path, RecordingAllowance], list[results.RecordedFile]]:
+    async def record_to_temporary(
+        self, duration_s: float, max_events: int, pids: list[int]
+    ) -> tuple[tuple[Path, RecordingAllowance], list[results.RecordedFile]]:
         """A recording into a folder of the daemon's own (in its spool folder), for streaming back
         to the caller: (the folder and the recording's share of the disk cap, both handed back
         through discard_temporary once sent; its files). Its bytes count against the cap for all
@@ -741,8 +968,9 @@ class ObserverService:
         folder = Path(tempfile.mkdtemp(prefix="gpuobs-record-", dir=self.spool_dir))
         allowance = self.recording_budget.allowance()
         try:
-            files = await self.record(str(folder / "recording.gpuobs"), duration_s, max_events, pids,
-                                      allowance=allowance)
+            files = await self.record(
+                str(folder / "recording.gpuobs"), duration_s, max_events, pids, allowance=allowance
+            )
             return (folder, allowance), files
         except BaseException:
             allowance.release()
@@ -763,8 +991,15 @@ class ObserverService:
             while chunk := handle.read(chunk_bytes):
                 yield chunk
 
-    async def record(self, path: str, duration_s: float, max_events: int, pids: list[int], *,
-                     allowance: RecordingAllowance | None = None) -> list[results.RecordedFile]:
+    async def record(
+        self,
+        path: str,
+        duration_s: float,
+        max_events: int,
+        pids: list[int],
+        *,
+        allowance: RecordingAllowance | None = None,
+    ) -> list[results.RecordedFile]:
         """Records the processes into files at `path` (one per process) for a duration or a count
         of events, within the disk caps: `allowance` is its share when the caller holds it (a
         streamed recording, until its files are sent); else one is taken and given back at the end."""
@@ -794,8 +1029,10 @@ class ObserverService:
         processes = self._targets(pids, live_only=True)
         if not processes:
             raise NotFound("no live process to record")
-        paths = {p.pid: target if len(processes) == 1 else target.with_name(f"{target.stem}-{p.pid}{target.suffix}")
-                 for p in processes}
+        paths = {
+            p.pid: target if len(processes) == 1 else target.with_name(f"{target.stem}-{p.pid}{target.suffix}")
+            for p in processes
+        }
         try:
             existing = [str(p) for p in paths.values() if p.exists()]
         except OSError as error:
@@ -822,8 +1059,9 @@ class ObserverService:
             for process in processes:  # after subscribing: no node record falls between the two
                 with process.lock:
                     ops = process.analyses.ops
-                    nodes = recording_prelude(process.analyses.graph_join.node_records(), ops.node_labels(),
-                                              ops.recent_labels(RECENT_OPS))
+                    nodes = recording_prelude(
+                        process.analyses.graph_join.node_records(), ops.node_labels(), ops.recent_labels(RECENT_OPS)
+                    )
                 fits = allowance.records(len(nodes), LAUNCH_DTYPE.itemsize)
                 writers[process.pid].add_launches(nodes[:fits].tobytes(), fits)
             await self._record_into(writers, queue, processes, duration_s, max_events, allowance)
@@ -851,24 +1089,42 @@ class ObserverService:
         for writer in writers.values():
             writer.abort()
 
-    def _finish(self, writers: dict[int, RecordingWriter], processes: list[ObservedProcess],
-                subscriber: Subscriber, allowance: RecordingAllowance) -> list[results.RecordedFile]:
+    def _finish(
+        self,
+        writers: dict[int, RecordingWriter],
+        processes: list[ObservedProcess],
+        subscriber: Subscriber,
+        allowance: RecordingAllowance,
+    ) -> list[results.RecordedFile]:
         by_pid = {p.pid: p for p in processes}
         files = []
         try:
             for pid, writer in writers.items():
                 written = writer.finish(by_pid[pid].segment.kernels(), dropped=subscriber.dropped)
-                files.append(results.RecordedFile(pid, str(written), writer.event_count, writer.launch_count,
-                                                  subscriber.dropped, allowance.stopped))
+                files.append(
+                    results.RecordedFile(
+                        pid,
+                        str(written),
+                        writer.event_count,
+                        writer.launch_count,
+                        subscriber.dropped,
+                        allowance.stopped,
+                    )
+                )
         except OSError as error:
             self._abort(writers)
             raise RecordFailed(writer.path, error) from None
         return files
 
     @staticmethod
-    async def _record_into(writers: dict[int, RecordingWriter], queue: SubscriberQueue,
-                           processes: list[ObservedProcess], duration_s: float, max_events: int,
-                           allowance: RecordingAllowance) -> None:
+    async def _record_into(
+        writers: dict[int, RecordingWriter],
+        queue: SubscriberQueue,
+        processes: list[ObservedProcess],
+        duration_s: float,
+        max_events: int,
+        allowance: RecordingAllowance,
+    ) -> None:
         """Until the duration or the count is reached, every process is gone, or a disk cap ends
         the recording (allowance.stopped)."""
         deadline = time.monotonic() + duration_s if duration_s else float("inf")
@@ -925,4 +1181,3 @@ class ObserverService:
                 raise NotFound(f"no observed process with pid {pid}")
             found.extend(matches)
         return found
-

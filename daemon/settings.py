@@ -9,8 +9,9 @@ import argparse
 import dataclasses
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .runtime_dir import SOCKET_NAME, socket_path_problem
 
@@ -41,11 +42,13 @@ def _share(text: str) -> float:
 def _count(low: int, high: int) -> Callable[[str], int]:
     """An integer within low..high (milliseconds, limits): every setting has a bound, so none can
     make the daemon wait forever or hold what a host does not have."""
+
     def parse(text: str) -> int:
         value = int(text)
         if not low <= value <= high:
             raise ValueError(f"must be within {low}..{high}, not {value}")
         return value
+
     parse.__name__ = f"within_{low}_{high}"
     return parse
 
@@ -55,6 +58,7 @@ def _choice(*choices: str) -> Callable[[str], str]:
         if text not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
         return text
+
     return parse
 
 
@@ -93,41 +97,88 @@ def _bool(text: str) -> bool:
 SETTINGS: tuple[Setting, ...] = (
     Setting("runtime_dir", "/run/gpuobs", "directory of the control socket and the daemon lock"),
     Setting("segment_dir", "/dev/shm", "where injected processes create their segments"),
-    Setting("cubin_dir", "", "where injected processes keep module cubins, when this daemon sees that folder at "
-            "another path than they do (default: the folder each process's segment names, its GPUOBS_CUBIN_DIR)"),
+    Setting(
+        "cubin_dir",
+        "",
+        "where injected processes keep module cubins, when this daemon sees that folder at "
+        "another path than they do (default: the folder each process's segment names, its GPUOBS_CUBIN_DIR)",
+    ),
     Setting("metrics_address", "127.0.0.1:9464", "HOST:PORT of the Prometheus endpoint ('' disables it)", _address),
-    Setting("listen", "", "extra gRPC address (e.g. 0.0.0.0:50061), read-only: queries and streams, no set-mode, "
-            "record or op window; served over TLS to clients that present the token (--tls-cert, --tls-key and --token-file "
-            "are required with it); the unix socket is always served"),
+    Setting(
+        "listen",
+        "",
+        "extra gRPC address (e.g. 0.0.0.0:50061), read-only: queries and streams, no set-mode, "
+        "record or op window; served over TLS to clients that present the token (--tls-cert, --tls-key and "
+        "--token-file are required with it); the unix socket is always served",
+    ),
     Setting("tls_cert", "", "PEM certificate (chain) the --listen port presents"),
     Setting("tls_key", "", "PEM private key of --tls-cert"),
-    Setting("token_file", "", "file holding the token a --listen client must send (authorization: Bearer TOKEN; "
-            "at least 16 characters)"),
+    Setting(
+        "token_file",
+        "",
+        "file holding the token a --listen client must send (authorization: Bearer TOKEN; at least 16 characters)",
+    ),
     Setting("socket_group", "gpuobs", "group given the control socket (0660) when it exists"),
     Setting("drain_interval_ms", 2, "pause between drain passes when nothing was read", _count(0, 1000)),
     Setting("discovery_interval_ms", 200, "how often the segment directory is scanned", _count(1, 60_000)),
     Setting("torn_timeout_ms", 1000, "a claimed slot unfinished this long is skipped as torn", _count(1, 3_600_000)),
-    Setting("exited_retention_s", 300, "how long an exited process's final counts stay shown (status, metrics) after "
-            "its final drain; then its segment is deleted and the process forgotten (0: at once)",
-            _count(0, 30 * 86400)),
-    Setting("exited_max", 32, "exited processes kept at most (the oldest forgotten first, before their retention is "
-            "over): a service restarting in a loop leaves a bounded trail", _count(0, 4096)),
-    Setting("kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'",
-            _count(0, 10_000)),
-    Setting("analysis_share", 0.3, "share of the daemon's time for joining graph replays to events and pairing "
-            "block enters with exits (0 turns both off; counts stay exact)", _share),
-    Setting("hang_threshold_ms", 10000, "blocks in flight this long are reported once per launch as a suspected hang "
-            "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)", _count(1, 86_400_000)),
-    Setting("watchdog_stall_ms", 5000, "a drain that finished no pass this long is said to stall (a log line, the "
-            "status line, gpuobs_drain_stalled); the daemon answers on and the systemd watchdog is fed",
-            _count(1, 3_600_000)),
-    Setting("record_max_mb", 1024, "disk one recording may fill (its files together); reached, it ends with what "
-            "it wrote and says so", _count(1, 1 << 20)),
+    Setting(
+        "exited_retention_s",
+        300,
+        "how long an exited process's final counts stay shown (status, metrics) after "
+        "its final drain; then its segment is deleted and the process forgotten (0: at once)",
+        _count(0, 30 * 86400),
+    ),
+    Setting(
+        "exited_max",
+        32,
+        "exited processes kept at most (the oldest forgotten first, before their retention is "
+        "over): a service restarting in a loop leaves a bounded trail",
+        _count(0, 4096),
+    ),
+    Setting(
+        "kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", _count(0, 10_000)
+    ),
+    Setting(
+        "analysis_share",
+        0.3,
+        "share of the daemon's time for joining graph replays to events and pairing "
+        "block enters with exits (0 turns both off; counts stay exact)",
+        _share,
+    ),
+    Setting(
+        "hang_threshold_ms",
+        10000,
+        "blocks in flight this long are reported once per launch as a suspected hang "
+        "(needs GPUOBS_BLOCK_EXIT=1 in the observed process)",
+        _count(1, 86_400_000),
+    ),
+    Setting(
+        "watchdog_stall_ms",
+        5000,
+        "a drain that finished no pass this long is said to stall (a log line, the "
+        "status line, gpuobs_drain_stalled); the daemon answers on and the systemd watchdog is fed",
+        _count(1, 3_600_000),
+    ),
+    Setting(
+        "record_max_mb",
+        1024,
+        "disk one recording may fill (its files together); reached, it ends with what it wrote and says so",
+        _count(1, 1 << 20),
+    ),
     Setting("record_total_mb", 4096, "disk all recordings running at once may fill", _count(1, 1 << 22)),
-    Setting("spool_dir", "", "where a recording streamed to its client is written first (default: <runtime dir>/spool; "
-            "a folder of this daemon's own, emptied at start)"),
-    Setting("log_format", "auto", "json, console, or auto (console on a terminal, JSON otherwise)",
-            _choice("json", "console", "auto")),
+    Setting(
+        "spool_dir",
+        "",
+        "where a recording streamed to its client is written first (default: <runtime dir>/spool; "
+        "a folder of this daemon's own, emptied at start)",
+    ),
+    Setting(
+        "log_format",
+        "auto",
+        "json, console, or auto (console on a terminal, JSON otherwise)",
+        _choice("json", "console", "auto"),
+    ),
     Setting("owners", "", "comma-separated uids whose segments are trusted (default: ours and root)", _owners),
 )
 
@@ -159,8 +210,12 @@ class Config:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="settings file (TOML); flags and GPUOBS_* variables override it")
     for setting in SETTINGS:
-        parser.add_argument(setting.flag, dest=setting.name, default=None, help=f"{setting.help} "
-                            f"[{setting.env}, default {setting.default!r}]")
+        parser.add_argument(
+            setting.flag,
+            dest=setting.name,
+            default=None,
+            help=f"{setting.help} [{setting.env}, default {setting.default!r}]",
+        )
 
 
 def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Config:
@@ -200,6 +255,8 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
     if values["listen"]:
         missing = [f"--{name.replace('_', '-')}" for name in ("tls_cert", "tls_key", "token_file") if not values[name]]
         if missing:
-            raise ValueError(f"--listen needs {', '.join(missing)}: a TCP port is reachable by others, so it is "
-                             f"served only over TLS to clients that present a token")
+            raise ValueError(
+                f"--listen needs {', '.join(missing)}: a TCP port is reachable by others, so it is "
+                f"served only over TLS to clients that present a token"
+            )
     return Config(values)

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-
 from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
 from .analysis import Analysis
@@ -93,7 +92,7 @@ class StepAttribution(Analysis):
         # steps and their text, in order (a step's text follows it)
         began = False
         for index in np.flatnonzero(annotated).tolist():
-            raw = rows[index:index + 1]
+            raw = rows[index : index + 1]
             if int(kinds[index]) == STEP:
                 self._begin(raw.view(STEP_DTYPE)[0])
                 began = True
@@ -101,14 +100,22 @@ class StepAttribution(Analysis):
                 self._text(raw.view(STEP_TEXT_DTYPE)[0])
         if began:  # the time index, once per batch rather than once per step
             self._keys = list(self.steps)
-            self._times = np.fromiter((s.host_time_ns for s in self.steps.values()), dtype=np.uint64,
-                                      count=len(self.steps))
+            self._times = np.fromiter(
+                (s.host_time_ns for s in self.steps.values()), dtype=np.uint64, count=len(self.steps)
+            )
         self._attribute(rows[~annotated], self.replay_shape)
 
     def _begin(self, record: np.void) -> None:
         same = bool(int(record["flags"]) & STEP_SAME_REQUESTS)
-        step = Step(int(record["step"]), int(record["host_time_ns"]), int(record["thread"]), int(record["requests"]),
-                    int(record["tokens"]), int(record["text_bytes"]), same)
+        step = Step(
+            int(record["step"]),
+            int(record["host_time_ns"]),
+            int(record["thread"]),
+            int(record["requests"]),
+            int(record["tokens"]),
+            int(record["text_bytes"]),
+            same,
+        )
         if same:
             step.request_ids = list(self._last_ids)
         key = self._next_key
@@ -130,7 +137,7 @@ class StepAttribution(Analysis):
         piece = bytes(record["text"])[:length].ljust(length, b"\0")
         if len(step.text) < offset + length:
             step.text.extend(b"\0" * (offset + length - len(step.text)))
-        step.text[offset:offset + length] = piece
+        step.text[offset : offset + length] = piece
         step.text_received += length
         if step.ids_complete:
             step.request_ids = step.text.decode("utf-8", "replace").split("\n")
@@ -144,8 +151,10 @@ class StepAttribution(Analysis):
         if not len(relevant):
             return
         is_kernel = relevant["kind"] == EAGER
-        shapes = {graph_exec: replay_shape(graph_exec) for graph_exec in
-                  np.unique(relevant["graph_exec"][~is_kernel]).tolist()}
+        shapes = {
+            graph_exec: replay_shape(graph_exec)
+            for graph_exec in np.unique(relevant["graph_exec"][~is_kernel]).tolist()
+        }
         launches = np.ones(len(relevant), dtype=np.uint64)
         blocks = relevant["grid_x"].astype(np.uint64) * relevant["grid_y"] * relevant["grid_z"]
         for index in np.flatnonzero(~is_kernel).tolist():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hmac
 import ssl
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import grpc
 
@@ -28,8 +28,10 @@ def server_credentials(cert_path: str, key_path: str) -> grpc.ServerCredentials:
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_path, key_path)
     except ssl.SSLError as error:
-        raise ValueError(f"--tls-cert {cert_path} and --tls-key {key_path} are not a PEM certificate (chain) and its "
-                         f"private key: {error.reason or error}") from None
+        raise ValueError(
+            f"--tls-cert {cert_path} and --tls-key {key_path} are not a PEM certificate (chain) and its "
+            f"private key: {error.reason or error}"
+        ) from None
     except OSError as error:
         raise ValueError(f"cannot read --tls-cert or --tls-key: {error.strerror}: {error.filename}") from None
     return grpc.ssl_server_credentials([(Path(key_path).read_bytes(), Path(cert_path).read_bytes())])
@@ -42,8 +44,11 @@ class TokenCheck(grpc.aio.ServerInterceptor):
     def __init__(self, token: str) -> None:
         self.expected = f"Bearer {token}".encode()
 
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable],
-                                handler_call_details: grpc.HandlerCallDetails):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable],
+        handler_call_details: grpc.HandlerCallDetails,
+    ):
         handler = await continuation(handler_call_details)
         presented = dict(handler_call_details.invocation_metadata or ()).get("authorization", "")
         if handler is None or hmac.compare_digest(str(presented).encode(), self.expected):
@@ -62,8 +67,15 @@ def refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         yield  # an async generator, as a streaming handler must be
 
-    kinds = {(False, False): grpc.unary_unary_rpc_method_handler, (True, False): grpc.stream_unary_rpc_method_handler,
-             (False, True): grpc.unary_stream_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler}
+    kinds = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
     make = kinds[(handler.request_streaming, handler.response_streaming)]
-    return make(streaming if handler.response_streaming else unary,
-                request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+    return make(
+        streaming if handler.response_streaming else unary,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )

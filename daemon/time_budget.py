@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 UNLIMITED_SHARE = 1.0  # a share of 1 or more: no limit at all (tests that need every event judged)
 

@@ -10,30 +10,31 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
-
 from gpuobs import _native
-
 
 
 def _dtype(fields: list[tuple[str, int, object]], itemsize: int) -> np.dtype:
     """A numpy dtype from a field table the native module read off a C++ struct. A field's
     format is numpy's name for it, or (fields, itemsize, count) for an array of structs."""
+
     def fmt(format_: object) -> object:
         if isinstance(format_, str):
             return format_
         element_fields, element_size, count = format_
         return (_dtype(element_fields, element_size), (count,))
 
-    return np.dtype({
-        "names": [name for name, _, _ in fields],
-        "formats": [fmt(format_) for _, _, format_ in fields],
-        "offsets": [offset for _, offset, _ in fields],
-        "itemsize": itemsize,
-    })
+    return np.dtype(
+        {
+            "names": [name for name, _, _ in fields],
+            "formats": [fmt(format_) for _, _, format_ in fields],
+            "offsets": [offset for _, offset, _ in fields],
+            "itemsize": itemsize,
+        }
+    )
 
 
 def _struct_dtype(name: str) -> np.dtype:
@@ -109,8 +110,10 @@ class StageAccount:
 
     @property
     def balanced(self) -> bool:
-        return (self.produced + self.unpublished
-                == self.delivered + self.dropped + self.torn + self.corrupt + self.in_flight)
+        return (
+            self.produced + self.unpublished
+            == self.delivered + self.dropped + self.torn + self.corrupt + self.in_flight
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,8 +204,9 @@ class Segment:
     def control_state(self) -> dict:
         return self.reader.control_state()
 
-    def request_control(self, mode: str, shift: int = 0, kernel_filter: str = "", patch_set: str | None = None,
-                        ops_steps: int = 0) -> int:
+    def request_control(
+        self, mode: str, shift: int = 0, kernel_filter: str = "", patch_set: str | None = None, ops_steps: int = 0
+    ) -> int:
         """Asks the producer for a mode (and, with ops_steps > 0, an op window of that many engine
         steps); returns the generation its acknowledgement will carry. Raises ValueError (nothing
         written) for an invalid request."""

@@ -3,10 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <deque>
 #include <string>
 #include <thread>
@@ -185,11 +185,18 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
       if (!window_left) window_left = config.take_ops_window();
     }
     const KernelProfile& profile = catalog[index];
-    const LaunchShape shape{slots[index], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads,
-                      launch_grid_id, uint32_t(launches % options.contexts), options.graph_nodes ? replay : 0};
+    const LaunchShape shape{slots[index],
+                            profile.grid_x,
+                            profile.grid_y,
+                            profile.grid_z,
+                            profile.block_threads,
+                            launch_grid_id,
+                            uint32_t(launches % options.contexts),
+                            options.graph_nodes ? replay : 0};
     LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
                                                in_force.mode, in_force.shift, captured[index] != 0);
-    if (options.ops && !options.graph_nodes) record.op = launches / options.ops + 1;  // as the injector: the op open on the thread
+    if (options.ops && !options.graph_nodes)
+      record.op = launches / options.ops + 1;  // as the injector: the op open on the thread
     if (options.graph_nodes) {
       record.graph_exec = graph_exec;
       record.graph_node = kFirstNode + node_index;
@@ -213,9 +220,10 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     // A kernel that hangs: its launch record, its blocks' enters, then nothing until released.
     const KernelProfile& profile = catalog[0];
     LaunchShape shape{slots[0], profile.grid_x, profile.grid_y, profile.grid_z, profile.block_threads, ++grid_id, 0, 0};
-    if (options.launch_trace) writer.write_launch(kernel_launch_record(shape, LaunchKind::Eager, Mode::Blocks, 0, true));
-    std::fprintf(stderr, "gpuobs-synth: hanging kernel 0 (grid id %llu) for %.0f s\n", (unsigned long long)shape.grid_id,
-                 options.hang_seconds);
+    if (options.launch_trace)
+      writer.write_launch(kernel_launch_record(shape, LaunchKind::Eager, Mode::Blocks, 0, true));
+    std::fprintf(stderr, "gpuobs-synth: hanging kernel 0 (grid id %llu) for %.0f s\n",
+                 (unsigned long long)shape.grid_id, options.hang_seconds);
     device.run_held(shape, profile, options.hang_seconds, stop);
     ++launches;
   }

@@ -23,8 +23,8 @@ const Seed kSeeds[] = {
      1024, 3},
     {"_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_", 64, 1, 1, 128,
      1},
-    {"_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalINS_25Sm90GemmTma128x128x64Bf16EEEEEvNT_6ParamsE", 66,
-     2, 1, 384, 2},
+    {"_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalINS_25Sm90GemmTma128x128x64Bf16EEEEEvNT_6ParamsE", 66, 2,
+     1, 384, 2},
     {"triton_poi_fused_add_mul_0", 32, 1, 1, 128, 3},
 };
 

@@ -13,10 +13,10 @@ namespace synth {
 
 struct KernelProfile {
   std::string mangled;
-  uint32_t grid_x;            // typical grid
+  uint32_t grid_x;  // typical grid
   uint32_t grid_y;
   uint32_t grid_z;
-  uint32_t block_threads;     // threads per block (multiple of 32)
+  uint32_t block_threads;        // threads per block (multiple of 32)
   uint32_t accesses_per_thread;  // global memory instructions each thread executes
   uint64_t base_pc;
   std::vector<uint32_t> access_offsets;  // when set: the offset of each access instruction (--cubin-offsets)

@@ -31,17 +31,18 @@ namespace {
 #endif
 
 void print_usage(std::FILE* out) {
-  std::fprintf(out,
-               "usage: gpuobs-synth [--segment-dir DIR] [--kernels K] [--rate EVENTS_PER_S] [--duration S]\n"
-               "  [--mode %s] [--shift N] [--seed N] [--patch-set %s]\n"
-               "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
-               "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
-               "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps] [--replay-delay-us US]] [--hang-seconds S]\n"
-               "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
-               "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N] [--memory-kernels REGEX]\n"
-               "  [--rank R --world-size W [--local-rank L] [--model NAME]] [--gpu ORDINAL,PCI_BUS_ID,UUID ...]\n"
-               "  [--help] [--version]\n",
-               choices(kModes).c_str(), choices(kPatchSetNames).c_str());
+  std::fprintf(
+      out,
+      "usage: gpuobs-synth [--segment-dir DIR] [--kernels K] [--rate EVENTS_PER_S] [--duration S]\n"
+      "  [--mode %s] [--shift N] [--seed N] [--patch-set %s]\n"
+      "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
+      "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
+      "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps] [--replay-delay-us US]] [--hang-seconds S]\n"
+      "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
+      "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N] [--memory-kernels REGEX]\n"
+      "  [--rank R --world-size W [--local-rank L] [--model NAME]] [--gpu ORDINAL,PCI_BUS_ID,UUID ...]\n"
+      "  [--help] [--version]\n",
+      choices(kModes).c_str(), choices(kPatchSetNames).c_str());
 }
 }  // namespace
 
@@ -55,7 +56,8 @@ uint64_t parse_number(const char* text, const char* flag) {
   char* end = nullptr;
   errno = 0;
   const unsigned long long value = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') usage((std::string("bad number for ") + flag).c_str());
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-')
+    usage((std::string("bad number for ") + flag).c_str());
   return value;
 }
 
@@ -88,101 +90,222 @@ void apply_environment(Options* o) {
   if (const char* dir = std::getenv("GPUOBS_SEGMENT_DIR"); dir && *dir) o->segment_dir = dir;
   if (const char* mode = std::getenv("GPUOBS_MODE"); mode && *mode && !parse_mode(mode, &o->mode))
     usage("GPUOBS_MODE is not a mode");
-  if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift) o->shift = uint32_t(parse_bounded(shift, "GPUOBS_SHIFT", 0, kMaxShift));
+  if (const char* shift = std::getenv("GPUOBS_SHIFT"); shift && *shift)
+    o->shift = uint32_t(parse_bounded(shift, "GPUOBS_SHIFT", 0, kMaxShift));
   if (const char* set = std::getenv("GPUOBS_PATCH_SET"); set) parse_name(kPatchSetNames, set, &o->patch_set);
   if (const char* label = std::getenv("GPUOBS_LABEL"); label && *label) o->label = label;
   if (const char* group = std::getenv("GPUOBS_GROUP"); group && *group) {  // as the injector: 0660, that group
     if (const struct group* entry = getgrnam(group)) o->group = entry->gr_gid;
     else std::fprintf(stderr, "gpuobs-synth: GPUOBS_GROUP=%s: no such group; the segment stays 0600\n", group);
   }
-  if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0) o->launch_trace = true;
+  if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0)
+    o->launch_trace = true;
   if (const char* chosen = std::getenv("GPUOBS_MEMORY_KERNELS"); chosen && *chosen) o->memory_kernels = chosen;
 }
 
 }  // namespace
 
 Options parse_options(int argc, char** argv) {
-  enum { kDir = 1000, kKernels, kRate, kDuration, kMode, kShift, kSeed, kPatchSet, kMaxEvents, kLaunches, kContexts,
-         kRing, kLaunchRing, kLiveGraphs, kCrash, kPublish, kPoll, kLabel, kFilter, kUnlink, kGraphNodes, kReplayDelay, kHang, kSteps, kCubin, kCubinFunction, kCubinOffsets, kLaunchTrace, kDeviceLag, kProfilerStarts, kOps, kRank, kWorldSize, kLocalRank, kModel, kGpu, kMemoryKernels, kHelp, kVersion };
-  static const option long_options[] = {
-      {"segment-dir", required_argument, nullptr, kDir}, {"kernels", required_argument, nullptr, kKernels},
-      {"rate", required_argument, nullptr, kRate}, {"duration", required_argument, nullptr, kDuration},
-      {"mode", required_argument, nullptr, kMode}, {"shift", required_argument, nullptr, kShift},
-      {"seed", required_argument, nullptr, kSeed}, {"patch-set", required_argument, nullptr, kPatchSet},
-      {"max-events", required_argument, nullptr, kMaxEvents}, {"launches", required_argument, nullptr, kLaunches},
-      {"contexts", required_argument, nullptr, kContexts}, {"ring-records", required_argument, nullptr, kRing},
-      {"launch-ring-records", required_argument, nullptr, kLaunchRing},
-      {"live-graphs", required_argument, nullptr, kLiveGraphs}, {"crash-after", required_argument, nullptr, kCrash},
-      {"publish-us", required_argument, nullptr, kPublish}, {"control-poll-us", required_argument, nullptr, kPoll},
-      {"label", required_argument, nullptr, kLabel}, {"kernel", required_argument, nullptr, kFilter},
-      {"unlink-at-exit", no_argument, nullptr, kUnlink}, {"graph-nodes", required_argument, nullptr, kGraphNodes},
-      {"replay-delay-us", required_argument, nullptr, kReplayDelay},
-      {"hang-seconds", required_argument, nullptr, kHang}, {"steps", no_argument, nullptr, kSteps},
-      {"cubin", required_argument, nullptr, kCubin},
-      {"cubin-function", required_argument, nullptr, kCubinFunction},
-      {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
-      {"launch-trace", no_argument, nullptr, kLaunchTrace},
-      {"device-lag", required_argument, nullptr, kDeviceLag},
-      {"profiler-starts", required_argument, nullptr, kProfilerStarts},
-      {"ops", required_argument, nullptr, kOps},
-      {"rank", required_argument, nullptr, kRank}, {"world-size", required_argument, nullptr, kWorldSize},
-      {"local-rank", required_argument, nullptr, kLocalRank}, {"model", required_argument, nullptr, kModel},
-      {"gpu", required_argument, nullptr, kGpu}, {"memory-kernels", required_argument, nullptr, kMemoryKernels},
-      {"help", no_argument, nullptr, kHelp}, {"version", no_argument, nullptr, kVersion},
-      {nullptr, 0, nullptr, 0}};
+  enum {
+    kDir = 1000,
+    kKernels,
+    kRate,
+    kDuration,
+    kMode,
+    kShift,
+    kSeed,
+    kPatchSet,
+    kMaxEvents,
+    kLaunches,
+    kContexts,
+    kRing,
+    kLaunchRing,
+    kLiveGraphs,
+    kCrash,
+    kPublish,
+    kPoll,
+    kLabel,
+    kFilter,
+    kUnlink,
+    kGraphNodes,
+    kReplayDelay,
+    kHang,
+    kSteps,
+    kCubin,
+    kCubinFunction,
+    kCubinOffsets,
+    kLaunchTrace,
+    kDeviceLag,
+    kProfilerStarts,
+    kOps,
+    kRank,
+    kWorldSize,
+    kLocalRank,
+    kModel,
+    kGpu,
+    kMemoryKernels,
+    kHelp,
+    kVersion
+  };
+  static const option long_options[] = {{"segment-dir", required_argument, nullptr, kDir},
+                                        {"kernels", required_argument, nullptr, kKernels},
+                                        {"rate", required_argument, nullptr, kRate},
+                                        {"duration", required_argument, nullptr, kDuration},
+                                        {"mode", required_argument, nullptr, kMode},
+                                        {"shift", required_argument, nullptr, kShift},
+                                        {"seed", required_argument, nullptr, kSeed},
+                                        {"patch-set", required_argument, nullptr, kPatchSet},
+                                        {"max-events", required_argument, nullptr, kMaxEvents},
+                                        {"launches", required_argument, nullptr, kLaunches},
+                                        {"contexts", required_argument, nullptr, kContexts},
+                                        {"ring-records", required_argument, nullptr, kRing},
+                                        {"launch-ring-records", required_argument, nullptr, kLaunchRing},
+                                        {"live-graphs", required_argument, nullptr, kLiveGraphs},
+                                        {"crash-after", required_argument, nullptr, kCrash},
+                                        {"publish-us", required_argument, nullptr, kPublish},
+                                        {"control-poll-us", required_argument, nullptr, kPoll},
+                                        {"label", required_argument, nullptr, kLabel},
+                                        {"kernel", required_argument, nullptr, kFilter},
+                                        {"unlink-at-exit", no_argument, nullptr, kUnlink},
+                                        {"graph-nodes", required_argument, nullptr, kGraphNodes},
+                                        {"replay-delay-us", required_argument, nullptr, kReplayDelay},
+                                        {"hang-seconds", required_argument, nullptr, kHang},
+                                        {"steps", no_argument, nullptr, kSteps},
+                                        {"cubin", required_argument, nullptr, kCubin},
+                                        {"cubin-function", required_argument, nullptr, kCubinFunction},
+                                        {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
+                                        {"launch-trace", no_argument, nullptr, kLaunchTrace},
+                                        {"device-lag", required_argument, nullptr, kDeviceLag},
+                                        {"profiler-starts", required_argument, nullptr, kProfilerStarts},
+                                        {"ops", required_argument, nullptr, kOps},
+                                        {"rank", required_argument, nullptr, kRank},
+                                        {"world-size", required_argument, nullptr, kWorldSize},
+                                        {"local-rank", required_argument, nullptr, kLocalRank},
+                                        {"model", required_argument, nullptr, kModel},
+                                        {"gpu", required_argument, nullptr, kGpu},
+                                        {"memory-kernels", required_argument, nullptr, kMemoryKernels},
+                                        {"help", no_argument, nullptr, kHelp},
+                                        {"version", no_argument, nullptr, kVersion},
+                                        {nullptr, 0, nullptr, 0}};
   Options o;
   apply_environment(&o);
   int code = 0;
   while ((code = getopt_long(argc, argv, "", long_options, nullptr)) != -1) {
     switch (code) {
-      case kDir: o.segment_dir = optarg; break;
-      case kKernels: o.kernels = uint32_t(parse_bounded(optarg, "--kernels", 1, kMaxKernels)); break;
-      case kRate: o.rate = double(parse_number(optarg, "--rate")); break;
-      case kDuration: o.duration = parse_seconds(optarg, "--duration", kMaxSeconds); break;
+      case kDir:
+        o.segment_dir = optarg;
+        break;
+      case kKernels:
+        o.kernels = uint32_t(parse_bounded(optarg, "--kernels", 1, kMaxKernels));
+        break;
+      case kRate:
+        o.rate = double(parse_number(optarg, "--rate"));
+        break;
+      case kDuration:
+        o.duration = parse_seconds(optarg, "--duration", kMaxSeconds);
+        break;
       case kMode:
         if (!parse_mode(optarg, &o.mode)) usage("unknown mode");
         break;
-      case kShift: o.shift = uint32_t(parse_bounded(optarg, "--shift", 0, kMaxShift)); break;
-      case kSeed: o.seed = parse_number(optarg, "--seed"); break;
+      case kShift:
+        o.shift = uint32_t(parse_bounded(optarg, "--shift", 0, kMaxShift));
+        break;
+      case kSeed:
+        o.seed = parse_number(optarg, "--seed");
+        break;
       case kPatchSet:
         if (!parse_name(kPatchSetNames, optarg, &o.patch_set)) usage("patch set is block or memory");
         break;
-      case kMaxEvents: o.max_events = parse_number(optarg, "--max-events"); break;
-      case kLaunches: o.max_launches = parse_number(optarg, "--launches"); break;
-      case kContexts: o.contexts = uint32_t(parse_bounded(optarg, "--contexts", 1, kMaxEventRings)); break;
-      case kRing: o.ring_records = uint32_t(parse_bounded(optarg, "--ring-records", 1, kMaxRingRecords)); break;
+      case kMaxEvents:
+        o.max_events = parse_number(optarg, "--max-events");
+        break;
+      case kLaunches:
+        o.max_launches = parse_number(optarg, "--launches");
+        break;
+      case kContexts:
+        o.contexts = uint32_t(parse_bounded(optarg, "--contexts", 1, kMaxEventRings));
+        break;
+      case kRing:
+        o.ring_records = uint32_t(parse_bounded(optarg, "--ring-records", 1, kMaxRingRecords));
+        break;
       case kLaunchRing:
         o.launch_ring_records = uint32_t(parse_bounded(optarg, "--launch-ring-records", 1, kMaxRingRecords));
         break;
-      case kLiveGraphs: o.live_graphs = uint32_t(parse_bounded(optarg, "--live-graphs", 0, 1u << 20)); break;
-      case kCrash: o.crash_after = parse_number(optarg, "--crash-after"); break;
-      case kPublish: o.publish_us = uint32_t(parse_bounded(optarg, "--publish-us", 1, 60000000)); break;
-      case kPoll: o.control_poll_us = uint32_t(parse_bounded(optarg, "--control-poll-us", 1, 60000000)); break;
-      case kLabel: o.label = optarg; break;
-      case kFilter: o.filter = optarg; break;
-      case kUnlink: o.unlink_at_exit = true; break;
-      case kGraphNodes: o.graph_nodes = uint32_t(parse_bounded(optarg, "--graph-nodes", 0, kMaxKernels)); break;
-      case kReplayDelay: o.replay_delay_us = uint32_t(parse_bounded(optarg, "--replay-delay-us", 0, 10000000)); break;
-      case kSteps: o.steps = true; break;
-      case kLaunchTrace: o.launch_trace = true; break;
-      case kDeviceLag: o.device_lag = uint32_t(parse_bounded(optarg, "--device-lag", 0, 1u << 20)); break;
-      case kProfilerStarts: o.profiler_starts = uint32_t(parse_bounded(optarg, "--profiler-starts", 0, 1u << 20)); break;
-      case kOps: o.ops = uint32_t(parse_bounded(optarg, "--ops", 0, 1u << 20)); break;
-      case kRank: o.rank = int64_t(parse_bounded(optarg, "--rank", 0, UINT32_MAX - 1)); break;
-      case kWorldSize: o.world_size = uint32_t(parse_bounded(optarg, "--world-size", 1, UINT32_MAX)); break;
-      case kLocalRank: o.local_rank = uint32_t(parse_bounded(optarg, "--local-rank", 0, UINT32_MAX)); break;
-      case kModel: o.model = optarg; break;
-      case kGpu: o.gpus.push_back(optarg); break;
-      case kMemoryKernels: o.memory_kernels = optarg; break;
+      case kLiveGraphs:
+        o.live_graphs = uint32_t(parse_bounded(optarg, "--live-graphs", 0, 1u << 20));
+        break;
+      case kCrash:
+        o.crash_after = parse_number(optarg, "--crash-after");
+        break;
+      case kPublish:
+        o.publish_us = uint32_t(parse_bounded(optarg, "--publish-us", 1, 60000000));
+        break;
+      case kPoll:
+        o.control_poll_us = uint32_t(parse_bounded(optarg, "--control-poll-us", 1, 60000000));
+        break;
+      case kLabel:
+        o.label = optarg;
+        break;
+      case kFilter:
+        o.filter = optarg;
+        break;
+      case kUnlink:
+        o.unlink_at_exit = true;
+        break;
+      case kGraphNodes:
+        o.graph_nodes = uint32_t(parse_bounded(optarg, "--graph-nodes", 0, kMaxKernels));
+        break;
+      case kReplayDelay:
+        o.replay_delay_us = uint32_t(parse_bounded(optarg, "--replay-delay-us", 0, 10000000));
+        break;
+      case kSteps:
+        o.steps = true;
+        break;
+      case kLaunchTrace:
+        o.launch_trace = true;
+        break;
+      case kDeviceLag:
+        o.device_lag = uint32_t(parse_bounded(optarg, "--device-lag", 0, 1u << 20));
+        break;
+      case kProfilerStarts:
+        o.profiler_starts = uint32_t(parse_bounded(optarg, "--profiler-starts", 0, 1u << 20));
+        break;
+      case kOps:
+        o.ops = uint32_t(parse_bounded(optarg, "--ops", 0, 1u << 20));
+        break;
+      case kRank:
+        o.rank = int64_t(parse_bounded(optarg, "--rank", 0, UINT32_MAX - 1));
+        break;
+      case kWorldSize:
+        o.world_size = uint32_t(parse_bounded(optarg, "--world-size", 1, UINT32_MAX));
+        break;
+      case kLocalRank:
+        o.local_rank = uint32_t(parse_bounded(optarg, "--local-rank", 0, UINT32_MAX));
+        break;
+      case kModel:
+        o.model = optarg;
+        break;
+      case kGpu:
+        o.gpus.push_back(optarg);
+        break;
+      case kMemoryKernels:
+        o.memory_kernels = optarg;
+        break;
       case kHelp:
         print_usage(stdout);
         std::exit(0);
       case kVersion:
         std::printf("gpuobs-synth %s (segment layout %u)\n", GPUOBS_VERSION, kLayoutVersion);
         std::exit(0);
-      case kHang: o.hang_seconds = double(parse_bounded(optarg, "--hang-seconds", 0, uint64_t(kMaxSeconds))); break;
-      case kCubin: o.cubin = optarg; break;
-      case kCubinFunction: o.cubin_function = optarg; break;
+      case kHang:
+        o.hang_seconds = double(parse_bounded(optarg, "--hang-seconds", 0, uint64_t(kMaxSeconds)));
+        break;
+      case kCubin:
+        o.cubin = optarg;
+        break;
+      case kCubinFunction:
+        o.cubin_function = optarg;
+        break;
       case kCubinOffsets: {
         std::string list = optarg;
         size_t start = 0;
@@ -199,7 +322,8 @@ Options parse_options(int argc, char** argv) {
         }
         break;
       }
-      default: usage("unknown flag");
+      default:
+        usage("unknown flag");
     }
   }
   if (optind != argc) usage("unexpected argument");

@@ -14,7 +14,7 @@ namespace synth {
 struct Options {
   std::string segment_dir = "/dev/shm";
   uint32_t kernels = 8;
-  double rate = 0;  // work units per second, 0 = as fast as possible
+  double rate = 0;      // work units per second, 0 = as fast as possible
   double duration = 0;  // seconds, 0 = until a signal or a limit below
   Mode mode = Mode::Counter;
   uint32_t shift = 0;
@@ -25,16 +25,16 @@ struct Options {
   uint32_t contexts = 1;      // event rings
   uint32_t ring_records = 1u << 16;
   uint32_t launch_ring_records = 1u << 14;
-  uint32_t live_graphs = 0;   // graph execs "alive": a patch-set switch is refused while > 0
-  uint64_t crash_after = 0;   // write half a record after this many events, then SIGKILL itself
-  uint32_t graph_nodes = 0;   // > 0: launches are replays of one CUDA graph of this many kernel nodes
+  uint32_t live_graphs = 0;      // graph execs "alive": a patch-set switch is refused while > 0
+  uint64_t crash_after = 0;      // write half a record after this many events, then SIGKILL itself
+  uint32_t graph_nodes = 0;      // > 0: launches are replays of one CUDA graph of this many kernel nodes
   uint32_t replay_delay_us = 0;  // with --graph-nodes N (N >= 2): the device waits this long before each
                                  // replay's last node, so the replay's span grows by it (a straggling rank)
-  bool steps = false;         // with --graph-nodes: an engine step record before each replay, as the vLLM
-                              // plugin writes them (requests change every 3 steps)
-  double hang_seconds = 0;    // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
-  std::string cubin;          // kernel 0 is this cubin's function (--cubin-function): its cubin is kept
-  std::string cubin_function;  // as the injector keeps a module's, and its accesses sit at --cubin-offsets
+  bool steps = false;            // with --graph-nodes: an engine step record before each replay, as the vLLM
+                                 // plugin writes them (requests change every 3 steps)
+  double hang_seconds = 0;       // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
+  std::string cubin;             // kernel 0 is this cubin's function (--cubin-function): its cubin is kept
+  std::string cubin_function;    // as the injector keeps a module's, and its accesses sit at --cubin-offsets
   std::vector<uint32_t> cubin_offsets;
   uint32_t publish_us = 2000;
   uint32_t control_poll_us = 500;
@@ -45,22 +45,22 @@ struct Options {
                                // (each its own module here) whose name matches get the access hooks
   bool unlink_at_exit = false;
   bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
-  int64_t rank = -1;             // --rank R --world-size W [--local-rank L] [--model NAME]: the identity a
-  uint32_t world_size = 1;       // plugin sets (role engine)
+  int64_t rank = -1;          // --rank R --world-size W [--local-rank L] [--model NAME]: the identity a
+  uint32_t world_size = 1;    // plugin sets (role engine)
   uint32_t local_rank = 0;
   std::string model;
   std::vector<std::string> gpus;  // --gpu ORDINAL,PCI_BUS_ID,UUID (repeatable): a context's GPU
-  uint32_t ops = 0;              // a framework op record before every N launches (--launch-trace), or
-                                 // for every N graph nodes captured (--graph-nodes)
-  uint32_t profiler_starts = 0;  // profilers the program says it started (as the vLLM plugin notes them)
-  uint32_t device_lag = 0;    // launches the device runs behind the host, as a GPU's queue: a launch's
-                              // records are written when it is issued, its kernel runs this many
-                              // launches later, in the mode in force then
+  uint32_t ops = 0;               // a framework op record before every N launches (--launch-trace), or
+                                  // for every N graph nodes captured (--graph-nodes)
+  uint32_t profiler_starts = 0;   // profilers the program says it started (as the vLLM plugin notes them)
+  uint32_t device_lag = 0;        // launches the device runs behind the host, as a GPU's queue: a launch's
+                                  // records are written when it is issued, its kernel runs this many
+                                  // launches later, in the mode in force then
 };
 
 // The bounds of its settings: none makes it spin, run forever unasked or take what a host lacks.
-constexpr uint32_t kMaxKernels = 1u << 19;     // kernels it plays (each a slot and its names: ~300 MB at most)
-constexpr double kMaxSeconds = 86400;          // --duration, --hang-seconds
+constexpr uint32_t kMaxKernels = 1u << 19;  // kernels it plays (each a slot and its names: ~300 MB at most)
+constexpr double kMaxSeconds = 86400;       // --duration, --hang-seconds
 constexpr size_t kMaxCubinOffsets = 1024;
 
 // The settings from the environment and the command line; exits with a usage message (status 2)

@@ -23,7 +23,8 @@ DeviceKernelSlot read_slot(const DeviceKernelSlot& slot) {
   DeviceKernelSlot copy;
   const uint64_t* from = reinterpret_cast<const uint64_t*>(&slot);
   uint64_t* to = reinterpret_cast<uint64_t*>(&copy);
-  for (size_t word = 0; word < sizeof(slot) / sizeof(uint64_t); ++word) to[word] = __atomic_load_n(from + word, __ATOMIC_RELAXED);
+  for (size_t word = 0; word < sizeof(slot) / sizeof(uint64_t); ++word)
+    to[word] = __atomic_load_n(from + word, __ATOMIC_RELAXED);
   return copy;
 }
 
@@ -40,7 +41,8 @@ void SimulatedDevice::emit(uint32_t ring_index, const EventRecord* bodies, uint3
   if (count == 0) return;
   events_produced_.fetch_add(count, std::memory_order_relaxed);
   device_add(&kernels_[slot].events_produced, count);
-  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
+  const ring::ProducerView producer =
+      writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
   uint64_t first = 0;
   if (!ring::claim(producer, count, &first)) {
     events_dropped_.fetch_add(count, std::memory_order_relaxed);
@@ -65,7 +67,8 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   // Launches run one after another: a replay begun means the ones before it finished.
   if (launch.replay > replay_begun_.load(std::memory_order_relaxed))
     replay_begun_.store(launch.replay, std::memory_order_release);
-  count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z), pack_block(launch.block_threads, 1, 1));
+  count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z),
+               pack_block(launch.block_threads, 1, 1));
   // the patches' own decision, from the config word the injector would write for this kernel
   const uint32_t flags = make_flags(make_config(mode, config.shift), config.captured, config.access_hooked);
   const BlockCapture capture = block_capture(flags);
@@ -200,7 +203,8 @@ void SimulatedDevice::run_held(const LaunchShape& launch, const KernelProfile& p
                                const std::atomic<bool>& stop) {
   const uint64_t blocks = uint64_t(launch.grid_x) * launch.grid_y * launch.grid_z;
   DeviceKernelSlot& counters = kernels_[launch.slot];
-  count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z), pack_block(launch.block_threads, 1, 1));
+  count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z),
+               pack_block(launch.block_threads, 1, 1));
   emit_launch_event(launch, profile);
   for (uint64_t block = 0; block < blocks; ++block) count_block(&counters, true, uint32_t(block % kSmCount));
   blocks_.fetch_add(blocks, std::memory_order_relaxed);
@@ -247,7 +251,8 @@ void SimulatedDevice::publish(bool quiescent) {
 
 void SimulatedDevice::write_half_record(uint32_t ring_index, uint32_t slot) {
   events_produced_.fetch_add(1, std::memory_order_relaxed);
-  const ring::ProducerView producer = writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
+  const ring::ProducerView producer =
+      writer_->event_ring_producer(ring_index, &heads_[ring_index], &reserved_[ring_index], &limits_[ring_index]);
   uint64_t ticket = 0;
   if (!ring::claim(producer, 1, &ticket)) {
     events_dropped_.fetch_add(1, std::memory_order_relaxed);

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gpuobs/device_state.h"
-#include "gpuobs/segment_writer.h"
 #include "gpuobs/layout.h"
+#include "gpuobs/segment_writer.h"
 #include "kernel_catalog.h"
 
 namespace gpuobs {

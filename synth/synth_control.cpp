@@ -7,7 +7,9 @@ namespace gpuobs {
 namespace synth {
 
 AppliedConfig::AppliedConfig(const Options& options, const std::vector<KernelProfile>& catalog)
-    : catalog_(catalog), live_graphs_(options.live_graphs), chooses_(!options.memory_kernels.empty()),
+    : catalog_(catalog),
+      live_graphs_(options.live_graphs),
+      chooses_(!options.memory_kernels.empty()),
       chosen_(catalog.size(), 0) {
   KernelFilter chosen;
   if (chooses_ && KernelFilter::compile(options.memory_kernels, &chosen).empty()) {  // checked when parsed

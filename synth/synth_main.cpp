@@ -53,7 +53,8 @@ uint64_t play_cubin(const Options& options, KernelProfile* kernel0) {
   std::fclose(file);
   // the injector's settings: GPUOBS_CUBIN_DIR, GPUOBS_CUBIN_MB (a budget too small keeps nothing)
   const char* megabytes = std::getenv("GPUOBS_CUBIN_MB");
-  const uint64_t budget = (megabytes && *megabytes ? parse_bounded(megabytes, "GPUOBS_CUBIN_MB", 0, 1u << 20) : 1024) << 20;
+  const uint64_t budget = (megabytes && *megabytes ? parse_bounded(megabytes, "GPUOBS_CUBIN_MB", 0, 1u << 20) : 1024)
+                          << 20;
   const char* named = std::getenv("GPUOBS_CUBIN_DIR");
   CubinStore store(cubin_directory(), budget, gid_t(options.group), !(named && *named));
   std::string why;
@@ -103,9 +104,9 @@ int run(const Options& options) {
     if (config.chosen(index) || options.patch_set == PatchSet::Memory)
       __atomic_fetch_add(&writer.view().counters->modules_access_hooked, 1, __ATOMIC_RELAXED);
     const uint32_t entry_flags = config.chosen(index) ? uint32_t(kKernelAccessHooksChosen) : 0u;
-    const int64_t slot = index == 0 && kernel0_cubin
-                             ? writer.register_kernel(0, 1, profile.mangled, kernel0_cubin, profile.base_pc, entry_flags)
-                             : writer.register_kernel(0, 1, profile.mangled, 0, 0, entry_flags);
+    const int64_t slot = index == 0 && kernel0_cubin ? writer.register_kernel(0, 1, profile.mangled, kernel0_cubin,
+                                                                              profile.base_pc, entry_flags)
+                                                     : writer.register_kernel(0, 1, profile.mangled, 0, 0, entry_flags);
     if (index == 0 && !options.cubin.empty())
       __atomic_fetch_add(kernel0_cubin ? &writer.view().counters->cubins_kept : &writer.view().counters->cubins_skipped,
                          1, __ATOMIC_RELAXED);
@@ -113,7 +114,8 @@ int run(const Options& options) {
   }
   for (uint32_t i = 0; i < options.profiler_starts; ++i) writer.note_profiler_start();
   if (options.rank >= 0)
-    writer.set_identity(ProcessRole::Engine, uint32_t(options.rank), options.world_size, options.local_rank, options.model);
+    writer.set_identity(ProcessRole::Engine, uint32_t(options.rank), options.world_size, options.local_rank,
+                        options.model);
   for (size_t context = 0; context < options.gpus.size(); ++context) {  // as the injector at context creation
     const std::string& gpu = options.gpus[context];
     const size_t first = gpu.find(','), second = gpu.find(',', first + 1);
@@ -125,8 +127,7 @@ int run(const Options& options) {
   SimulatedDevice device(&writer, uint32_t(catalog.size()));
   std::atomic<bool> device_done{false};
 
-  std::thread control_thread(
-      [&] { follow_control_until(writer, config, options.control_poll_us, device_done); });
+  std::thread control_thread([&] { follow_control_until(writer, config, options.control_poll_us, device_done); });
   std::thread publisher_thread([&] {
     while (!device_done.load()) {
       device.publish(false);
@@ -153,7 +154,7 @@ int run(const Options& options) {
 }  // namespace gpuobs
 
 int main(int argc, char** argv) {
-  struct sigaction action {};
+  struct sigaction action{};
   action.sa_handler = gpuobs::synth::on_signal;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);

@@ -7,14 +7,17 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-
 from gpuobs.segment import segment_paths
 from gpuobs_testing.daemon import DaemonProcess, free_port
 from gpuobs_testing.synth import SynthProcess, synth_binary
+
+if TYPE_CHECKING:
+    from gpuobs_testing.written import WrittenProcess
 
 
 @pytest.fixture
@@ -35,8 +38,9 @@ def cache_home(tmp_path: Path) -> Path:
 def start_synth(segment_dir: Path, cache_home: Path) -> Iterator[Callable[..., SynthProcess]]:
     started: list[SynthProcess] = []
 
-    def start(*args: str, directory: Path | None = None, timeout: float = 10.0,
-              env: dict[str, str] | None = None) -> SynthProcess:
+    def start(
+        *args: str, directory: Path | None = None, timeout: float = 10.0, env: dict[str, str] | None = None
+    ) -> SynthProcess:
         directory = directory or segment_dir
         process = subprocess.Popen(
             [synth_binary(), "--segment-dir", str(directory), *args],
@@ -86,7 +90,7 @@ def start_daemon(runtime_dir: Path, segment_dir: Path) -> Iterator[Callable[...,
 
 
 @pytest.fixture
-def written(tmp_path: Path) -> Iterator["WrittenProcess"]:
+def written(tmp_path: Path) -> Iterator[WrittenProcess]:
     """A segment this process writes, drained and queried in-process (gpuobs_testing.written)."""
     from gpuobs_testing.written import WrittenProcess
 
@@ -113,6 +117,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     found = leftovers.left_since(before)
     if found:
-        session.config.get_terminal_writer().line("left behind by the tests (now removed): " + "; ".join(found),
-                                                  red=True)
+        session.config.get_terminal_writer().line(
+            "left behind by the tests (now removed): " + "; ".join(found), red=True
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

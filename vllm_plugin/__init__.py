@@ -19,7 +19,8 @@ import os
 
 from ..injector_functions import InjectorAnnotations
 from ..profiler_notice import install_profiler_notice
-from .capture_labels import install_capture_labels, wanted as capture_labels_wanted
+from .capture_labels import install_capture_labels
+from .capture_labels import wanted as capture_labels_wanted
 from .engine_hook import install_step_hook
 from .op_window import OpWindow, window_steps
 from .step_recorder import StepRecorder

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..method_hook import wrap_method_once
 
 WORKER_MODULE = "vllm.v1.worker.gpu_worker"  # vLLM 0.25: both model runners are called from here
 
 
-def install_step_hook(recorder: Callable[[Any, Any], None], module_name: str = WORKER_MODULE,
-                      around: Any = None) -> bool:
+def install_step_hook(
+    recorder: Callable[[Any, Any], None], module_name: str = WORKER_MODULE, around: Any = None
+) -> bool:
     """Wraps Worker.execute_model once per process; False when it was already wrapped. Raises
     (for register() to log) when vLLM has no such hook. `around(worker)`: a context each step
     runs in (the op window); where `around` has `sample(worker)` and the worker samples in a call
     of its own (sample_tokens, vLLM 0.25), that call runs in `around.sample(worker)`."""
+
     def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             recorder(self, scheduler_output)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 log = logging.getLogger("gpuobs.vllm_plugin")
 
@@ -27,7 +28,9 @@ def window_steps() -> int:
         log.warning("gpuobs: GPUOBS_OPS_STEPS=%s is not a number of steps; no ops are recorded", text)
         return 0
     if os.environ.get("GPUOBS_LAUNCH_TRACE") != "1":
-        log.warning("gpuobs: GPUOBS_OPS_STEPS without GPUOBS_LAUNCH_TRACE=1: ops are recorded, but no launch joins to them")
+        log.warning(
+            "gpuobs: GPUOBS_OPS_STEPS without GPUOBS_LAUNCH_TRACE=1: ops are recorded, but no launch joins to them"
+        )
     return steps
 
 
@@ -59,7 +62,7 @@ class OpWindow:
         except Exception:  # noqa: BLE001 - an op must run whatever happened to its label
             pass
 
-    def __call__(self, worker: Any) -> ContextManager:
+    def __call__(self, worker: Any) -> AbstractContextManager:
         """The context of a step's execute_model."""
         self.in_step = False
         try:
@@ -77,7 +80,7 @@ class OpWindow:
             self._give_up(error)
             return contextlib.nullcontext()
 
-    def sample(self, worker: Any) -> ContextManager:
+    def sample(self, worker: Any) -> AbstractContextManager:
         """The context of the same step's sample_tokens (vLLM 0.25 samples, lm_head included, in a
         call of its own after execute_model): recorded when the step was."""
         if not self.in_step:
@@ -88,7 +91,7 @@ class OpWindow:
             self._give_up(error)
             return contextlib.nullcontext()
 
-    def _recording(self, worker: Any) -> ContextManager:
+    def _recording(self, worker: Any) -> AbstractContextManager:
         if not self.annotations.available():
             raise RuntimeError("the injector is not loaded")
         from gpuobs.op_recorder import recording_ops  # torch: only where ops are recorded

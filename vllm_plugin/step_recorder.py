@@ -65,8 +65,9 @@ class StepRecorder:
 
 
 def model_name(worker: Any) -> str:
-    model = getattr(getattr(worker, "model_config", None), "served_model_name", None) or \
-        getattr(getattr(worker, "model_config", None), "model", "?")
+    model = getattr(getattr(worker, "model_config", None), "served_model_name", None) or getattr(
+        getattr(worker, "model_config", None), "model", "?"
+    )
     if isinstance(model, (list, tuple)):
         model = model[0] if model else "?"
     return os.path.basename(str(model).rstrip("/"))
@@ -80,6 +81,10 @@ def process_label(worker: Any) -> str:
 def process_identity(worker: Any) -> tuple[int, int, int, int, str]:
     """(role, rank, world size, local rank, model) as segment fields, from vLLM's GPU worker."""
     parallel = getattr(worker, "parallel_config", None)
-    return (PROCESS_ROLES["engine"], int(getattr(worker, "rank", 0) or 0),
-            int(getattr(parallel, "world_size", 1) or 1), int(getattr(worker, "local_rank", 0) or 0),
-            model_name(worker))
+    return (
+        PROCESS_ROLES["engine"],
+        int(getattr(worker, "rank", 0) or 0),
+        int(getattr(parallel, "world_size", 1) or 1),
+        int(getattr(worker, "local_rank", 0) or 0),
+        model_name(worker),
+    )

@@ -68,7 +68,8 @@ void enable(const char* list) {
     start = comma + 1;
     if (item.empty()) continue;
     if (item == "steady") {
-      for (const gpuobs::CallbackId& id : gpuobs::kSteadyCallbacks) sanitizerEnableCallback(1, g_subscriber, id.domain, id.cbid);
+      for (const gpuobs::CallbackId& id : gpuobs::kSteadyCallbacks)
+        sanitizerEnableCallback(1, g_subscriber, id.domain, id.cbid);
       continue;
     }
     const size_t colon = item.find(':');
@@ -101,7 +102,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   g_patch_file = file && *file ? file : library_directory() + "/gpuobs_patches.fatbin";
   enable(std::getenv("GPUOBS_FLOOR_CALLBACKS"));
   if (g_patch) {
-    sanitizerEnableCallback(1, g_subscriber, SANITIZER_CB_DOMAIN_RESOURCE, SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED);
+    sanitizerEnableCallback(1, g_subscriber, SANITIZER_CB_DOMAIN_RESOURCE,
+                            SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED);
     sanitizerEnableCallback(1, g_subscriber, SANITIZER_CB_DOMAIN_RESOURCE, SANITIZER_CBID_RESOURCE_MODULE_LOADED);
   }
   return 1;

@@ -67,8 +67,15 @@ def main() -> int:
     total_s = total_start.elapsed_time(total_stop) / 1000
     if len(sys.argv) > 2:  # keep the output for a byte-for-byte comparison
         torch.save(out.cpu(), sys.argv[2])
-    print(json.dumps({"median_ms": step_ms, "tokens_per_s": BATCH * replays / total_s,
-                      "checksum": float(out.float().sum().item())}))
+    print(
+        json.dumps(
+            {
+                "median_ms": step_ms,
+                "tokens_per_s": BATCH * replays / total_s,
+                "checksum": float(out.float().sum().item()),
+            }
+        )
+    )
     return 0
 
 

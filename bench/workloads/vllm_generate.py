@@ -27,8 +27,12 @@ STARTED = time.perf_counter()
 
 def our_pids(address: str) -> list[int]:
     """The observed processes that are this one or its descendants (vLLM may fork helpers)."""
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", address, "--output", "json",
-                           "status"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", "--address", address, "--output", "json", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if done.returncode != 0:
         return []
     mine = []
@@ -86,8 +90,14 @@ def main() -> int:
     log.say("go")
     sizes = [int(size) for size in args.capture_sizes.split(",") if int(size) <= args.batch]  # graphs vLLM can use
     began = time.perf_counter()
-    llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.25, max_num_seqs=args.batch,
-              seed=0, compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes})
+    llm = LLM(
+        model=args.model,
+        max_model_len=512,
+        gpu_memory_utilization=0.25,
+        max_num_seqs=args.batch,
+        seed=0,
+        compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes},
+    )
     engine_ready_s = time.perf_counter() - began
     log.say(f"engine ready in {engine_ready_s:.1f} s")
     single = SamplingParams(temperature=0, max_tokens=args.single_tokens, ignore_eos=True)
@@ -104,11 +114,23 @@ def main() -> int:
     pids = our_pids(args.address) if args.address else []
     if args.address and not pids:
         raise SystemExit("no observed process of ours is known to gpuobsd")
-    result: dict = {"pid": os.getpid(), "observed_pids": pids, "engine_ready_s": engine_ready_s,
-                    "import_s": None, "modes": {mode: {"single_ms_per_token": [], "batch_tokens_per_s": [],
-                                                       "single_cpu_ms_per_token": [], "batch_cpu_ms_per_token": [],
-                                                       "set_mode_s": []} for mode in modes},
-                    "tokens": {}}
+    result: dict = {
+        "pid": os.getpid(),
+        "observed_pids": pids,
+        "engine_ready_s": engine_ready_s,
+        "import_s": None,
+        "modes": {
+            mode: {
+                "single_ms_per_token": [],
+                "batch_tokens_per_s": [],
+                "single_cpu_ms_per_token": [],
+                "batch_cpu_ms_per_token": [],
+                "set_mode_s": [],
+            }
+            for mode in modes
+        },
+        "tokens": {},
+    }
     for seconds, phase in phases(args.status):
         if phase == "imported":
             result["import_s"] = seconds
@@ -145,10 +167,16 @@ def main() -> int:
             row["batch_tokens_per_s"].append(produced / seconds)
             row["batch_cpu_ms_per_token"].append(cpu_seconds * 1000 / max(produced, 1))
             if repeat == 0:
-                digest = hashlib.sha256(json.dumps([list(out[0].outputs[0].token_ids)] +
-                                                   [list(o.outputs[0].token_ids) for o in outs]).encode()).hexdigest()
-                result["tokens"][mode] = {"sha256": digest, "single_first": list(out[0].outputs[0].token_ids[:16]),
-                                          "batch_tokens": produced}
+                digest = hashlib.sha256(
+                    json.dumps(
+                        [list(out[0].outputs[0].token_ids)] + [list(o.outputs[0].token_ids) for o in outs]
+                    ).encode()
+                ).hexdigest()
+                result["tokens"][mode] = {
+                    "sha256": digest,
+                    "single_first": list(out[0].outputs[0].token_ids[:16]),
+                    "batch_tokens": produced,
+                }
         log.say(f"repeat {repeat + 1} done")
     # The process ends with os._exit (no exit hook, so no last snapshot from the injector): wait
     # for the GPU to finish what vLLM queued and for the tool thread's next snapshot, so that the

@@ -22,8 +22,9 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
     """A completion function: subcommands in the first position, then that subcommand's flags
     (and the global ones); files for anything else."""
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    cases = "\n".join(f'        {name}) flags="{" ".join(flags_of(sub))}" ;;'
-                      for name, sub in sorted(subparsers.choices.items()))
+    cases = "\n".join(
+        f'        {name}) flags="{" ".join(flags_of(sub))}" ;;' for name, sub in sorted(subparsers.choices.items())
+    )
     return f"""# bash completion for gpuobsctl (gpuobsctl completion bash)
 _gpuobsctl() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} command="" flags="" word i

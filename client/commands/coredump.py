@@ -57,8 +57,9 @@ def coredump_pipe(proc: Path, pid: int, pattern: str) -> Path:
         if target.startswith(prefix) and stat.S_ISFIFO(os.stat(target).st_mode):
             candidates.append(Path(target))
     if not candidates:
-        raise CommandError(f"process {pid} holds no pipe matching {pattern!r}: the driver has not set one up "
-                           "(no CUDA context yet?)")
+        raise CommandError(
+            f"process {pid} holds no pipe matching {pattern!r}: the driver has not set one up (no CUDA context yet?)"
+        )
     return candidates[0]
 
 
@@ -71,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if not pattern:
         raise CommandError(f"process {args.pid} has no CUDA_COREDUMP_PIPE pattern in its environment")
     pipe = coredump_pipe(proc, args.pid, pattern)
-    destination = env.get("CUDA_COREDUMP_FILE", "core_%t_%h_%p.nvcudmp (the driver's default, in its working directory)")
+    destination = env.get(
+        "CUDA_COREDUMP_FILE", "core_%t_%h_%p.nvcudmp (the driver's default, in its working directory)"
+    )
     if not args.yes:
         raise CommandError(f"a GPU core dump ends process {args.pid}; run again with --yes (pipe {pipe})")
     try:

@@ -12,7 +12,9 @@ HELP = "convert event files to Parquet tables (events, launches, steps, ops, ker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_export_arguments(parser, "folder for events.parquet, launches.parquet, steps.parquet, ops.parquet, kernels.parquet")
+    add_export_arguments(
+        parser, "folder for events.parquet, launches.parquet, steps.parquet, ops.parquet, kernels.parquet"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 
-
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
@@ -23,7 +22,9 @@ HELP = "launches whose blocks entered and have not exited (which kernel, which b
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--min-age-ms", type=uint32, default=1000, help="only blocks in flight this long (default 1000)")
+    parser.add_argument(
+        "--min-age-ms", type=uint32, default=1000, help="only blocks in flight this long (default 1000)"
+    )
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
 
 
@@ -47,42 +48,82 @@ def block_ranges(blocks) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    response = all_pages(args.address, "ListHangs",
-                         pb.ListHangsRequest(pids=args.pid, min_age_ms=max(0, args.min_age_ms)), "launches")
+    response = all_pages(
+        args.address, "ListHangs", pb.ListHangsRequest(pids=args.pid, min_age_ms=max(0, args.min_age_ms)), "launches"
+    )
     launches = sorted(response.launches, key=lambda h: -h.age_ns)  # the oldest first
     if args.output == "json":
-        emit("json", {"launches": [message_dict(h) for h in launches],
-                      "processes": [message_dict(p) for p in response.processes]})
+        emit(
+            "json",
+            {
+                "launches": [message_dict(h) for h in launches],
+                "processes": [message_dict(p) for p in response.processes],
+            },
+        )
         return 0
     blind = [p.pid for p in response.processes if p.alive and not p.exits_hooked]
     stalled = [(p.pid, k) for p in response.processes if p.alive for k in p.stalled]
     if stalled:  # from counts: what no budget or drop can hide
-        table([("pid", "PID"), ("no_exit", "NO EXIT FOR s"), ("blocks", "BLOCKS IN FLIGHT"), ("kernel", "KERNEL")],
-              [{"pid": pid, "no_exit": f"{k.no_exit_ns / 1e9:.2f}", "blocks": k.blocks_in_flight,
-                "kernel": k.kernel if len(k.kernel) <= 70 else k.kernel[:67] + "..."}
-               for pid, k in sorted(stalled, key=lambda item: -item[1].no_exit_ns)])
+        table(
+            [("pid", "PID"), ("no_exit", "NO EXIT FOR s"), ("blocks", "BLOCKS IN FLIGHT"), ("kernel", "KERNEL")],
+            [
+                {
+                    "pid": pid,
+                    "no_exit": f"{k.no_exit_ns / 1e9:.2f}",
+                    "blocks": k.blocks_in_flight,
+                    "kernel": k.kernel if len(k.kernel) <= 70 else k.kernel[:67] + "...",
+                }
+                for pid, k in sorted(stalled, key=lambda item: -item[1].no_exit_ns)
+            ],
+        )
         print()
     if launches:
-        table([("pid", "PID"), ("age", "AGE s"), ("blocks", "IN FLIGHT"), ("which", "BLOCKS"), ("sms", "SMS"),
-               ("where", "LAUNCH"), ("kernel", "KERNEL")],
-              [{"pid": h.pid, "age": f"{h.age_ns / 1e9:.2f}", "blocks": h.block_count, "which": block_ranges(h.blocks),
-                "sms": ",".join(map(str, h.sms[:16])) + ("..." if len(h.sms) > 16 else ""),
-                "where": (f"graph 0x{h.graph_exec:x} replay {h.replay}" if h.graph_exec else f"grid id {h.grid_id}")
-                + (f" ({h.kernel_events_dropped} events of this kernel dropped)" if h.kernel_events_dropped else ""),
-                "kernel": h.kernel if len(h.kernel) <= 60 else h.kernel[:57] + "..."} for h in launches])
+        table(
+            [
+                ("pid", "PID"),
+                ("age", "AGE s"),
+                ("blocks", "IN FLIGHT"),
+                ("which", "BLOCKS"),
+                ("sms", "SMS"),
+                ("where", "LAUNCH"),
+                ("kernel", "KERNEL"),
+            ],
+            [
+                {
+                    "pid": h.pid,
+                    "age": f"{h.age_ns / 1e9:.2f}",
+                    "blocks": h.block_count,
+                    "which": block_ranges(h.blocks),
+                    "sms": ",".join(map(str, h.sms[:16])) + ("..." if len(h.sms) > 16 else ""),
+                    "where": (f"graph 0x{h.graph_exec:x} replay {h.replay}" if h.graph_exec else f"grid id {h.grid_id}")
+                    + (
+                        f" ({h.kernel_events_dropped} events of this kernel dropped)" if h.kernel_events_dropped else ""
+                    ),
+                    "kernel": h.kernel if len(h.kernel) <= 60 else h.kernel[:57] + "...",
+                }
+                for h in launches
+            ],
+        )
     elif stalled:
-        print("which launch and blocks: not in the block events the daemon holds (dropped, not analysed, or not "
-              "recorded in this mode)")
-    unlooked = [p for p in response.processes if p.alive and p.exits_hooked and not p.exits_counted
-                and p.events_unanalysed]
+        print(
+            "which launch and blocks: not in the block events the daemon holds (dropped, not analysed, or not "
+            "recorded in this mode)"
+        )
+    unlooked = [
+        p for p in response.processes if p.alive and p.exits_hooked and not p.exits_counted and p.events_unanalysed
+    ]
     if not launches and not stalled and not unlooked:
         print(f"no blocks in flight for {args.min_age_ms} ms or more" + (" in the other processes" if blind else ""))
     for process in response.processes:
         if process.alive and process.exits_hooked and process.events_unanalysed:
-            print(f"pid {process.pid}: {process.events_unanalysed} block events not analysed (gpuobsd's analysis "
-                  f"share was spent): launches and blocks in flight may be missing above"
-                  + ("" if process.exits_counted else ", and this producer counts no exits to tell otherwise"))
+            print(
+                f"pid {process.pid}: {process.events_unanalysed} block events not analysed (gpuobsd's analysis "
+                f"share was spent): launches and blocks in flight may be missing above"
+                + ("" if process.exits_counted else ", and this producer counts no exits to tell otherwise")
+            )
     if blind:
-        print(f"cannot tell for pid {', '.join(map(str, blind))}: started without GPUOBS_BLOCK_EXIT=1 "
-              "(block exits not recorded)")
+        print(
+            f"cannot tell for pid {', '.join(map(str, blind))}: started without GPUOBS_BLOCK_EXIT=1 "
+            "(block exits not recorded)"
+        )
     return 0

@@ -21,8 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     library = gpuobs.injector_library()
     if not library.is_file():
-        raise CommandError(f"{library} is missing: this gpuobs was built without the injector (no nvcc or "
-                           f"no sanitizer headers at build time); rebuild where the CUDA toolkit is installed")
+        raise CommandError(
+            f"{library} is missing: this gpuobs was built without the injector (no nvcc or "
+            f"no sanitizer headers at build time); rebuild where the CUDA toolkit is installed"
+        )
     if args.output == "json":
         emit("json", {"injector": str(library)})
     else:

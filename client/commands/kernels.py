@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
@@ -53,16 +52,46 @@ def run(args: argparse.Namespace) -> int:
         emit("json", {"kernels": [message_dict(k) for k in kernels]})
         return 0
     ranks = ranks_by_pid(args.address)
-    rows = [{"pid": k.pid, "rank": ranks.get(k.pid, "-"), "launches": k.launches, "graph": k.graph_launches,
-             "blocks": k.blocks_observed, "expected": k.blocks_expected,
-             "unpatched": k.blocks_unpatched + k.blocks_unobserved, "accesses": k.memory_accesses,
-             "events": k.events_delivered, "dropped": k.events_dropped,
-             "shape": shape_text(k), "duration": duration_text(k.block_durations), "records": k.records or "-",
-             "name": k.name if len(k.name) <= 60 else k.name[:57] + "..."} for k in kernels]
-    table([("pid", "PID"), *([("rank", "RANK")] if ranks else []), ("launches", "LAUNCHES"), ("graph", "IN GRAPHS"),
-           ("blocks", "BLOCKS"), ("expected", "EXPECTED"), ("unpatched", "UNCOUNTED"), ("accesses", "ACCESSES"),
-           ("events", "EVENTS"), ("dropped", "DROPPED"), ("records", "RECORDS"), ("shape", "GRID/BLOCK"),
-           ("duration", "BLOCK us p50/p99"), ("name", "KERNEL")], rows)
+    rows = [
+        {
+            "pid": k.pid,
+            "rank": ranks.get(k.pid, "-"),
+            "launches": k.launches,
+            "graph": k.graph_launches,
+            "blocks": k.blocks_observed,
+            "expected": k.blocks_expected,
+            "unpatched": k.blocks_unpatched + k.blocks_unobserved,
+            "accesses": k.memory_accesses,
+            "events": k.events_delivered,
+            "dropped": k.events_dropped,
+            "shape": shape_text(k),
+            "duration": duration_text(k.block_durations),
+            "records": k.records or "-",
+            "name": k.name if len(k.name) <= 60 else k.name[:57] + "...",
+        }
+        for k in kernels
+    ]
+    table(
+        [
+            ("pid", "PID"),
+            *([("rank", "RANK")] if ranks else []),
+            ("launches", "LAUNCHES"),
+            ("graph", "IN GRAPHS"),
+            ("blocks", "BLOCKS"),
+            ("expected", "EXPECTED"),
+            ("unpatched", "UNCOUNTED"),
+            ("accesses", "ACCESSES"),
+            ("events", "EVENTS"),
+            ("dropped", "DROPPED"),
+            ("records", "RECORDS"),
+            ("shape", "GRID/BLOCK"),
+            ("duration", "BLOCK us p50/p99"),
+            ("name", "KERNEL"),
+        ],
+        rows,
+    )
     if any(k.block_durations.unanalysed for k in kernels):
-        print("* some of its block events were not analysed (gpuobsd's analysis share was spent): durations from the rest")
+        print(
+            "* some of its block events were not analysed (gpuobsd's analysis share was spent): durations from the rest"
+        )
     return 0

@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
-
 import gpuobs
+import grpc
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import ACCESS_MODES, PATCH_SETS
 
@@ -37,11 +36,18 @@ INJECTOR = gpuobs.injector_library()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="counter", help="initial mode (default counter)")
     parser.add_argument("--shift", type=uint32, default=10, help="sample shift for sampled (default 10)")
-    parser.add_argument("--patch-set", choices=list(PATCH_SETS),
-                        help="default: block, or memory for --mode memory without --memory-kernels")
-    parser.add_argument("--memory-kernels", metavar="REGEX", default="",
-                        help="in the block set, give the memory access hooks to the modules holding a kernel "
-                             "whose name matches (GPUOBS_MEMORY_KERNELS)")
+    parser.add_argument(
+        "--patch-set",
+        choices=list(PATCH_SETS),
+        help="default: block, or memory for --mode memory without --memory-kernels",
+    )
+    parser.add_argument(
+        "--memory-kernels",
+        metavar="REGEX",
+        default="",
+        help="in the block set, give the memory access hooks to the modules holding a kernel "
+        "whose name matches (GPUOBS_MEMORY_KERNELS)",
+    )
     parser.add_argument("--top", type=uint32, default=15, help="kernels in the summary")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
@@ -71,10 +77,25 @@ def segment_directory(work: Path) -> Path:
 
 def start_private_daemon(work: Path, segments: Path) -> tuple[subprocess.Popen, str]:
     log = open(work / "gpuobsd.log", "w")
-    daemon = subprocess.Popen([sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(work / "run"),
-                               "--segment-dir", str(segments), "--metrics-address", "",
-                               "--discovery-interval-ms", "50", "--log-format", "json"],
-                              stdout=log, stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.daemon.main",
+            "--runtime-dir",
+            str(work / "run"),
+            "--segment-dir",
+            str(segments),
+            "--metrics-address",
+            "",
+            "--discovery-interval-ms",
+            "50",
+            "--log-format",
+            "json",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     address = f"unix://{work}/run/gpuobsd.sock"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -109,8 +130,9 @@ def no_gpu_reason() -> str | None:
     """Why no CUDA program would be observed here (no driver, no GPU), or None."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
     try:
-        probe = subprocess.run([sys.executable, "-c", DRIVER_PROBE], env=env, capture_output=True, text=True,
-                               timeout=60)
+        probe = subprocess.run(
+            [sys.executable, "-c", DRIVER_PROBE], env=env, capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired:
         return "the NVIDIA driver did not answer within 60 s"
     return probe.stderr.strip().splitlines()[-1] if probe.returncode else None
@@ -130,9 +152,11 @@ def run(args: argparse.Namespace) -> int:
     if os.path.basename(command[0]) != SYNTH:
         reason = no_gpu_reason()
         if reason:
-            raise CommandError(f"{reason}: nothing would be observed, so {command[0]} was not run "
-                               f"(without a GPU, `gpuobsctl run -- {SYNTH} --duration 5` shows gpuobs on "
-                               f"simulated kernels)")
+            raise CommandError(
+                f"{reason}: nothing would be observed, so {command[0]} was not run "
+                f"(without a GPU, `gpuobsctl run -- {SYNTH} --duration 5` shows gpuobs on "
+                f"simulated kernels)"
+            )
     work = Path(tempfile.mkdtemp(prefix="gpuobs-run-"))
     segments: Path | None = None
     daemon = None
@@ -144,11 +168,15 @@ def run(args: argparse.Namespace) -> int:
             daemon, address = start_private_daemon(work, segments)
             status = reachable(address)
         env = dict(os.environ)
-        env.update({
-            "CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": status.segment_dir,
-            "GPUOBS_MODE": args.mode, "GPUOBS_SHIFT": str(args.shift),
-            "GPUOBS_PATCH_SET": args.patch_set or default_patch_set(args.mode, args.memory_kernels),
-        })
+        env.update(
+            {
+                "CUDA_INJECTION64_PATH": str(INJECTOR),
+                "GPUOBS_SEGMENT_DIR": status.segment_dir,
+                "GPUOBS_MODE": args.mode,
+                "GPUOBS_SHIFT": str(args.shift),
+                "GPUOBS_PATCH_SET": args.patch_set or default_patch_set(args.mode, args.memory_kernels),
+            }
+        )
         if args.memory_kernels:
             env["GPUOBS_MEMORY_KERNELS"] = args.memory_kernels
         # Ctrl-C reaches the command from the terminal: gpuobsctl waits for it to end, then
@@ -191,18 +219,42 @@ def summarise(address: str, child_pid: int, *, private: bool, top: int) -> None:
     kernels = observer.ListKernels(pb.ListKernelsRequest(pids=pids, top=top), timeout=5).kernels
     print(f"\ngpuobs summary: {len(mine)} process(es) {', '.join(map(str, pids))}", file=sys.stderr)
     for process in mine:
-        stages = ", ".join(f"{s.stage}: {s.produced} produced, {s.delivered} delivered, {s.dropped} dropped"
-                           + (f", {s.unpublished} beyond the last published count" if s.unpublished else "")
-                           for s in process.stages)
-        print(f"pid {process.pid} mode {process.mode}: {process.launches} launches, {process.kernels} kernels; "
-              f"{stages}; accounting errors {process.accounting_errors}", file=sys.stderr)
-    rows = [{"pid": k.pid, "launches": k.launches, "blocks": k.blocks_observed, "expected": k.blocks_expected,
-             "events": k.events_delivered, "dropped": k.events_dropped,
-             "name": k.name if len(k.name) <= 70 else k.name[:67] + "..."} for k in kernels]
+        stages = ", ".join(
+            f"{s.stage}: {s.produced} produced, {s.delivered} delivered, {s.dropped} dropped"
+            + (f", {s.unpublished} beyond the last published count" if s.unpublished else "")
+            for s in process.stages
+        )
+        print(
+            f"pid {process.pid} mode {process.mode}: {process.launches} launches, {process.kernels} kernels; "
+            f"{stages}; accounting errors {process.accounting_errors}",
+            file=sys.stderr,
+        )
+    rows = [
+        {
+            "pid": k.pid,
+            "launches": k.launches,
+            "blocks": k.blocks_observed,
+            "expected": k.blocks_expected,
+            "events": k.events_delivered,
+            "dropped": k.events_dropped,
+            "name": k.name if len(k.name) <= 70 else k.name[:67] + "...",
+        }
+        for k in kernels
+    ]
     stdout = sys.stdout
     sys.stdout = sys.stderr  # the summary goes beside the command's own output, not into it
     try:
-        table([("pid", "PID"), ("launches", "LAUNCHES"), ("blocks", "BLOCKS"), ("expected", "EXPECTED"),
-               ("events", "EVENTS"), ("dropped", "DROPPED"), ("name", "KERNEL")], rows)
+        table(
+            [
+                ("pid", "PID"),
+                ("launches", "LAUNCHES"),
+                ("blocks", "BLOCKS"),
+                ("expected", "EXPECTED"),
+                ("events", "EVENTS"),
+                ("dropped", "DROPPED"),
+                ("name", "KERNEL"),
+            ],
+            rows,
+        )
     finally:
         sys.stdout = stdout

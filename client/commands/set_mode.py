@@ -18,32 +18,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mode", help="off | noop | counter | blocks | memory | sampled")
     parser.add_argument("--shift", type=uint32, help="sampled: keep 1 in 2^SHIFT events (0..31)")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
-    parser.add_argument("--rank", type=uint32, action="append", default=[],
-                        help="also the processes of this rank, as their plugin set it (repeatable)")
-    parser.add_argument("--gpu", action="append", default=[],
-                        help="also the processes with a context on this GPU: its UUID or PCI bus id (repeatable)")
+    parser.add_argument(
+        "--rank",
+        type=uint32,
+        action="append",
+        default=[],
+        help="also the processes of this rank, as their plugin set it (repeatable)",
+    )
+    parser.add_argument(
+        "--gpu",
+        action="append",
+        default=[],
+        help="also the processes with a context on this GPU: its UUID or PCI bus id (repeatable)",
+    )
     parser.add_argument("--kernel", help="record events only for kernels matching this regex ('' for all)")
-    parser.add_argument("--timeout", type=acknowledgement_timeout, default=2.0,
-                        help="seconds to wait for acknowledgements")
+    parser.add_argument(
+        "--timeout", type=acknowledgement_timeout, default=2.0, help="seconds to wait for acknowledgements"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    request = pb.SetModeRequest(mode=args.mode, pids=args.pid, ranks=args.rank, gpus=args.gpu,
-                                timeout_ms=int(args.timeout * 1000))
+    request = pb.SetModeRequest(
+        mode=args.mode, pids=args.pid, ranks=args.rank, gpus=args.gpu, timeout_ms=int(args.timeout * 1000)
+    )
     if args.shift is not None:
         if args.shift < 0:
             raise CommandError(f"shift {args.shift} out of range 0..31")
         request.shift = args.shift
     if args.kernel is not None:
         request.kernel_regex = args.kernel
-    return acknowledgements(call(args.address, "SetMode", request, timeout=args.timeout + 5), args.output,
-                            "switch")
+    return acknowledgements(call(args.address, "SetMode", request, timeout=args.timeout + 5), args.output, "switch")
 
 
 def acknowledgements(response: pb.SetModeResponse, output: str, verb: str) -> int:
     """Each process's answer to a control request; fails unless every one applied it."""
-    rows = [{"pid": r.pid, "acknowledged": r.acknowledged, "status": r.status, "generation": r.generation,
-             "message": r.message} for r in response.results]
+    rows = [
+        {
+            "pid": r.pid,
+            "acknowledged": r.acknowledged,
+            "status": r.status,
+            "generation": r.generation,
+            "message": r.message,
+        }
+        for r in response.results
+    ]
     if output == "json":
         emit("json", {"results": rows})
     else:

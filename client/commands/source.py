@@ -1,10 +1,10 @@
 """gpuobsctl source: which source line a PC is, with the whole inline chain (outermost last).
 
-  source --cubin FILE [--function NAME] OFFSET   offline: an offset in a cubin's function
-  source --pid PID PC                            a PC from a live process's events: the daemon
-                                                 names the kernel and its kept cubin
-  source --pid PID --top N [--kernel REGEX]      the source lines (PCs without line info) with
-                                                 the most memory events (memory, sampled modes)
+source --cubin FILE [--function NAME] OFFSET   offline: an offset in a cubin's function
+source --pid PID PC                            a PC from a live process's events: the daemon
+                                               names the kernel and its kept cubin
+source --pid PID --top N [--kernel REGEX]      the source lines (PCs without line info) with
+                                               the most memory events (memory, sampled modes)
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ HELP = "source line and inline chain of a PC (or a cubin offset); --top: hottest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("address_or_offset", nargs="?", help="PC (with --pid) or offset (with --cubin), 0x... or decimal")
+    parser.add_argument(
+        "address_or_offset", nargs="?", help="PC (with --pid) or offset (with --cubin), 0x... or decimal"
+    )
     parser.add_argument("--cubin", help="offline: the module's cubin")
     parser.add_argument("--function", help="offline: mangled kernel name (may be omitted when the cubin has one)")
     parser.add_argument("--pid", type=pid, help="a process the daemon observes")
@@ -60,8 +62,10 @@ def kernel_for_pc(kernels, pc: int):
     not overlap in device memory; several kernels of one module share its cubin)."""
     below = [k for k in kernels if k.function_pc and k.function_pc <= pc]
     if not below:
-        raise CommandError(f"no kernel of this process starts at or below 0x{pc:x} (function addresses "
-                           "are known only for kernels whose module cubin was kept)")
+        raise CommandError(
+            f"no kernel of this process starts at or below 0x{pc:x} (function addresses "
+            "are known only for kernels whose module cubin was kept)"
+        )
     return max(below, key=lambda k: k.function_pc)
 
 
@@ -132,15 +136,32 @@ def hot_lines(args: argparse.Namespace) -> int:
         chains.setdefault((hot.kernel, where), chain)
     ranked = lines.most_common(args.top)
     total = sum(lines.values()) or 1
-    rows = [{"events": events, "share": f"{100 * events / total:.1f}%", "line": where,
-             "inlined": chains[(kernel, where)] or "-", "kernel": kernel if len(kernel) <= 50 else kernel[:47] + "..."}
-            for (kernel, where), events in ranked]
+    rows = [
+        {
+            "events": events,
+            "share": f"{100 * events / total:.1f}%",
+            "line": where,
+            "inlined": chains[(kernel, where)] or "-",
+            "kernel": kernel if len(kernel) <= 50 else kernel[:47] + "...",
+        }
+        for (kernel, where), events in ranked
+    ]
     if args.output == "json":
-        emit("json", {"lines": rows, "events_counted": response.events_counted,
-                      "events_skipped": response.events_skipped})
+        emit(
+            "json",
+            {"lines": rows, "events_counted": response.events_counted, "events_skipped": response.events_skipped},
+        )
         return 0
-    table([("events", "EVENTS"), ("share", "SHARE"), ("line", "LINE"), ("inlined", "INLINED INTO (outermost last)"),
-           ("kernel", "KERNEL")], rows)
+    table(
+        [
+            ("events", "EVENTS"),
+            ("share", "SHARE"),
+            ("line", "LINE"),
+            ("inlined", "INLINED INTO (outermost last)"),
+            ("kernel", "KERNEL"),
+        ],
+        rows,
+    )
     if response.events_skipped:
         print(f"({response.events_skipped} memory events were not counted: the daemon's analysis budget was spent)")
     return 0

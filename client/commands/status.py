@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import SAMPLED_MODES
 
@@ -24,41 +23,75 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         emit("json", message_dict(response))
         return 0
-    print(f"gpuobsd {response.version}, up {response.uptime_ms / 1000:.0f} s, segments in {response.segment_dir}, "
-          f"{len(response.processes)} process(es)")
+    print(
+        f"gpuobsd {response.version}, up {response.uptime_ms / 1000:.0f} s, segments in {response.segment_dir}, "
+        f"{len(response.processes)} process(es)"
+    )
     rows = []
     for p in response.processes:
         device = next((s for s in p.stages if s.stage == "device"), None)
-        rows.append({
-            "pid": p.pid, "label": p.label or "-", "alive": "yes" if p.alive else "gone",
-            "rank": f"{p.rank}/{p.world_size}" if p.identity_set else "-",
-            "gpu": (p.gpus[0].pci_bus_id + (f" +{p.gpu_count - 1}" if p.gpu_count > 1 else "")) if p.gpus else "-",
-            "mode": p.mode + (f" (shift {p.shift})" if p.mode in SAMPLED_MODES else ""), "set": p.patch_set,
-            "gen": p.generation, "control": p.control_status, "launches": p.launches, "kernels": p.kernels,
-            "events": device.delivered if device else 0, "dropped": device.dropped if device else 0,
-            "errors": p.accounting_errors,
-        })
+        rows.append(
+            {
+                "pid": p.pid,
+                "label": p.label or "-",
+                "alive": "yes" if p.alive else "gone",
+                "rank": f"{p.rank}/{p.world_size}" if p.identity_set else "-",
+                "gpu": (p.gpus[0].pci_bus_id + (f" +{p.gpu_count - 1}" if p.gpu_count > 1 else "")) if p.gpus else "-",
+                "mode": p.mode + (f" (shift {p.shift})" if p.mode in SAMPLED_MODES else ""),
+                "set": p.patch_set,
+                "gen": p.generation,
+                "control": p.control_status,
+                "launches": p.launches,
+                "kernels": p.kernels,
+                "events": device.delivered if device else 0,
+                "dropped": device.dropped if device else 0,
+                "errors": p.accounting_errors,
+            }
+        )
     if rows:
-        table([("pid", "PID"), ("label", "LABEL"), ("rank", "RANK"), ("gpu", "GPU"), ("alive", "ALIVE"),
-               ("mode", "MODE"), ("set", "SET"),
-               ("gen", "GEN"), ("control", "CONTROL"), ("launches", "LAUNCHES"), ("kernels", "KERNELS"),
-               ("events", "EVENTS"), ("dropped", "DROPPED"), ("errors", "ACCT_ERRORS")], rows)
+        table(
+            [
+                ("pid", "PID"),
+                ("label", "LABEL"),
+                ("rank", "RANK"),
+                ("gpu", "GPU"),
+                ("alive", "ALIVE"),
+                ("mode", "MODE"),
+                ("set", "SET"),
+                ("gen", "GEN"),
+                ("control", "CONTROL"),
+                ("launches", "LAUNCHES"),
+                ("kernels", "KERNELS"),
+                ("events", "EVENTS"),
+                ("dropped", "DROPPED"),
+                ("errors", "ACCT_ERRORS"),
+            ],
+            rows,
+        )
     for p in response.processes:
         i = p.injector
-        print(f"pid {p.pid}: modules {i.modules_loaded} loaded, {i.modules_patched} patched, {i.patch_failures} "
-              f"failed; cubins {i.cubins_kept} kept, {i.cubins_skipped} skipped; time in gpuobs callbacks: "
-              f"modules {i.resource_callback_seconds:.2f} s (patching {i.patch_seconds:.2f} s, cubins "
-              f"{i.cubin_seconds:.2f} s), launches {i.launch_callback_seconds:.2f} s, graphs "
-              f"{i.graph_callback_seconds:.2f} s")
+        print(
+            f"pid {p.pid}: modules {i.modules_loaded} loaded, {i.modules_patched} patched, {i.patch_failures} "
+            f"failed; cubins {i.cubins_kept} kept, {i.cubins_skipped} skipped; time in gpuobs callbacks: "
+            f"modules {i.resource_callback_seconds:.2f} s (patching {i.patch_seconds:.2f} s, cubins "
+            f"{i.cubin_seconds:.2f} s), launches {i.launch_callback_seconds:.2f} s, graphs "
+            f"{i.graph_callback_seconds:.2f} s"
+        )
         if p.block_events_unanalysed:
-            print(f"pid {p.pid}: {p.block_events_unanalysed} block events not analysed (gpuobsd's analysis share was "
-                  f"spent): block durations and the launches `hangs` names may be missing; stalled kernels are not")
+            print(
+                f"pid {p.pid}: {p.block_events_unanalysed} block events not analysed (gpuobsd's analysis share was "
+                f"spent): block durations and the launches `hangs` names may be missing; stalled kernels are not"
+            )
         if p.memory_kernels:
-            print(f"pid {p.pid}: access hooks for kernels matching {p.memory_kernels!r} ({i.modules_access_hooked} "
-                  f"module(s)): memory and sampled record their accesses, sampled 1 in 2^shift blocks of the others")
+            print(
+                f"pid {p.pid}: access hooks for kernels matching {p.memory_kernels!r} ({i.modules_access_hooked} "
+                f"module(s)): memory and sampled record their accesses, sampled 1 in 2^shift blocks of the others"
+            )
         if i.profiler_starts:
-            print(f"pid {p.pid}: {i.profiler_starts} profiler start(s) recorded no GPU activity: CUPTI cannot attach "
-                  f"beside gpuobs (the driver admits one tool); `gpuobsctl trace` records this process's kernels")
+            print(
+                f"pid {p.pid}: {i.profiler_starts} profiler start(s) recorded no GPU activity: CUPTI cannot attach "
+                f"beside gpuobs (the driver admits one tool); `gpuobsctl trace` records this process's kernels"
+            )
     for rejected in response.rejected_segments:
         print(f"rejected: {rejected}")
     if response.rejected_segments_total > len(response.rejected_segments):

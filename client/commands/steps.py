@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32, uint64
@@ -21,11 +20,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument("--last", type=uint32, default=20, help="the last N steps of each process")
     one_or_all = parser.add_mutually_exclusive_group()  # a replay number is one process's, --ranks spans several
-    one_or_all.add_argument("--replay", type=uint64, default=None,
-                            help="only the step that launched this replay number (as `graphs` and events show it)")
-    one_or_all.add_argument("--ranks", action="store_true",
-                            help="the ranks of each job (model, world size) side by side by step number: each "
-                                 "rank's device span, the slowest rank and the spread")
+    one_or_all.add_argument(
+        "--replay",
+        type=uint64,
+        default=None,
+        help="only the step that launched this replay number (as `graphs` and events show it)",
+    )
+    one_or_all.add_argument(
+        "--ranks",
+        action="store_true",
+        help="the ranks of each job (model, world size) side by side by step number: each "
+        "rank's device span, the slowest rank and the spread",
+    )
 
 
 def short_ids(ids: list[str], complete: bool) -> str:
@@ -44,18 +50,44 @@ def run(args: argparse.Namespace) -> int:
         emit("json", message_dict(response))
         return 0
     for total in response.totals:
-        print(f"pid {total.pid}: {total.steps} steps recorded, {total.launches_before_steps} recorded kernel "
-              f"launches before the first step")
+        print(
+            f"pid {total.pid}: {total.steps} steps recorded, {total.launches_before_steps} recorded kernel "
+            f"launches before the first step"
+        )
     rows = []
     for step in response.steps:
-        replays = " ".join(f"{r.replay}({r.nodes_matched}/{r.node_executions} matched, {r.blocks_observed} blocks)"
-                           if r.node_executions else str(r.replay) for r in step.replays)
-        rows.append({"pid": step.pid, "step": step.step, "requests": step.requests, "tokens": step.tokens,
-                     "launches": step.kernel_launches, "blocks": step.blocks_expected, "replays": replays or "-",
-                     "ids": short_ids(list(step.request_ids), step.request_ids_complete)})
+        replays = " ".join(
+            f"{r.replay}({r.nodes_matched}/{r.node_executions} matched, {r.blocks_observed} blocks)"
+            if r.node_executions
+            else str(r.replay)
+            for r in step.replays
+        )
+        rows.append(
+            {
+                "pid": step.pid,
+                "step": step.step,
+                "requests": step.requests,
+                "tokens": step.tokens,
+                "launches": step.kernel_launches,
+                "blocks": step.blocks_expected,
+                "replays": replays or "-",
+                "ids": short_ids(list(step.request_ids), step.request_ids_complete),
+            }
+        )
     if rows:
-        table([("pid", "PID"), ("step", "STEP"), ("requests", "REQS"), ("tokens", "TOKENS"),
-               ("launches", "LAUNCHES"), ("blocks", "BLOCKS"), ("replays", "REPLAYS"), ("ids", "REQUEST IDS")], rows)
+        table(
+            [
+                ("pid", "PID"),
+                ("step", "STEP"),
+                ("requests", "REQS"),
+                ("tokens", "TOKENS"),
+                ("launches", "LAUNCHES"),
+                ("blocks", "BLOCKS"),
+                ("replays", "REPLAYS"),
+                ("ids", "REQUEST IDS"),
+            ],
+            rows,
+        )
     elif not response.totals:
         print("no observed process")
     else:
@@ -76,30 +108,64 @@ def rank_cell(step: AlignedStep, rank: int) -> str:
 
 def job_dict(job: Job, aligned: list[AlignedStep]) -> dict:
     return {
-        "model": job.model, "world_size": job.world_size,
+        "model": job.model,
+        "world_size": job.world_size,
         "ranks": [{"rank": rank, "pid": pid} for rank, pid in job.pids.items()],
-        "steps": [{"step": s.step, "basis": s.basis, "slowest_rank": s.slowest, "spread": s.spread,
-                   "missing_ranks": [rank for rank in job.pids if rank not in s.ranks],
-                   "ranks": [{"rank": r.rank, "pid": r.pid, "host_time_ns": r.host_time_ns,
-                              "host_offset_ns": r.host_offset_ns, "device_span_ns": r.device_span_ns,
-                              "tokens": r.tokens} for r in s.ranks.values()]} for s in aligned],
+        "steps": [
+            {
+                "step": s.step,
+                "basis": s.basis,
+                "slowest_rank": s.slowest,
+                "spread": s.spread,
+                "missing_ranks": [rank for rank in job.pids if rank not in s.ranks],
+                "ranks": [
+                    {
+                        "rank": r.rank,
+                        "pid": r.pid,
+                        "host_time_ns": r.host_time_ns,
+                        "host_offset_ns": r.host_offset_ns,
+                        "device_span_ns": r.device_span_ns,
+                        "tokens": r.tokens,
+                    }
+                    for r in s.ranks.values()
+                ],
+            }
+            for s in aligned
+        ],
     }
 
 
 def print_job(job: Job, aligned: list[AlignedStep]) -> None:
     ranks = ranks_with_steps(job, aligned)
-    print(f"{job.model or '(no model)'}, world size {job.world_size}: " +
-          ", ".join(f"rank {rank} pid {pid}" for rank, pid in job.pids.items()))
+    print(
+        f"{job.model or '(no model)'}, world size {job.world_size}: "
+        + ", ".join(f"rank {rank} pid {pid}" for rank, pid in job.pids.items())
+    )
     silent = [rank for rank in job.pids if rank not in ranks]
     if silent:
         print(f"  no steps recorded by rank(s) {', '.join(map(str, silent))}")
     if not aligned:
         return
-    rows = [{"step": s.step, "tokens": s.ranks[0].tokens if 0 in s.ranks else "-",
-             **{f"r{rank}": rank_cell(s, rank) for rank in ranks}, "slowest": f"r{s.slowest}",
-             "spread": f"{s.spread:.2f}x" if s.spread else "-"} for s in aligned]
-    table([("step", "STEP"), ("tokens", "TOKENS"), *[(f"r{rank}", f"r{rank}") for rank in ranks],
-           ("slowest", "SLOWEST"), ("spread", "SPREAD")], rows)
+    rows = [
+        {
+            "step": s.step,
+            "tokens": s.ranks[0].tokens if 0 in s.ranks else "-",
+            **{f"r{rank}": rank_cell(s, rank) for rank in ranks},
+            "slowest": f"r{s.slowest}",
+            "spread": f"{s.spread:.2f}x" if s.spread else "-",
+        }
+        for s in aligned
+    ]
+    table(
+        [
+            ("step", "STEP"),
+            ("tokens", "TOKENS"),
+            *[(f"r{rank}", f"r{rank}") for rank in ranks],
+            ("slowest", "SLOWEST"),
+            ("spread", "SPREAD"),
+        ],
+        rows,
+    )
 
 
 def left_out_line(left: LeftOut) -> str:
@@ -116,21 +182,33 @@ def run_ranks(args: argparse.Namespace) -> int:
         processes = [p for p in processes if p.pid in set(args.pid)]
     jobs, left_out = group_jobs(processes)
     pids = sorted(pid for job in jobs for pid in job.pids.values())
-    steps = list(all_pages(args.address, "ListSteps", pb.ListStepsRequest(pids=pids, last=args.last),
-                           "steps").steps) if pids else []
+    steps = (
+        list(all_pages(args.address, "ListSteps", pb.ListStepsRequest(pids=pids, last=args.last), "steps").steps)
+        if pids
+        else []
+    )
     aligned = [(job, align_steps(job, steps)) for job in jobs]
     if args.output == "json":
-        emit("json", {"jobs": [job_dict(job, rows) for job, rows in aligned],
-                      "left_out": [{"pids": left.pids, "reason": left.reason} for left in left_out]})
+        emit(
+            "json",
+            {
+                "jobs": [job_dict(job, rows) for job, rows in aligned],
+                "left_out": [{"pids": left.pids, "reason": left.reason} for left in left_out],
+            },
+        )
         return 0
     for left in left_out:
         print(left_out_line(left))
     if not jobs:
-        print("no job to show: no observed process says which rank it is (the framework plugin sets it; "
-              "`gpuobsctl status` shows RANK)")
+        print(
+            "no job to show: no observed process says which rank it is (the framework plugin sets it; "
+            "`gpuobsctl status` shows RANK)"
+        )
         return 0
-    print("rN: the step's device span on rank N, us (its replays' first block enter to last block event); "
-          "+us: a rank had no span, so when each began (host), after the first; -: no such step")
+    print(
+        "rN: the step's device span on rank N, us (its replays' first block enter to last block event); "
+        "+us: a rank had no span, so when each began (host), after the first; -: no such step"
+    )
     for job, rows in aligned:
         print_job(job, rows)
     return 0

@@ -7,7 +7,6 @@ import json
 
 import grpc
 import numpy as np
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
 
@@ -38,9 +37,11 @@ def run(args: argparse.Namespace) -> int:
                 if args.output == "json":
                     print(json.dumps(row))
                 else:
-                    print(f"{row['pid']} {row['kind']:<13} slot {row['kernel_slot']:<4} block "
-                          f"({row['block_x']},{row['block_y']},{row['block_z']}) sm {row['sm_id']:<3} "
-                          f"t {row['globaltimer_ns']} pc 0x{row['pc']:x}")
+                    print(
+                        f"{row['pid']} {row['kind']:<13} slot {row['kernel_slot']:<4} block "
+                        f"({row['block_x']},{row['block_y']},{row['block_z']}) sm {row['sm_id']:<3} "
+                        f"t {row['globaltimer_ns']} pc 0x{row['pc']:x}"
+                    )
                 printed += 1
             dropped = batch.dropped_for_client
     except grpc.RpcError as error:

@@ -16,8 +16,10 @@ from ..local_recording import record_here, refuse_existing_output
 from ..output import emit
 
 NAME = "trace"
-HELP = ("record a window and write it as one Perfetto trace (kernels per stream and graph exec, the ops that launched "
-        "them, blocks per SM, steps)")
+HELP = (
+    "record a window and write it as one Perfetto trace (kernels per stream and graph exec, the ops that launched "
+    "them, blocks per SM, steps)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="Perfetto trace to write (.pftrace)")
     parser.add_argument("--count", type=uint64, default=0, help="stop a process's window after this many events")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
-    parser.add_argument("--keep-events", action="store_true",
-                        help="keep the event files beside the trace (OUT.events, OUT.events-<pid>)")
+    parser.add_argument(
+        "--keep-events",
+        action="store_true",
+        help="keep the event files beside the trace (OUT.events, OUT.events-<pid>)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{out.parent}: no such folder")
     refuse_existing_output(out)  # said before the window is recorded, not after
     # the event files, streamed back by the daemon, beside the trace
-    request = pb.RecordRequest(path=f"{out}.events", duration_ms=int(args.duration * 1000),
-                               max_events=max(0, args.count), pids=args.pid)
+    request = pb.RecordRequest(
+        path=f"{out}.events", duration_ms=int(args.duration * 1000), max_events=max(0, args.count), pids=args.pid
+    )
     recorded = record_here(args.address, Path(request.path), request, timeout=args.duration + 120)
     files = [f.path for f in recorded]
     if not files:
@@ -51,8 +57,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         emit("json", {"trace": str(out), "slices": slices, "processes": rows})
     else:
-        print(f"{out}: {slices} slices from {len(rows)} process(es), "
-              f"{sum(r['events'] for r in rows)} events, {sum(r['dropped'] for r in rows)} dropped")
+        print(
+            f"{out}: {slices} slices from {len(rows)} process(es), "
+            f"{sum(r['events'] for r in rows)} events, {sum(r['dropped'] for r in rows)} dropped"
+        )
         for reason in dict.fromkeys(f.stopped for f in recorded if f.stopped):
             print(f"the window was cut short: {reason}")
     return 0

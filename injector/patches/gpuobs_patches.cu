@@ -105,9 +105,11 @@ static_assert(offsetof(EventRecord, globaltimer_ns) == 0 && offsetof(EventRecord
                   offsetof(EventRecord, address) == 16 && offsetof(EventRecord, grid_id) == 24,
               "words 0-3");
 static_assert(offsetof(EventRecord, block_x) == 32 && offsetof(EventRecord, block_y) == 36 &&
-                  offsetof(EventRecord, block_z) == 38, "word 4: block_x, block_y, block_z");
+                  offsetof(EventRecord, block_z) == 38,
+              "word 4: block_x, block_y, block_z");
 static_assert(offsetof(EventRecord, thread) == 40 && offsetof(EventRecord, sm_id) == 42 &&
-                  offsetof(EventRecord, kernel_slot) == 44, "word 5: thread, sm_id, kernel_slot");
+                  offsetof(EventRecord, kernel_slot) == 44,
+              "word 5: thread, sm_id, kernel_slot");
 static_assert(offsetof(EventRecord, replay) == 48 && offsetof(EventRecord, kind) == 52 &&
                   offsetof(EventRecord, access_bytes) == 53 && offsetof(EventRecord, flags) == 54,
               "word 6: replay, kind, access_bytes, flags");
@@ -146,9 +148,9 @@ __device__ __forceinline__ void write_record(DeviceContextState* context, uint64
   put_word(record, 1, pc);
   put_word(record, 2, address);
   put_word(record, 5, uint64_t(thread & 0xffff) | (uint64_t(sm & 0xffff) << 16) | (uint64_t(slot) << 32));
-  put_word(record, 6, (__ldg(reinterpret_cast<const unsigned long long*>(&context->config.replay)) & 0xffffffffULL) |
-                          (uint64_t(kind) << 32) | (uint64_t(access_bytes & 0xff) << 40) |
-                          (uint64_t(flags & 0xffff) << 48));
+  put_word(record, 6,
+           (__ldg(reinterpret_cast<const unsigned long long*>(&context->config.replay)) & 0xffffffffULL) |
+               (uint64_t(kind) << 32) | (uint64_t(access_bytes & 0xff) << 40) | (uint64_t(flags & 0xffff) << 48));
   put_word(record, 4, block);
   put_word(record, 3, grid_id());
   put_word(record, 0, globaltimer());
@@ -156,8 +158,8 @@ __device__ __forceinline__ void write_record(DeviceContextState* context, uint64
 }
 
 __device__ __forceinline__ ring::ProducerView producer_view(DeviceContextState* context) {
-  return ring::ProducerView{&context->ring_head, &context->ring_reserved, &context->ring_limit,
-                            context->consumer_tail, context->ring_capacity, &context->ring_refresh_after};
+  return ring::ProducerView{&context->ring_head,    &context->ring_reserved, &context->ring_limit,
+                            context->consumer_tail, context->ring_capacity,  &context->ring_refresh_after};
 }
 
 // One block-level event from the leader thread: its own claim (enter and exit are separate
@@ -172,7 +174,6 @@ __device__ __forceinline__ void record_block_event(DeviceKernelSlot* kernel, Dev
   }
   write_record(context, ticket, pc, 0, 0, sm, slot_of(kernel), kind, 0, flags);
 }
-
 
 // A block leader's record (a launch, or a block's enter), written with as few registers live as
 // can be: what it needs from memory is loaded up front, in order (strong loads: ptxas does not
@@ -204,13 +205,15 @@ __device__ __forceinline__ void write_leader_record(const DeviceKernelSlot* kern
   // Words 6, 5, 4 and 2 in 32-bit halves, laid out as write_record and block_word lay them out:
   // single registers rather than aligned pairs, two of three dimensions live at a time.
   put_half(record, 6, 0, replay);
-  put_half(record, 6, 1, uint32_t(launch ? EventKind::Launch : EventKind::BlockEnter) |
-                             (sampled ? uint32_t(kBlockSampled) << 16 : 0u));
+  put_half(
+      record, 6, 1,
+      uint32_t(launch ? EventKind::Launch : EventKind::BlockEnter) | (sampled ? uint32_t(kBlockSampled) << 16 : 0u));
   put_half(record, 5, 0, (sm_id() & 0xffff) << 16);
   put_half(record, 5, 1, slot_of(kernel));
   put_half(record, 4, 0, launch ? blockDim.x : block_index<0>());
-  put_half(record, 4, 1, launch ? (blockDim.y & 0xffff) | (blockDim.z << 16)
-                                : (block_index<1>() & 0xffff) | (block_index<2>() << 16));
+  put_half(
+      record, 4, 1,
+      launch ? (blockDim.y & 0xffff) | (blockDim.z << 16) : (block_index<1>() & 0xffff) | (block_index<2>() << 16));
   put_word(record, 3, grid_id());
   put_half(record, 2, 0, launch ? gridDim.x : 0);
   put_half(record, 2, 1, launch ? (gridDim.y & 0xffff) | (gridDim.z << 16) : 0);
@@ -342,8 +345,8 @@ namespace {
 
 // The memory modes' work for one access (behind a call, so that the other modes return from
 // the patch without the frame this needs).
-__device__ __noinline__ SanitizerPatchResult memory_access(void* userdata, uint64_t pc, void* ptr, uint32_t access_bytes,
-                                                           uint32_t flags) {
+__device__ __noinline__ SanitizerPatchResult memory_access(void* userdata, uint64_t pc, void* ptr,
+                                                           uint32_t access_bytes, uint32_t flags) {
   const uint32_t bound = flags_of(userdata);
   if (flags_mode(bound) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
   DeviceKernelSlot* kernel = kernel_of(userdata);
@@ -361,8 +364,8 @@ __device__ __noinline__ SanitizerPatchResult memory_access(void* userdata, uint6
 }  // namespace
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_memory_access(void* userdata, uint64_t pc, void* ptr,
-                                                                            uint32_t access_bytes, uint32_t flags,
-                                                                            const void* new_value) {
+                                                                             uint32_t access_bytes, uint32_t flags,
+                                                                             const void* new_value) {
   if (userdata == nullptr || flags_mode(flags_of(userdata)) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
   return memory_access(userdata, pc, ptr, access_bytes, flags);
 }
@@ -375,7 +378,7 @@ namespace {
 // The size travels as the sanitizer gives it, in 16-byte blocks (layout.h: a BulkCopy event's
 // `thread` holds them, `access_bytes` says 16).
 __device__ __noinline__ SanitizerPatchResult bulk_copy(void* userdata, uint64_t pc, uint64_t global_address,
-                                                          uint32_t blocks16, uint32_t flags) {
+                                                       uint32_t blocks16, uint32_t flags) {
   if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
   const uint32_t bound = flags_of(userdata);
   if (flags_mode(bound) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
@@ -398,15 +401,15 @@ __device__ __noinline__ SanitizerPatchResult bulk_copy(void* userdata, uint64_t 
 }  // namespace
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_bulk_global_to_shared(void* userdata, uint64_t pc,
-                                                                                    uint64_t src, uint32_t dst,
-                                                                                    uint32_t barrier, uint32_t data,
-                                                                                    uint32_t is_multicast) {
+                                                                                     uint64_t src, uint32_t dst,
+                                                                                     uint32_t barrier, uint32_t data,
+                                                                                     uint32_t is_multicast) {
   return bulk_copy(userdata, pc, src, data & 0xffff, kAccessRead);  // bits 0-15: 16-byte blocks
 }
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_bulk_shared_to_global(void* userdata, uint64_t pc,
-                                                                                    uint64_t dst, uint32_t src,
-                                                                                    uint32_t num_blocks) {
+                                                                                     uint64_t dst, uint32_t src,
+                                                                                     uint32_t num_blocks) {
   return bulk_copy(userdata, pc, dst, num_blocks, kAccessWrite);
 }
 
@@ -415,9 +418,9 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_bulk_shared_to_gl
 // address for a streaming kernel; the benchmarks measure what the warp-aggregated, sharded
 // count above saves, and the GPU suite checks that both give the same counts.
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_memory_access_naive(void* userdata, uint64_t pc,
-                                                                                  void* ptr, uint32_t access_bytes,
-                                                                                  uint32_t flags,
-                                                                                  const void* new_value) {
+                                                                                   void* ptr, uint32_t access_bytes,
+                                                                                   uint32_t flags,
+                                                                                   const void* new_value) {
   if (userdata == nullptr) return SANITIZER_PATCH_SUCCESS;
   if (flags_mode(flags_of(userdata)) < uint32_t(Mode::Memory)) return SANITIZER_PATCH_SUCCESS;
   DeviceKernelSlot* kernel = kernel_of(userdata);
@@ -433,8 +436,8 @@ extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_empty_block(void*
 }
 
 extern "C" __device__ __noinline__ SanitizerPatchResult gpuobs_empty_access(void* userdata, uint64_t pc, void* ptr,
-                                                                           uint32_t access_bytes, uint32_t flags,
-                                                                           const void* new_value) {
+                                                                            uint32_t access_bytes, uint32_t flags,
+                                                                            const void* new_value) {
   return SANITIZER_PATCH_SUCCESS;
 }
 

@@ -177,9 +177,9 @@ bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlo
     *error = "reading the ring head failed";
     return false;
   }
-  if (kernel_count > 0 &&
-      sanitizerMemcpyDeviceToHost(slots->data(), device_ + device_slots_offset(),
-                                  uint64_t(kernel_count) * sizeof(DeviceKernelSlot), tool_stream_) != SANITIZER_SUCCESS) {
+  if (kernel_count > 0 && sanitizerMemcpyDeviceToHost(slots->data(), device_ + device_slots_offset(),
+                                                      uint64_t(kernel_count) * sizeof(DeviceKernelSlot),
+                                                      tool_stream_) != SANITIZER_SUCCESS) {
     *error = "reading the kernel counters failed";
     return false;
   }

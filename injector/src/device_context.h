@@ -77,7 +77,7 @@ class DeviceContext {
   Sanitizer_StreamHandle tool_stream_ = nullptr;
   std::atomic<bool> replayed_{false};
   uint64_t replay_sources_[kReplayBuffers] = {};
-  std::vector<uint32_t> flags_in_place_;  // per slot: the config word last written
+  std::vector<uint32_t> flags_in_place_;     // per slot: the config word last written
   std::vector<uint64_t> entry_pc_in_place_;  // per slot: the first pc last written
   const uint64_t* consumer_tail_ = nullptr;  // the segment's RingControl::tail of this ring
   uint64_t ring_capacity_ = 0;

@@ -117,8 +117,10 @@ int Injector::step_aside() {
   }
   // outside the lock: a callback on another thread may be waiting for it inside the Sanitizer
   const SanitizerResult result = sanitizerUnsubscribe(subscriber_);
-  log_line("stepping aside for a profiler: sanitizerUnsubscribe returned %d; patched kernels keep their patches, "
-           "modules loaded from now on are not patched", int(result));
+  log_line(
+      "stepping aside for a profiler: sanitizerUnsubscribe returned %d; patched kernels keep their patches, "
+      "modules loaded from now on are not patched",
+      int(result));
   return int(result);
 }
 
@@ -185,10 +187,14 @@ uint64_t* Injector::callback_timer(Sanitizer_CallbackDomain domain) {
   if (!segment_ready_.load(std::memory_order_acquire)) return nullptr;
   GlobalCounters& counters = *writer_->view().counters;
   switch (domain) {
-    case SANITIZER_CB_DOMAIN_RESOURCE: return &counters.resource_callback_ns;
-    case SANITIZER_CB_DOMAIN_LAUNCH: return &counters.launch_callback_ns;
-    case SANITIZER_CB_DOMAIN_GRAPHS: return &counters.graph_callback_ns;
-    default: return nullptr;
+    case SANITIZER_CB_DOMAIN_RESOURCE:
+      return &counters.resource_callback_ns;
+    case SANITIZER_CB_DOMAIN_LAUNCH:
+      return &counters.launch_callback_ns;
+    case SANITIZER_CB_DOMAIN_GRAPHS:
+      return &counters.graph_callback_ns;
+    default:
+      return nullptr;
   }
 }
 
@@ -260,8 +266,8 @@ bool Injector::ensure_segment() {
   options.label = config_.label;
   if (patcher_.chooses_modules()) options.memory_kernels = config_.memory_kernels;
   if (config_.cubin_mb > 0) options.cubin_dir = config_.cubin_dir;
-  options.producer_flags = (config_.block_exit ? uint32_t(kBlockExitsHooked) : 0u) |
-                           (config_.launch_trace ? uint32_t(kLaunchTrace) : 0u);
+  options.producer_flags =
+      (config_.block_exit ? uint32_t(kBlockExitsHooked) : 0u) | (config_.launch_trace ? uint32_t(kLaunchTrace) : 0u);
   std::string error;
   std::unique_ptr<SegmentWriter> writer = start_producer(options, in_force_.filter, &error);
   if (!writer) {
@@ -275,8 +281,10 @@ bool Injector::ensure_segment() {
                                                          CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
   if (registered != CUDA_SUCCESS && registered != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
     segment_failed_ = true;
-    log_line("cannot register the segment with CUDA (%s; is %s on a tmpfs such as /dev/shm?); the program runs "
-             "unobserved", driver().error_text(registered), config_.segment_dir.c_str());
+    log_line(
+        "cannot register the segment with CUDA (%s; is %s on a tmpfs such as /dev/shm?); the program runs "
+        "unobserved",
+        driver().error_text(registered), config_.segment_dir.c_str());
     segment.unlink_file();
     return false;
   }
@@ -290,8 +298,8 @@ bool Injector::ensure_segment() {
   host_counted_.reset(new HostCounted[slots]);
   for (uint32_t slot = 0; slot < slots; ++slot) slot_captured_[slot].store(1);
   log_line("observing into %s (patch set %s, mode %s%s%s%s)", writer_->segment().path().c_str(),
-           patch_set_name(config_.patch_set), mode_name(config_.mode),
-           config_.launch_trace ? ", launch trace" : "", patcher_.chooses_modules() ? ", access hooks for " : "",
+           patch_set_name(config_.patch_set), mode_name(config_.mode), config_.launch_trace ? ", launch trace" : "",
+           patcher_.chooses_modules() ? ", access hooks for " : "",
            patcher_.chooses_modules() ? config_.memory_kernels.c_str() : "");
   segment_ready_.store(true, std::memory_order_release);
   return true;
@@ -395,7 +403,8 @@ void Injector::on_module_loaded(const Sanitizer_ResourceModuleData& data) {
     if (patcher_.hooks_accesses(data.module)) count(&counters.modules_access_hooked);
   } else {
     count(&counters.patch_failures);
-    if (first_time(LogOnce::PatchModule)) log_line("a module could not be patched (%s); it runs unpatched", error.c_str());
+    if (first_time(LogOnce::PatchModule))
+      log_line("a module could not be patched (%s); it runs unpatched", error.c_str());
     need_launch_callbacks("a module could not be patched");
   }
   // Loaded lazily, a module's functions arrive in FUNCTIONS_LAZY_LOADED; loaded eagerly, they
@@ -513,14 +522,16 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
     slot_access_hooked_[slot].store(access_hooked ? 1 : 0, std::memory_order_relaxed);
     entry_pcs_stale_.store(true, std::memory_order_release);
     // a slot's word says so (written for every slot before it registered: hooked only in the memory set)
-    if (filter_ || access_hooked != (patcher_.set() == PatchSet::Memory)) flags_stale_.store(true, std::memory_order_release);
+    if (filter_ || access_hooked != (patcher_.set() == PatchSet::Memory))
+      flags_stale_.store(true, std::memory_order_release);
     // the slot's address must fit below the config bits of a bound userdata
     if (patched && device && (reinterpret_cast<uint64_t>(device->slot_address(uint32_t(slot))) >> 48) == 0) {
-      // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps the userdata of its first launch).
+      // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps
+      // the userdata of its first launch).
       const Binding binding{function, module, uint32_t(slot), device, entry_flags != 0};
       const uint32_t flags = make_flags(make_config(in_force_.mode, in_force_.shift), captured, access_hooked);
-      on_device = sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata_of(binding, flags))) ==
-                  SANITIZER_SUCCESS;
+      on_device =
+          sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata_of(binding, flags))) == SANITIZER_SUCCESS;
       if (on_device) bindings_.push_back(binding);
     }
     slot_on_device_[slot].store(on_device ? 1 : 0, std::memory_order_release);
@@ -596,7 +607,8 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
     GraphExecState& state = graph_execs_[graph_exec];
     // Recorded node by node only when the node callbacks were on before this launch began (the
     // tool thread turns them on and off, never a callback): then every node of it is seen.
-    recorded = node_callbacks_ && (state.known != NodesKnown::Learned || launch_callbacks_.load(std::memory_order_relaxed));
+    recorded =
+        node_callbacks_ && (state.known != NodesKnown::Learned || launch_callbacks_.load(std::memory_order_relaxed));
     if (recorded) ++replays_recording_;
     if (state.known == NodesKnown::NotLaunched) state.known = NodesKnown::Pending;
     if (state.known == NodesKnown::Pending) state.since_ns = monotonic_ns();
@@ -754,7 +766,9 @@ int gpuobs::Injector::record_capture(uint64_t stream) {
   }
   if (seen.added.empty()) return 0;
   return writer_->write_op_nodes(t_current_op, reinterpret_cast<uint64_t>(graph), capture_id, seen.added.data(),
-                                 seen.kernel.data(), seen.added.size()) ? 0 : 1;
+                                 seen.kernel.data(), seen.added.size())
+             ? 0
+             : 1;
 }
 
 int gpuobs::Injector::take_ops_window() {
@@ -789,9 +803,11 @@ int gpuobs::Injector::note_profiler(const char* who) {
   writer_->note_profiler_start();
   static std::atomic<bool> said{false};
   if (!said.exchange(true))
-    log_line("%s started in this process: it records no GPU activity while gpuobs observes it (the driver "
-             "admits one tool: CUPTI fails with error 39); gpuobs keeps counting (gpuobsctl status, kernels, "
-             "trace)", who && *who ? who : "a profiler");
+    log_line(
+        "%s started in this process: it records no GPU activity while gpuobs observes it (the driver "
+        "admits one tool: CUPTI fails with error 39); gpuobs keeps counting (gpuobsctl status, kernels, "
+        "trace)",
+        who && *who ? who : "a profiler");
   return 0;
 }
 
@@ -815,8 +831,8 @@ extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_
 }
 
 extern "C" __attribute__((visibility("default"))) int gpuobs_set_identity(uint32_t role, uint32_t rank,
-                                                                           uint32_t world_size, uint32_t local_rank,
-                                                                           const char* model) {
+                                                                          uint32_t world_size, uint32_t local_rank,
+                                                                          const char* model) {
   return on_injector([&](gpuobs::Injector& i) { return i.set_identity(role, rank, world_size, local_rank, model); });
 }
 

@@ -29,9 +29,9 @@
 #include "device_context.h"
 #include "function_slots.h"
 #include "gpuobs/cubin_store.h"
-#include "gpuobs/segment_writer.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/producer.h"
+#include "gpuobs/segment_writer.h"
 #include "injector_config.h"
 #include "patcher.h"
 
@@ -162,9 +162,9 @@ class Injector : private ControlTarget {
   Patcher patcher_;
   CubinStore cubins_;
   Sanitizer_SubscriberHandle subscriber_ = nullptr;
-  std::mutex callbacks_mutex_;  // sanitizerEnableCallback calls
+  std::mutex callbacks_mutex_;        // sanitizerEnableCallback calls
   std::atomic<uint64_t> next_op_{0};  // op records' numbers
-  bool stepped_aside_ = false;  // under callbacks_mutex_: the subscriber is gone or going
+  bool stepped_aside_ = false;        // under callbacks_mutex_: the subscriber is gone or going
 
   std::mutex segment_mutex_;
   std::atomic<bool> segment_ready_{false};
@@ -172,22 +172,22 @@ class Injector : private ControlTarget {
   std::unique_ptr<SegmentWriter> writer_;
 
   static constexpr uint32_t kMaxContexts = 64;
-  std::mutex contexts_mutex_;                      // creation only; lookups are lock-free
+  std::mutex contexts_mutex_;  // creation only; lookups are lock-free
   std::unique_ptr<DeviceContext> context_storage_[kMaxContexts];
   std::atomic<DeviceContext*> contexts_[kMaxContexts] = {};
   std::atomic<uint32_t> context_count_{0};
 
   FunctionSlots function_slots_;
-  std::unique_ptr<std::atomic<uint8_t>[]> slot_on_device_;  // per slot: the device counts its launches
-  std::unique_ptr<std::atomic<uint8_t>[]> slot_captured_;   // per slot: the kernel filter lets it record
-  std::unique_ptr<std::atomic<uint64_t>[]> slot_entry_pc_;  // per slot: its function's first pc (0: unknown)
+  std::unique_ptr<std::atomic<uint8_t>[]> slot_on_device_;      // per slot: the device counts its launches
+  std::unique_ptr<std::atomic<uint8_t>[]> slot_captured_;       // per slot: the kernel filter lets it record
+  std::unique_ptr<std::atomic<uint64_t>[]> slot_entry_pc_;      // per slot: its function's first pc (0: unknown)
   std::unique_ptr<std::atomic<uint8_t>[]> slot_access_hooked_;  // per slot: its module has the access hooks
-  std::unique_ptr<HostCounted[]> host_counted_;             // per slot
+  std::unique_ptr<HostCounted[]> host_counted_;                 // per slot
   std::atomic<bool> launch_callbacks_{false};
-  std::atomic<uint32_t> ops_window_{0};      // steps of an op window not taken by the plugin yet
+  std::atomic<uint32_t> ops_window_{0};        // steps of an op window not taken by the plugin yet
   std::atomic<bool> takes_op_windows_{false};  // the plugin asked once: the segment says so
-  std::mutex trace_window_mutex_;            // one opener or closer of the launch trace window at a time
-  std::atomic<bool> trace_window_{false};    // eager launches are recorded: an op window is open
+  std::mutex trace_window_mutex_;              // one opener or closer of the launch trace window at a time
+  std::atomic<bool> trace_window_{false};      // eager launches are recorded: an op window is open
   std::atomic<uint64_t> trace_window_since_ns_{0};
   // the config word in force, for what the callbacks record (set after the functions are rebound)
   std::atomic<uint64_t> config_word_{0};
@@ -230,7 +230,7 @@ class Injector : private ControlTarget {
   std::atomic<uint64_t> replays_{0};  // graph replays numbered so far, in every context
   std::atomic<bool> publish_requested_{false};
   std::atomic<bool> entry_pcs_stale_{false};  // a kernel registered since: its first pc to the device
-  std::atomic<bool> flags_stale_{false};  // a slot's config word in device memory needs rewriting
+  std::atomic<bool> flags_stale_{false};      // a slot's config word in device memory needs rewriting
   std::atomic<bool> stopping_{false};
   std::thread control_thread_;
   std::once_flag control_once_;

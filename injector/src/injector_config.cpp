@@ -54,7 +54,8 @@ InjectorConfig load_injector_config() {
     else log_line("GPUOBS_SHIFT=%s is not 0..31; using %u", shift, config.shift);
   }
   if (const char* records = env("GPUOBS_RING_RECORDS")) {
-    if (parse_uint(records, kMaxRingRecords, &number) && is_power_of_two(number)) config.ring_records = uint32_t(number);
+    if (parse_uint(records, kMaxRingRecords, &number) && is_power_of_two(number))
+      config.ring_records = uint32_t(number);
     else log_line("GPUOBS_RING_RECORDS=%s is not a power of two; using %u", records, config.ring_records);
   }
   struct Bounded {
@@ -98,14 +99,17 @@ InjectorConfig load_injector_config() {
   start.mode = config.mode;
   start.patch_set = config.patch_set;
   if (patch_set_needed(start, !config.memory_kernels.empty()) != config.patch_set) {
-    log_line("GPUOBS_MODE=%s records accesses: it needs GPUOBS_MEMORY_KERNELS or GPUOBS_PATCH_SET=memory; "
-             "starting in counter", mode_name(config.mode));
+    log_line(
+        "GPUOBS_MODE=%s records accesses: it needs GPUOBS_MEMORY_KERNELS or GPUOBS_PATCH_SET=memory; "
+        "starting in counter",
+        mode_name(config.mode));
     config.mode = Mode::Counter;
   }
   if (const char* label = env("GPUOBS_LABEL")) config.label = label;
   config.cubin_dir_default = env("GPUOBS_CUBIN_DIR") == nullptr;
   config.cubin_dir = config.cubin_dir_default ? default_cubin_directory() : env("GPUOBS_CUBIN_DIR");
-  config.patch_file = env("GPUOBS_PATCH_FILE") ? env("GPUOBS_PATCH_FILE") : library_directory() + "/gpuobs_patches.fatbin";
+  config.patch_file =
+      env("GPUOBS_PATCH_FILE") ? env("GPUOBS_PATCH_FILE") : library_directory() + "/gpuobs_patches.fatbin";
   return config;
 }
 

@@ -8,7 +8,17 @@
 
 namespace gpuobs {
 
-enum class LogOnce : int { PatchLoad, PatchModule, KernelTable, Internal, Cubin, Filter, TraceWindow, MemoryKernels, kCount };
+enum class LogOnce : int {
+  PatchLoad,
+  PatchModule,
+  KernelTable,
+  Internal,
+  Cubin,
+  Filter,
+  TraceWindow,
+  MemoryKernels,
+  kCount
+};
 
 inline void log_line(const char* format, ...) {
   std::va_list args;

@@ -24,7 +24,10 @@ class Patcher {
   // (GPUOBS_MEMORY_KERNELS, nullptr for none): in the block set, a module holding a kernel it
   // matches gets the access hooks as well.
   Patcher(PatchSet set, bool block_exit, bool naive_counting, std::shared_ptr<const KernelFilter> memory_kernels)
-      : set_(set), block_exit_(block_exit), naive_counting_(naive_counting), memory_kernels_(std::move(memory_kernels)) {}
+      : set_(set),
+        block_exit_(block_exit),
+        naive_counting_(naive_counting),
+        memory_kernels_(std::move(memory_kernels)) {}
 
   // Loads the patch fatbin into `context`. False with a reason (wrong architecture, missing file).
   bool load_patches(CUcontext context, const std::string& patch_file, std::string* error);

@@ -5,6 +5,8 @@ injector (``segment/native``), so the segment layout exists once, in
 ``segment/native/include/gpuobs/layout.h``, and Python reads its field tables.
 """
 
+from pathlib import Path
+
 __version__ = "0.1.0"  # the one version: pyproject.toml and gpuobs-synth take it from here
 
 
@@ -16,11 +18,10 @@ def version_line(program: str) -> str:
     return f"{program} {__version__} (segment layout {LAYOUT_VERSION})"
 
 
-def injector_library() -> "Path":
+def injector_library() -> Path:
     """This installation's injector, the path CUDA_INJECTION64_PATH names in a program to
     observe (`gpuobsctl injector-path` prints it for drop-ins; it may be absent in a build made
     without the CUDA toolchain)."""
     from pathlib import Path
 
     return Path(__file__).parent / "lib" / "libgpuobs_injector.so"
-

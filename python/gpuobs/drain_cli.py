@@ -31,19 +31,25 @@ def report(segment: Segment, top: int) -> bool:
     names = [k["demangled"] for k in segment.kernels()]
     delivered = segment.aggregates()[: len(names)].sum(axis=1)
     control = segment.control_state()
-    print(f"pid {segment.pid} ({segment.header['producer']}): mode {MODE_NAMES.get(control['applied_mode'], '?')}"
-          f" shift {control['applied_shift']}, {counters.get('launches', 0)} launches")
+    print(
+        f"pid {segment.pid} ({segment.header['producer']}): mode {MODE_NAMES.get(control['applied_mode'], '?')}"
+        f" shift {control['applied_shift']}, {counters.get('launches', 0)} launches"
+    )
     print(f"  {'launches':>9} {'blocks':>11} {'accesses':>12} {'events':>11} {'dropped':>9}  kernel")
     for slot in np.argsort(-(kernels["launches"].astype(np.int64)))[:top] if len(kernels) else []:
         k = kernels[slot]
-        print(f"  {k['launches']:>9} {k['blocks_observed']:>11} {k['memory_accesses']:>12} {delivered[slot]:>11}"
-              f" {k['events_dropped']:>9}  {names[slot][:90]}")
+        print(
+            f"  {k['launches']:>9} {k['blocks_observed']:>11} {k['memory_accesses']:>12} {delivered[slot]:>11}"
+            f" {k['events_dropped']:>9}  {names[slot][:90]}"
+        )
     account = segment.accounting()
     for stage in account.stages:
         unpublished = f" (+ {stage.unpublished} read beyond the last published count)" if stage.unpublished else ""
-        print(f"  stage {stage.stage}: produced {stage.produced}{unpublished} = delivered {stage.delivered} + dropped"
-              f" {stage.dropped} + torn {stage.torn} + corrupt {stage.corrupt} + in flight {stage.in_flight}"
-              f" -> {'balanced' if stage.balanced else 'NOT balanced'}")
+        print(
+            f"  stage {stage.stage}: produced {stage.produced}{unpublished} = delivered {stage.delivered} + dropped"
+            f" {stage.dropped} + torn {stage.torn} + corrupt {stage.corrupt} + in flight {stage.in_flight}"
+            f" -> {'balanced' if stage.balanced else 'NOT balanced'}"
+        )
     for error in account.errors:
         print(f"  accounting error: {error}")
     return not account.errors and (not account.quiescent or all(s.balanced for s in account.stages))

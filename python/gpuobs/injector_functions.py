@@ -14,8 +14,14 @@ log = logging.getLogger("gpuobs")
 # What each exported function takes. All but the first two came later: an older injector lacks them, and
 # a call then answers NOT_OBSERVING instead of failing (which would stop the caller's other records).
 SIGNATURES = {
-    "gpuobs_record_step": [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32,
-                           ctypes.c_uint32],
+    "gpuobs_record_step": [
+        ctypes.c_uint64,
+        ctypes.c_uint32,
+        ctypes.c_uint32,
+        ctypes.c_char_p,
+        ctypes.c_uint32,
+        ctypes.c_uint32,
+    ],
     "gpuobs_set_label": [ctypes.c_char_p],
     "gpuobs_note_profiler": [ctypes.c_char_p],
     "gpuobs_record_op": [ctypes.c_char_p, ctypes.c_uint32],
@@ -51,8 +57,11 @@ class InjectorAnnotations:
             self._functions = functions
             self.missing = tuple(name for name in SIGNATURES if name not in functions)
             if self.missing:  # said once: an injector older than this plugin (or one that hides them)
-                log.warning("gpuobs: the injector %s lacks %s; what they record is not recorded", self.path,
-                            ", ".join(self.missing))
+                log.warning(
+                    "gpuobs: the injector %s lacks %s; what they record is not recorded",
+                    self.path,
+                    ", ".join(self.missing),
+                )
         return True
 
     def _call(self, name: str, *args: object) -> int:
@@ -91,5 +100,6 @@ class InjectorAnnotations:
 
     def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int:
         """Who this process is (segment fields that views and metrics select by)."""
-        return self._call("gpuobs_set_identity", role, rank, world_size, local_rank,
-                          model.encode("utf-8", "replace")[:63])
+        return self._call(
+            "gpuobs_set_identity", role, rank, world_size, local_rank, model.encode("utf-8", "replace")[:63]
+        )

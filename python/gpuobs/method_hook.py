@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 WRAPPED = "__gpuobs_wrapped__"
 
 
-def wrap_method_once(module_name: str, owner: str, method: str,
-                     make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+def wrap_method_once(
+    module_name: str, owner: str, method: str, make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> bool:
     """Replaces `owner.method` of the module with make_wrapper(original); False when it was already
     wrapped. Raises (for the caller to log) when the module, the class or the method is missing."""
     holder = getattr(importlib.import_module(module_name), owner)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Container
+from collections.abc import Container
 
 import numpy as np
 
@@ -37,12 +37,12 @@ class OpLabel:
     thread: int = 0
 
     @classmethod
-    def whole(cls, label: str) -> "OpLabel":
+    def whole(cls, label: str) -> OpLabel:
         """A label with every piece, cut where the injector cuts."""
         text = bytearray(label.encode("utf-8", "replace")[:MAX_OP_LABEL_BYTES])
         return cls(text, {offset: min(TEXT_BYTES, len(text) - offset) for offset in range(0, len(text), TEXT_BYTES)})
 
-    def copy(self) -> "OpLabel":
+    def copy(self) -> OpLabel:
         return dataclasses.replace(self, text=bytearray(self.text), pieces=dict(self.pieces))
 
     def takes(self, offset: int, length: int) -> bool:
@@ -82,7 +82,7 @@ class OpLabels(collections.OrderedDict):
             return
         offset, length = int(record["offset"]), int(record["length"])
         if known.takes(offset, length):
-            known.text[offset:offset + length] = bytes(record["text"])[:length].ljust(length, b"\0")
+            known.text[offset : offset + length] = bytes(record["text"])[:length].ljust(length, b"\0")
             known.pieces[offset] = length
 
     def label(self, op: int, unknown: str = LABEL_LOST) -> str:
@@ -95,7 +95,7 @@ class OpLabels(collections.OrderedDict):
         """Every op and op text record among these launch ring rows, in their order."""
         kinds = rows["kind"]
         for index in np.flatnonzero((kinds == OP) | (kinds == OP_TEXT)).tolist():
-            raw = rows[index:index + 1]
+            raw = rows[index : index + 1]
             if int(kinds[index]) == OP:
                 self.begin(raw.view(OP_DTYPE)[0], keep, only)
             else:
@@ -110,8 +110,9 @@ def label_records(labels: dict[int, OpLabel]) -> np.ndarray:
     for op, known in labels.items():
         text = bytes(known.text)
         pieces.append((op, known, text, -1))
-        pieces.extend((op, known, text[offset:offset + length], offset)
-                      for offset, length in sorted(known.pieces.items()))
+        pieces.extend(
+            (op, known, text[offset : offset + length], offset) for offset, length in sorted(known.pieces.items())
+        )
     rows = np.zeros(len(pieces), dtype=LAUNCH_DTYPE)
     heads, texts = rows.view(OP_DTYPE), rows.view(STEP_TEXT_DTYPE)
     for index, (op, known, text, offset) in enumerate(pieces):

@@ -14,23 +14,36 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 MAX_LABEL = 4096  # bytes of one label (a few hundred in practice)
-SHORT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32", torch.float64: "f64",
-                torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-                torch.bool: "bool"}
+SHORT_DTYPES = {
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
 
 
 def describe(args: Any) -> str:
     """The tensors among an op's inputs, in order, as dtype[shape]."""
-    return " ".join(f"{SHORT_DTYPES.get(leaf.dtype, str(leaf.dtype).removeprefix('torch.'))}"
-                    f"[{','.join(str(size) for size in leaf.shape)}]"
-                    for leaf in tree_leaves(args) if isinstance(leaf, torch.Tensor))
+    return " ".join(
+        f"{SHORT_DTYPES.get(leaf.dtype, str(leaf.dtype).removeprefix('torch.'))}"
+        f"[{','.join(str(size) for size in leaf.shape)}]"
+        for leaf in tree_leaves(args)
+        if isinstance(leaf, torch.Tensor)
+    )
 
 
 def op_name(func: Any) -> str:
@@ -57,7 +70,7 @@ class ModulePaths:
         return self.local.stack
 
     @contextlib.contextmanager
-    def hooked(self) -> Iterator["ModulePaths"]:
+    def hooked(self) -> Iterator[ModulePaths]:
         hooks = torch.nn.modules.module
         pre = hooks.register_module_forward_pre_hook(self._enter)
         post = hooks.register_module_forward_hook(self._leave)
@@ -93,8 +106,9 @@ class OpRecorder(TorchDispatchMode):
     graph capture, `capture` gets the capturing stream before the op opens (what was added in
     between is no op's) and after it ran, while it is still open."""
 
-    def __init__(self, record: Callable[[str], object], paths: ModulePaths,
-                 capture: Callable[[int], object] | None = None) -> None:
+    def __init__(
+        self, record: Callable[[str], object], paths: ModulePaths, capture: Callable[[int], object] | None = None
+    ) -> None:
         super().__init__()
         self.record = record
         self.capture = capture
@@ -131,8 +145,11 @@ class OpRecorder(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def recording_ops(record: Callable[[str], object], model: torch.nn.Module | None = None,
-                  capture: Callable[[int], object] | None = None) -> Iterator[OpRecorder]:
+def recording_ops(
+    record: Callable[[str], object],
+    model: torch.nn.Module | None = None,
+    capture: Callable[[int], object] | None = None,
+) -> Iterator[OpRecorder]:
     """Every op of the block labelled, with module paths of `model`, and the graph nodes of ops
     under capture (for a plain PyTorch program: `notes = InjectorAnnotations(path)`, then
     `with recording_ops(notes.record_op, model, notes.record_capture): ...`)."""

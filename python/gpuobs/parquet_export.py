@@ -36,45 +36,62 @@ def _columns(rows: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(rows[name]) for name in names}
 
 
-def tables(recordings: list[tuple[str, Recording]]) -> dict[str, "object"]:
+def tables(recordings: list[tuple[str, Recording]]) -> dict[str, object]:
     """The tables (pyarrow.Table) of these recordings, named by their source files."""
     pa, _ = _pyarrow()
     event_kinds = {value: name for name, value in EVENT_KINDS.items()}
     launch_kinds = {value: name for name, value in LAUNCH_KINDS.items()}
     parts: dict[str, list] = {name: [] for name in TABLES}
     for source, recording in recordings:
-        def identity(count: int) -> dict[str, "object"]:
-            return {"recording": pa.array([source] * count, pa.dictionary(pa.int32(), pa.string())),
-                    "pid": pa.array(np.full(count, recording.pid, dtype=np.uint32))}
+
+        def identity(count: int, source: str = source, recording: Recording = recording) -> dict[str, object]:
+            return {
+                "recording": pa.array([source] * count, pa.dictionary(pa.int32(), pa.string())),
+                "pid": pa.array(np.full(count, recording.pid, dtype=np.uint32)),
+            }
 
         events = recording.events
         columns = {**identity(len(events)), **_columns(events, tuple(n for n in events.dtype.names if n))}
-        columns["kind_name"] = pa.array([event_kinds.get(int(k), str(k)) for k in events["kind"]],
-                                        pa.dictionary(pa.int8(), pa.string()))
+        columns["kind_name"] = pa.array(
+            [event_kinds.get(int(k), str(k)) for k in events["kind"]], pa.dictionary(pa.int8(), pa.string())
+        )
         parts["events"].append(pa.table(columns))
         launches = recording.launches
         kernel_rows = launches[np.isin(launches["kind"], [v for n, v in LAUNCH_KINDS.items() if n not in NOT_LAUNCHES])]
         columns = {**identity(len(kernel_rows)), **_columns(kernel_rows, tuple(n for n in launches.dtype.names if n))}
-        columns["kind_name"] = pa.array([launch_kinds.get(int(k), str(k)) for k in kernel_rows["kind"]],
-                                        pa.dictionary(pa.int8(), pa.string()))
+        columns["kind_name"] = pa.array(
+            [launch_kinds.get(int(k), str(k)) for k in kernel_rows["kind"]], pa.dictionary(pa.int8(), pa.string())
+        )
         parts["launches"].append(pa.table(columns))
         steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
         parts["steps"].append(pa.table({**identity(len(steps)), **_columns(steps, STEP_FIELDS)}))
         labels = OpLabels()  # one per op: a record the daemon wrote and then read again is one op
         labels.read(launches, keep=max(1, int((launches["kind"] == LAUNCH_KINDS["op"]).sum())))
-        parts["ops"].append(pa.table({
-            **identity(len(labels)),
-            "host_time_ns": pa.array([known.host_time_ns for known in labels.values()], pa.uint64()),
-            "op": pa.array(list(labels), pa.uint64()),
-            "thread": pa.array([known.thread for known in labels.values()], pa.uint64()),
-            "label": pa.array([known.label() for known in labels.values()], pa.string())}))
+        parts["ops"].append(
+            pa.table(
+                {
+                    **identity(len(labels)),
+                    "host_time_ns": pa.array([known.host_time_ns for known in labels.values()], pa.uint64()),
+                    "op": pa.array(list(labels), pa.uint64()),
+                    "thread": pa.array([known.thread for known in labels.values()], pa.uint64()),
+                    "label": pa.array([known.label() for known in labels.values()], pa.string()),
+                }
+            )
+        )
         kernels = sorted(recording.kernels.values(), key=lambda k: k["slot"])
-        parts["kernels"].append(pa.table({
-            **identity(len(kernels)), "slot": pa.array([k["slot"] for k in kernels], pa.uint32()),
-            "name": pa.array([k["name"] for k in kernels], pa.string()),
-            "mangled": pa.array([k.get("mangled", "") for k in kernels], pa.string())}))
-    return {name: pa.concat_tables(part, promote_options="permissive") if part else None
-            for name, part in parts.items()}
+        parts["kernels"].append(
+            pa.table(
+                {
+                    **identity(len(kernels)),
+                    "slot": pa.array([k["slot"] for k in kernels], pa.uint32()),
+                    "name": pa.array([k["name"] for k in kernels], pa.string()),
+                    "mangled": pa.array([k.get("mangled", "") for k in kernels], pa.string()),
+                }
+            )
+        )
+    return {
+        name: pa.concat_tables(part, promote_options="permissive") if part else None for name, part in parts.items()
+    }
 
 
 def export(paths: list[Path], out_dir: Path) -> dict[str, int]:

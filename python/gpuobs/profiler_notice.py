@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .method_hook import wrap_method_once
 
@@ -47,6 +48,7 @@ def install_profiler_notice(notes: Notes, module_name: str = PROFILER_MODULE) ->
     """Wraps the profiler's preparation once per process; False when it was already wrapped.
     Raises (for the caller to log) when the module or the method is missing. The wrapper never
     raises into the profiler: whatever fails here, the profiler starts as it would."""
+
     def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         def _prepare_trace(self: Any, *args: Any, **kwargs: Any) -> Any:
             try:  # once per profile object: a schedule prepares again at every cycle

@@ -36,11 +36,20 @@ from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE
 
 MAGIC = b"GPUOBSRC"
 VERSION = 1
-RECORDING_HEADER = np.dtype([
-    ("magic", "S8"), ("version", "<u4"), ("event_bytes", "<u4"), ("pid", "<u4"), ("launch_bytes", "<u4"),
-    ("event_count", "<u8"), ("launch_count", "<u8"), ("kernel_table_bytes", "<u8"), ("started_realtime_ns", "<u8"),
-    ("dropped", "<u8"),
-])
+RECORDING_HEADER = np.dtype(
+    [
+        ("magic", "S8"),
+        ("version", "<u4"),
+        ("event_bytes", "<u4"),
+        ("pid", "<u4"),
+        ("launch_bytes", "<u4"),
+        ("event_count", "<u8"),
+        ("launch_count", "<u8"),
+        ("kernel_table_bytes", "<u8"),
+        ("started_realtime_ns", "<u8"),
+        ("dropped", "<u8"),
+    ]
+)
 HEADER_BYTES = 64
 assert RECORDING_HEADER.itemsize <= HEADER_BYTES
 
@@ -124,7 +133,7 @@ class Recording:
     started_realtime_ns: int
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "Recording":
+    def open(cls, path: str | os.PathLike[str]) -> Recording:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would be read until someone writes
             raise RecordingError(f"{path}: not a regular file")
         data = Path(path).read_bytes()
@@ -133,8 +142,11 @@ class Recording:
         header = np.frombuffer(data[: RECORDING_HEADER.itemsize], dtype=RECORDING_HEADER)[0]
         if header["magic"] != MAGIC:
             raise RecordingError(f"{path}: not a gpuobs event file (or never finished)")
-        if header["version"] != VERSION or header["event_bytes"] != EVENT_DTYPE.itemsize or \
-                header["launch_bytes"] != LAUNCH_DTYPE.itemsize:
+        if (
+            header["version"] != VERSION
+            or header["event_bytes"] != EVENT_DTYPE.itemsize
+            or header["launch_bytes"] != LAUNCH_DTYPE.itemsize
+        ):
             raise RecordingError(f"{path}: version {header['version']} or record sizes not understood")
         events_end = HEADER_BYTES + int(header["event_count"]) * EVENT_DTYPE.itemsize
         launches_end = events_end + int(header["launch_count"]) * LAUNCH_DTYPE.itemsize
@@ -144,8 +156,9 @@ class Recording:
         events = np.frombuffer(data[HEADER_BYTES:events_end], dtype=EVENT_DTYPE)
         launches = np.frombuffer(data[events_end:launches_end], dtype=LAUNCH_DTYPE)
         kernels = _kernel_table(path, data[launches_end:table_end])
-        return cls(int(header["pid"]), events, launches, kernels, int(header["dropped"]),
-                   int(header["started_realtime_ns"]))
+        return cls(
+            int(header["pid"]), events, launches, kernels, int(header["dropped"]), int(header["started_realtime_ns"])
+        )
 
 
 def _kernel_table(path: str | os.PathLike[str], text: bytes) -> dict[int, dict]:
@@ -155,9 +168,16 @@ def _kernel_table(path: str | os.PathLike[str], text: bytes) -> dict[int, dict]:
         entries = json.loads(text or b"[]")
     except ValueError as error:  # not JSON, or not UTF-8
         raise RecordingError(f"{path}: the kernel table is not JSON ({error})") from None
+
     def valid(entry: object) -> bool:
-        return (isinstance(entry, dict) and type(entry.get("slot")) is int and 0 <= entry["slot"] < 1 << 32
-                and isinstance(entry.get("name"), str) and isinstance(entry.get("mangled", ""), str))
+        return (
+            isinstance(entry, dict)
+            and type(entry.get("slot")) is int
+            and 0 <= entry["slot"] < 1 << 32
+            and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("mangled", ""), str)
+        )
+
     if not isinstance(entries, list) or not all(valid(entry) for entry in entries):
         raise RecordingError(f"{path}: the kernel table is not a list of {{slot, name, mangled}}")
     return {entry["slot"]: entry for entry in entries}

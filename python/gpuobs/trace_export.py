@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 import numpy as np
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import BuiltinClock, TracePacket, TrackDescriptor, TrackEvent
@@ -145,8 +146,15 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
     about: dict[str, int | str] = {"pid": recording.pid, "events": len(events), "dropped": recording.dropped}
 
     def block_key(rows: np.ndarray, numbers: np.ndarray) -> list[tuple[int, ...]]:
-        return list(zip(rows["grid_id"].tolist(), numbers.tolist(), rows["block_x"].tolist(), rows["block_y"].tolist(),
-                        rows["block_z"].tolist()))
+        return list(
+            zip(
+                rows["grid_id"].tolist(),
+                numbers.tolist(),
+                rows["block_x"].tolist(),
+                rows["block_y"].tolist(),
+                rows["block_z"].tolist(),
+            )
+        )
 
     is_exit = events["kind"] == BLOCK_EXIT
     exit_time = dict(zip(block_key(events[is_exit], replays[is_exit]), events["globaltimer_ns"][is_exit].tolist()))
@@ -156,8 +164,15 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
         args: dict[str, int | str] = {"block": f"({key[2]},{key[3]},{key[4]})", "grid_id": key[0]}
         if key[1]:
             args["replay"] = key[1]
-        slices.append(Slice(f"SM {int(row['sm_id'])}", int(row["globaltimer_ns"]), exit_time.get(key),
-                            names.get(slot, f"slot {slot}"), args))
+        slices.append(
+            Slice(
+                f"SM {int(row['sm_id'])}",
+                int(row["globaltimer_ns"]),
+                exit_time.get(key),
+                names.get(slot, f"slot {slot}"),
+                args,
+            )
+        )
     if len(events):
         order, starts, keys = group_by_launch(events["grid_id"], replays)
         times = events["globaltimer_ns"][order].astype(np.int64)
@@ -165,8 +180,9 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
         counts = np.diff(np.append(starts, len(order)))
         entered = np.add.reduceat((events["kind"][order] == BLOCK_ENTER).astype(np.int64), starts)
         slots = events["kernel_slot"][order][starts]
-        for key, first, last, count, blocks, slot in zip(keys, firsts.tolist(), lasts.tolist(), counts.tolist(),
-                                                         entered.tolist(), slots.tolist()):
+        for key, first, last, count, blocks, slot in zip(
+            keys, firsts.tolist(), lasts.tolist(), counts.tolist(), entered.tolist(), slots.tolist()
+        ):
             grid_id, replay = key_grid_id(key), key_replay(key)
             if replay:
                 graph_exec = node_exec.get(grid_id, 0)
@@ -180,13 +196,22 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
             slices.append(Slice(group, first, last, names.get(int(slot), f"slot {int(slot)}"), args))
             op = node_op.get(grid_id, 0) if replay else eager_op.get(grid_id, 0)
             if op and replay:
-                slices.append(Slice(OPS + group, first, last, labels.label(op, LABEL_NOT_RECORDED),
-                                    {"grid_id": grid_id, "replay": replay}))
+                slices.append(
+                    Slice(
+                        OPS + group,
+                        first,
+                        last,
+                        labels.label(op, LABEL_NOT_RECORDED),
+                        {"grid_id": grid_id, "replay": replay},
+                    )
+                )
             elif op:
                 span = op_spans.setdefault((op, group), [first, last, 0])
                 span[0], span[1], span[2] = min(span[0], first), max(span[1], last), span[2] + 1
     for (op, group), (first, last, kernels) in op_spans.items():
-        slices.append(Slice(OPS + group, first, last, labels.label(op, LABEL_NOT_RECORDED), {"op": op, "kernels": kernels}))
+        slices.append(
+            Slice(OPS + group, first, last, labels.label(op, LABEL_NOT_RECORDED), {"op": op, "kernels": kernels})
+        )
     steps = launches[launches["kind"] == LAUNCH_KINDS["step"]].view(STEP_DTYPE)
     pair = clock_pair(recording, replays)
     if pair is not None:
@@ -198,14 +223,22 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
         times = (steps["host_time_ns"].astype(np.int64) + offset).tolist()
         for index, step in enumerate(steps):
             end = times[index + 1] if index + 1 < len(steps) else None
-            slices.append(Slice("engine steps", times[index], end, f"step {int(step['step'])}",
-                                {"requests": int(step["requests"]), "tokens": int(step["tokens"])}))
+            slices.append(
+                Slice(
+                    "engine steps",
+                    times[index],
+                    end,
+                    f"step {int(step['step'])}",
+                    {"requests": int(step["requests"]), "tokens": int(step["tokens"])},
+                )
+            )
     return slices, about
 
 
 def track_ranks(groups: set[str]) -> dict[str, int]:
     """The order of a process's tracks: the engine's steps, then each stream and graph exec with
     its ops right above it, then the SMs by number."""
+
     def order(group: str) -> tuple:
         base = group.removeprefix(OPS)
         if group == "engine steps":
@@ -252,8 +285,10 @@ def write_trace(recordings: Iterable[Recording], out: BinaryIO) -> int:
         builder.write_packet(descriptor)
         if "clock_pair_device_ns" in about:
             snapshot = packet()
-            for clock, value in ((BuiltinClock.BUILTIN_CLOCK_BOOTTIME, about["clock_pair_device_ns"]),
-                                 (BuiltinClock.BUILTIN_CLOCK_MONOTONIC, about["clock_pair_host_monotonic_ns"])):
+            for clock, value in (
+                (BuiltinClock.BUILTIN_CLOCK_BOOTTIME, about["clock_pair_device_ns"]),
+                (BuiltinClock.BUILTIN_CLOCK_MONOTONIC, about["clock_pair_host_monotonic_ns"]),
+            ):
                 entry = snapshot.clock_snapshot.clocks.add()
                 entry.clock_id, entry.timestamp = clock, int(value)
             builder.write_packet(snapshot)

@@ -4,10 +4,9 @@
 // come from layout.h's tables too: Python never holds a second copy of an offset, a field name
 // or a wire value. Records cross the boundary through the buffer protocol only, so this module
 // does not depend on numpy's C API (whose ABI differs between the numpy versions we meet).
+#include <fcntl.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,10 +48,14 @@ py::str lenient_text(const char* data, size_t length) {
 // One unsigned field, loaded whole (the struct may be live shared memory another process writes).
 uint64_t load_unsigned(const uint8_t* at, uint32_t bytes) {
   switch (bytes) {
-    case 1: return __atomic_load_n(at, __ATOMIC_ACQUIRE);
-    case 2: return __atomic_load_n(reinterpret_cast<const uint16_t*>(at), __ATOMIC_ACQUIRE);
-    case 4: return __atomic_load_n(reinterpret_cast<const uint32_t*>(at), __ATOMIC_ACQUIRE);
-    default: return __atomic_load_n(reinterpret_cast<const uint64_t*>(at), __ATOMIC_ACQUIRE);
+    case 1:
+      return __atomic_load_n(at, __ATOMIC_ACQUIRE);
+    case 2:
+      return __atomic_load_n(reinterpret_cast<const uint16_t*>(at), __ATOMIC_ACQUIRE);
+    case 4:
+      return __atomic_load_n(reinterpret_cast<const uint32_t*>(at), __ATOMIC_ACQUIRE);
+    default:
+      return __atomic_load_n(reinterpret_cast<const uint64_t*>(at), __ATOMIC_ACQUIRE);
   }
 }
 
@@ -63,11 +66,13 @@ py::object field_format(const Field& field) {
   switch (field.kind) {
     case FieldKind::Unsigned:
       return py::str(field.bytes == 8 ? "<u8" : field.bytes == 4 ? "<u4" : field.bytes == 2 ? "<u2" : "u1");
-    case FieldKind::Text: return py::str("S" + std::to_string(field.bytes));
+    case FieldKind::Text:
+      return py::str("S" + std::to_string(field.bytes));
     case FieldKind::Records:
       return py::make_tuple(field_list(field.element, field.element_fields), element_bytes(field),
                             field.bytes / element_bytes(field));
-    case FieldKind::Reserved: break;
+    case FieldKind::Reserved:
+      break;
   }
   return py::none();  // reserved fields are never listed
 }
@@ -91,7 +96,9 @@ py::dict fields_dict(const Field* fields, uint32_t count, const void* base) {
     const Field& field = fields[i];
     const uint8_t* at = bytes + field.offset;
     switch (field.kind) {
-      case FieldKind::Unsigned: out[field.name] = load_unsigned(at, field.bytes); break;
+      case FieldKind::Unsigned:
+        out[field.name] = load_unsigned(at, field.bytes);
+        break;
       case FieldKind::Text: {
         const char* text = reinterpret_cast<const char*>(at);
         size_t length = 0;
@@ -110,7 +117,8 @@ py::dict fields_dict(const Field* fields, uint32_t count, const void* base) {
         out[field.name] = records;
         break;
       }
-      case FieldKind::Reserved: break;
+      case FieldKind::Reserved:
+        break;
     }
   }
   return out;
@@ -262,7 +270,8 @@ class Writer {
     if (grid.size() != 3 || block.size() != 3) throw py::value_error("grid and block are (x, y, z)");
     const uint64_t packed = pack_grid(grid[0], grid[1], grid[2]);
     gpuobs::count_launch(&device_[slot], packed, pack_block(block[0], block[1], block[2]));
-    for (uint64_t index = 0; index < grid_blocks(packed); ++index) count_block(&device_[slot], observed, uint32_t(index));
+    for (uint64_t index = 0; index < grid_blocks(packed); ++index)
+      count_block(&device_[slot], observed, uint32_t(index));
   }
   void publish(bool quiescent, uint64_t replay_begun) {
     DeviceSnapshot snapshot;
@@ -336,7 +345,8 @@ py::dict header_dict(const SegmentReader& reader) {
   return out;
 }
 
-// The wire facts Python builds on, all from layout.h: constants, every struct's field table and size, the names of modes, kinds, states and flags.
+// The wire facts Python builds on, all from layout.h: constants, every struct's field table and size, the names of
+// modes, kinds, states and flags.
 void bind_schema(py::module_& m) {
   m.attr("MAGIC") = kMagic;
   m.attr("LAYOUT_VERSION") = kLayoutVersion;
@@ -372,9 +382,9 @@ void bind_schema(py::module_& m) {
     if (info.emits_events) event_modes.append(info.name);
   }
   m.attr("MODES") = modes;
-  m.attr("ACCESS_MODES") = access_modes;    // the modes that record nothing but accesses
-  m.attr("SAMPLED_MODES") = sampled_modes;  // the modes the sample shift applies to
-  m.attr("EVENT_MODES") = event_modes;      // the modes that record events at all
+  m.attr("ACCESS_MODES") = access_modes;                      // the modes that record nothing but accesses
+  m.attr("SAMPLED_MODES") = sampled_modes;                    // the modes the sample shift applies to
+  m.attr("EVENT_MODES") = event_modes;                        // the modes that record events at all
   m.attr("BLOCK_CAPTURES") = names_dict(kBlockCaptureNames);  // what a kernel's block leaders record (block_capture)
   m.attr("BLOCK_SAMPLED") = uint32_t(kBlockSampled);
   m.attr("BLOCK_EARLIER_EPOCH") = uint32_t(kBlockEarlierEpoch);
@@ -400,8 +410,8 @@ void bind_functions(py::module_& m) {
       "geometry",
       [](uint32_t event_rings, uint32_t event_ring_records, uint32_t launch_ring_records, uint32_t kernel_slots,
          uint32_t name_arena_bytes) {
-        const Capacities caps = make_caps(event_rings, event_ring_records, launch_ring_records, kernel_slots,
-                                          name_arena_bytes);
+        const Capacities caps =
+            make_caps(event_rings, event_ring_records, launch_ring_records, kernel_slots, name_arena_bytes);
         const char* problem = capacities_problem(caps);
         if (*problem) throw py::value_error(problem);
         const Geometry geometry = compute_geometry(caps);
@@ -412,22 +422,6 @@ void bind_functions(py::module_& m) {
   m.def("mapping_faults_absorbed", &MappingGuard::faults_absorbed,
         "Loads past a shrunk segment's end turned into an empty segment instead of SIGBUS");
   m.def("fmix64", &fmix64, "MurmurHash3 fmix64, as the patches compute it");
-  m.def(
-      "kind_counts",
-      [](py::buffer events) {
-        // numpy's bincount of the kind field copies it to an intp array first: a third of a
-        // full-speed drain pass
-        py::buffer_info info = events.request();
-        if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(EventRecord)) ||
-            (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(EventRecord))))
-          throw py::value_error("events must be contiguous records of " + std::to_string(sizeof(EventRecord)) + " bytes");
-        std::vector<uint64_t> counts(kEventKindCount, 0);
-        const auto* records = static_cast<const EventRecord*>(info.ptr);
-        for (ssize_t i = 0; i < info.shape[0]; ++i)
-          if (records[i].kind < kEventKindCount) ++counts[records[i].kind];
-        return py::bytes(reinterpret_cast<const char*>(counts.data()), counts.size() * sizeof(uint64_t));
-      },
-      py::arg("events"), "events per kind (EVENT_KIND_COUNT uint64, little-endian) of a batch");
   m.def(
       "cubin_file_name",
       [](py::bytes image) {
@@ -485,7 +479,8 @@ void bind_functions(py::module_& m) {
       },
       py::arg("pattern"), py::arg("names"), "GPUOBS_MEMORY_KERNELS's choice of a module, as the injector makes it");
   m.def("control_request_problem", &control_request_problem, py::arg("mode"), py::arg("shift"), py::arg("patch_set"),
-        py::arg("filter"), py::arg("ops_steps") = 0, "Why a control request is invalid; '' when it is valid (same check as the producers).");
+        py::arg("filter"), py::arg("ops_steps") = 0,
+        "Why a control request is invalid; '' when it is valid (same check as the producers).");
   m.def("demangle", &demangle);
   m.def(
       "kernel_filter_search",
@@ -562,7 +557,8 @@ void bind_reader(py::module_& m) {
           },
           py::arg("first_slot") = 0, py::arg("max_count") = py::none())
       .def(
-          "kernels_at", [](const SegmentReader& reader, const std::vector<uint32_t>& slots) {
+          "kernels_at",
+          [](const SegmentReader& reader, const std::vector<uint32_t>& slots) {
             return kernel_list(reader.kernels_at(slots));
           },
           py::arg("slots"))
@@ -573,16 +569,17 @@ void bind_reader(py::module_& m) {
              if (!reader.counters(&global, nullptr)) return py::none();
              return fields_dict(kGlobalCountersFields, &global);
            })
-      .def("counters",
-           [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) -> py::object {
-             GlobalCounters global{};
-             std::vector<KernelCounters> per_kernel;
-             if (!reader.counters(&global, &per_kernel, nullptr, first_slot, or_all(max_count))) return py::none();
-             py::bytes kernels(reinterpret_cast<const char*>(per_kernel.data()),
-                               per_kernel.size() * sizeof(KernelCounters));
-             return py::make_tuple(fields_dict(kGlobalCountersFields, &global), kernels);
-           },
-           py::arg("first_slot") = 0, py::arg("max_count") = py::none())
+      .def(
+          "counters",
+          [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) -> py::object {
+            GlobalCounters global{};
+            std::vector<KernelCounters> per_kernel;
+            if (!reader.counters(&global, &per_kernel, nullptr, first_slot, or_all(max_count))) return py::none();
+            py::bytes kernels(reinterpret_cast<const char*>(per_kernel.data()),
+                              per_kernel.size() * sizeof(KernelCounters));
+            return py::make_tuple(fields_dict(kGlobalCountersFields, &global), kernels);
+          },
+          py::arg("first_slot") = 0, py::arg("max_count") = py::none())
       .def(
           "request_control",
           [](SegmentReader& reader, uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
@@ -599,59 +596,75 @@ void bind_reader(py::module_& m) {
              return fields_dict(kControlBlockFields, &control);
            })
       .def("producer_alive", &SegmentReader::producer_alive)
-      .def("backlog",
-           [](const SegmentReader& reader) {
-             const SegmentReader::Backlog backlog = reader.backlog();
-             return py::make_tuple(backlog.records, backlog.fullest, backlog.ready);
-           },
-           "(records waiting by the published heads, the fullest ring's share, a complete record ready to read)")
-      .def("top_kernels",
-           [](const SegmentReader& reader, const std::string& field, uint32_t count) {
-             for (const Field& entry : kKernelCountersFields)
-               if (field == entry.name) {
-                 py::gil_scoped_release release;
-                 return reader.top_kernels(entry.offset, count);
-               }
-             throw py::value_error("no kernel counter named " + field);
-           },
-           py::arg("field"), py::arg("count"), "[(slot, value)] of the `count` kernels with the most of `field`")
+      .def(
+          "backlog",
+          [](const SegmentReader& reader) {
+            const SegmentReader::Backlog backlog = reader.backlog();
+            return py::make_tuple(backlog.records, backlog.fullest, backlog.ready);
+          },
+          "(records waiting by the published heads, the fullest ring's share, a complete record ready to read)")
+      .def(
+          "top_kernels",
+          [](const SegmentReader& reader, const std::string& field, uint32_t count) {
+            for (const Field& entry : kKernelCountersFields)
+              if (field == entry.name) {
+                py::gil_scoped_release release;
+                return reader.top_kernels(entry.offset, count);
+              }
+            throw py::value_error("no kernel counter named " + field);
+          },
+          py::arg("field"), py::arg("count"), "[(slot, value)] of the `count` kernels with the most of `field`")
+      .def(
+          "last_read_kinds",
+          [](const SegmentReader& reader) {
+            const auto& kinds = reader.last_read_kinds();
+            return py::bytes(reinterpret_cast<const char*>(kinds.data()), sizeof(kinds));
+          },
+          "events per kind of the last read_events (EVENT_KIND_COUNT little-endian uint64)")
       .def("owner_uid", &SegmentReader::owner_uid)
       .def("state", [](const SegmentReader& reader) { return uint32_t(reader.state()); })
       .def("size_intact", &SegmentReader::size_intact)
       .def("faulted", &SegmentReader::faulted)
-      .def("set_torn_timeout", [](SegmentReader& reader, double seconds) {
-        reader.set_torn_timeout_ns(uint64_t(seconds * 1e9));
-      })
-      .def("launch_shapes", [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) -> py::object {
-        // {slot: ([(grid, block, launches), ...], other_launches)} for slots launched, from the
-        // device's launch census as last published; None when no consistent copy could be had
-        GlobalCounters global{};
-        std::vector<KernelShapes> shapes;
-        if (!reader.counters(&global, nullptr, &shapes, first_slot, or_all(max_count))) return py::none();
-        py::dict out;
-        for (uint32_t index = 0; index < shapes.size(); ++index) {
-          const uint32_t slot = first_slot + index;
-          const KernelShapes& entry = shapes[index];
-          py::list counted;
-          for (const ShapeCount& shape : entry.shapes) {
-            if (shape.launches == 0) continue;
-            counted.append(py::make_tuple(py::make_tuple(shape.grid_x, shape.grid_y, shape.grid_z),
-                                          py::make_tuple(shape.block_x, shape.block_y, shape.block_z), shape.launches));
-          }
-          if (py::len(counted) || entry.other_launches) out[py::int_(slot)] = py::make_tuple(counted, entry.other_launches);
-        }
-        return out;
-      }, py::arg("first_slot") = 0, py::arg("max_count") = py::none())
-      .def("aggregates", [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) {
-        // [slots][EVENT_KIND_COUNT] little-endian uint64, for slots [first_slot, + max_count) of
-        // the table's capacity
-        const EventAggregates& counts = reader.aggregates();
-        const size_t slots = counts.size() / kEventKindCount;
-        const size_t first = first_slot < slots ? first_slot : slots;
-        const size_t count = std::min<size_t>(slots - first, or_all(max_count));
-        return py::bytes(reinterpret_cast<const char*>(counts.data() + first * kEventKindCount),
-                         count * kEventKindCount * sizeof(uint64_t));
-      }, py::arg("first_slot") = 0, py::arg("max_count") = py::none());
+      .def("set_torn_timeout",
+           [](SegmentReader& reader, double seconds) { reader.set_torn_timeout_ns(uint64_t(seconds * 1e9)); })
+      .def(
+          "launch_shapes",
+          [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) -> py::object {
+            // {slot: ([(grid, block, launches), ...], other_launches)} for slots launched, from the
+            // device's launch census as last published; None when no consistent copy could be had
+            GlobalCounters global{};
+            std::vector<KernelShapes> shapes;
+            if (!reader.counters(&global, nullptr, &shapes, first_slot, or_all(max_count))) return py::none();
+            py::dict out;
+            for (uint32_t index = 0; index < shapes.size(); ++index) {
+              const uint32_t slot = first_slot + index;
+              const KernelShapes& entry = shapes[index];
+              py::list counted;
+              for (const ShapeCount& shape : entry.shapes) {
+                if (shape.launches == 0) continue;
+                counted.append(py::make_tuple(py::make_tuple(shape.grid_x, shape.grid_y, shape.grid_z),
+                                              py::make_tuple(shape.block_x, shape.block_y, shape.block_z),
+                                              shape.launches));
+              }
+              if (py::len(counted) || entry.other_launches)
+                out[py::int_(slot)] = py::make_tuple(counted, entry.other_launches);
+            }
+            return out;
+          },
+          py::arg("first_slot") = 0, py::arg("max_count") = py::none())
+      .def(
+          "aggregates",
+          [](const SegmentReader& reader, uint32_t first_slot, std::optional<uint32_t> max_count) {
+            // [slots][EVENT_KIND_COUNT] little-endian uint64, for slots [first_slot, + max_count) of
+            // the table's capacity
+            const EventAggregates& counts = reader.aggregates();
+            const size_t slots = counts.size() / kEventKindCount;
+            const size_t first = first_slot < slots ? first_slot : slots;
+            const size_t count = std::min<size_t>(slots - first, or_all(max_count));
+            return py::bytes(reinterpret_cast<const char*>(counts.data() + first * kEventKindCount),
+                             count * kEventKindCount * sizeof(uint64_t));
+          },
+          py::arg("first_slot") = 0, py::arg("max_count") = py::none());
 }
 
 template <class T>
@@ -663,7 +676,8 @@ py::bytes bytes_of(const std::vector<T>& values) {
 template <class T>
 std::pair<const T*, size_t> values_of(const py::buffer& buffer) {
   py::buffer_info info = buffer.request();
-  if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(T)) || (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(T))))
+  if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(T)) ||
+      (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(T))))
     throw py::value_error("expected a contiguous 1-D array of " + std::to_string(sizeof(T)) + "-byte values");
   return {static_cast<const T*>(info.ptr), size_t(info.shape[0])};
 }
@@ -680,7 +694,8 @@ void bind_pairer(py::module_& m) {
             py::buffer_info info = events.request();
             if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(EventRecord)) ||
                 (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(EventRecord))))
-              throw py::value_error("events must be contiguous records of " + std::to_string(sizeof(EventRecord)) + " bytes");
+              throw py::value_error("events must be contiguous records of " + std::to_string(sizeof(EventRecord)) +
+                                    " bytes");
             auto [nodes, node_count] = values_of<uint64_t>(node_grid_ids);
             pairer.pair(static_cast<const EventRecord*>(info.ptr), size_t(info.shape[0]), nodes, node_count);
           },
@@ -707,8 +722,9 @@ void bind_pairer(py::module_& m) {
           },
           py::arg("slots") = py::none(),
           "{slot: (histogram u8 bytes, count, total ns, min ns, max ns)} of these kernels (all by default) with pairs")
-      .def("pending", [](const BlockPairer& pairer) { return bytes_of(pairer.pending()); },
-           "the enters held, as pending_block records")
+      .def(
+          "pending", [](const BlockPairer& pairer) { return bytes_of(pairer.pending()); },
+          "the enters held, as pending_block records")
       .def("__len__", &BlockPairer::pending_count)
       .def(
           "drop_stale",
@@ -732,9 +748,8 @@ void bind_writer(py::module_& m) {
                  patch_set, mode, shift, label);
            }),
            py::arg("directory"), py::arg("event_rings") = 1, py::arg("event_ring_records") = 1024,
-           py::arg("launch_ring_records") = 1024, py::arg("kernel_slots") = 64,
-           py::arg("name_arena_bytes") = 65536, py::arg("patch_set") = 0, py::arg("mode") = 2, py::arg("shift") = 0,
-           py::arg("label") = "")
+           py::arg("launch_ring_records") = 1024, py::arg("kernel_slots") = 64, py::arg("name_arena_bytes") = 65536,
+           py::arg("patch_set") = 0, py::arg("mode") = 2, py::arg("shift") = 0, py::arg("label") = "")
       .def_property_readonly("path", &Writer::path)
       .def("register_kernel", &Writer::register_kernel, py::arg("mangled"), py::arg("function") = 0,
            py::arg("module") = 0)

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gpuobs_testing.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +20,30 @@ STAND_IN = Path(__file__).parent / "stand_in"
 def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "vllm_overhead.py"), "--payload", str(STAND_IN / "payload"),
-         "--out", str(out), "--model", str(tmp_path / "model"), "--requests", "8", "--tokens", "8",
-         "--port-base", str(free_port()), "--metrics-port", str(free_port()), "--commit", "test"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "vllm_overhead.py"),
+            "--payload",
+            str(STAND_IN / "payload"),
+            "--out",
+            str(out),
+            "--model",
+            str(tmp_path / "model"),
+            "--requests",
+            "8",
+            "--tokens",
+            "8",
+            "--port-base",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+            "--commit",
+            "test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((out / "vllm-overhead.json").read_text())
     assert list(data["servers"]) == ["none-cold", "gpuobs-block", "gpuobs-memory", "none"]
@@ -36,8 +55,14 @@ def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path)
     for mode in ("none-cold", "sampled", "none"):
         row = data["modes"][mode]
         assert row["requests_ok"] == 8 and row["output_tokens"] == 64 and row["p99_ms"] >= row["p50_ms"] > 0
-    assert data["ratios_to_none"]["none"] == {"tokens_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 1.0, "start_s": 1.0,
-                                              "engine_init_s": 1.0, "graph_capture_s": 1.0}
+    assert data["ratios_to_none"]["none"] == {
+        "tokens_per_s": 1.0,
+        "p50_ms": 1.0,
+        "p99_ms": 1.0,
+        "start_s": 1.0,
+        "engine_init_s": 1.0,
+        "graph_capture_s": 1.0,
+    }
     assert data["tokens_identical"] and set(data["reference_tokens"]) == {"none-cold", "sampled", "none"}
     # the stand-in has no CUDA, so gpuobsd has no process to switch: recorded as failed, not hidden
     assert data["servers"]["gpuobs-block"]["pid"] is None
@@ -56,17 +81,44 @@ def test_the_decode_bench_interleaves_fresh_processes_and_reports_ratios_and_spr
     round, the no-tool spread, the same tokens everywhere."""
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "vllm_decode.py"), "--payload", str(STAND_IN / "payload"),
-         "--out", str(out), "--model", str(tmp_path / "model"), "--configs", "none,floor-patch,floor-steady",
-         "--rounds", "3", "--repeats", "2", "--metrics-port", str(free_port()), "--commit", "test"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "vllm_decode.py"),
+            "--payload",
+            str(STAND_IN / "payload"),
+            "--out",
+            str(out),
+            "--model",
+            str(tmp_path / "model"),
+            "--configs",
+            "none,floor-patch,floor-steady",
+            "--rounds",
+            "3",
+            "--repeats",
+            "2",
+            "--metrics-port",
+            str(free_port()),
+            "--commit",
+            "test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((out / "vllm-overhead.json").read_text())
     runs = data["runs"]
     assert [(r["config"], r["round"]) for r in runs] == [
-        ("none", 0), ("floor-patch", 0), ("floor-steady", 0),
-        ("floor-patch", 1), ("floor-steady", 1), ("none", 1),  # the order rotates each round
-        ("floor-steady", 2), ("none", 2), ("floor-patch", 2)]
+        ("none", 0),
+        ("floor-patch", 0),
+        ("floor-steady", 0),
+        ("floor-patch", 1),
+        ("floor-steady", 1),
+        ("none", 1),  # the order rotates each round
+        ("floor-steady", 2),
+        ("none", 2),
+        ("floor-patch", 2),
+    ]
     for run in runs:
         figures = run["figures"]["modes"]["none"]
         assert len(figures["single_ms_per_token"]) == 2 and len(figures["batch_tokens_per_s"]) == 2, run

@@ -13,33 +13,44 @@ NOWHERE = "unix:///nonexistent/gpuobsd.sock"
 
 
 def gpuobsctl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", NOWHERE, *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", "--address", NOWHERE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("args, reason", [
-    (["set-mode", "counter", "--shift", "99999999999"], "99999999999 is not within 0..4294967295"),
-    (["set-mode", "counter", "--pid", "-5"], "-5 is not within 1..2147483647"),
-    (["graphs", "--replays", "-1"], "-1 is not within"),
-    (["kernels", "--top", "many"], "not a whole number"),
-    (["steps", "--replay", str(1 << 64)], "is not within 0..18446744073709551615"),
-    (["no-such-command"], "invalid choice"),
-    (["set-mode", "off", "--timeout", "-1"], "-1 is not within (0, 60] seconds"),
-    (["ops", "--record-steps", "2", "--timeout", "soon"], "not a number of seconds"),
-    (["ops", "--record-steps", "2", "--timeout", "0.0001"], "at least 0.001"),
-])
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["set-mode", "counter", "--shift", "99999999999"], "99999999999 is not within 0..4294967295"),
+        (["set-mode", "counter", "--pid", "-5"], "-5 is not within 1..2147483647"),
+        (["graphs", "--replays", "-1"], "-1 is not within"),
+        (["kernels", "--top", "many"], "not a whole number"),
+        (["steps", "--replay", str(1 << 64)], "is not within 0..18446744073709551615"),
+        (["no-such-command"], "invalid choice"),
+        (["set-mode", "off", "--timeout", "-1"], "-1 is not within (0, 60] seconds"),
+        (["ops", "--record-steps", "2", "--timeout", "soon"], "not a number of seconds"),
+        (["ops", "--record-steps", "2", "--timeout", "0.0001"], "at least 0.001"),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_1(args: list[str], reason: str) -> None:
     done = gpuobsctl(*args)
     assert done.returncode == 1, done
     assert "Traceback" not in done.stderr
-    (line,) = [l for l in done.stderr.splitlines() if l.startswith("gpuobsctl:")]
+    (line,) = [text for text in done.stderr.splitlines() if text.startswith("gpuobsctl:")]
     assert reason in line
 
 
 @pytest.mark.parametrize("args", [[b"set-mode", b"\xff\xfe"], [b"record", b"/tmp/\xff.gpuobs", b"--count", b"5"]])
 def test_an_argument_that_is_not_utf8_is_refused_by_name(args: list[bytes]) -> None:
-    done = subprocess.run([sys.executable.encode(), b"-m", b"gpuobs.client.main", b"--address", NOWHERE.encode(), *args],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable.encode(), b"-m", b"gpuobs.client.main", b"--address", NOWHERE.encode(), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "not valid UTF-8" in done.stderr
 
@@ -58,13 +69,31 @@ def test_a_reply_over_four_mebibytes_arrives(start_synth, start_daemon) -> None:
     daemon = start_daemon()
     assert synth.wait() == 0
     daemon.wait_all_gone()
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "--output", "json",
-                           "kernels", "--top", "0"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.client.main",
+            "--address",
+            daemon.address,
+            "--output",
+            "json",
+            "kernels",
+            "--top",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-500:]
     assert len(json.loads(done.stdout)["kernels"]) == 40000  # ~10 MB of protobuf: over gRPC's default 4 MiB
     # `gpuobsctl kernels | head`: the reader leaves early; no traceback, exit 0
-    reader = subprocess.Popen([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "kernels",
-                               "--top", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "kernels", "--top", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert reader.stdout is not None and reader.stderr is not None
     reader.stdout.read(200)
     reader.stdout.close()

@@ -21,8 +21,9 @@ from gpuobs_testing.tls import make_tcp_access
 
 
 def gpuobsctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_global_flags_work_after_the_subcommand_too(start_synth, start_daemon) -> None:
@@ -34,7 +35,9 @@ def test_global_flags_work_after_the_subcommand_too(start_synth, start_daemon) -
     mixed = gpuobsctl("--output", "table", "kernels", "--address", daemon.address, "--output", "json")
     for done in (before, after, mixed):
         assert done.returncode == 0, done.stderr
-        assert {k["name"] for k in json.loads(done.stdout)["kernels"]} == {k["name"] for k in json.loads(before.stdout)["kernels"]}
+        assert {k["name"] for k in json.loads(done.stdout)["kernels"]} == {
+            k["name"] for k in json.loads(before.stdout)["kernels"]
+        }
     table = gpuobsctl("status", "--address", daemon.address)  # not given after it: the default stays
     assert table.returncode == 0 and table.stdout.startswith("gpuobsd"), table.stdout[:200]
 
@@ -43,11 +46,15 @@ def test_every_program_says_its_version_and_segment_layout() -> None:
     scripts = Path(sys.executable).parent
     for program in ("gpuobsctl", "gpuobsd"):
         done = subprocess.run([str(scripts / program), "--version"], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0 and done.stdout.strip() == f"{program} {gpuobs.__version__} " \
-                                                               f"(segment layout {LAYOUT_VERSION})", done
+        assert (
+            done.returncode == 0
+            and done.stdout.strip() == f"{program} {gpuobs.__version__} (segment layout {LAYOUT_VERSION})"
+        ), done
     done = subprocess.run([synth_binary(), "--version"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == \
-        f"gpuobs-synth {gpuobs.__version__} (segment layout {LAYOUT_VERSION})", done
+    assert (
+        done.returncode == 0
+        and done.stdout.strip() == f"gpuobs-synth {gpuobs.__version__} (segment layout {LAYOUT_VERSION})"
+    ), done
     done = subprocess.run([synth_binary(), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("usage: gpuobs-synth") and not done.stderr
 
@@ -57,9 +64,23 @@ def test_ctrl_c_ends_a_command_without_a_traceback(start_synth, start_daemon, tm
     daemon = start_daemon()
     daemon.wait_processes(1)
     window = tmp_path / "window.gpuobs"
-    record = subprocess.Popen([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "record",
-                               str(window), "--duration", "60", "--on-daemon"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    record = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.client.main",
+            "--address",
+            daemon.address,
+            "record",
+            str(window),
+            "--duration",
+            "60",
+            "--on-daemon",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not window.exists() and time.monotonic() < deadline:  # the daemon began it: the call is in flight
         time.sleep(0.05)
@@ -100,8 +121,11 @@ def test_a_runtime_directory_the_user_cannot_enter_is_named_as_such(tmp_path: Pa
     directory = tmp_path / "run"
     directory.mkdir()
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == str(directory) and mode & os.X_OK
-                        else real_access(path, mode))
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda path, mode: False if str(path) == str(directory) and mode & os.X_OK else real_access(path, mode),
+    )
     said = unreachable(f"unix://{directory}/gpuobsd.sock", "connect failed")
     assert said.startswith(f"permission denied on {directory}: gpuobsd's runtime directory") and "usermod" in said
 
@@ -125,8 +149,17 @@ def test_bash_completion_knows_every_subcommand_and_its_flags() -> None:
 
     def complete(*words: str) -> list[str]:
         line = " ".join(("gpuobsctl",) + words)
-        run = subprocess.run(["bash", "-c", script + f"\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _gpuobsctl; "
-                              "printf '%s\\n' \"${COMPREPLY[@]}\""], capture_output=True, text=True, timeout=30)
+        run = subprocess.run(
+            [
+                "bash",
+                "-c",
+                script + f"\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _gpuobsctl; "
+                "printf '%s\\n' \"${COMPREPLY[@]}\"",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert run.returncode == 0, run.stderr
         return run.stdout.split()
 
@@ -137,8 +170,9 @@ def test_bash_completion_knows_every_subcommand_and_its_flags() -> None:
     assert complete("set-mode", "--sh") == ["--shift"]
 
 
-def test_the_tcp_port_serves_tls_clients_with_the_token_and_only_them(start_synth, start_daemon,
-                                                                      tmp_path: Path) -> None:
+def test_the_tcp_port_serves_tls_clients_with_the_token_and_only_them(
+    start_synth, start_daemon, tmp_path: Path
+) -> None:
     access = make_tcp_access(tmp_path / "tls")
     address = f"127.0.0.1:{free_port()}"
     synth = start_synth("--mode", "counter", "--rate", "20000", "--kernels", "2")
@@ -153,7 +187,6 @@ def test_the_tcp_port_serves_tls_clients_with_the_token_and_only_them(start_synt
     assert refused.returncode == 1 and "refused the token" in refused.stderr, refused.stderr
     # in the clear, a client gets nothing through (the handshake fails)
     import grpc
-
     from gpuobs.api.v1 import observer_pb2 as pb
     from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 
@@ -164,8 +197,9 @@ def test_the_tcp_port_serves_tls_clients_with_the_token_and_only_them(start_synt
     except grpc.RpcError as error:
         assert error.code() == grpc.StatusCode.UNAVAILABLE
     # streams are refused without the token too
-    no_token = pb_grpc.ObserverStub(grpc.secure_channel(
-        address, grpc.ssl_channel_credentials(root_certificates=access.cert.read_bytes())))
+    no_token = pb_grpc.ObserverStub(
+        grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=access.cert.read_bytes()))
+    )
     try:
         next(no_token.StreamEvents(pb.StreamEventsRequest()))
         raise AssertionError("a stream without the token was answered")

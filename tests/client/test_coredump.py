@@ -34,8 +34,12 @@ print(got, flush=True)
 
 
 def start(tmp_path: Path, **extra: str) -> subprocess.Popen:
-    env = dict(os.environ, CUDA_COREDUMP_PIPE=str(tmp_path / "cuda_coredump_pipe_%h.%p.%t"),
-               CUDA_COREDUMP_FILE=str(tmp_path / "core_%p.nvcudmp"), **extra)
+    env = dict(
+        os.environ,
+        CUDA_COREDUMP_PIPE=str(tmp_path / "cuda_coredump_pipe_%h.%p.%t"),
+        CUDA_COREDUMP_FILE=str(tmp_path / "core_%p.nvcudmp"),
+        **extra,
+    )
     child = subprocess.Popen([sys.executable, "-c", DRIVER_SIDE], env=env, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
     return child

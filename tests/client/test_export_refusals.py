@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from gpuobs.recording import HEADER_BYTES, RECORDING_HEADER, Recording, RecordingWriter
+from gpuobs.recording import RECORDING_HEADER, Recording, RecordingWriter
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
 from gpuobs_testing.daemon import gpuobsctl
 
@@ -27,10 +26,10 @@ def event_file(path: Path, *, table: bytes | None = None, time_ns: int = 1000, p
     writer.finish([{"slot": 0, "demangled": "k", "mangled": "_Z1kv"}])  # as the segment names kernels
     if table is not None:
         data = bytearray(path.read_bytes())
-        header = np.frombuffer(bytes(data[:RECORDING_HEADER.itemsize]), dtype=RECORDING_HEADER).copy()
+        header = np.frombuffer(bytes(data[: RECORDING_HEADER.itemsize]), dtype=RECORDING_HEADER).copy()
         body_end = len(data) - int(header["kernel_table_bytes"][0])
         header["kernel_table_bytes"] = len(table)
-        data[:RECORDING_HEADER.itemsize] = header.tobytes()
+        data[: RECORDING_HEADER.itemsize] = header.tobytes()
         path.write_bytes(bytes(data[:body_end]) + table)
     return path
 
@@ -62,16 +61,25 @@ def test_each_input_once_and_each_recording_told_apart(tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
     namesake = event_file(tmp_path / "other" / "good.gpuobs", pid=8)
     assert "given twice" in refused("export-trace", str(good), str(good), "--out", str(tmp_path / "t.pftrace"))
-    assert "two event files named good.gpuobs" in refused("export-parquet", str(good), str(namesake), "--out",
-                                                          str(tmp_path / "tables"))
+    assert "two event files named good.gpuobs" in refused(
+        "export-parquet", str(good), str(namesake), "--out", str(tmp_path / "tables")
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.gpuobs", "other"]
 
 
-@pytest.mark.parametrize("table, why", [
-    (b"{not json", "not JSON"), (b"\xff\xfe", "not JSON"), (b"null", "not a list"), (b'[{"name": "x"}]', "not a list"),
-    (b'[{"slot": 0}]', "not a list"), (b'[{"slot": 0, "name": 5}]', "not a list"), (b'[{"slot": -1, "name": "k"}]',
-                                                                                   "not a list"),
-    (b'[{"slot": "a", "name": "k"}]', "not a list")])
+@pytest.mark.parametrize(
+    "table, why",
+    [
+        (b"{not json", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"null", "not a list"),
+        (b'[{"name": "x"}]', "not a list"),
+        (b'[{"slot": 0}]', "not a list"),
+        (b'[{"slot": 0, "name": 5}]', "not a list"),
+        (b'[{"slot": -1, "name": "k"}]', "not a list"),
+        (b'[{"slot": "a", "name": "k"}]', "not a list"),
+    ],
+)
 def test_a_kernel_table_that_is_not_one_is_refused_by_both_exporters(tmp_path: Path, table: bytes, why: str) -> None:
     bad = event_file(tmp_path / "bad.gpuobs", table=table)
     for command, out in (("export-trace", tmp_path / "t.pftrace"), ("export-parquet", tmp_path / "tables")):
@@ -129,8 +137,10 @@ def test_new_files_are_all_written_or_none(tmp_path: Path) -> None:
     with new_files(paths) as handles:
         for handle, text in zip(handles, (b"a", b"b")):
             handle.write(text)
-    assert [p.read_bytes() for p in paths] == [b"a", b"b"] and sorted(p.name for p in tmp_path.iterdir()) == \
-        ["a.parquet", "b.parquet"]
+    assert [p.read_bytes() for p in paths] == [b"a", b"b"] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.parquet",
+        "b.parquet",
+    ]
     umask = os.umask(0o022)
     os.umask(umask)
     assert paths[0].stat().st_mode & 0o777 == 0o666 & ~umask  # as an ordinary new file

@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from gpuobs_testing.daemon import gpuobsctl as run_gpuobsctl
 from gpuobs_testing.synth import synth_binary
 
@@ -23,8 +22,9 @@ def gpuobsctl(*args: str):
 
 
 def test_run_starts_a_private_daemon_and_summarises(tmp_path) -> None:
-    done = gpuobsctl("run", "--mode", "counter", "--", synth_binary(), "--launches", "300", "--rate", "300000",
-                     "--kernels", "6")
+    done = gpuobsctl(
+        "run", "--mode", "counter", "--", synth_binary(), "--launches", "300", "--rate", "300000", "--kernels", "6"
+    )
     assert done.returncode == 0, done.stderr
     assert "gpuobs summary: 1 process(es)" in done.stderr
     assert "mode counter: 300 launches, 6 kernels" in done.stderr
@@ -69,14 +69,30 @@ def children_of(pid: int) -> list[int]:
 
 def test_run_exits_as_a_shell_does_when_a_signal_ends_the_command() -> None:
     """128 + N (143 for SIGTERM), not Python's negative status turned into 241."""
-    process = subprocess.Popen([sys.executable, "-m", "gpuobs.client.main", "--address", NO_DAEMON, "run", "--",
-                                synth_binary(), "--duration", "60", "--rate", "1000"],
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.client.main",
+            "--address",
+            NO_DAEMON,
+            "run",
+            "--",
+            synth_binary(),
+            "--duration",
+            "60",
+            "--rate",
+            "1000",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     synth = None
     while synth is None and time.monotonic() < deadline:
-        synth = next((c for c in children_of(process.pid) if "gpuobs-synth" in read_or_empty(f"/proc/{c}/cmdline")),
-                     None)
+        synth = next(
+            (c for c in children_of(process.pid) if "gpuobs-synth" in read_or_empty(f"/proc/{c}/cmdline")), None
+        )
         time.sleep(0.05)
     assert synth is not None
     time.sleep(0.5)

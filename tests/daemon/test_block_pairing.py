@@ -4,10 +4,9 @@ their launch's key, across batches."""
 from __future__ import annotations
 
 import numpy as np
-
 from gpuobs.daemon.block_pairing import BlockPairing
-from gpuobs.segment import BLOCK_EARLIER_EPOCH, BLOCK_SAMPLED
 from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
+from gpuobs.segment import BLOCK_EARLIER_EPOCH, BLOCK_SAMPLED
 from gpuobs_testing.records import block_events
 
 
@@ -22,9 +21,10 @@ def test_block_durations_pair_enter_and_exit_across_batches() -> None:
     assert (stats.count, stats.unpaired, stats.min_ns, stats.max_ns) == (6, 0, 500, 500)
     assert abs(stats.p50_ns - 500) <= 500 * 0.09
     # for a graph node the replay number is part of the key: an exit of another replay does not pair
-    pairing.add_events(np.concatenate([block_events(5, 1, 2, slot=3, t0=0),
-                                       block_events(5, 2, 2, slot=3, t0=50, kind="block_exit")]),
-                       node_grid_ids=np.array([5], dtype=np.uint64))
+    pairing.add_events(
+        np.concatenate([block_events(5, 1, 2, slot=3, t0=0), block_events(5, 2, 2, slot=3, t0=50, kind="block_exit")]),
+        node_grid_ids=np.array([5], dtype=np.uint64),
+    )
     assert (pairing.block_durations([3], [0])[0].count, pairing.block_durations([3], [0])[0].unpaired) == (0, 4)
 
 
@@ -51,6 +51,7 @@ def test_sampled_blocks_pair_and_their_exits_without_an_enter_are_no_anomaly() -
 def test_enters_beyond_the_bound_give_up_the_oldest_and_stale_ones_are_let_go() -> None:
     """At most MAX_PENDING enters are held (the newest); those given up count as unpaired, as do
     held enters of kernels the counts say have nothing in flight, once older than asked."""
+
     class Small(BlockPairing):
         MAX_PENDING = 8
 
@@ -74,8 +75,14 @@ def test_a_graph_nodes_replays_pair_in_ring_order_even_under_one_key() -> None:
     """Before the graph join knows a node's grid id its events are keyed by grid id alone:
     replays of it still pair each exit with the enter before it (one ring per context, in order)."""
     pairing = BlockPairing(TimeBudget(share=UNLIMITED_SHARE, burst_s=1.0), exits_hooked=True)
-    batch = np.concatenate([block_events(7, 1, 2, slot=0, t0=100), block_events(7, 1, 2, slot=0, t0=300, kind="block_exit"),
-                            block_events(7, 2, 2, slot=0, t0=1000), block_events(7, 2, 2, slot=0, t0=1100, kind="block_exit")])
+    batch = np.concatenate(
+        [
+            block_events(7, 1, 2, slot=0, t0=100),
+            block_events(7, 1, 2, slot=0, t0=300, kind="block_exit"),
+            block_events(7, 2, 2, slot=0, t0=1000),
+            block_events(7, 2, 2, slot=0, t0=1100, kind="block_exit"),
+        ]
+    )
     pairing.add_events(batch, node_grid_ids=np.zeros(0, dtype=np.uint64))
     stats = pairing.block_durations([0], [8])[0]
     assert (stats.count, stats.unpaired, stats.min_ns, stats.max_ns) == (4, 0, 100, 200)

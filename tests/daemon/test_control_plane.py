@@ -11,14 +11,17 @@ import time
 
 import grpc
 import pytest
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs_testing.daemon import device_stage, gpuobsctl
 
 
 def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_synth, start_daemon) -> None:
-    synths = [start_synth("--mode", "memory", "--patch-set", "memory", "--rate", "1000000", "--kernels", "6",
-                          "--seed", str(seed)) for seed in (1, 2, 3)]
+    synths = [
+        start_synth(
+            "--mode", "memory", "--patch-set", "memory", "--rate", "1000000", "--kernels", "6", "--seed", str(seed)
+        )
+        for seed in (1, 2, 3)
+    ]
     daemon = start_daemon()
     daemon.wait_processes(3)
     window = 3.0  # the two reads' staleness (a drain pass apart at most) is small beside it
@@ -78,15 +81,19 @@ def test_invalid_requests_answer_the_right_code_and_change_nothing(start_synth, 
         assert caught.value.code() == code, request.mode
     # garbage bytes where a request belongs
     channel = grpc.insecure_channel(daemon.address)
-    raw = channel.unary_unary("/gpuobs.v1.Observer/SetMode", request_serializer=lambda b: b,
-                              response_deserializer=lambda b: b)
+    raw = channel.unary_unary(
+        "/gpuobs.v1.Observer/SetMode", request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
     for garbage in (b"\xff\xff\xff", os.urandom(64), b"\x0a\xff\xff\xff\xff\x0f"):
         with pytest.raises(grpc.RpcError) as caught:
             raw(garbage, timeout=10)
         assert caught.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
     after = daemon.status().processes[0]
-    assert (after.mode, after.shift, after.generation) == (before.mode, before.shift, before.generation) == (
-        "counter", before.shift, 0)
+    assert (
+        (after.mode, after.shift, after.generation)
+        == (before.mode, before.shift, before.generation)
+        == ("counter", before.shift, 0)
+    )
     result = gpuobsctl(daemon.address, "set-mode", "sampled", "--shift", "99")
     assert result.returncode != 0 and result.stderr.count("\n") == 1 and "shift 99" in result.stderr
     result = gpuobsctl(daemon.address, "set-mode", "blocks", "--pid", "1")
@@ -99,9 +106,22 @@ def test_a_second_daemon_exits_and_the_first_keeps_serving(start_synth, start_da
     start_synth("--mode", "counter", "--rate", "10000")
     first = start_daemon()
     first.wait_processes(1)
-    second = subprocess.run([sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(runtime_dir),
-                             "--segment-dir", str(segment_dir), "--metrics-address", ""],
-                            capture_output=True, text=True, timeout=30)
+    second = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.daemon.main",
+            "--runtime-dir",
+            str(runtime_dir),
+            "--segment-dir",
+            str(segment_dir),
+            "--metrics-address",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert second.returncode == 1 and "another daemon is running" in second.stderr
     assert len(first.status().processes) == 1  # the first one's socket still answers
 
@@ -147,7 +167,8 @@ def test_killed_producer_is_marked_gone_and_keeps_its_counts(start_synth, start_
     time.sleep(0.5)
     later = daemon.stub.ListKernels(pb.ListKernelsRequest(pids=[process.pid])).kernels
     assert [(k.slot, k.launches, k.blocks_observed) for k in later] == [
-        (k.slot, k.launches, k.blocks_observed) for k in kernels]  # kept, not reset or dropped
+        (k.slot, k.launches, k.blocks_observed) for k in kernels
+    ]  # kept, not reset or dropped
 
 
 def test_rejected_segments_are_reported_not_fatal(start_daemon, segment_dir) -> None:
@@ -162,8 +183,9 @@ def test_rejected_segments_are_reported_not_fatal(start_daemon, segment_dir) -> 
     assert daemon.process.poll() is None
 
 
-def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(start_synth, start_daemon,
-                                                                            segment_dir) -> None:
+def test_a_directory_full_of_junk_keeps_status_small_and_producers_attached(
+    start_synth, start_daemon, segment_dir
+) -> None:
     """Any local user can fill the segment directory (62,000 junk files pushed
     GetStatus past the client's limit for everyone): the reply names a few and counts them all."""
     junk = 5000
@@ -188,7 +210,6 @@ def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, sta
     the daemon write a file where only it may. That port is read-only (and TLS with a token)."""
     from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
     from gpuobs_testing.daemon import free_port
-
     from gpuobs_testing.tls import make_tcp_access
 
     port = free_port()
@@ -198,15 +219,18 @@ def test_the_listen_address_answers_queries_and_refuses_changes(start_synth, sta
     daemon.wait_processes(1)
     credentials = grpc.composite_channel_credentials(
         grpc.ssl_channel_credentials(root_certificates=access.cert.read_bytes()),
-        grpc.access_token_call_credentials(access.token_file.read_text().strip()))
+        grpc.access_token_call_credentials(access.token_file.read_text().strip()),
+    )
     tcp = pb_grpc.ObserverStub(grpc.secure_channel(f"127.0.0.1:{port}", credentials))
     assert [p.pid for p in tcp.GetStatus(pb.GetStatusRequest(), timeout=10).processes] == [synth.pid]
     assert tcp.ListKernels(pb.ListKernelsRequest(top=5), timeout=10).kernels
     target = tmp_path / "private"
     target.mkdir(mode=0o700)
-    for call in (lambda: tcp.SetMode(pb.SetModeRequest(mode="counter"), timeout=10),
-                 lambda: tcp.Record(pb.RecordRequest(path=str(target / "x.gpuobs"), max_events=10), timeout=10),
-                 lambda: next(tcp.RecordStream(pb.RecordRequest(max_events=10), timeout=10))):
+    for call in (
+        lambda: tcp.SetMode(pb.SetModeRequest(mode="counter"), timeout=10),
+        lambda: tcp.Record(pb.RecordRequest(path=str(target / "x.gpuobs"), max_events=10), timeout=10),
+        lambda: next(tcp.RecordStream(pb.RecordRequest(max_events=10), timeout=10)),
+    ):
         with pytest.raises(grpc.RpcError) as caught:
             call()
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED and "unix socket" in caught.value.details()

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from gpuobs import _native
 from gpuobs.daemon.analysis_budget import BEHIND_SHARE
 from gpuobs.daemon.drain_thread import DrainThread
@@ -55,8 +54,12 @@ def test_analyses_skip_while_a_ring_was_behind_in_the_last_pass(tmp_path: Path) 
     pairing = process.analyses.block_pairing
 
     def write_and_drain(grid_id: int, blocks: int) -> None:
-        records = np.concatenate([block_events(grid_id, 0, blocks, slot=0, t0=1000),
-                                  block_events(grid_id, 0, blocks, slot=0, t0=2000, kind="block_exit")])
+        records = np.concatenate(
+            [
+                block_events(grid_id, 0, blocks, slot=0, t0=1000),
+                block_events(grid_id, 0, blocks, slot=0, t0=2000, kind="block_exit"),
+            ]
+        )
         assert writer.put_events(0, records) == len(records)
         writer.publish()
         registry.drain_pass()
@@ -85,7 +88,7 @@ def test_launch_records_are_joined_while_a_ring_is_behind(tmp_path: Path) -> Non
     assert registry.pass_fullest > BEHIND_SHARE and registry.analysis_budget.behind
     launches = graph_launches(range(1, 4), mode="blocks", graph_exec=0x7000)
     for index in range(len(launches)):
-        assert writer.write_launch(launches[index:index + 1])
+        assert writer.write_launch(launches[index : index + 1])
     writer.publish()
     registry.drain_pass()
     assert process.analyses.graph_join.replay_shape(0x7000)[1] == len(NODES)  # its nodes learned

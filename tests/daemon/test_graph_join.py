@@ -4,7 +4,6 @@ unjoined and unmatched, and how graph execs come and go."""
 from __future__ import annotations
 
 import numpy as np
-
 from gpuobs.daemon.analysis import ALL_REPLAYS
 from gpuobs.daemon.graph_join import GraphJoin
 from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
@@ -23,8 +22,11 @@ def test_replays_not_recorded_node_by_node_run_the_learned_nodes() -> None:
     record only: their node executions are the learned nodes', joined the same way."""
     join = joining_everything()
     join.on_launches(graph_launches(range(1, 6), recorded=range(1, 2)))
-    events = [block_events(grid, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
-              for replay in range(1, 6) for slot, (grid, blocks) in enumerate(NODES.values())]
+    events = [
+        block_events(grid, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
+        for replay in range(1, 6)
+        for slot, (grid, blocks) in enumerate(NODES.values())
+    ]
     join.on_events(np.concatenate(events))
     graph = join.by_handle[EXEC]
     assert (graph.replays, graph.node_executions, graph.replays_nodes_unknown) == (5, 10, 0)
@@ -58,16 +60,21 @@ def test_matched_mismatched_and_unmatched_are_told_apart() -> None:
     join = joining_everything()
     join.on_launches(graph_launches(range(1, 4)))
     (grid_a, blocks_a), (grid_b, blocks_b) = NODES.values()
-    join.on_events(np.concatenate([
-        block_events(grid_a, 1, blocks_a, slot=0, t0=100), block_events(grid_b, 1, blocks_b, slot=1, t0=200),
-        block_events(grid_a, 2, blocks_a - 1, slot=0, t0=1100),  # one enter lost: mismatched
-        block_events(grid_b, 2, blocks_b, slot=1, t0=1200),
-        # replay 3 recorded nothing for node b (the device's evidence: no event of its own, so it is
-        # unrecorded, not judged); its events carry a replay number nobody launched (nor will:
-        # it is not just ahead of the launch records read): unmatched
-        block_events(grid_a, 3, blocks_a, slot=0, t0=2100),
-        block_events(grid_b, 3 + GraphJoin.AHEAD_REPLAYS + 1, blocks_b, slot=1, t0=2200),
-    ]))
+    join.on_events(
+        np.concatenate(
+            [
+                block_events(grid_a, 1, blocks_a, slot=0, t0=100),
+                block_events(grid_b, 1, blocks_b, slot=1, t0=200),
+                block_events(grid_a, 2, blocks_a - 1, slot=0, t0=1100),  # one enter lost: mismatched
+                block_events(grid_b, 2, blocks_b, slot=1, t0=1200),
+                # replay 3 recorded nothing for node b (the device's evidence: no event of its own, so it is
+                # unrecorded, not judged); its events carry a replay number nobody launched (nor will:
+                # it is not just ahead of the launch records read): unmatched
+                block_events(grid_a, 3, blocks_a, slot=0, t0=2100),
+                block_events(grid_b, 3 + GraphJoin.AHEAD_REPLAYS + 1, blocks_b, slot=1, t0=2200),
+            ]
+        )
+    )
     graph = join.by_handle[EXEC]
     report = join.exec_report(graph, replays=3)
     assert report["totals"] == {"matched": 4, "mismatched": 1, "sampled": 0, "unrecorded": 1, "unjoined": 0}
@@ -90,10 +97,17 @@ def test_the_devices_evidence_judges_a_replay_that_ran_in_another_mode_than_laun
     in blocks (their events are there: judged, matched); replay 2 was launched in blocks and ran
     in counter (no event: unrecorded, not mismatched)."""
     join = joining_everything()
-    join.on_launches(np.concatenate([graph_launches(range(1, 2), mode="counter"),
-                                  graph_launches(range(2, 3), mode="blocks")]))
-    join.on_events(np.concatenate([block_events(grid, 1, blocks, slot=slot, t0=100 * slot)
-                                      for slot, (grid, blocks) in enumerate(NODES.values())]))
+    join.on_launches(
+        np.concatenate([graph_launches(range(1, 2), mode="counter"), graph_launches(range(2, 3), mode="blocks")])
+    )
+    join.on_events(
+        np.concatenate(
+            [
+                block_events(grid, 1, blocks, slot=slot, t0=100 * slot)
+                for slot, (grid, blocks) in enumerate(NODES.values())
+            ]
+        )
+    )
     report = join.exec_report(join.by_handle[EXEC], replays=2)
     assert report["totals"] == {"matched": 2, "mismatched": 0, "sampled": 0, "unrecorded": 2, "unjoined": 0}
 
@@ -124,9 +138,16 @@ def test_replays_leaving_the_window_wait_for_their_events() -> None:
             join.on_events(block_events(grid_id, replay, blocks, slot=slot, t0=replay * 1000))
     join.settle(ALL_REPLAYS)
     report = join.exec_report(join.by_handle[EXEC], replays=16)
-    assert report["totals"] == {"matched": 10 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
+    assert report["totals"] == {
+        "matched": 10 * len(NODES),
+        "mismatched": 0,
+        "sampled": 0,
+        "unrecorded": 0,
+        "unjoined": 0,
+    }
     assert report["events_unmatched"] == 0 and not join.spans.keys() - {
-        (grid_id << 32) | replay for replay in range(7, 11) for grid_id, _ in NODES.values()}
+        (grid_id << 32) | replay for replay in range(7, 11) for grid_id, _ in NODES.values()
+    }
 
 
 def test_replays_the_device_has_not_begun_are_not_judged_yet() -> None:
@@ -138,18 +159,26 @@ def test_replays_the_device_has_not_begun_are_not_judged_yet() -> None:
     join = joining_everything()
     join.KEEP_REPLAYS = 4
     join.on_launches(graph_launches(range(1, 21), mode="counter"))  # 20 launched, 16 out of the window
-    for replay in range(1, 6):  # the device ran 1-5 in counter (no events) and began 6
+    for _ in range(1, 6):  # the device ran 1-5 in counter (no events) and began 6: settled each time
         join.settle(6)
     graph = join.by_handle[EXEC]
     assert [record.replay for _, record in join.unsettled] == list(range(6, 17))
     for replay in range(6, 21):  # the switch to blocks lands: 6-20 run with events
-        join.on_events(np.concatenate([block_events(g, replay, b, slot=s, t0=replay * 1000)
-                                       for s, (g, b) in enumerate(NODES.values())]))
+        join.on_events(
+            np.concatenate(
+                [block_events(g, replay, b, slot=s, t0=replay * 1000) for s, (g, b) in enumerate(NODES.values())]
+            )
+        )
         join.settle(replay + 1)
     join.settle(ALL_REPLAYS)  # the producer is gone: every replay finished
     report = join.exec_report(graph, replays=4)
-    assert report["totals"] == {"matched": 15 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 5 * len(NODES),
-                                "unjoined": 0}
+    assert report["totals"] == {
+        "matched": 15 * len(NODES),
+        "mismatched": 0,
+        "sampled": 0,
+        "unrecorded": 5 * len(NODES),
+        "unjoined": 0,
+    }
     assert report["events_unmatched"] == 0 and not join.unsettled
 
 
@@ -167,7 +196,13 @@ def test_events_read_before_their_launch_record_wait_for_it() -> None:
     join.on_events(block_events(11, 3, 0, slot=0, t0=0))  # (any batch) another sweep
     join.settle(ALL_REPLAYS)
     report = join.exec_report(join.by_handle[EXEC], replays=3)
-    assert report["totals"] == {"matched": 3 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
+    assert report["totals"] == {
+        "matched": 3 * len(NODES),
+        "mismatched": 0,
+        "sampled": 0,
+        "unrecorded": 0,
+        "unjoined": 0,
+    }
     assert report["events_unmatched"] == 2  # the stray replay number's
 
 
@@ -182,8 +217,9 @@ def test_a_destroyed_exec_is_final_once_the_device_is_past_its_last_replay() -> 
     join.settle(4)
     assert graph.final is not None
     # the process's last replay: nothing later begins, so time alone makes it final
-    join.on_launches(np.concatenate([lifetime("created"), other_grid_ids(graph_launches(range(4, 6)), 100),
-                                     lifetime("destroyed")]))
+    join.on_launches(
+        np.concatenate([lifetime("created"), other_grid_ids(graph_launches(range(4, 6)), 100), lifetime("destroyed")])
+    )
     last = join.by_handle[EXEC]
     clock.now += GraphJoin.FINAL_AFTER_S
     join.settle(5)
@@ -200,8 +236,13 @@ def test_beyond_the_analysis_budget_executions_are_counted_unjoined_not_misjudge
     join.on_events(block_events(grid_id, 1, blocks, slot=0, t0=0))
     graph = join.by_handle[EXEC]
     assert (graph.replays, graph.node_executions) == (3, 3 * len(NODES))  # the join stays exact
-    assert join.exec_report(graph, replays=3)["totals"] == {"matched": 0, "mismatched": 0, "sampled": 0, "unrecorded": 0,
-                                                         "unjoined": 3 * len(NODES)}
+    assert join.exec_report(graph, replays=3)["totals"] == {
+        "matched": 0,
+        "mismatched": 0,
+        "sampled": 0,
+        "unrecorded": 0,
+        "unjoined": 3 * len(NODES),
+    }
 
 
 def test_a_skipped_event_batch_leaves_exactly_the_replays_it_held_unjoined() -> None:
@@ -215,10 +256,24 @@ def test_a_skipped_event_batch_leaves_exactly_the_replays_it_held_unjoined() -> 
     join.on_events(block_events(grid_id, 1, blocks, slot=0, t0=0))
     budget.refill()  # and the next ones are not
     join.on_launches(graph_launches(range(3, 4)))
-    join.on_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2, 3)
-                                      for s, (g, b) in enumerate(NODES.values()) if (r, s) != (1, 0)]))
+    join.on_events(
+        np.concatenate(
+            [
+                block_events(g, r, b, slot=s, t0=r * 1000)
+                for r in (1, 2, 3)
+                for s, (g, b) in enumerate(NODES.values())
+                if (r, s) != (1, 0)
+            ]
+        )
+    )
     report = join.exec_report(join.by_handle[EXEC], replays=3)
-    assert report["totals"] == {"matched": 2 * len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": len(NODES)}
+    assert report["totals"] == {
+        "matched": 2 * len(NODES),
+        "mismatched": 0,
+        "sampled": 0,
+        "unrecorded": 0,
+        "unjoined": len(NODES),
+    }
     assert [r["joined"] for r in report["replays"]] == [False, True, True]
 
 
@@ -230,14 +285,22 @@ def test_past_two_to_the_32_replays_a_skipped_batch_still_finds_its_replays() ->
     join = GraphJoin(budget)
     join.on_launches(graph_launches(range(first, first + 2)))
     budget.exhaust()
-    join.on_events(np.concatenate([block_events(g, first & 0xFFFFFFFF, b, slot=s, t0=0)
-                                      for s, (g, b) in enumerate(NODES.values())]))
+    join.on_events(
+        np.concatenate(
+            [block_events(g, first & 0xFFFFFFFF, b, slot=s, t0=0) for s, (g, b) in enumerate(NODES.values())]
+        )
+    )
     budget.refill()
-    join.on_events(np.concatenate([block_events(g, (first + 1) & 0xFFFFFFFF, b, slot=s, t0=10_000)
-                                      for s, (g, b) in enumerate(NODES.values())]))
+    join.on_events(
+        np.concatenate(
+            [block_events(g, (first + 1) & 0xFFFFFFFF, b, slot=s, t0=10_000) for s, (g, b) in enumerate(NODES.values())]
+        )
+    )
     report = join.exec_report(join.by_handle[EXEC], replays=2)
     assert [(r["replay"], r["joined"], r["nodes_matched"]) for r in report["replays"]] == [
-        (first, False, 0), (first + 1, True, len(NODES))]
+        (first, False, 0),
+        (first + 1, True, len(NODES)),
+    ]
 
 
 def test_implied_replays_share_the_learned_nodes_and_are_judged_like_recorded_ones() -> None:
@@ -252,7 +315,13 @@ def test_implied_replays_share_the_learned_nodes_and_are_judged_like_recorded_on
     assert {id(graph.executions(record)) for record in held if record.implied} == {id(graph.learned())}
     join.on_events(np.concatenate([block_events(g, 2000, b, slot=s, t0=0) for s, (g, b) in enumerate(NODES.values())]))
     report = join.exec_report(graph, replays=2)
-    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 1999 * len(NODES), "unjoined": 0}
+    assert report["totals"] == {
+        "matched": len(NODES),
+        "mismatched": 0,
+        "sampled": 0,
+        "unrecorded": 1999 * len(NODES),
+        "unjoined": 0,
+    }
     assert [r["nodes_matched"] for r in report["replays"]] == [0, len(NODES)]
     assert report["events_unmatched"] == 0
 
@@ -268,10 +337,24 @@ def test_events_skipped_before_their_replay_is_known_leave_it_unjoined() -> None
     join.on_events(block_events(grid_id, 2, blocks, slot=0, t0=0))  # replay 2's, skipped
     budget.refill()
     join.on_launches(graph_launches(range(2, 3), recorded=range(0)))  # then its launch record
-    join.on_events(np.concatenate([block_events(g, r, b, slot=s, t0=r * 1000) for r in (1, 2)
-                                      for s, (g, b) in enumerate(NODES.values()) if (r, s) != (2, 0)]))
+    join.on_events(
+        np.concatenate(
+            [
+                block_events(g, r, b, slot=s, t0=r * 1000)
+                for r in (1, 2)
+                for s, (g, b) in enumerate(NODES.values())
+                if (r, s) != (2, 0)
+            ]
+        )
+    )
     report = join.exec_report(join.by_handle[EXEC], replays=2)
-    assert report["totals"] == {"matched": len(NODES), "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": len(NODES)}
+    assert report["totals"] == {
+        "matched": len(NODES),
+        "mismatched": 0,
+        "sampled": 0,
+        "unrecorded": 0,
+        "unjoined": len(NODES),
+    }
 
 
 def test_replays_folded_before_their_nodes_were_learned_still_add_up() -> None:
@@ -317,11 +400,17 @@ def test_a_reused_exec_handle_gets_a_census_of_its_own() -> None:
     clock = Clock()
     join = GraphJoin(clock=clock)
     second = other_grid_ids(graph_launches(range(3, 5)), 100)
-    join.on_launches(np.concatenate([lifetime("created"), graph_launches(range(1, 3)), lifetime("destroyed"),
-                                  lifetime("created"), second]))
-    events = [block_events(grid + offset, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
-              for replays, offset in ((range(1, 3), 0), (range(3, 5), 100)) for replay in replays
-              for slot, (grid, blocks) in enumerate(NODES.values())]
+    join.on_launches(
+        np.concatenate(
+            [lifetime("created"), graph_launches(range(1, 3)), lifetime("destroyed"), lifetime("created"), second]
+        )
+    )
+    events = [
+        block_events(grid + offset, replay, blocks, slot=slot, t0=replay * 1000 + 100 * slot)
+        for replays, offset in ((range(1, 3), 0), (range(3, 5), 100))
+        for replay in replays
+        for slot, (grid, blocks) in enumerate(NODES.values())
+    ]
     join.on_events(np.concatenate(events))
     old, new = join.execs.values()
     assert (old.instance, new.instance, old.graph_exec, new.graph_exec) == (1, 2, EXEC, EXEC)
@@ -342,8 +431,10 @@ def test_a_reused_exec_handle_gets_a_census_of_its_own() -> None:
     assert join.graph_exec_of(111) == EXEC
     report = join.exec_report(old, replays=4)
     assert report["totals"] == {"matched": 4, "mismatched": 0, "sampled": 0, "unrecorded": 0, "unjoined": 0}
-    assert [(r["replay"], r["nodes_matched"], r["node_blocks"]) for r in report["replays"]] == [(1, 2, [4, 3]),
-                                                                                                (2, 2, [4, 3])]
+    assert [(r["replay"], r["nodes_matched"], r["node_blocks"]) for r in report["replays"]] == [
+        (1, 2, [4, 3]),
+        (2, 2, [4, 3]),
+    ]
     assert join.replay_summary(1, 2)["nodes_matched"] == 2 and join.replay_summary(2, 3)["nodes_matched"] == 2
     assert join.replay_summary(2, 1) is None
     assert not any(key >> 32 in (11, 12) for key in join.spans)

@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from gpuobs.api.v1 import observer_pb2 as pb
 
 NODES, REPLAYS = 7, 40
@@ -18,8 +17,19 @@ NODES, REPLAYS = 7, 40
 
 @pytest.mark.parametrize("trace", [False, True])
 def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon, trace: bool) -> None:
-    synth = start_synth("--mode", "counter", "--graph-nodes", str(NODES), "--launches", str(NODES * REPLAYS),
-                        "--rate", "200000", "--kernels", "8", *(["--launch-trace"] if trace else []))
+    synth = start_synth(
+        "--mode",
+        "counter",
+        "--graph-nodes",
+        str(NODES),
+        "--launches",
+        str(NODES * REPLAYS),
+        "--rate",
+        "200000",
+        "--kernels",
+        "8",
+        *(["--launch-trace"] if trace else []),
+    )
     daemon = start_daemon()
     assert synth.wait() == 0
     daemon.wait_all_gone()
@@ -37,21 +47,41 @@ def test_graphs_report_nodes_replays_and_blocks(start_synth, start_daemon, trace
     for node in graph.nodes:
         assert kernels[node.slot].launches >= REPLAYS
     assert graph.blocks_per_replay * REPLAYS == sum(k.blocks_observed for k in kernels.values())
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "--output",
-                           "json", "graphs"], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "--output", "json", "graphs"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     listed = json.loads(done.stdout)
     assert listed["schema_version"] == 1 and listed["graphs"][0]["replays"] == REPLAYS  # a number, not a string
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "graphs"],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "graphs"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0 and f"{NODES} kernel nodes, {REPLAYS} replays" in done.stdout, done.stderr
 
 
 def test_every_node_execution_is_joined_to_its_own_replays_events(start_synth, start_daemon) -> None:
     """Blocks mode: the nodes keep their grid ids in all 40 replays, so only the replay number
     tells the replays' events apart; a join on grid id alone would give node_blocks x40."""
-    synth = start_synth("--mode", "blocks", "--graph-nodes", str(NODES), "--launches", str(NODES * REPLAYS),
-                        "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18))
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--graph-nodes",
+        str(NODES),
+        "--launches",
+        str(NODES * REPLAYS),
+        "--rate",
+        "100000",
+        "--kernels",
+        "8",
+        "--ring-records",
+        str(1 << 18),
+    )
     # the join and the pairing are what is checked here, not the daemon's budget for them (on a
     # loaded 2-core machine the budget can skip a batch: counted, and then not all pairs)
     daemon = start_daemon("--analysis-share", "1")
@@ -59,8 +89,12 @@ def test_every_node_execution_is_joined_to_its_own_replays_events(start_synth, s
     daemon.wait_all_gone()
     graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(replays=REPLAYS), timeout=10).graphs[0]
     assert graph.alive and graph.replays == REPLAYS
-    assert (graph.executions_matched, graph.executions_mismatched, graph.executions_unrecorded,
-            graph.executions_unjoined) == (NODES * REPLAYS, 0, 0, 0)
+    assert (
+        graph.executions_matched,
+        graph.executions_mismatched,
+        graph.executions_unrecorded,
+        graph.executions_unjoined,
+    ) == (NODES * REPLAYS, 0, 0, 0)
     assert graph.events_unmatched == 0 and graph.order_stable and graph.device_order_stable
     assert [r.replay for r in graph.recent_replays] == list(range(1, REPLAYS + 1))
     per_node = [node.blocks_per_execution for node in graph.nodes]
@@ -95,17 +129,35 @@ def test_replays_queued_far_ahead_of_the_device_are_joined_when_they_run(start_s
     from gpuobs_testing.daemon import device_stage
 
     nodes, replays, lag = 2, 1600, GraphJoin.KEEP_REPLAYS + 200
-    synth = start_synth("--mode", "blocks", "--graph-nodes", str(nodes), "--launches", str(nodes * replays),
-                        "--device-lag", str(nodes * lag), "--rate", "100000", "--kernels", "8",
-                        "--ring-records", str(1 << 20))
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--graph-nodes",
+        str(nodes),
+        "--launches",
+        str(nodes * replays),
+        "--device-lag",
+        str(nodes * lag),
+        "--rate",
+        "100000",
+        "--kernels",
+        "8",
+        "--ring-records",
+        str(1 << 20),
+    )
     daemon = start_daemon("--analysis-share", "1")
     assert synth.wait(timeout=120) == 0
     daemon.wait_all_gone()
     graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(), timeout=10).graphs[0]
     assert device_stage(daemon.status().processes[0]).dropped == 0
     assert (graph.replays, graph.node_executions) == (replays, nodes * replays)
-    assert (graph.executions_matched, graph.executions_mismatched, graph.executions_unrecorded,
-            graph.executions_unjoined, graph.events_unmatched) == (nodes * replays, 0, 0, 0, 0)
+    assert (
+        graph.executions_matched,
+        graph.executions_mismatched,
+        graph.executions_unrecorded,
+        graph.executions_unjoined,
+        graph.events_unmatched,
+    ) == (nodes * replays, 0, 0, 0, 0)
 
 
 def test_replays_argument_is_checked(start_daemon) -> None:
@@ -125,8 +177,20 @@ def test_the_daemon_answers_while_a_graph_replays_at_full_speed(start_synth, sta
     from gpuobs_testing.daemon import device_stage
 
     daemon = start_daemon()
-    synth = start_synth("--mode", "blocks", "--graph-nodes", "40", "--rate", "0", "--kernels", "8",
-                        "--ring-records", str(1 << 20), "--duration", "8")
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--graph-nodes",
+        "40",
+        "--rate",
+        "0",
+        "--kernels",
+        "8",
+        "--ring-records",
+        str(1 << 20),
+        "--duration",
+        "8",
+    )
     daemon.wait_processes(1)
     # through the stub, not the CLI: a new Python process starts slowly on a saturated 2-core machine
     for mode in ["counter", "blocks"] * 5:
@@ -140,7 +204,9 @@ def test_the_daemon_answers_while_a_graph_replays_at_full_speed(start_synth, sta
     judged = graph.executions_matched + graph.executions_mismatched + graph.executions_unrecorded
     assert judged + graph.executions_unjoined == graph.node_executions > 0
     for node in graph.nodes:
-        assert node.executions_matched + node.executions_mismatched + node.executions_unrecorded + \
-            node.executions_unjoined == node.executions
+        assert (
+            node.executions_matched + node.executions_mismatched + node.executions_unrecorded + node.executions_unjoined
+            == node.executions
+        )
     if device_stage(daemon.status().processes[0]).dropped == 0:
         assert graph.executions_mismatched == 0

@@ -19,8 +19,9 @@ def hangs(daemon, min_age_ms: int) -> dict:
 
 def test_a_hung_launch_is_named_with_exactly_its_blocks(start_synth, start_daemon) -> None:
     daemon = start_daemon("--hang-threshold-ms", "400", "--analysis-share", "1")  # pairing checked, not the budget
-    synth = start_synth("--mode", "blocks", "--launches", "200", "--kernels", "4", "--seed", "3",
-                        "--hang-seconds", "60")
+    synth = start_synth(
+        "--mode", "blocks", "--launches", "200", "--kernels", "4", "--seed", "3", "--hang-seconds", "60"
+    )
     deadline = time.monotonic() + 20
     found = {}
     while time.monotonic() < deadline:
@@ -37,7 +38,9 @@ def test_a_hung_launch_is_named_with_exactly_its_blocks(start_synth, start_daemo
     assert hung["kernel"] == kernel0["name"] and hung["graph_exec"] == 0
     assert sorted((b["x"], b["y"], b["z"]) for b in hung["blocks"]) == expected
     assert hung["sms"] and int(hung["age_ns"]) >= 300_000_000
-    assert found["processes"][0]["exits_hooked"] and int(found["processes"][0]["blocks_in_flight"]) == len(expected) == int(hung["block_count"])
+    assert found["processes"][0]["exits_hooked"] and int(found["processes"][0]["blocks_in_flight"]) == len(
+        expected
+    ) == int(hung["block_count"])
     # every other launch's blocks exited: nothing else is in flight, even at age 0
     assert len(hangs(daemon, 0)["launches"]) == 1
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import grpc
+from gpuobs_testing.daemon import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-
-from gpuobs_testing.daemon import free_port
 
 
 def test_health_and_reflection_answer(start_daemon) -> None:
@@ -36,14 +35,28 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path: Path, segment_dir: Path) ->
     listener.bind(str(notify_path))
     listener.settimeout(20)
     env = dict(os.environ, NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC="400000")
-    daemon = subprocess.Popen([sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(tmp_path / "run"),
-                               "--segment-dir", str(segment_dir), "--metrics-address", f"127.0.0.1:{free_port()}"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.daemon.main",
+            "--runtime-dir",
+            str(tmp_path / "run"),
+            "--segment-dir",
+            str(segment_dir),
+            "--metrics-address",
+            f"127.0.0.1:{free_port()}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         messages = []
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (any("READY=1" in m for m in messages) and
-                                                   sum("WATCHDOG=1" in m for m in messages) >= 2):
+        while time.monotonic() < deadline and not (
+            any("READY=1" in m for m in messages) and sum("WATCHDOG=1" in m for m in messages) >= 2
+        ):
             messages.append(listener.recv(4096).decode())
         assert messages[0] == "READY=1" or "READY=1" in messages
         assert sum("WATCHDOG=1" in m for m in messages) >= 2

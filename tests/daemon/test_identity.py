@@ -9,7 +9,6 @@ import json
 import urllib.request
 
 import pytest
-
 from gpuobs_testing.daemon import gpuobsctl
 
 UUIDS = ["GPU-8e8ee9c3-0b5d-4c1f-9a7e-000000000000", "GPU-8e8ee9c3-0b5d-4c1f-9a7e-000000000001"]
@@ -18,10 +17,27 @@ PCI = ["0000:3b:00.0", "0000:5d:00.0"]
 
 @pytest.fixture
 def tensor_parallel(start_synth, start_daemon):
-    ranks = [start_synth("--mode", "counter", "--rate", "20000", "--rank", str(rank),
-                         "--world-size", "2", "--local-rank", str(rank), "--model", "Qwen3-8B",
-                         "--gpu", f"{rank},{PCI[rank]},{UUIDS[rank]}", "--label", f"vllm engine rank {rank}")
-             for rank in (0, 1)]
+    ranks = [
+        start_synth(
+            "--mode",
+            "counter",
+            "--rate",
+            "20000",
+            "--rank",
+            str(rank),
+            "--world-size",
+            "2",
+            "--local-rank",
+            str(rank),
+            "--model",
+            "Qwen3-8B",
+            "--gpu",
+            f"{rank},{PCI[rank]},{UUIDS[rank]}",
+            "--label",
+            f"vllm engine rank {rank}",
+        )
+        for rank in (0, 1)
+    ]
     plain = start_synth("--mode", "counter", "--rate", "20000")  # no --duration: the fixture stops them
     daemon = start_daemon()
     daemon.wait_processes(3)
@@ -41,10 +57,18 @@ def test_status_and_metrics_say_which_rank_and_gpu(tensor_parallel) -> None:
     by_pid = {p["pid"]: p for p in json.loads(done.stdout)["processes"]}
     for rank, synth in enumerate(ranks):
         p = by_pid[synth.pid]
-        assert (p["identity_set"], p["role"], p["rank"], p["world_size"], p["local_rank"], p["model"]) == \
-            (True, "engine", rank, 2, rank, "Qwen3-8B")
-        assert (p["gpu_count"], p["gpus"]) == (1, [{"ordinal": rank, "context": 0, "pci_bus_id": PCI[rank],
-                                                    "uuid": UUIDS[rank]}])
+        assert (p["identity_set"], p["role"], p["rank"], p["world_size"], p["local_rank"], p["model"]) == (
+            True,
+            "engine",
+            rank,
+            2,
+            rank,
+            "Qwen3-8B",
+        )
+        assert (p["gpu_count"], p["gpus"]) == (
+            1,
+            [{"ordinal": rank, "context": 0, "pci_bus_id": PCI[rank], "uuid": UUIDS[rank]}],
+        )
     assert (by_pid[plain.pid]["identity_set"], by_pid[plain.pid]["gpus"]) == (False, [])
     text = gpuobsctl(daemon.address, "status").stdout
     row = next(line for line in text.splitlines() if line.startswith(str(ranks[1].pid)))
@@ -54,8 +78,15 @@ def test_status_and_metrics_say_which_rank_and_gpu(tensor_parallel) -> None:
     info = [line for line in exposition.splitlines() if line.startswith("gpuobs_process_info{")]
     assert len(info) == 3
     mine = next(line for line in info if f'pid="{ranks[1].pid}"' in line)
-    for label in ('rank="1"', 'world_size="2"', 'model="Qwen3-8B"', 'gpu="1"', f'gpu_uuid="{UUIDS[1]}"',
-                  f'pci_bus_id="{PCI[1]}"', 'role="engine"'):
+    for label in (
+        'rank="1"',
+        'world_size="2"',
+        'model="Qwen3-8B"',
+        'gpu="1"',
+        f'gpu_uuid="{UUIDS[1]}"',
+        f'pci_bus_id="{PCI[1]}"',
+        'role="engine"',
+    ):
         assert label in mine, (label, mine)
     assert 'rank=""' in next(line for line in info if f'pid="{plain.pid}"' in line)
 

@@ -7,7 +7,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.daemon import messages, results
 from gpuobs_testing.records import NODES, block_events, graph_launches
@@ -26,9 +25,14 @@ def test_the_drain_feeds_every_analysis_and_the_service_reads_them(written: Writ
     for replay in (1, 2):
         for slot, (grid_id, blocks) in enumerate(NODES.values()):
             t0 = replay * 10_000 + slot * 1000
-            written.put_events(np.concatenate([block_events(grid_id, replay, blocks, slot=slot, t0=t0),
-                                               block_events(grid_id, replay, blocks, slot=slot, t0=t0 + 500,
-                                                            kind="block_exit")]))
+            written.put_events(
+                np.concatenate(
+                    [
+                        block_events(grid_id, replay, blocks, slot=slot, t0=t0),
+                        block_events(grid_id, replay, blocks, slot=slot, t0=t0 + 500, kind="block_exit"),
+                    ]
+                )
+            )
     written.drain()
     kernels = {k.slot: k for k in written.service.kernels([], 0).rows}
     for slot, (_, blocks) in enumerate(NODES.values()):
@@ -70,14 +74,20 @@ def test_a_process_that_exits_is_drained_retained_and_then_forgotten(tmp_path: P
 def test_every_result_has_exactly_its_messages_fields() -> None:
     """A field added to the proto and not to its result (or the other way round) would go
     missing from replies or fail them: each result class names its message's fields."""
-    replies = {"Status": "GetStatusResponse", "Steps": "ListStepsResponse", "HotPcs": "ListHotPcsResponse",
-               "Ops": "ListOpsResponse"}
+    replies = {
+        "Status": "GetStatusResponse",
+        "Steps": "ListStepsResponse",
+        "HotPcs": "ListHotPcsResponse",
+        "Ops": "ListOpsResponse",
+    }
     checked = 0
     for name, cls in vars(results).items():
         if not dataclasses.is_dataclass(cls) or cls is results.Page:
             continue
         message = getattr(pb, replies.get(name, name))
-        assert sorted(f.name for f in dataclasses.fields(cls)) == sorted(f.name for f in message.DESCRIPTOR.fields), name
+        assert sorted(f.name for f in dataclasses.fields(cls)) == sorted(f.name for f in message.DESCRIPTOR.fields), (
+            name
+        )
         checked += 1
     assert checked >= 20
     page = results.Page([results.HotPc(1, 2, "k", "_Zk", 0x10, 5, 0, "")], "p1.1.0.1")

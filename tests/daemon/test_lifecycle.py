@@ -19,12 +19,16 @@ def metrics(daemon: DaemonProcess) -> str:
 
 
 def open_descriptors(pid: int, directory: Path) -> int:
-    return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(directory)) for fd in os.listdir(f"/proc/{pid}/fd")
-               if os.path.exists(f"/proc/{pid}/fd/{fd}"))
+    return sum(
+        os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(directory))
+        for fd in os.listdir(f"/proc/{pid}/fd")
+        if os.path.exists(f"/proc/{pid}/fd/{fd}")
+    )
 
 
-def test_an_exited_process_is_shown_for_its_retention_then_forgotten(start_synth, segment_dir: Path,
-                                                                    tmp_path: Path) -> None:
+def test_an_exited_process_is_shown_for_its_retention_then_forgotten(
+    start_synth, segment_dir: Path, tmp_path: Path
+) -> None:
     # retention long enough for the checks below on a slow machine, short for the test's length
     daemon = DaemonProcess(tmp_path / "run", segment_dir, free_port(), "--exited-retention-s", "6")
     try:

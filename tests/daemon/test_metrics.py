@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from gpuobs_testing.prometheus import PrometheusServer, require
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
@@ -55,10 +54,16 @@ def test_a_real_prometheus_scrapes_the_daemon(start_synth, start_daemon, tmp_pat
     daemon.wait_processes(1)
     server = PrometheusServer(daemon.metrics_port, tmp_path)
     try:
-        results = server.wait_all([
-            "gpuobs_processes", "sum by (kernel) (gpuobs_blocks_total)", "rate(gpuobs_events_total[5s])",
-            "gpuobs_events_dropped_total", "gpuobs_mode", "gpuobs_accounting_errors_total",
-        ])
+        results = server.wait_all(
+            [
+                "gpuobs_processes",
+                "sum by (kernel) (gpuobs_blocks_total)",
+                "rate(gpuobs_events_total[5s])",
+                "gpuobs_events_dropped_total",
+                "gpuobs_mode",
+                "gpuobs_accounting_errors_total",
+            ]
+        )
     finally:
         server.stop()
     assert float(results["gpuobs_processes"][0]["value"][1]) == 1.0
@@ -73,7 +78,6 @@ def test_kernel_series_are_sticky_and_sum_exactly() -> None:
     kernels go to "other", "other" never falls, and labels plus "other" sum to the totals, in
     integers (a float sum is off past 2^53)."""
     import numpy as np
-
     from gpuobs.daemon.metrics import OTHER, StickyLabels
 
     labels = StickyLabels(limit=3)
@@ -86,7 +90,7 @@ def test_kernel_series_are_sticky_and_sum_exactly() -> None:
         hot = scrape % len(launches)  # the hottest kernel changes every scrape
         launches = launches + np.arange(1, len(launches) + 1, dtype=np.uint64)
         launches[hot] += np.uint64(1000)
-        labels.assign(launches, lambda first, count: names[first:first + count])
+        labels.assign(launches, lambda first, count: names[first : first + count])
         series = dict(labels.sums(launches))
         named = set(series) - {OTHER}
         named_after_first = named_after_first or named
@@ -97,7 +101,7 @@ def test_kernel_series_are_sticky_and_sum_exactly() -> None:
     assert previous_other > 0
     big = StickyLabels(limit=1)
     huge = np.array([(1 << 62) + 1, (1 << 62) + 3], dtype=np.uint64)
-    big.assign(huge, lambda first, count: ["a", "b"][first:first + count])
+    big.assign(huge, lambda first, count: ["a", "b"][first : first + count])
     assert dict(big.sums(huge)) == {"b": (1 << 62) + 3, OTHER: (1 << 62) + 1}  # the most launched
 
 
@@ -105,7 +109,6 @@ def test_a_scrape_without_a_copy_of_the_counters_shows_the_last_sums() -> None:
     """A producer may keep publishing through every try of a copy: that scrape shows the last
     sums (not nothing, and not labels rebuilt from scratch, which made a counter fall)."""
     import numpy as np
-
     from gpuobs.daemon.metrics import GpuobsCollector
     from gpuobs.segment import KERNEL_COUNTERS_DTYPE
 
@@ -120,7 +123,7 @@ def test_a_scrape_without_a_copy_of_the_counters_shows_the_last_sums() -> None:
             return [(Process, self.counters)]
 
         def kernel_names(self, process, first: int, count: int) -> list[str]:
-            return ["a", "b", "c"][first:first + count]
+            return ["a", "b", "c"][first : first + count]
 
         def block_duration_histograms(self, process) -> dict:
             return {}
@@ -142,13 +145,16 @@ RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 def test_the_shipped_rules_pass_promtool_and_their_unit_tests() -> None:
     promtool = require("promtool")
-    checked = subprocess.run([promtool, "check", "rules", str(RULES / "gpuobs-rules.yml")], capture_output=True,
-                             text=True)
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(RULES / "gpuobs-rules.yml")], capture_output=True, text=True
+    )
     shipped = sum(len(group["rules"]) for group in yaml.safe_load((RULES / "gpuobs-rules.yml").read_text())["groups"])
-    assert checked.returncode == 0 and f"SUCCESS: {shipped} rules found" in checked.stdout, \
+    assert checked.returncode == 0 and f"SUCCESS: {shipped} rules found" in checked.stdout, (
         checked.stdout + checked.stderr
-    tested = subprocess.run([promtool, "test", "rules", "gpuobs-rules.test.yml"], cwd=RULES, capture_output=True,
-                            text=True)
+    )
+    tested = subprocess.run(
+        [promtool, "test", "rules", "gpuobs-rules.test.yml"], cwd=RULES, capture_output=True, text=True
+    )
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
 
@@ -167,8 +173,13 @@ def test_the_daemon_exports_its_build_and_its_own_process(finished_run) -> None:
 
     text = scrape(finished_run)
     assert f'gpuobs_build_info{{layout_version="{LAYOUT_VERSION}",version="{gpuobs.__version__}"}} 1.0' in text
-    for family in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "python_info",
-                   "python_gc_collections_total"):
+    for family in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "python_info",
+        "python_gc_collections_total",
+    ):
         assert re.search(rf"^{family}(\{{[^}}]*\}})? \d", text, re.M), family
     lag = float(re.search(r"^gpuobs_drain_lag_seconds (\S+)$", text, re.M).group(1))
     assert 0 <= lag < 5  # the drain goes over the segments every few milliseconds
@@ -178,6 +189,7 @@ def test_the_daemon_exports_its_build_and_its_own_process(finished_run) -> None:
 def test_the_metrics_reference_names_every_gpuobs_metric(finished_run) -> None:
     """docs/metrics.md is the reference: every family a scrape has is in it, and it lists none
     that does not exist."""
+
     def family(name: str) -> str:
         return name.removesuffix("_total").removesuffix("_info")
 
@@ -200,8 +212,9 @@ def test_block_durations_are_a_histogram_per_kernel_that_agrees_with_the_api(sta
     # (a kernel label is its name cut to 200 characters)
     kernels = {k.name[:200]: k for k in daemon.stub.ListKernels(pb.ListKernelsRequest(), timeout=10).kernels}
     series: dict[str, dict[str, float]] = {}
-    for name, le, value in re.findall(r'^gpuobs_block_duration_seconds_bucket\{kernel="([^"]*)",le="([^"]+)",pid="\d+"\} (\S+)$',
-                                      text, re.M):
+    for name, le, value in re.findall(
+        r'^gpuobs_block_duration_seconds_bucket\{kernel="([^"]*)",le="([^"]+)",pid="\d+"\} (\S+)$', text, re.M
+    ):
         series.setdefault(name, {})[le] = float(value)
     assert series and set(series) <= set(kernels)
     for name, buckets in series.items():
@@ -209,6 +222,9 @@ def test_block_durations_are_a_histogram_per_kernel_that_agrees_with_the_api(sta
         assert counts == sorted(counts) and len(counts) == 12, buckets  # 11 edges and +Inf, cumulative
         durations = kernels[name].block_durations
         assert buckets["+Inf"] == durations.count > 0, name
-        total = float(re.search(rf'^gpuobs_block_duration_seconds_sum\{{kernel="{re.escape(name)}",pid="\d+"\}} (\S+)$',
-                                text, re.M).group(1))
+        total = float(
+            re.search(
+                rf'^gpuobs_block_duration_seconds_sum\{{kernel="{re.escape(name)}",pid="\d+"\}} (\S+)$', text, re.M
+            ).group(1)
+        )
         assert abs(total / durations.count - durations.mean_ns * 1e-9) < 1e-12, name

@@ -12,15 +12,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from gpuobs.daemon.analysis import ALL_REPLAYS
 from gpuobs.daemon.graph_exec import GraphExec
 from gpuobs.daemon.graph_join import GraphJoin
 from gpuobs.daemon.op_attribution import OpAttribution
-from gpuobs.op_labels import LABEL_LOST
 from gpuobs.daemon.time_budget import UNLIMITED_SHARE, TimeBudget
-from gpuobs.segment import (EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, OP_DTYPE, OP_NODES_DTYPE,
-                            STEP_TEXT_DTYPE, Segment)
+from gpuobs.op_labels import LABEL_LOST
+from gpuobs.segment import (
+    EVENT_KINDS,
+    GRAPH_NODES_RECORDED,
+    LAUNCH_DTYPE,
+    LAUNCH_KINDS,
+    OP_DTYPE,
+    OP_NODES_DTYPE,
+    STEP_TEXT_DTYPE,
+    Segment,
+)
 from gpuobs_testing.daemon import gpuobsctl
 from gpuobs_testing.records import block_events
 from gpuobs_testing.synth import SYNTH_OP_LABELS, SynthProcess
@@ -30,8 +37,19 @@ PER_OP, LAUNCHES, KERNELS = 4, 600, 5
 
 
 def test_every_launch_is_its_ops_and_the_table_is_exact(start_synth, start_daemon) -> None:
-    synth = start_synth("--mode", "counter", "--launch-trace", "--ops", str(PER_OP), "--launches", str(LAUNCHES),
-                        "--kernels", str(KERNELS), "--launch-ring-records", str(1 << 14))
+    synth = start_synth(
+        "--mode",
+        "counter",
+        "--launch-trace",
+        "--ops",
+        str(PER_OP),
+        "--launches",
+        str(LAUNCHES),
+        "--kernels",
+        str(KERNELS),
+        "--launch-ring-records",
+        str(1 << 14),
+    )
     daemon = start_daemon()
     assert synth.wait() == 0
     daemon.wait_all_gone(10)
@@ -40,10 +58,16 @@ def test_every_launch_is_its_ops_and_the_table_is_exact(start_synth, start_daemo
     out = json.loads(done.stdout)
     (totals,) = out["totals"]
     ops = -(-LAUNCHES // PER_OP)
-    assert (totals["ops"], totals["launches_attributed"], totals["launches_without_op"], totals["labels"]) == \
-        (ops, LAUNCHES, 0, len(LABELS))
-    kernels = {k["slot"]: k for k in json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top",
-                                                          "0").stdout)["kernels"]}
+    assert (totals["ops"], totals["launches_attributed"], totals["launches_without_op"], totals["labels"]) == (
+        ops,
+        LAUNCHES,
+        0,
+        len(LABELS),
+    )
+    kernels = {
+        k["slot"]: k
+        for k in json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)["kernels"]
+    }
     names = [k["name"] for k in sorted(kernels.values(), key=lambda k: k["slot"])]
     per_launch_blocks = {k["name"]: k["blocks_expected"] // k["launches"] for k in kernels.values()}
     expected: collections.Counter = collections.Counter()
@@ -52,7 +76,7 @@ def test_every_launch_is_its_ops_and_the_table_is_exact(start_synth, start_daemo
         expected[(LABELS[(op - 1) % 3], names[(op - 1) % KERNELS])] += 1
     got = {(row["op"], row["kernel"]): row for row in out["ops"]}
     assert {key: row["launches"] for key, row in got.items()} == dict(expected)
-    for (label, kernel), row in got.items():
+    for (_label, kernel), row in got.items():
         assert row["blocks"] == row["launches"] * per_launch_blocks[kernel]
     text = gpuobsctl(daemon.address, "ops", "--top", "3")
     assert text.returncode == 0 and f"{ops} ops recorded, {LAUNCHES} launches attributed" in text.stdout
@@ -78,8 +102,8 @@ def op_row(op: int, thread: int, label: bytes, text_bytes: int | None = None) ->
     for offset in range(0, len(label), 56):
         text = np.zeros(1, dtype=STEP_TEXT_DTYPE)
         text["kind"], text["step"], text["offset"] = LAUNCH_KINDS["op_text"], op, offset
-        text["length"] = len(label[offset:offset + 56])
-        text["text"] = label[offset:offset + 56]
+        text["length"] = len(label[offset : offset + 56])
+        text["text"] = label[offset : offset + 56]
         pieces.append(text)
     return pieces
 
@@ -94,11 +118,27 @@ def launch(op: int, slot: int, grid: int = 2, thread: int = 7) -> np.ndarray:
 def test_each_launch_goes_to_the_op_it_names_whatever_the_ring_dropped() -> None:
     ops = OpAttribution()
     long_label = b"model.layers.7.mlp.down_proj aten::mm " + b"x" * 100  # three text records
-    ops.on_launches(rows_of(launch(0, 0), *op_row(1, 1, long_label), *op_row(2, 2, b"other thread"),
-                            launch(2, 5, thread=2), launch(1, 3), launch(0, 4), launch(1, 3, grid=4)))
+    ops.on_launches(
+        rows_of(
+            launch(0, 0),
+            *op_row(1, 1, long_label),
+            *op_row(2, 2, b"other thread"),
+            launch(2, 5, thread=2),
+            launch(1, 3),
+            launch(0, 4),
+            launch(1, 3, grid=4),
+        )
+    )
     # op 3's text was dropped; op 4's record itself was dropped; op 5 claims a 1 MiB label
-    ops.on_launches(rows_of(*op_row(3, 1, b"lost", text_bytes=200)[:1], launch(3, 9), launch(4, 9),
-                            *op_row(5, 1, b"huge", text_bytes=1 << 20), launch(5, 9)))
+    ops.on_launches(
+        rows_of(
+            *op_row(3, 1, b"lost", text_bytes=200)[:1],
+            launch(3, 9),
+            launch(4, 9),
+            *op_row(5, 1, b"huge", text_bytes=1 << 20),
+            launch(5, 9),
+        )
+    )
     assert ops.labels == {long_label.decode(): {3: [2, 6]}, "other thread": {5: [1, 2]}, LABEL_LOST: {9: [3, 6]}}
     totals = ops.report()
     assert (totals.ops, totals.launches_attributed, totals.launches_without_op, totals.labels) == (4, 6, 2, 3)
@@ -135,18 +175,34 @@ def test_graph_nodes_carry_the_labels_of_the_ops_that_captured_them(start_synth,
     """gpuobs-synth captures its graph with an op for every NODES_PER_OP nodes (op k: nodes
     (k - 1) * 3 to k * 3, label (k - 1) % 3), then replays it: every node execution goes to the
     label of its node's op, with no record per replay."""
-    synth = start_synth("--mode", "counter", "--graph-nodes", str(GRAPH_NODES), "--ops", str(NODES_PER_OP),
-                        "--launches", str(GRAPH_NODES * REPLAYS), "--kernels", str(KERNELS))
+    synth = start_synth(
+        "--mode",
+        "counter",
+        "--graph-nodes",
+        str(GRAPH_NODES),
+        "--ops",
+        str(NODES_PER_OP),
+        "--launches",
+        str(GRAPH_NODES * REPLAYS),
+        "--kernels",
+        str(KERNELS),
+    )
     daemon = start_daemon()
     assert synth.wait() == 0
     daemon.wait_all_gone(10)
     out = json.loads(gpuobsctl(daemon.address, "--output", "json", "ops", "--top", "1000").stdout)
     (totals,) = out["totals"]
     ops = -(-GRAPH_NODES // NODES_PER_OP)
-    assert (totals["ops"], totals["nodes_captured"], totals["nodes_without_op"], totals["launches_attributed"]) == \
-        (ops, GRAPH_NODES, 0, 0)
-    kernels = {k["slot"]: k for k in json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top",
-                                                          "0").stdout)["kernels"]}
+    assert (totals["ops"], totals["nodes_captured"], totals["nodes_without_op"], totals["launches_attributed"]) == (
+        ops,
+        GRAPH_NODES,
+        0,
+        0,
+    )
+    kernels = {
+        k["slot"]: k
+        for k in json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)["kernels"]
+    }
     names = [k["name"] for k in sorted(kernels.values(), key=lambda k: k["slot"])]
     per_launch_blocks = {k["name"]: k["blocks_expected"] // k["launches"] for k in kernels.values()}
     expected: dict[tuple[str, str], list[int]] = {}
@@ -157,7 +213,7 @@ def test_graph_nodes_carry_the_labels_of_the_ops_that_captured_them(start_synth,
         row[1] += REPLAYS
     got = {(row["op"], row["kernel"]): row for row in out["ops"]}
     assert {key: [row["graph_nodes"], row["node_executions"]] for key, row in got.items()} == expected
-    for (label, kernel), row in got.items():
+    for (_label, kernel), row in got.items():
         assert row["launches"] == 0 and row["blocks"] == row["node_executions"] * per_launch_blocks[kernel]
     text = gpuobsctl(daemon.address, "ops")
     assert f"{GRAPH_NODES} graph nodes captured under an op" in text.stdout and "NODE RUNS" in text.stdout
@@ -168,7 +224,7 @@ def op_nodes(op: int, graph: int, nodes: list[int], capture: int = 1) -> np.ndar
     row = np.zeros(1, dtype=OP_NODES_DTYPE)
     row["kind"], row["op"], row["graph"], row["count"] = LAUNCH_KINDS["op_nodes"], op, graph, len(nodes)
     row["capture_id"], row["kernel_mask"] = capture, (1 << len(nodes)) - 1
-    row["nodes"]["node"][0, :len(nodes)] = nodes
+    row["nodes"]["node"][0, : len(nodes)] = nodes
     return row
 
 
@@ -200,13 +256,21 @@ def replay(graph_exec: int, number: int, nodes: list[tuple[int, int]], recorded:
     """A graph launch record and, when it is recorded node by node, a node launch record per
     (node, kernel slot), as the injector writes a replay (a node keeps one grid id)."""
     launch_row = np.zeros(1, dtype=LAUNCH_DTYPE)
-    launch_row["kind"], launch_row["graph_exec"], launch_row["replay"] = LAUNCH_KINDS["graph_launch"], graph_exec, number
+    launch_row["kind"], launch_row["graph_exec"], launch_row["replay"] = (
+        LAUNCH_KINDS["graph_launch"],
+        graph_exec,
+        number,
+    )
     launch_row["flags"] = GRAPH_NODES_RECORDED if recorded else 0
     rows = [launch_row]
     for node, slot in nodes if recorded else []:
         row = np.zeros(1, dtype=LAUNCH_DTYPE)
-        row["kind"], row["graph_exec"], row["graph_node"], row["kernel_slot"] = \
-            LAUNCH_KINDS["graph_node"], graph_exec, node, slot
+        row["kind"], row["graph_exec"], row["graph_node"], row["kernel_slot"] = (
+            LAUNCH_KINDS["graph_node"],
+            graph_exec,
+            node,
+            slot,
+        )
         row["grid_x"] = row["grid_y"] = row["grid_z"] = 1
         row["grid_id"], row["replay"] = graph_exec * 100 + node, number
         rows.append(row)
@@ -217,15 +281,24 @@ def test_an_exec_takes_the_labels_of_the_graph_it_was_made_from() -> None:
     """Through the real graph join: labels go to the exec made from the labelled graph, not to an
     exec of another graph with the same node handles, nor to a later exec that reuses the handle."""
     joined = JoinedOps()
-    joined.feed(*op_row(1, 7, b"layer.0 aten::mm"), op_nodes(1, 0x900, [0xa1]), *op_row(2, 7, b"layer.0 aten::silu"),
-                op_nodes(2, 0x900, [0xa2, 0xa3]), exec_created(0xe1, 0x900), exec_created(0xe2, 0x901))
-    nodes = [(0xa1, 4), (0xa2, 5), (0xa3, 5)]
-    joined.feed(*replay(0xe1, 1, nodes), *replay(0xe1, 2, nodes, False), *replay(0xe2, 3, nodes))
+    joined.feed(
+        *op_row(1, 7, b"layer.0 aten::mm"),
+        op_nodes(1, 0x900, [0xA1]),
+        *op_row(2, 7, b"layer.0 aten::silu"),
+        op_nodes(2, 0x900, [0xA2, 0xA3]),
+        exec_created(0xE1, 0x900),
+        exec_created(0xE2, 0x901),
+    )
+    nodes = [(0xA1, 4), (0xA2, 5), (0xA3, 5)]
+    joined.feed(*replay(0xE1, 1, nodes), *replay(0xE1, 2, nodes, False), *replay(0xE2, 3, nodes))
     assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
-    grid_id = {node: 0xe1 * 100 + node for node in (0xa1, 0xa2, 0xa3)}  # as replay() gives them
-    assert joined.ops.node_labels() == {grid_id[0xa1]: "layer.0 aten::mm", grid_id[0xa2]: "layer.0 aten::silu",
-                                        grid_id[0xa3]: "layer.0 aten::silu"}
-    joined.feed(exec_created(0xe1, 0x902), *replay(0xe1, 4, nodes))  # the handle reused for another graph
+    grid_id = {node: 0xE1 * 100 + node for node in (0xA1, 0xA2, 0xA3)}  # as replay() gives them
+    assert joined.ops.node_labels() == {
+        grid_id[0xA1]: "layer.0 aten::mm",
+        grid_id[0xA2]: "layer.0 aten::silu",
+        grid_id[0xA3]: "layer.0 aten::silu",
+    }
+    joined.feed(exec_created(0xE1, 0x902), *replay(0xE1, 4, nodes))  # the handle reused for another graph
     assert joined.node_rows() == {("layer.0 aten::mm", 4): (1, 2), ("layer.0 aten::silu", 5): (2, 4)}
     assert joined.ops.node_labels() == {}  # a recording now must not give the new exec's nodes the old labels
     ops = joined.ops
@@ -241,9 +314,14 @@ def test_captures_and_bound_execs_are_bounded() -> None:
     ops.on_launches(rows_of(*records))
     assert list(ops.captured) == [3, 9] and ops.report().nodes_without_op == 1
     for n in range(5):  # each made right after a capture of its own
-        ops.on_launches(rows_of(*op_row(10 + n, 7, b"x"), op_nodes(10 + n, 0x800 + n, [n], capture=10 + n),
-                                exec_created(0xe0 + n, 0x800 + n)))
-    assert list(ops.bound) == [0xe2, 0xe3, 0xe4] and ops.bound_by_graph == 5
+        ops.on_launches(
+            rows_of(
+                *op_row(10 + n, 7, b"x"),
+                op_nodes(10 + n, 0x800 + n, [n], capture=10 + n),
+                exec_created(0xE0 + n, 0x800 + n),
+            )
+        )
+    assert list(ops.bound) == [0xE2, 0xE3, 0xE4] and ops.bound_by_graph == 5
 
 
 def test_an_exec_whose_creation_names_no_captured_graph_takes_the_capture_made_before_it() -> None:
@@ -251,9 +329,16 @@ def test_an_exec_whose_creation_names_no_captured_graph_takes_the_capture_made_b
     capture takes that capture's labels; an exec made after it, with no capture between, none;
     and a capture binds one exec only (a later exec of a reused graph handle takes none)."""
     ops = OpAttribution(lambda handle: GraphExec(handle, instance=handle))
-    ops.on_launches(rows_of(*op_row(1, 7, b"a aten::mm"), op_nodes(1, 0x900, [0xa1, 0xa2]), exec_created(0xe1, 0),
-                            exec_created(0xe2, 0), exec_created(0xe3, 0x900)))
-    assert list(ops.bound) == [0xe1] and ops.bound[0xe1].capture.labels == {0xa1: "a aten::mm", 0xa2: "a aten::mm"}
+    ops.on_launches(
+        rows_of(
+            *op_row(1, 7, b"a aten::mm"),
+            op_nodes(1, 0x900, [0xA1, 0xA2]),
+            exec_created(0xE1, 0),
+            exec_created(0xE2, 0),
+            exec_created(0xE3, 0x900),
+        )
+    )
+    assert list(ops.bound) == [0xE1] and ops.bound[0xE1].capture.labels == {0xA1: "a aten::mm", 0xA2: "a aten::mm"}
     assert (ops.bound_by_graph, ops.bound_by_order) == (0, 1)
 
 
@@ -262,13 +347,20 @@ def test_nodes_whose_handles_differ_are_matched_by_position_in_the_first_replay(
     recorded replay takes the label of the k-th kernel node captured (op 0's nodes keep their place
     and take none); with another count of nodes, no label is guessed."""
     joined = JoinedOps()
-    joined.feed(*op_row(1, 7, b"a aten::mm"), op_nodes(1, 0x900, [0xa1], capture=5),
-                op_nodes(0, 0x900, [0xa2], capture=5), *op_row(2, 7, b"a aten::silu"),
-                op_nodes(2, 0x900, [0xa3], capture=5), exec_created(0xe1, 0x900), *op_row(3, 7, b"b aten::mm"),
-                op_nodes(3, 0x901, [0xb1], capture=6), exec_created(0xe2, 0x901))
-    joined.feed(*replay(0xe1, 1, [(0xf1, 0), (0xf2, 1), (0xf3, 2)]), *replay(0xe2, 2, [(0xf7, 0), (0xf8, 1)]))
+    joined.feed(
+        *op_row(1, 7, b"a aten::mm"),
+        op_nodes(1, 0x900, [0xA1], capture=5),
+        op_nodes(0, 0x900, [0xA2], capture=5),
+        *op_row(2, 7, b"a aten::silu"),
+        op_nodes(2, 0x900, [0xA3], capture=5),
+        exec_created(0xE1, 0x900),
+        *op_row(3, 7, b"b aten::mm"),
+        op_nodes(3, 0x901, [0xB1], capture=6),
+        exec_created(0xE2, 0x901),
+    )
+    joined.feed(*replay(0xE1, 1, [(0xF1, 0), (0xF2, 1), (0xF3, 2)]), *replay(0xE2, 2, [(0xF7, 0), (0xF8, 1)]))
     assert joined.node_rows() == {}  # no later launch yet: the first replays may still be arriving
-    joined.feed(*replay(0xe1, 3, [], recorded=False), *replay(0xe2, 4, [], recorded=False))
+    joined.feed(*replay(0xE1, 3, [], recorded=False), *replay(0xE2, 4, [], recorded=False))
     # e2: 2 nodes against 1 captured
     assert joined.node_rows() == {("a aten::mm", 0): (1, 2), ("a aten::silu", 2): (1, 2)}
     assert joined.ops.matched_by_position == 1
@@ -276,7 +368,7 @@ def test_nodes_whose_handles_differ_are_matched_by_position_in_the_first_replay(
 
 # -- device time (blocks mode) -----------------------------------------------------------------
 BLOCK_ENTER, BLOCK_EXIT = EVENT_KINDS["block_enter"], EVENT_KINDS["block_exit"]
-FIRST_NODE = 0xa000  # gpuobs-synth's graph node handles: FIRST_NODE + node index
+FIRST_NODE = 0xA000  # gpuobs-synth's graph node handles: FIRST_NODE + node index
 
 
 def written_records(synth: SynthProcess, directory: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -300,12 +392,15 @@ def spans_written(events: np.ndarray, blocks: dict[tuple[int, int], int]) -> dic
             span[0 if kind == BLOCK_ENTER else 1] += 1
             span[2] = min(span[2], at) if kind == BLOCK_ENTER else span[2]
             span[3] = max(span[3], at)
-    return {key: last - first if enters == exits == blocks[key] else None
-            for key, (enters, exits, first, last) in seen.items()}
+    return {
+        key: last - first if enters == exits == blocks[key] else None
+        for key, (enters, exits, first, last) in seen.items()
+    }
 
 
-def expected_device(keys: dict[tuple[int, int], tuple[str, str]], spans: dict[tuple[int, int], int | None]) \
-        -> dict[tuple[str, str], tuple[int, int, int]]:
+def expected_device(
+    keys: dict[tuple[int, int], tuple[str, str]], spans: dict[tuple[int, int], int | None]
+) -> dict[tuple[str, str], tuple[int, int, int]]:
     """(label, kernel) -> (device ns, timed, partial) over the launches `keys` maps to a row."""
     rows: dict[tuple[str, str], list[int]] = {row: [0, 0, 0] for row in keys.values()}
     for key, row in keys.items():
@@ -343,10 +438,22 @@ def grid_blocks(records: np.ndarray) -> list[int]:
 # a ring that keeps every event, and one that fills in the 22nd launch (nobody reads it while the
 # synth runs): a launch cut by it is partial, those after it have no events
 @pytest.mark.parametrize("ring_records", [1 << 17, 1 << 12])
-def test_blocks_mode_gives_each_ops_launches_their_device_time(start_synth, start_daemon, tmp_path: Path,
-                                                               ring_records: int) -> None:
-    synth = start_synth("--mode", "blocks", "--launch-trace", "--ops", str(PER_OP), "--launches", "200",
-                        "--kernels", str(KERNELS), "--ring-records", str(ring_records))
+def test_blocks_mode_gives_each_ops_launches_their_device_time(
+    start_synth, start_daemon, tmp_path: Path, ring_records: int
+) -> None:
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--launch-trace",
+        "--ops",
+        str(PER_OP),
+        "--launches",
+        "200",
+        "--kernels",
+        str(KERNELS),
+        "--ring-records",
+        str(ring_records),
+    )
     assert synth.wait() == 0
     events, launches = written_records(synth, tmp_path)
     daemon = start_daemon("--analysis-share", "1")  # timed here, not the daemon's budget for it
@@ -354,8 +461,10 @@ def test_blocks_mode_gives_each_ops_launches_their_device_time(start_synth, star
     names = kernel_names(daemon.address)
     eager = launches[launches["kind"] == LAUNCH_KINDS["eager"]]
     assert len(eager) == 200
-    keys = {(grid_id, 0): (LABELS[(op - 1) % 3], names[slot])
-            for grid_id, op, slot in eager[["grid_id", "op", "kernel_slot"]].tolist()}
+    keys = {
+        (grid_id, 0): (LABELS[(op - 1) % 3], names[slot])
+        for grid_id, op, slot in eager[["grid_id", "op", "kernel_slot"]].tolist()
+    }
     spans = spans_written(events, dict(zip(keys, grid_blocks(eager))))
     expected = expected_device(keys, spans)
     timed, partial = (sum(counts[i] for counts in expected.values()) for i in (1, 2))
@@ -364,12 +473,24 @@ def test_blocks_mode_gives_each_ops_launches_their_device_time(start_synth, star
 
 
 @pytest.mark.parametrize("ring_records", [1 << 17, 1 << 12])
-def test_blocks_mode_gives_graph_nodes_of_ops_their_device_time(start_synth, start_daemon, tmp_path: Path,
-                                                                ring_records: int) -> None:
+def test_blocks_mode_gives_graph_nodes_of_ops_their_device_time(
+    start_synth, start_daemon, tmp_path: Path, ring_records: int
+) -> None:
     """Every execution of a node timed from its own (grid id, replay) events, under its op's label."""
-    synth = start_synth("--mode", "blocks", "--graph-nodes", str(GRAPH_NODES), "--ops", str(NODES_PER_OP),
-                        "--launches", str(GRAPH_NODES * REPLAYS), "--kernels", str(KERNELS), "--ring-records",
-                        str(ring_records))
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--graph-nodes",
+        str(GRAPH_NODES),
+        "--ops",
+        str(NODES_PER_OP),
+        "--launches",
+        str(GRAPH_NODES * REPLAYS),
+        "--kernels",
+        str(KERNELS),
+        "--ring-records",
+        str(ring_records),
+    )
     assert synth.wait() == 0
     events, launches = written_records(synth, tmp_path)
     daemon = start_daemon("--analysis-share", "1")
@@ -378,8 +499,9 @@ def test_blocks_mode_gives_graph_nodes_of_ops_their_device_time(start_synth, sta
     nodes = launches[launches["kind"] == LAUNCH_KINDS["graph_node"]]  # the first replay's, node by node
     assert len(nodes) == GRAPH_NODES
     keys, blocks = {}, {}
-    for (grid_id, node, slot), size in zip(nodes[["grid_id", "graph_node", "kernel_slot"]].tolist(),
-                                           grid_blocks(nodes)):
+    for (grid_id, node, slot), size in zip(
+        nodes[["grid_id", "graph_node", "kernel_slot"]].tolist(), grid_blocks(nodes)
+    ):
         op = (node - FIRST_NODE) // NODES_PER_OP + 1
         for replay in range(1, REPLAYS + 1):
             keys[(grid_id, replay)] = (LABELS[(op - 1) % 3], names[slot])
@@ -393,14 +515,16 @@ def test_blocks_mode_gives_graph_nodes_of_ops_their_device_time(start_synth, sta
 
 def test_a_mode_without_block_events_times_nothing(start_synth, start_daemon) -> None:
     """Counter mode: no row is timed, so none has a share (null, '-'), not 0%."""
-    synth = start_synth("--mode", "counter", "--launch-trace", "--ops", str(PER_OP), "--launches", "40",
-                        "--kernels", str(KERNELS))
+    synth = start_synth(
+        "--mode", "counter", "--launch-trace", "--ops", str(PER_OP), "--launches", "40", "--kernels", str(KERNELS)
+    )
     daemon = start_daemon()
     assert synth.wait() == 0
     daemon.wait_all_gone(10)
     out = json.loads(gpuobsctl(daemon.address, "--output", "json", "ops").stdout)
-    assert out["ops"] and all((row["device_ns"], row["timed"], row["partial"], row["share"]) == (0, 0, 0, None)
-                              for row in out["ops"])
+    assert out["ops"] and all(
+        (row["device_ns"], row["timed"], row["partial"], row["share"]) == (0, 0, 0, None) for row in out["ops"]
+    )
     assert (out["totals"][0]["device_ns"], out["totals"][0]["timed"]) == (0, 0)
     rows = [line.split() for line in gpuobsctl(daemon.address, "ops").stdout.splitlines() if "model.layers." in line]
     assert rows and all((cells[5], cells[7]) == ("-", "-") for cells in rows)
@@ -417,8 +541,10 @@ def test_eager_launches_waiting_for_their_blocks_are_bounded() -> None:
     ops.on_launches(records)
 
     def blocks(grid_id: int, t0: int, count: int = 4) -> list[np.ndarray]:
-        return [block_events(grid_id, 0, count, slot=3, t0=t0), block_events(grid_id, 0, count, slot=3, t0=t0 + 5,
-                                                                               kind="block_exit")]
+        return [
+            block_events(grid_id, 0, count, slot=3, t0=t0),
+            block_events(grid_id, 0, count, slot=3, t0=t0 + 5, kind="block_exit"),
+        ]
 
     batch = np.concatenate([*blocks(10, 0), *blocks(11, 100), *blocks(12, 1000, 3), *blocks(15, 5000)])
     ops.on_events(batch, np.bincount(batch["kind"], minlength=max(EVENT_KINDS.values()) + 1))

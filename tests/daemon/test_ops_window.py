@@ -11,7 +11,6 @@ import json
 import time
 
 import grpc
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import MODES
 from gpuobs_testing.daemon import gpuobsctl

@@ -10,10 +10,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-
-from gpuobs.daemon.errors import InvalidArgument
-
 from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.daemon.errors import InvalidArgument
 
 
 def walk(stub, pids: list[int], page_size: int) -> tuple[list[tuple[int, int]], int]:
@@ -45,14 +43,17 @@ def test_pages_visit_every_kernel_of_every_process_once(start_synth, start_daemo
     assert not daemon.stub.ListKernels(pb.ListKernelsRequest(top=10), timeout=60).next_page_token
 
 
-@pytest.mark.parametrize("request_fields, reason", [
-    ({"page_token": "nonsense"}, "page_token is not one this daemon gave out"),
-    ({"page_token": "k1.1.2.3.4"}, "page_token is not one this daemon gave out"),
-    ({"page_token": "k1." + "9" * 100 + ".0.0"}, "page_token is not one this daemon gave out"),
-    ({"top": 5, "page_token": "k1.1.0.0"}, "does not go with top"),
-    ({"page_size": 20001}, "page_size must be within"),
-    ({"top": 100001}, "top must be within"),
-])
+@pytest.mark.parametrize(
+    "request_fields, reason",
+    [
+        ({"page_token": "nonsense"}, "page_token is not one this daemon gave out"),
+        ({"page_token": "k1.1.2.3.4"}, "page_token is not one this daemon gave out"),
+        ({"page_token": "k1." + "9" * 100 + ".0.0"}, "page_token is not one this daemon gave out"),
+        ({"top": 5, "page_token": "k1.1.0.0"}, "does not go with top"),
+        ({"page_size": 20001}, "page_size must be within"),
+        ({"top": 100001}, "top must be within"),
+    ],
+)
 def test_a_bad_page_request_is_refused_clearly(start_synth, start_daemon, request_fields: dict, reason: str) -> None:
     daemon = start_daemon()
     synth = start_synth("--mode", "counter", "--kernels", "3", "--launches", "10")
@@ -207,12 +208,17 @@ def test_hang_pages_visit_every_hung_launch_once(written) -> None:
 
     t0 = device_now_ns(seconds_ago=5)
     done = events("block_enter", 2, grid_id=1, block_x=[0, 1], globaltimer_ns=t0)
-    written.put_events(np.concatenate([done, events("block_exit", 2, grid_id=1, block_x=[0, 1],
-                                                    globaltimer_ns=t0 + 10)]))
+    written.put_events(
+        np.concatenate([done, events("block_exit", 2, grid_id=1, block_x=[0, 1], globaltimer_ns=t0 + 10)])
+    )
     for grid_id in range(100, 170):
-        written.put_events(events("block_enter", 2, grid_id=grid_id, block_x=[0, 1], kernel_slot=grid_id % 4,
-                                  globaltimer_ns=t0 + grid_id))
+        written.put_events(
+            events(
+                "block_enter", 2, grid_id=grid_id, block_x=[0, 1], kernel_slot=grid_id % 4, globaltimer_ns=t0 + grid_id
+            )
+        )
     written.drain()
+
     def hangs(size: int, token: str) -> tuple[list, str]:
         page = written.service.hangs([], 1000, size, token)
         return page.rows, page.next_page_token
@@ -241,6 +247,7 @@ def test_hot_pc_pages_visit_every_pc_once_and_new_ones_after(written) -> None:
     written.put_events(events("memory_access", 300, pc=pcs, kernel_slot=1, access_bytes=4))
     written.put_events(events("memory_access", 50, pc=pcs[7], kernel_slot=1, access_bytes=4))
     written.drain()
+
     def hot(size: int, token: str) -> tuple[list, str]:
         page = written.service.hot_pcs([], 0, size, token)
         return page.pcs, page.next_page_token

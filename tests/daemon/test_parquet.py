@@ -10,14 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-
 from gpuobs.recording import Recording
 from gpuobs.segment import LAUNCH_KINDS
 from gpuobs_testing.daemon import gpuobsctl
 from gpuobs_testing.synth import SYNTH_OP_LABELS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "parquet.md"
-
 
 
 def documented_columns() -> dict[str, list[str]]:
@@ -31,14 +29,25 @@ def documented_columns() -> dict[str, list[str]]:
 
 def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start_daemon, tmp_path: Path) -> None:
     daemon = start_daemon()
-    graphs = start_synth("--mode", "blocks", "--graph-nodes", "3", "--steps", "--kernels", "3", "--rate", "20000",
-                         "--duration", "30")
-    eager = start_synth("--mode", "blocks", "--kernels", "4", "--rate", "20000", "--duration", "30", "--launch-trace",
-                        "--ops", "3")
+    graphs = start_synth(
+        "--mode", "blocks", "--graph-nodes", "3", "--steps", "--kernels", "3", "--rate", "20000", "--duration", "30"
+    )
+    eager = start_synth(
+        "--mode", "blocks", "--kernels", "4", "--rate", "20000", "--duration", "30", "--launch-trace", "--ops", "3"
+    )
     daemon.wait_processes(2)
     time.sleep(0.5)
-    done = gpuobsctl(daemon.address, "--output", "json", "record", str(tmp_path / "run.gpuobs"), "--count", "30000",
-                     "--duration", "20")
+    done = gpuobsctl(
+        daemon.address,
+        "--output",
+        "json",
+        "record",
+        str(tmp_path / "run.gpuobs"),
+        "--count",
+        "30000",
+        "--duration",
+        "20",
+    )
     assert done.returncode == 0, done.stderr
     files = [Path(f["path"]) for f in json.loads(done.stdout)["files"]]
     assert len(files) == 2
@@ -47,9 +56,12 @@ def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["rows"]
     recordings = {path.name: Recording.open(path) for path in files}
-    tables = {name: pq.read_table(out / f"{name}.parquet") for name in ("events", "launches", "steps", "ops", "kernels")}
+    tables = {
+        name: pq.read_table(out / f"{name}.parquet") for name in ("events", "launches", "steps", "ops", "kernels")
+    }
     assert {name: table.num_rows for name, table in tables.items()} == rows
     assert {name: table.column_names for name, table in tables.items()} == documented_columns()
+
     def column(table: str, name: str) -> np.ndarray:
         values = tables[table].column(name)
         return np.array(values.to_pylist()) if "dictionary" in str(values.type) else values.to_numpy()
@@ -61,11 +73,13 @@ def test_recordings_of_two_processes_become_one_set_of_tables(start_synth, start
         for field in ("globaltimer_ns", "grid_id", "replay", "kernel_slot", "sm_id", "seq"):
             assert np.array_equal(column("events", field)[mine], recording.events[field]), field
         launches = recording.launches
-        kernel_rows = ~np.isin(launches["kind"], [LAUNCH_KINDS[kind] for kind in
-                                                  ("step", "step_text", "op", "op_text", "op_nodes")])
+        kernel_rows = ~np.isin(
+            launches["kind"], [LAUNCH_KINDS[kind] for kind in ("step", "step_text", "op", "op_text", "op_nodes")]
+        )
         assert (column("launches", "recording") == name).sum() == kernel_rows.sum()
-        assert np.array_equal(column("launches", "seq")[column("launches", "recording") == name],
-                              launches["seq"][kernel_rows])
+        assert np.array_equal(
+            column("launches", "seq")[column("launches", "recording") == name], launches["seq"][kernel_rows]
+        )
         mine = column("ops", "recording") == name
         assert mine.sum() == (launches["kind"] == LAUNCH_KINDS["op"]).sum()
         label_of = dict(zip(column("ops", "op")[mine].tolist(), column("ops", "label")[mine].tolist()))
@@ -106,8 +120,14 @@ def test_an_op_written_at_the_recordings_start_and_read_again_is_one_row() -> No
     prelude = recording_prelude(np.zeros(0, dtype=LAUNCH_DTYPE), {}, {5: live[5].copy()})
     eager = np.zeros(1, dtype=LAUNCH_DTYPE)
     eager["kind"], eager["op"] = LAUNCH_KINDS["eager"], 5
-    recording = Recording(pid=1, events=np.zeros(0, dtype=EVENT_DTYPE), launches=np.concatenate([prelude, own, eager]),
-                          kernels={}, dropped=0, started_realtime_ns=0)
+    recording = Recording(
+        pid=1,
+        events=np.zeros(0, dtype=EVENT_DTYPE),
+        launches=np.concatenate([prelude, own, eager]),
+        kernels={},
+        dropped=0,
+        started_realtime_ns=0,
+    )
     ops = tables([("r", recording)])["ops"].to_pydict()
     assert (ops["op"], ops["host_time_ns"], ops["thread"]) == ([5, 6], [123, 456], [77, 77])
     assert ops["label"] == ["layer.0 aten::mm", "layer.0 aten::silu"]

@@ -10,7 +10,6 @@ import time
 
 import grpc
 import pytest
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 from gpuobs_testing.daemon import device_stage
@@ -36,8 +35,9 @@ def test_status_and_the_drain_go_on_while_a_long_query_runs(start_synth, start_d
         while not stop.is_set():
             slots, token = [], ""
             while True:
-                page = stub.ListKernels(pb.ListKernelsRequest(pids=[big.pid], page_size=20000, page_token=token),
-                                        timeout=120)
+                page = stub.ListKernels(
+                    pb.ListKernelsRequest(pids=[big.pid], page_size=20000, page_token=token), timeout=120
+                )
                 slots.extend(k.slot for k in page.kernels)
                 token = page.next_page_token
                 if not token:

@@ -19,11 +19,27 @@ MODEL = "Qwen3-8B"
 
 def start_job(start_synth, start_daemon, mode: str):
     """The job's ranks and a process without identity, run to their end, then drained."""
-    ranks = [start_synth("--mode", mode, "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * STEPS),
-                         "--rank", str(rank), "--world-size", str(WORLD), "--model", MODEL,
-                         "--label", f"vllm engine rank {rank}",
-                         *(["--replay-delay-us", str(DELAY_US)] if rank == SLOW_RANK else []))
-             for rank in range(WORLD)]
+    ranks = [
+        start_synth(
+            "--mode",
+            mode,
+            "--graph-nodes",
+            str(NODES),
+            "--steps",
+            "--launches",
+            str(NODES * STEPS),
+            "--rank",
+            str(rank),
+            "--world-size",
+            str(WORLD),
+            "--model",
+            MODEL,
+            "--label",
+            f"vllm engine rank {rank}",
+            *(["--replay-delay-us", str(DELAY_US)] if rank == SLOW_RANK else []),
+        )
+        for rank in range(WORLD)
+    ]
     plain = start_synth("--mode", mode, "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * STEPS))
     daemon = start_daemon("--analysis-share", "1")  # every replay joined: spans are not left to the budget
     for synth in (*ranks, plain):
@@ -69,7 +85,7 @@ def test_blocks_mode_spans_align_by_step_and_name_the_straggler(start_synth, sta
     assert f"left out: pid(s) {plain.pid}: no identity" in lines[0]
     header = next(line for line in lines if line.startswith("STEP"))
     assert header.split() == ["STEP", "TOKENS", "r0", "r1", "r2", "SLOWEST", "SPREAD"]
-    rows = [line.split() for line in lines[lines.index(header) + 1:]]
+    rows = [line.split() for line in lines[lines.index(header) + 1 :]]
     assert [int(row[0]) for row in rows] == list(range(1, STEPS + 1))
     assert all(row[5] == f"r{SLOW_RANK}" and float(row[2 + SLOW_RANK]) >= DELAY_US for row in rows)
 
@@ -123,6 +139,7 @@ def test_ranks_refuses_what_it_cannot_align(start_synth, start_daemon) -> None:
 
 def test_synth_refuses_a_replay_delay_it_cannot_show() -> None:
     """The delay comes before a replay's last node: with one node it would not lengthen the span."""
-    done = subprocess.run([synth_binary(), "--graph-nodes", "1", "--replay-delay-us", "5"], capture_output=True,
-                          text=True, timeout=30)
+    done = subprocess.run(
+        [synth_binary(), "--graph-nodes", "1", "--replay-delay-us", "5"], capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 2 and "--replay-delay-us needs --graph-nodes 2 or more" in done.stderr

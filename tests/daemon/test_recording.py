@@ -10,7 +10,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.recording import Recording, RecordingError
 from gpuobs.segment import LAUNCH_KINDS
@@ -20,8 +19,9 @@ from gpuobs_testing.perfetto_trace import read_trace
 
 
 def test_record_writes_a_readable_event_file_and_a_trace(start_synth, start_daemon, tmp_path: Path) -> None:
-    synth = start_synth("--mode", "blocks", "--rate", "300000", "--kernels", "10", "--label", "rank0",
-                        "--launch-trace")  # host launch records too (opt-in): the recording keeps them
+    synth = start_synth(
+        "--mode", "blocks", "--rate", "300000", "--kernels", "10", "--label", "rank0", "--launch-trace"
+    )  # host launch records too (opt-in): the recording keeps them
     daemon = start_daemon()
     daemon.wait_processes(1)
     path = tmp_path / "run.gpuobs"
@@ -75,10 +75,12 @@ def test_record_refuses_bad_requests(start_synth, start_daemon, tmp_path: Path) 
     daemon.wait_processes(1)
     existing = tmp_path / "exists.gpuobs"
     existing.write_bytes(b"keep me")
-    for request in [pb.RecordRequest(path="relative.gpuobs", max_events=10),
-                    pb.RecordRequest(path=str(tmp_path / "x.gpuobs")),
-                    pb.RecordRequest(path=str(existing), max_events=10),
-                    pb.RecordRequest(path=str(tmp_path / "missing" / "x.gpuobs"), max_events=10)]:
+    for request in [
+        pb.RecordRequest(path="relative.gpuobs", max_events=10),
+        pb.RecordRequest(path=str(tmp_path / "x.gpuobs")),
+        pb.RecordRequest(path=str(existing), max_events=10),
+        pb.RecordRequest(path=str(tmp_path / "missing" / "x.gpuobs"), max_events=10),
+    ]:
         with pytest.raises(grpc.RpcError) as caught:
             daemon.stub.Record(request, timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -88,8 +90,9 @@ def test_record_refuses_bad_requests(start_synth, start_daemon, tmp_path: Path) 
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_a_record_whose_client_goes_away_stops_and_keeps_what_it_recorded(start_synth, start_daemon,
-                                                                           tmp_path: Path) -> None:
+def test_a_record_whose_client_goes_away_stops_and_keeps_what_it_recorded(
+    start_synth, start_daemon, tmp_path: Path
+) -> None:
     """Ctrl-C of `gpuobsctl record`: the daemon stops recording at once (not at the end of the
     duration asked for) and leaves a finished, readable file of what it had."""
     start_synth("--mode", "blocks", "--rate", "200000", "--kernels", "10", "--launch-trace")
@@ -118,8 +121,9 @@ def test_a_record_whose_client_goes_away_stops_and_keeps_what_it_recorded(start_
     assert daemon.status().processes  # and the daemon goes on
 
 
-def test_a_record_that_cannot_be_written_fails_clearly_and_leaves_no_file(start_synth, start_daemon,
-                                                                          tmp_path: Path) -> None:
+def test_a_record_that_cannot_be_written_fails_clearly_and_leaves_no_file(
+    start_synth, start_daemon, tmp_path: Path
+) -> None:
     """The daemon may not grow a file past 1 MiB (RLIMIT_FSIZE, as a full disk or quota would
     stop it): the recording fails with INTERNAL naming the file, its partial file is removed, and
     the daemon goes on serving."""
@@ -153,24 +157,24 @@ def test_huge_inputs_are_refused_without_being_echoed(start_synth, start_daemon,
     start_synth("--mode", "counter", "--rate", "1000")
     daemon = start_daemon()
     daemon.wait_processes(1)
-    for call in (lambda: daemon.stub.SetMode(pb.SetModeRequest(mode="m" * (1 << 20)), timeout=10),
-                 lambda: daemon.stub.Record(pb.RecordRequest(path="/" + "p" * (1 << 20), max_events=5), timeout=10),
-                 lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300) / "x"), max_events=5),
-                                            timeout=10),
-                 lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300)), max_events=5),
-                                            timeout=10),
-                 lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / "nul\0.gpuobs"), max_events=5),
-                                            timeout=10),
-                 lambda: daemon.stub.ListKernels(pb.ListKernelsRequest(page_token="k1.\u00b2.1.1"), timeout=10),
-                 lambda: daemon.stub.ListSteps(pb.ListStepsRequest(page_token="s1.1.1.\u00b9.2"), timeout=10)):
+    for call in (
+        lambda: daemon.stub.SetMode(pb.SetModeRequest(mode="m" * (1 << 20)), timeout=10),
+        lambda: daemon.stub.Record(pb.RecordRequest(path="/" + "p" * (1 << 20), max_events=5), timeout=10),
+        lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300) / "x"), max_events=5), timeout=10),
+        lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / ("n" * 300)), max_events=5), timeout=10),
+        lambda: daemon.stub.Record(pb.RecordRequest(path=str(tmp_path / "nul\0.gpuobs"), max_events=5), timeout=10),
+        lambda: daemon.stub.ListKernels(pb.ListKernelsRequest(page_token="k1.\u00b2.1.1"), timeout=10),
+        lambda: daemon.stub.ListSteps(pb.ListStepsRequest(page_token="s1.1.1.\u00b9.2"), timeout=10),
+    ):
         with pytest.raises(grpc.RpcError) as caught:
             call()
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value
         assert len(caught.value.details()) < 1000
 
 
-def test_a_graph_recording_exports_each_node_execution_and_each_block_to_its_exit(start_synth, start_daemon,
-                                                                                tmp_path: Path) -> None:
+def test_a_graph_recording_exports_each_node_execution_and_each_block_to_its_exit(
+    start_synth, start_daemon, tmp_path: Path
+) -> None:
     """A graph of 4 nodes replayed, recorded after the replay that taught its nodes: every node
     keeps its grid id in every replay, so the trace has a kernel slice per node execution
     (grid id, replay), and each block slice ends at its own exit, inside its execution's slice
@@ -203,15 +207,17 @@ def test_a_graph_recording_exports_each_node_execution_and_each_block_to_its_exi
         assert first <= block.start and block.end <= last + 1, (block, first, last)
 
 
-def test_trace_records_a_window_into_one_perfetto_trace_with_graphs_and_steps(start_synth, start_daemon,
-                                                                              tmp_path: Path) -> None:
+def test_trace_records_a_window_into_one_perfetto_trace_with_graphs_and_steps(
+    start_synth, start_daemon, tmp_path: Path
+) -> None:
     """`gpuobsctl trace`: a window of a graph replayed step by step (the vLLM plugin's step records
     before each replay), in one step: node executions on their graph exec's track, blocks on SM
     tracks, each engine step a slice on the device clock that begins before its replay's first
     block and covers it (placed through the least launch-to-block gap); the event files go."""
     daemon = start_daemon()
-    synth = start_synth("--mode", "blocks", "--graph-nodes", "3", "--steps", "--kernels", "3", "--rate", "20000",
-                        "--duration", "30")
+    synth = start_synth(
+        "--mode", "blocks", "--graph-nodes", "3", "--steps", "--kernels", "3", "--rate", "20000", "--duration", "30"
+    )
     daemon.wait_processes(1)
     time.sleep(0.5)  # the first replay, recorded node by node, is drained before the window
     folder = tmp_path / "traces"
@@ -246,9 +252,11 @@ def test_trace_refuses_what_it_cannot_do(start_daemon, tmp_path: Path) -> None:
     daemon = start_daemon()
     folder = tmp_path / "traces"
     folder.mkdir()
-    for args, message in ((["--duration", "0", "--out", str(folder / "t.pftrace")], "not within"),
-                          (["--duration", "1", "--out", str(folder / "no" / "t.pftrace")], "no such folder"),
-                          (["--duration", "0.2", "--out", str(folder / "t.pftrace")], "no live process")):
+    for args, message in (
+        (["--duration", "0", "--out", str(folder / "t.pftrace")], "not within"),
+        (["--duration", "1", "--out", str(folder / "no" / "t.pftrace")], "no such folder"),
+        (["--duration", "0.2", "--out", str(folder / "t.pftrace")], "no live process"),
+    ):
         done = gpuobsctl(daemon.address, "trace", *args)
         assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
     assert list(folder.iterdir()) == []
@@ -267,8 +275,9 @@ def test_a_recording_is_streamed_back_and_written_by_the_client(start_synth, sta
     kept = set(Path(tempfile.gettempdir()).glob("gpuobs-record-*"))
     here = tmp_path / "here"
     here.mkdir()
-    done = gpuobsctl(daemon.address, "--output", "json", "record", str(here / "w.gpuobs"), "--count", "2000",
-                     "--duration", "20")
+    done = gpuobsctl(
+        daemon.address, "--output", "json", "record", str(here / "w.gpuobs"), "--count", "2000", "--duration", "20"
+    )
     assert done.returncode == 0, done.stderr
     files = json.loads(done.stdout)["files"]
     assert sorted(f["pid"] for f in files) == sorted([first.pid, second.pid])
@@ -282,7 +291,17 @@ def test_a_recording_is_streamed_back_and_written_by_the_client(start_synth, sta
     assert again.returncode == 0  # one process: PATH itself
     refused = gpuobsctl(daemon.address, "record", str(here / "w.gpuobs"), "--count", "10", "--pid", str(first.pid))
     assert refused.returncode == 1 and "exists: not written over" in refused.stderr
-    on_daemon = gpuobsctl(daemon.address, "--output", "json", "record", str(tmp_path / "d.gpuobs"), "--count", "10",
-                          "--pid", str(second.pid), "--on-daemon")
+    on_daemon = gpuobsctl(
+        daemon.address,
+        "--output",
+        "json",
+        "record",
+        str(tmp_path / "d.gpuobs"),
+        "--count",
+        "10",
+        "--pid",
+        str(second.pid),
+        "--on-daemon",
+    )
     assert on_daemon.returncode == 0, on_daemon.stderr
     assert Recording.open(tmp_path / "d.gpuobs").pid == second.pid

@@ -10,7 +10,6 @@ import itertools
 import time
 
 import pytest
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs_testing.daemon import device_stage, gpuobsctl
 
@@ -20,8 +19,19 @@ BLOCK_SET_MODES = ["off", "noop", "counter", "blocks", "sampled"]
 
 def deployed(start_synth, *extra: str):
     """A process as the drop-in starts vLLM: block set, counter, graph execs alive."""
-    return start_synth("--patch-set", "block", "--mode", "counter", "--graph-nodes", str(NODES), "--live-graphs", "1",
-                       "--kernels", "8", *extra)
+    return start_synth(
+        "--patch-set",
+        "block",
+        "--mode",
+        "counter",
+        "--graph-nodes",
+        str(NODES),
+        "--live-graphs",
+        "1",
+        "--kernels",
+        "8",
+        *extra,
+    )
 
 
 def wait_replays(daemon, pid: int, replays: int, timeout: float = 20.0) -> None:
@@ -44,8 +54,9 @@ def wait_events(daemon, pid: int, more_than: int, timeout: float = 20.0) -> int:
     raise AssertionError(f"no events past {more_than} in {timeout} s")
 
 
-def test_set_mode_sampled_is_acknowledged_beside_live_graph_execs_and_joins_its_events(start_synth,
-                                                                                       start_daemon) -> None:
+def test_set_mode_sampled_is_acknowledged_beside_live_graph_execs_and_joins_its_events(
+    start_synth, start_daemon
+) -> None:
     synth = deployed(start_synth, "--rate", "2000000")
     daemon = start_daemon("--analysis-share", "1")
     daemon.wait_processes(1)
@@ -72,8 +83,13 @@ def test_set_mode_sampled_is_acknowledged_beside_live_graph_execs_and_joins_its_
     graph = daemon.stub.ListGraphs(pb.ListGraphsRequest(replays=0), timeout=10).graphs[0]
     assert graph.alive and graph.executions_sampled > 0
     assert graph.executions_mismatched == 0 and graph.events_unmatched == 0  # every sampled event joined
-    assert (graph.executions_matched + graph.executions_mismatched + graph.executions_sampled +
-            graph.executions_unrecorded + graph.executions_unjoined) == graph.node_executions
+    assert (
+        graph.executions_matched
+        + graph.executions_mismatched
+        + graph.executions_sampled
+        + graph.executions_unrecorded
+        + graph.executions_unjoined
+    ) == graph.node_executions
     # every kept block's enter joined to its node: an enter and an exit per kept block, the exits
     # the epoch before keeps (at most as many), and from a kept block (0,0,0) its launch, are all
     # the events there are
@@ -103,7 +119,10 @@ def test_memory_is_refused_with_its_remedy_where_no_kernel_has_access_hooks(star
     daemon.wait_processes(1)
     result = gpuobsctl(daemon.address, "set-mode", "memory")
     assert result.returncode != 0
-    assert "GPUOBS_MEMORY_KERNELS=REGEX" in result.stdout + result.stderr and "use sampled" in result.stdout + result.stderr
+    assert (
+        "GPUOBS_MEMORY_KERNELS=REGEX" in result.stdout + result.stderr
+        and "use sampled" in result.stdout + result.stderr
+    )
     process = daemon.status().processes[0]
     assert (process.mode, process.patch_set) == ("counter", "block")  # nothing changed
     assert synth.stop() == 0
@@ -127,8 +146,9 @@ def test_chosen_kernels_record_accesses_beside_live_graph_execs(start_synth, sta
     others = [k for k in kernels if not k.access_hooks]
     assert hooked and others
     assert all(("reshape_and_cache" in k.name or "flash_fwd" in k.name) for k in hooked)
-    assert all(k.memory_accesses > 0 for k in hooked) and all(k.memory_accesses == 0 for k in others), \
-        "; ".join(f"{k.name[:30]} {k.launches} {k.memory_accesses} {k.access_hooks}" for k in kernels)
+    assert all(k.memory_accesses > 0 for k in hooked) and all(k.memory_accesses == 0 for k in others), "; ".join(
+        f"{k.name[:30]} {k.launches} {k.memory_accesses} {k.access_hooks}" for k in kernels
+    )
     assert all(k.blocks_observed == k.blocks_expected for k in kernels)
     sample = " 1/2^4" if mode == "sampled" else ""
     assert {k.records for k in hooked} == {"accesses" + sample}

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from gpuobs_testing.soak import Soak
 
 
@@ -28,7 +27,7 @@ def test_a_soak_of_comings_and_goings_junk_and_fuzz(segment_dir: Path, tmp_path:
     assert figures["status_bytes_max"] < 256 * 1024, figures
     rss = figures["rss_mib"]
     warm = rss[len(rss) // 4]  # after the first quarter: imports, first analyses, gRPC pools
-    assert max(rss[len(rss) // 4:]) < warm + 150, rss
+    assert max(rss[len(rss) // 4 :]) < warm + 150, rss
     assert figures["descriptors_end"] < 64, figures
     # hostile: links planted among the segments followed by nothing; recordings as long as allowed
     # end at the caps, their spool emptied

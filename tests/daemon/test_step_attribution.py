@@ -4,7 +4,6 @@ bounded, however many replays it launches."""
 from __future__ import annotations
 
 import numpy as np
-
 from gpuobs.daemon.step_attribution import StepAttribution
 from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, STEP_DTYPE
 

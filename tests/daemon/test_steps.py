@@ -7,9 +7,8 @@ import json
 
 import grpc
 import pytest
-
-from gpuobs_testing.daemon import gpuobsctl
 from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs_testing.daemon import gpuobsctl
 
 NODES, REPLAYS = 5, 30
 
@@ -20,9 +19,23 @@ def expected_ids(step: int) -> list[str]:
 
 
 def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon) -> None:
-    synth = start_synth("--mode", "blocks", "--graph-nodes", str(NODES), "--steps", "--launches",
-                        str(NODES * REPLAYS), "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18),
-                        "--label", "vllm engine rank 0")
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--graph-nodes",
+        str(NODES),
+        "--steps",
+        "--launches",
+        str(NODES * REPLAYS),
+        "--rate",
+        "100000",
+        "--kernels",
+        "8",
+        "--ring-records",
+        str(1 << 18),
+        "--label",
+        "vllm engine rank 0",
+    )
     daemon = start_daemon("--analysis-share", "1")  # the join is checked here, not the daemon's budget for it
     assert synth.wait() == 0
     daemon.wait_all_gone()
@@ -42,8 +55,12 @@ def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon)
         (replay,) = step.replays
         assert (replay.graph_exec, replay.replay) == (graph.graph_exec, step.step)
         # the replay's node executions, joined to their events by the graph census
-        assert (replay.node_executions, replay.nodes_matched, replay.blocks_observed, replay.mode) == \
-            (NODES, NODES, blocks_per_replay, "blocks")
+        assert (replay.node_executions, replay.nodes_matched, replay.blocks_observed, replay.mode) == (
+            NODES,
+            NODES,
+            blocks_per_replay,
+            "blocks",
+        )
         # its span on the device clock, the one `graphs` shows, and the step's (one replay)
         shown = graph_replays[replay.replay]
         assert 0 < replay.device_start_ns < replay.device_end_ns

@@ -8,7 +8,6 @@ import time
 import grpc
 import numpy as np
 import pytest
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import EVENT_DTYPE
 from gpuobs_testing.daemon import device_stage, gpuobsctl, rss_mib
@@ -57,9 +56,23 @@ def test_tail_prints_events(start_synth, start_daemon) -> None:
 @pytest.mark.slow
 def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemon) -> None:
     daemon = start_daemon()  # first: 8 full-speed producers would starve its start-up on 2 cores
-    synths = [start_synth("--mode", "blocks", "--rate", "0", "--kernels", "16", "--seed", str(seed),
-                          "--ring-records", str(1 << 16), "--duration", os.environ.get("GPUOBS_LOAD_SECONDS", "60"))
-              for seed in range(8)]
+    synths = [
+        start_synth(
+            "--mode",
+            "blocks",
+            "--rate",
+            "0",
+            "--kernels",
+            "16",
+            "--seed",
+            str(seed),
+            "--ring-records",
+            str(1 << 16),
+            "--duration",
+            os.environ.get("GPUOBS_LOAD_SECONDS", "60"),
+        )
+        for seed in range(8)
+    ]
     daemon.wait_processes(8, timeout=30)
     for synth in synths:
         assert synth.wait(timeout=120) == 0
@@ -80,7 +93,7 @@ def test_eight_producers_at_full_speed_conserve_exactly(start_synth, start_daemo
         # the same for launch records (a launch writer stalled past the torn timeout: seen once)
         assert host.produced == host.delivered + host.dropped + host.torn + host.corrupt, (process.pid, host)
         assert host.corrupt == 0 and host.torn <= 1, (process.pid, host)
-        assert process.accounting_errors == 0, [l for l in daemon.log().splitlines() if "accounting" in l][:3]
+        assert process.accounting_errors == 0, [line for line in daemon.log().splitlines() if "accounting" in line][:3]
         total_delivered += stage.delivered
     assert total_delivered > 10_000_000
 
@@ -111,7 +124,7 @@ def test_stalled_streams_cost_a_bounded_queue_and_too_many_are_refused(start_syn
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            next(daemon.stub.StreamEvents(pb.StreamEventsRequest())).count
+            next(daemon.stub.StreamEvents(pb.StreamEventsRequest()))  # a stream is served again
             break
         except grpc.RpcError:
             time.sleep(0.1)  # the cancelled streams are being let go

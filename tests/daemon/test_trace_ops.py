@@ -11,15 +11,23 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from gpuobs.op_labels import (LABEL_LOST, LABEL_NOT_RECORDED, MAX_LABEL_BYTES, RECORDING_OP_BASE, TEXT_BYTES, OpLabel,
-                              OpLabels, label_records, recording_prelude)
+from gpuobs.op_labels import (
+    LABEL_LOST,
+    LABEL_NOT_RECORDED,
+    MAX_LABEL_BYTES,
+    RECORDING_OP_BASE,
+    TEXT_BYTES,
+    OpLabel,
+    OpLabels,
+    label_records,
+    recording_prelude,
+)
 from gpuobs.recording import Recording
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE, LAUNCH_KINDS, MAX_OP_LABEL_BYTES, STEP_TEXT_DTYPE
 from gpuobs.trace_export import _annotate, write_trace
 from gpuobs_testing.daemon import gpuobsctl
-from gpuobs_testing.synth import SYNTH_OP_LABELS
 from gpuobs_testing.perfetto_trace import TraceSlice, read_trace
+from gpuobs_testing.synth import SYNTH_OP_LABELS
 
 LABELS = SYNTH_OP_LABELS
 
@@ -90,21 +98,30 @@ def test_recording_prelude_name_one_op_per_label_and_keep_every_node_record() ->
 def test_a_trace_names_each_op_by_its_label_or_says_it_is_not_in_the_recording(tmp_path: Path) -> None:
     """A recording of a node whose op the daemon numbered and two eager launches, one of an op
     whose record is in the recording ahead of many others', one of an op whose record is not."""
-    labelled, unlabelled, node_op = 5, 6, RECORDING_OP_BASE + 3
+    labelled, unlabelled = 5, 6
     nodes = np.zeros(1, dtype=LAUNCH_DTYPE)
     nodes["kind"], nodes["graph_exec"], nodes["graph_node"], nodes["grid_id"] = LAUNCH_KINDS["graph_node"], 9, 1, 300
     prelude = recording_prelude(nodes, {300: "layer.0 attention"}, {labelled: OpLabel.whole("layer.0 aten::mm")})
     assert prelude[-1]["op"] >= RECORDING_OP_BASE
     others = label_records({op: OpLabel.whole(f"op {op}") for op in range(100, 3100)})
     eager = np.zeros(2, dtype=LAUNCH_DTYPE)
-    eager["kind"], eager["grid_id"], eager["stream"], eager["op"] = LAUNCH_KINDS["eager"], [100, 200], 7, \
-        [labelled, unlabelled]
+    eager["kind"], eager["grid_id"], eager["stream"], eager["op"] = (
+        LAUNCH_KINDS["eager"],
+        [100, 200],
+        7,
+        [labelled, unlabelled],
+    )
     events = np.zeros(3, dtype=EVENT_DTYPE)
     events["kind"], events["grid_id"], events["replay"] = EVENT_KINDS["block_enter"], [100, 200, 300], [0, 0, 4]
     events["globaltimer_ns"], events["kernel_slot"] = [1000, 2000, 3000], [0, 1, 2]
-    recording = Recording(pid=42, events=events, launches=np.concatenate([prelude, others, eager]),
-                          kernels={n: {"slot": n, "name": f"k{n}"} for n in range(3)}, dropped=0,
-                          started_realtime_ns=0)
+    recording = Recording(
+        pid=42,
+        events=events,
+        launches=np.concatenate([prelude, others, eager]),
+        kernels={n: {"slot": n, "name": f"k{n}"} for n in range(3)},
+        dropped=0,
+        started_realtime_ns=0,
+    )
     out = tmp_path / "labels.pftrace"
     with out.open("wb") as file:
         write_trace([recording], file)
@@ -117,10 +134,14 @@ def test_a_trace_names_each_op_by_its_label_or_says_it_is_not_in_the_recording(t
 
 def test_trace_arguments_beyond_int64_are_unsigned() -> None:
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
     event = TrackEvent()
     _annotate(event, {"grid_id": (1 << 64) - 1, "replay": 3, "op": "x"})
-    assert [(a.name, a.WhichOneof("value")) for a in event.debug_annotations] == \
-        [("grid_id", "uint_value"), ("replay", "int_value"), ("op", "string_value")]
+    assert [(a.name, a.WhichOneof("value")) for a in event.debug_annotations] == [
+        ("grid_id", "uint_value"),
+        ("replay", "int_value"),
+        ("op", "string_value"),
+    ]
     assert event.debug_annotations[0].uint_value == (1 << 64) - 1
 
 
@@ -134,8 +155,19 @@ def op_tracks(trace_path: Path) -> tuple[list[TraceSlice], list[TraceSlice], dic
 
 def test_a_trace_puts_each_eager_op_above_the_kernels_it_launched(start_synth, start_daemon, tmp_path: Path) -> None:
     per_op = 4
-    start_synth("--mode", "blocks", "--launch-trace", "--ops", str(per_op), "--kernels", "5", "--rate",
-                        "20000", "--duration", "30")
+    start_synth(
+        "--mode",
+        "blocks",
+        "--launch-trace",
+        "--ops",
+        str(per_op),
+        "--kernels",
+        "5",
+        "--rate",
+        "20000",
+        "--duration",
+        "30",
+    )
     daemon = start_daemon()
     daemon.wait_processes(1)
     out = tmp_path / "ops.pftrace"
@@ -148,29 +180,50 @@ def test_a_trace_puts_each_eager_op_above_the_kernels_it_launched(start_synth, s
         assert ranks[op.track] < ranks[op.track.removeprefix("ops · ")]  # the ops' track above the stream's
     covered = 0
     for kernel in kernels:
-        above = [op for op in ops if op.track == "ops · " + kernel.track and op.start <= kernel.start
-                 and kernel.end <= op.end]
+        above = [
+            op
+            for op in ops
+            if op.track == "ops · " + kernel.track and op.start <= kernel.start and kernel.end <= op.end
+        ]
         assert above, kernel  # every traced launch was made inside an op
         covered += 1
     whole = [op for op in ops if op.args["kernels"] == per_op]
     assert covered == sum(op.args["kernels"] for op in ops) and len(whole) >= len(ops) - 2
 
 
-def test_a_trace_puts_each_graph_node_execution_under_the_op_that_captured_it(start_synth, start_daemon,
-                                                                             tmp_path: Path) -> None:
+def test_a_trace_puts_each_graph_node_execution_under_the_op_that_captured_it(
+    start_synth, start_daemon, tmp_path: Path
+) -> None:
     """Node i runs kernel i and was captured under op i // 3 + 1; the capture was over long
     before the window was recorded."""
     nodes, per_op = 6, 3
-    start_synth("--mode", "blocks", "--graph-nodes", str(nodes), "--ops", str(per_op), "--kernels", str(nodes),
-                "--rate", "20000", "--duration", "30")
+    start_synth(
+        "--mode",
+        "blocks",
+        "--graph-nodes",
+        str(nodes),
+        "--ops",
+        str(per_op),
+        "--kernels",
+        str(nodes),
+        "--rate",
+        "20000",
+        "--duration",
+        "30",
+    )
     daemon = start_daemon()
     daemon.wait_processes(1)
     time.sleep(0.5)  # the capture and the first replay are drained before the window
     out = tmp_path / "graph.pftrace"
     done = gpuobsctl(daemon.address, "trace", "--duration", "3", "--out", str(out))
     assert done.returncode == 0, done.stderr
-    names = [k["name"] for k in sorted(json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top",
-                                                            "0").stdout)["kernels"], key=lambda k: k["slot"])]
+    names = [
+        k["name"]
+        for k in sorted(
+            json.loads(gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0").stdout)["kernels"],
+            key=lambda k: k["slot"],
+        )
+    ]
     ops, kernels, ranks = op_tracks(out)
     executions = [k for k in kernels if k.track.startswith("graph exec ")]
     assert len({k.args["replay"] for k in executions}) > 10

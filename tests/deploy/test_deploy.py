@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from gpuobs_testing.daemon import gpuobsd_refuses
 from gpuobs_testing.prometheus import PrometheusServer
 
@@ -25,8 +24,12 @@ def verify(unit: Path, unit_path: Path) -> str:
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze not installed")
-    done = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True,
-                          env={"SYSTEMD_UNIT_PATH": f"{unit_path}:", "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [tool, "verify", str(unit)],
+        capture_output=True,
+        text=True,
+        env={"SYSTEMD_UNIT_PATH": f"{unit_path}:", "PATH": "/usr/bin:/bin"},
+    )
     return (done.stdout + done.stderr).strip() if done.returncode == 0 else f"exit {done.returncode}: {done.stderr}"
 
 
@@ -44,13 +47,14 @@ def test_daemon_unit_exposure_is_at_most_two_and_its_flags_are_gpuobsds() -> Non
     """`systemd-analyze security` scores what the unit leaves open (0 none, 10 all); the unit's
     command line is one gpuobsd takes."""
     text = (DEPLOY / "systemd" / "gpuobsd.service").read_text()
-    exec_start = next(l for l in text.splitlines() if l.startswith("ExecStart="))
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
     assert gpuobsd_refuses(shlex.split(exec_start)[1:]) == ""
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze not installed")
-    done = subprocess.run([tool, "security", "--offline=yes", str(DEPLOY / "systemd" / "gpuobsd.service")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [tool, "security", "--offline=yes", str(DEPLOY / "systemd" / "gpuobsd.service")], capture_output=True, text=True
+    )
     found = re.search(r"Overall exposure level for gpuobsd.service: ([\d.]+)", done.stdout)
     if found is None and "offline" in done.stderr:
         pytest.skip("this systemd-analyze has no --offline")
@@ -74,19 +78,38 @@ def test_the_daemon_serves_under_the_units_memory_restriction(tmp_path: Path, se
     systemd to apply it: not here.)"""
     gpuobsd = Path(sys.executable).parent / "gpuobsd"
     address = f"unix://{tmp_path}/run/gpuobsd.sock"
-    daemon = subprocess.Popen([sys.executable, "-c", MDWE, str(gpuobsd), "--runtime-dir", str(tmp_path / "run"),
-                               "--segment-dir", str(segment_dir), "--metrics-address", ""],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            MDWE,
+            str(gpuobsd),
+            "--runtime-dir",
+            str(tmp_path / "run"),
+            "--segment-dir",
+            str(segment_dir),
+            "--metrics-address",
+            "",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
-        while not (tmp_path / "run" / "gpuobsd.sock").exists() and daemon.poll() is None and \
-                time.monotonic() < deadline:
+        while (
+            not (tmp_path / "run" / "gpuobsd.sock").exists() and daemon.poll() is None and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         if daemon.poll() == 77:
             pytest.skip("this kernel has no PR_SET_MDWE")
         assert daemon.poll() is None, daemon.stderr.read()
-        status = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", address, "status"],
-                                capture_output=True, text=True, timeout=30)
+        status = subprocess.run(
+            [sys.executable, "-m", "gpuobs.client.main", "--address", address, "status"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert status.returncode == 0 and status.stdout.startswith("gpuobsd"), status.stderr
     finally:
         daemon.terminate()
@@ -95,7 +118,7 @@ def test_the_daemon_serves_under_the_units_memory_restriction(tmp_path: Path, se
 
 def test_vllm_drop_in_verifies_and_points_at_the_injector(tmp_path: Path) -> None:
     text = (DEPLOY / "systemd" / "vllm-gpuobs.conf").read_text()
-    line = next(l for l in text.splitlines() if l.startswith("Environment=CUDA_INJECTION64_PATH="))
+    line = next(entry for entry in text.splitlines() if entry.startswith("Environment=CUDA_INJECTION64_PATH="))
     assert line.endswith("/gpuobs/lib/libgpuobs_injector.so")
     (tmp_path / "vllm.service").write_text("[Unit]\nDescription=vLLM\n[Service]\nExecStart=/bin/true\n")
     (tmp_path / "vllm.service.d").mkdir()
@@ -125,13 +148,15 @@ def test_the_dashboard_follows_its_conventions() -> None:
     assert {"instance", "gpu", "rank", "pid"} <= set(variables)
     assert all(variables[v]["includeAll"] for v in ("instance", "gpu", "rank", "pid"))
     # a GPU or a rank narrows the processes, and so every panel, which selects by pid
-    assert all(f'{label}=~"${name}"' in variables["pid"]["query"]["query"]
-               for name, label in (("instance", "instance"), ("rank", "rank"), ("gpu", "gpu_uuid")))
+    assert all(
+        f'{label}=~"${name}"' in variables["pid"]["query"]["query"]
+        for name, label in (("instance", "instance"), ("rank", "rank"), ("gpu", "gpu_uuid"))
+    )
     for panel in dashboard["panels"]:
         unit = panel["fieldConfig"]["defaults"]["unit"]
         for target in panel["targets"]:
             expr = target["expr"]
-            assert "instance=~\"$instance\"" in expr, (panel["title"], expr)
+            assert 'instance=~"$instance"' in expr, (panel["title"], expr)
             assert "[" not in expr.replace("[$__rate_interval]", ""), (panel["title"], expr)  # no fixed window
             assert "topk" not in expr or 'kernel!="other"' in expr, expr
             if panel["type"] == "table":
@@ -147,8 +172,11 @@ def test_the_dashboard_follows_its_conventions() -> None:
 def test_every_dashboard_query_returns_data(start_synth, start_daemon, tmp_path: Path) -> None:
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "gpuobs.json").read_text())
     exprs = dashboard_queries(dashboard, instance=".*", pid=".*", __rate_interval="1m")
-    variables = [v["query"]["query"].replace("$instance", ".*").replace("$rank", ".*").replace("$gpu", ".*")
-                 for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    variables = [
+        v["query"]["query"].replace("$instance", ".*").replace("$rank", ".*").replace("$gpu", ".*")
+        for v in dashboard["templating"]["list"]
+        if v["type"] == "query"
+    ]
     assert len(exprs) >= 15 and len(variables) == 4
     # a producer that drops (small ring, fast) so the drop panels have something to show
     start_synth("--mode", "blocks", "--rate", "0", "--kernels", "12", "--ring-records", "1024")
@@ -157,6 +185,6 @@ def test_every_dashboard_query_returns_data(start_synth, start_daemon, tmp_path:
     server = PrometheusServer(daemon.metrics_port, tmp_path)
     try:
         # label_values(METRIC, LABEL): the metric has series carrying that label
-        server.wait_all(exprs + [query[len("label_values("):query.rindex(",")] for query in variables], timeout=90)
+        server.wait_all(exprs + [query[len("label_values(") : query.rindex(",")] for query in variables], timeout=90)
     finally:
         server.stop()

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from gpuobs_testing.daemon import gpuobsd_refuses
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -76,8 +75,9 @@ def test_the_injector_the_pods_are_told_to_load_is_the_one_the_image_ships() -> 
     told = re.search(r"CUDA_INJECTION64_PATH=(\S+)", text).group(1)
     assert told == f"{node_folder}/libgpuobs_injector.so"
     dockerfile = (DEPLOY / "container" / "Dockerfile").read_text().replace("\\\n", " ")
-    copied = re.search(r"cp ((?:/opt/gpuobs/venv/lib/python3\*/site-packages/gpuobs/lib/\S+\s+)+)/opt/gpuobs/injector/",
-                       dockerfile)
+    copied = re.search(
+        r"cp ((?:/opt/gpuobs/venv/lib/python3\*/site-packages/gpuobs/lib/\S+\s+)+)/opt/gpuobs/injector/", dockerfile
+    )
     assert copied, "the image copies the package's library folder into /opt/gpuobs/injector"
     names = {path.rsplit("/", 1)[1] for path in copied.group(1).split()}
     # the injector finds the sanitizer library and its patches beside itself (cmake/injector.cmake)

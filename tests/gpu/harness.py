@@ -10,10 +10,9 @@ import threading
 import time
 from pathlib import Path
 
+import gpuobs
 import numpy as np
 import pytest
-
-import gpuobs
 from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE, Segment, segment_paths
 
 INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
@@ -23,24 +22,36 @@ WORKLOADS = Path(__file__).parent / "workloads"
 class InjectedRun:
     """One injected process, its segment, and everything read from it."""
 
-    def __init__(self, argv: list[str], segment_dir: Path, *, mode: str = "counter", patch_set: str = "block",
-                 shift: int = 0, ring_records: int = 1 << 20, env: dict[str, str] | None = None,
-                 inject: bool = True, drain: bool = True) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        segment_dir: Path,
+        *,
+        mode: str = "counter",
+        patch_set: str = "block",
+        shift: int = 0,
+        ring_records: int = 1 << 20,
+        env: dict[str, str] | None = None,
+        inject: bool = True,
+        drain: bool = True,
+    ) -> None:
         self.argv = argv
         self.segment_dir = segment_dir
         self.env = dict(os.environ)
         if inject:
-            self.env.update({
-                "CUDA_INJECTION64_PATH": str(INJECTOR),
-                "GPUOBS_SEGMENT_DIR": str(segment_dir),
-                "GPUOBS_MODE": mode,
-                "GPUOBS_PATCH_SET": patch_set,
-                "GPUOBS_SHIFT": str(shift),
-                "GPUOBS_RING_RECORDS": str(ring_records),
-                # the default cubin folder ($XDG_CACHE_HOME/gpuobs/cubins) under the test's own
-                # folder, never the machine's home
-                "XDG_CACHE_HOME": str(segment_dir / ".cache"),
-            })
+            self.env.update(
+                {
+                    "CUDA_INJECTION64_PATH": str(INJECTOR),
+                    "GPUOBS_SEGMENT_DIR": str(segment_dir),
+                    "GPUOBS_MODE": mode,
+                    "GPUOBS_PATCH_SET": patch_set,
+                    "GPUOBS_SHIFT": str(shift),
+                    "GPUOBS_RING_RECORDS": str(ring_records),
+                    # the default cubin folder ($XDG_CACHE_HOME/gpuobs/cubins) under the test's own
+                    # folder, never the machine's home
+                    "XDG_CACHE_HOME": str(segment_dir / ".cache"),
+                }
+            )
         self.env.update(env or {})
         self.segment: Segment | None = None
         self.events: list[np.ndarray] = []
@@ -50,8 +61,9 @@ class InjectedRun:
         self.stdout_lines: list[str] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self.process = subprocess.Popen(argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         # drain=False leaves the segment to a gpuobsd (one consumer per segment)
         self._drainer = threading.Thread(target=self._drain if drain else (lambda: None), daemon=True)
         self._drainer.start()
@@ -157,8 +169,9 @@ def saved_run(name: str) -> Path | None:
 VLLM_SKIP_REASON = "GPUOBS_VLLM_PAYLOAD (an unpacked vLLM payload) or GPUOBS_VLLM_RESULTS not set"
 
 
-def vllm_bench(name: str, script: str, args: list[str], timeout_s: int,
-               tmp_path_factory: pytest.TempPathFactory) -> Path:
+def vllm_bench(
+    name: str, script: str, args: list[str], timeout_s: int, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The folder of a vLLM benchmark's run for a test module to judge: the saved run `name` when
     there is one, else a run made now with the payload GPUOBS_VLLM_PAYLOAD names, into
     $GPUOBS_REPORT_DIR/`name` when that is set."""
@@ -179,9 +192,13 @@ def run_bench(script: str, args: list[str], out: Path, timeout_s: int) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     console = out / "bench-console.txt"
     with console.open("w") as sink:
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / script), *args,
-                               "--out", str(out)], stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              timeout=timeout_s)
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / script), *args, "--out", str(out)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout_s,
+        )
     assert done.returncode == 0, console.read_text()[-3000:]
     return out
 

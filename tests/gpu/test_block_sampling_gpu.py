@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from gpuobs import _native
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import BLOCK_SAMPLED, EVENT_KINDS, MODES
@@ -30,7 +29,7 @@ CHOSEN = "cache_write"
 
 def within_sampling_bound(kept: int, population: int, shift: int) -> bool:
     """A binomial count of 1 in 2^shift within 5 standard deviations (and 5) of its mean."""
-    p = 2.0 ** -shift
+    p = 2.0**-shift
     return abs(kept - population * p) <= 5 * math.sqrt(population * p * (1 - p)) + 5
 
 
@@ -50,15 +49,32 @@ def kept_by(events: np.ndarray, launches: np.ndarray, shift: int, epochs_back: i
 def two_modules_program(tmp_path_factory: pytest.TempPathFactory) -> str:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     binary = tmp_path_factory.mktemp("programs") / "two_modules"
-    subprocess.run([nvcc, "-O2", "-arch=sm_90", "-o", str(binary), str(PROGRAMS / "two_modules_main.cu"),
-                    str(PROGRAMS / "two_modules_cache.cu")], check=True)
+    subprocess.run(
+        [
+            nvcc,
+            "-O2",
+            "-arch=sm_90",
+            "-o",
+            str(binary),
+            str(PROGRAMS / "two_modules_main.cu"),
+            str(PROGRAMS / "two_modules_cache.cu"),
+        ],
+        check=True,
+    )
     return str(binary)
 
 
 def test_block_set_sampled_counts_every_block_and_records_the_hashed_ones(geometry_program, shm_dir) -> None:
     shift = 3
-    run = InjectedRun([geometry_program, "--rounds", "4"], shm_dir, mode="sampled", patch_set="block", shift=shift,
-                      ring_records=1 << 21, env={"GPUOBS_BLOCK_EXIT": "1", "GPUOBS_LAUNCH_TRACE": "1"})
+    run = InjectedRun(
+        [geometry_program, "--rounds", "4"],
+        shm_dir,
+        mode="sampled",
+        patch_set="block",
+        shift=shift,
+        ring_records=1 << 21,
+        env={"GPUOBS_BLOCK_EXIT": "1", "GPUOBS_LAUNCH_TRACE": "1"},
+    )
     out = run.finish()
     events, launches = run.all_events(), run.all_launches()
     counters = run.global_counters()
@@ -75,14 +91,25 @@ def test_block_set_sampled_counts_every_block_and_records_the_hashed_ones(geomet
     assert kept_by(exits, launches, shift, 2).all()
     population = int(sum(4 * math.prod(spec["grid"]) for spec in out["kernels"].values()))
     assert within_sampling_bound(len(enters), population, shift), (len(enters), population)
+
     # every kept block's exit came (the blocks are far shorter than an epoch)
-    key = lambda e: set(zip(e["grid_id"].tolist(), e["block_x"].tolist(), e["block_y"].tolist(),  # noqa: E731
-                            e["block_z"].tolist()))
+    def key(e: np.ndarray) -> set:
+        return set(zip(e["grid_id"].tolist(), e["block_x"].tolist(), e["block_y"].tolist(), e["block_z"].tolist()))
+
     assert key(enters) <= key(exits)
     # an exit without its enter was kept by an epoch its block did not enter in: the flagged ones,
     # or unflagged where the block entered in the epoch before (choice and stamp one epoch apart)
-    alone = exits[[k not in key(enters) for k in zip(exits["grid_id"].tolist(), exits["block_x"].tolist(),
-                                                    exits["block_y"].tolist(), exits["block_z"].tolist())]]
+    alone = exits[
+        [
+            k not in key(enters)
+            for k in zip(
+                exits["grid_id"].tolist(),
+                exits["block_x"].tolist(),
+                exits["block_y"].tolist(),
+                exits["block_z"].tolist(),
+            )
+        ]
+    ]
     assert len(alone) <= 1.5 * len(enters) + 20  # about as many as the enters: p(1 - p) of the blocks
 
 
@@ -115,8 +142,13 @@ def test_sampled_reaches_graph_execs_captured_before_it_and_counter_after_it(shm
     assert all(k.blocks_observed + k.blocks_unobserved + k.blocks_unpatched == k.blocks_expected for k in kernels)
     assert graph.executions_sampled > 0 and graph.events_unmatched == 0
     assert graph.executions_mismatched == 0 or stage.dropped > 0
-    judged = (graph.executions_matched + graph.executions_mismatched + graph.executions_sampled +
-              graph.executions_unrecorded + graph.executions_unjoined)
+    judged = (
+        graph.executions_matched
+        + graph.executions_mismatched
+        + graph.executions_sampled
+        + graph.executions_unrecorded
+        + graph.executions_unjoined
+    )
     assert judged == graph.node_executions
 
 
@@ -124,8 +156,15 @@ def test_sampled_reaches_graph_execs_captured_before_it_and_counter_after_it(shm
 def test_chosen_kernels_modules_alone_get_the_access_hooks(two_modules_program, shm_dir, mode) -> None:
     shift = 2
     reference = InjectedRun([two_modules_program], shm_dir, inject=False).finish()
-    run = InjectedRun([two_modules_program], shm_dir, mode=mode, patch_set="block", shift=shift,
-                      ring_records=1 << 21, env={"GPUOBS_MEMORY_KERNELS": CHOSEN, "GPUOBS_LAUNCH_TRACE": "1"})
+    run = InjectedRun(
+        [two_modules_program],
+        shm_dir,
+        mode=mode,
+        patch_set="block",
+        shift=shift,
+        ring_records=1 << 21,
+        env={"GPUOBS_MEMORY_KERNELS": CHOSEN, "GPUOBS_LAUNCH_TRACE": "1"},
+    )
     out = run.finish()
     assert out["checksum"] == reference["checksum"]
     counters = run.global_counters()
@@ -146,8 +185,9 @@ def test_chosen_kernels_modules_alone_get_the_access_hooks(two_modules_program, 
             if mode == "memory":
                 assert len(accesses) == expected, name
             else:
-                assert numpy_sample_keep(accesses["pc"], accesses["thread"], linear_block(accesses, launches),
-                                         shift).all(), name
+                assert numpy_sample_keep(
+                    accesses["pc"], accesses["thread"], linear_block(accesses, launches), shift
+                ).all(), name
         else:
             assert len(accesses) == 0, name
             if mode == "memory":

@@ -9,11 +9,10 @@ import time
 
 import numpy as np
 import pytest
-
 from gpuobs.segment import EVENT_KINDS, MODES
-from harness import InjectedRun, find_kernel
 from gpuobs_testing.oracles import linear_block, numpy_sample_keep
 from gpuobs_testing.synth import wait_applied
+from harness import InjectedRun, find_kernel
 
 SM_COUNT_LIMIT = 1024  # %smid must be a small SM index
 
@@ -59,8 +58,12 @@ def test_off_and_noop_count_launches_and_leave_blocks_unobserved(geometry_progra
 
 
 def test_blocks_mode_records_a_launch_and_one_enter_and_one_exit_per_block(geometry_program, shm_dir) -> None:
-    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="blocks",
-                      env={"GPUOBS_BLOCK_EXIT": "1", "GPUOBS_LAUNCH_TRACE": "1"})
+    run = InjectedRun(
+        [geometry_program, "--rounds", "2"],
+        shm_dir,
+        mode="blocks",
+        env={"GPUOBS_BLOCK_EXIT": "1", "GPUOBS_LAUNCH_TRACE": "1"},
+    )
     out = run.finish()
     events, launches = run.all_events(), run.all_launches()
     counters = run.global_counters()
@@ -80,9 +83,14 @@ def test_blocks_mode_records_a_launch_and_one_enter_and_one_exit_per_block(geome
         assert len(blocks) == grid  # each block exactly once
         assert np.all(mine["kernel_slot"] == launch["kernel_slot"])
         (event,) = mine[mine["kind"] == EVENT_KINDS["launch"]]
-        assert int(event["address"]) == int(launch["grid_x"]) | int(launch["grid_y"]) << 32 | int(launch["grid_z"]) << 48
-        assert (int(event["block_x"]), int(event["block_y"]), int(event["block_z"])) == \
-            (int(launch["block_x"]), int(launch["block_y"]), int(launch["block_z"]))
+        assert (
+            int(event["address"]) == int(launch["grid_x"]) | int(launch["grid_y"]) << 32 | int(launch["grid_z"]) << 48
+        )
+        assert (int(event["block_x"]), int(event["block_y"]), int(event["block_z"])) == (
+            int(launch["block_x"]),
+            int(launch["block_y"]),
+            int(launch["block_z"]),
+        )
     assert np.all(events["sm_id"] < SM_COUNT_LIMIT)
     assert np.all(events["globaltimer_ns"] > 1_600_000_000 * 10**9)  # ns since the epoch
     # per block: exit after enter on the device clock
@@ -95,8 +103,9 @@ def test_blocks_mode_records_a_launch_and_one_enter_and_one_exit_per_block(geome
 
 
 def test_memory_mode_counts_every_access_exactly(geometry_program, shm_dir) -> None:
-    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="memory", patch_set="memory",
-                      ring_records=1 << 21)
+    run = InjectedRun(
+        [geometry_program, "--rounds", "2"], shm_dir, mode="memory", patch_set="memory", ring_records=1 << 21
+    )
     out = run.finish()
     table = run.kernel_table()
     events = run.all_events()
@@ -108,14 +117,20 @@ def test_memory_mode_counts_every_access_exactly(geometry_program, shm_dir) -> N
         assert delivered + row["events_dropped"] == row["events_produced"], name
         assert row["blocks_observed"] == 2 * math.prod(spec["grid"]), name
     memory_events = events[events["kind"] == 3]
-    assert np.all((memory_events["access_bytes"] == 4))
+    assert np.all(memory_events["access_bytes"] == 4)
     assert np.all(memory_events["address"] != 0)
 
 
 def test_sampled_keeps_exactly_the_hashed_subset_after_a_live_switch(geometry_program, shm_dir) -> None:
     shift = 3
-    run = InjectedRun([geometry_program, "--rounds", "1", "--phases", "2"], shm_dir, mode="memory",
-                      patch_set="memory", ring_records=1 << 21, env={"GPUOBS_LAUNCH_TRACE": "1"})
+    run = InjectedRun(
+        [geometry_program, "--rounds", "1", "--phases", "2"],
+        shm_dir,
+        mode="memory",
+        patch_set="memory",
+        ring_records=1 << 21,
+        env={"GPUOBS_LAUNCH_TRACE": "1"},
+    )
     assert run.read_json_line() == {"phase_done": 0}
     while run.segment is None:
         time.sleep(0.01)
@@ -144,22 +159,41 @@ def test_sampled_keeps_exactly_the_hashed_subset_after_a_live_switch(geometry_pr
         assert find_kernel(table, name)["memory_accesses"] == 2 * spec["accesses_per_launch"], name
 
 
-@pytest.mark.parametrize("mode, patch_set, exits", [("off", "block", "0"), ("noop", "block", "0"),
-                                                    ("counter", "block", "0"), ("blocks", "block", "0"),
-                                                    ("blocks", "block", "1"), ("memory", "memory", "0"),
-                                                    ("sampled", "memory", "0")])
+@pytest.mark.parametrize(
+    "mode, patch_set, exits",
+    [
+        ("off", "block", "0"),
+        ("noop", "block", "0"),
+        ("counter", "block", "0"),
+        ("blocks", "block", "0"),
+        ("blocks", "block", "1"),
+        ("memory", "memory", "0"),
+        ("sampled", "memory", "0"),
+    ],
+)
 def test_outputs_identical_with_and_without_the_injector(geometry_program, shm_dir, mode, patch_set, exits) -> None:
     reference = uninjected_checksum(geometry_program, shm_dir, "--rounds", "2")
-    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode=mode, patch_set=patch_set, shift=4,
-                      env={"GPUOBS_BLOCK_EXIT": exits})
+    run = InjectedRun(
+        [geometry_program, "--rounds", "2"],
+        shm_dir,
+        mode=mode,
+        patch_set=patch_set,
+        shift=4,
+        env={"GPUOBS_BLOCK_EXIT": exits},
+    )
     assert run.finish()["checksum"] == reference
 
 
 def test_mode_switches_while_a_loop_runs_keep_counts_consistent(geometry_program, shm_dir) -> None:
     """Each launch runs whole in one mode (the config rides in the binding it launched with):
     a launch with a launch event (blocks) has all its blocks' enters, one without has none."""
-    run = InjectedRun([geometry_program, "--loop", "3"], shm_dir, mode="counter", ring_records=1 << 21,
-                      env={"GPUOBS_LAUNCH_TRACE": "1"})
+    run = InjectedRun(
+        [geometry_program, "--loop", "3"],
+        shm_dir,
+        mode="counter",
+        ring_records=1 << 21,
+        env={"GPUOBS_LAUNCH_TRACE": "1"},
+    )
     deadline = time.monotonic() + 30
     while run.segment is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -204,8 +238,12 @@ def test_no_segment_directory_means_unobserved_not_broken(geometry_program, shm_
 
 def test_missing_patches_mean_unpatched_counted_and_unchanged(geometry_program, shm_dir) -> None:
     reference = uninjected_checksum(geometry_program, shm_dir, "--rounds", "2")
-    run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="counter",
-                      env={"GPUOBS_PATCH_FILE": str(shm_dir / "absent.fatbin")})
+    run = InjectedRun(
+        [geometry_program, "--rounds", "2"],
+        shm_dir,
+        mode="counter",
+        env={"GPUOBS_PATCH_FILE": str(shm_dir / "absent.fatbin")},
+    )
     out = run.finish()
     assert out["checksum"] == reference
     counters = run.global_counters()
@@ -214,8 +252,9 @@ def test_missing_patches_mean_unpatched_counted_and_unchanged(geometry_program, 
     for name, spec in out["kernels"].items():  # counted by the host's launch callbacks instead
         row = find_kernel(table, name)
         assert row["launches"] == 2, name
-        assert row["blocks_observed"] == 0 and row["blocks_unpatched"] == row["blocks_expected"] == \
-            2 * math.prod(spec["grid"]), name
+        assert row["blocks_observed"] == 0 and row["blocks_unpatched"] == row["blocks_expected"] == 2 * math.prod(
+            spec["grid"]
+        ), name
     assert sum(line.startswith("gpuobs:") for line in run.stderr.splitlines()) <= 3
 
 
@@ -223,8 +262,14 @@ def test_sharded_warp_count_equals_the_naive_count(geometry_program, shm_dir) ->
     """The warp-aggregated, sharded access count against two plain atomics per access."""
     counts = {}
     for naive in ("0", "1"):
-        run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode="memory", patch_set="memory",
-                          ring_records=1 << 21, env={"GPUOBS_NAIVE_COUNTING": naive})
+        run = InjectedRun(
+            [geometry_program, "--rounds", "2"],
+            shm_dir,
+            mode="memory",
+            patch_set="memory",
+            ring_records=1 << 21,
+            env={"GPUOBS_NAIVE_COUNTING": naive},
+        )
         out = run.finish()
         table = run.kernel_table()
         counts[naive] = {name: find_kernel(table, name)["memory_accesses"] for name in out["kernels"]}

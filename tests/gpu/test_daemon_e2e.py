@@ -7,9 +7,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
 from harness import WORKLOADS, InjectedRun
-from gpuobs.api.v1 import observer_pb2 as pb
 
 TORCH_OPS = [sys.executable, str(WORKLOADS / "torch_ops.py"), "--iters", "3"]
 TORCH_LOOP = [sys.executable, str(WORKLOADS / "torch_loop.py"), "--seconds", "10"]
@@ -46,8 +46,9 @@ def test_a_separate_daemon_switches_a_running_pytorch_program(shm_dir: Path, tmp
         names = [k.name for k in kernels]
         assert any("nvjet" in n or "gemm" in n.lower() for n in names), names
         for kernel in kernels:
-            assert kernel.blocks_observed + kernel.blocks_unpatched + kernel.blocks_unobserved == \
-                kernel.blocks_expected, kernel.name
+            assert (
+                kernel.blocks_observed + kernel.blocks_unpatched + kernel.blocks_unobserved == kernel.blocks_expected
+            ), kernel.name
         with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:
             metrics = response.read().decode()
         assert "gpuobs_blocks_total{" in metrics and ("nvjet" in metrics or "gemm" in metrics)

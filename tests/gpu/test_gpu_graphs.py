@@ -8,7 +8,6 @@ suite sets it; the committed copy is bench/results/graphs-40x7.json)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -33,8 +32,12 @@ def unexplained_blocks(kernels: list[dict]) -> dict[str, int]:
     """Per kernel, blocks the geometry promised that were neither counted nor accounted for."""
     out = {}
     for kernel in kernels:
-        missing = int(kernel["blocks_expected"]) - int(kernel["blocks_observed"]) - int(kernel["blocks_unpatched"]) - \
-            int(kernel["blocks_unobserved"])
+        missing = (
+            int(kernel["blocks_expected"])
+            - int(kernel["blocks_observed"])
+            - int(kernel["blocks_unpatched"])
+            - int(kernel["blocks_unobserved"])
+        )
         if missing:
             out[kernel["name"]] = missing
     return out
@@ -49,8 +52,13 @@ def the_graph(graphs: list[dict]) -> dict:
 def test_a_decode_graph_40_layers_7_replays_every_node_execution_matched(shm_dir: Path, tmp_path: Path) -> None:
     daemon = DaemonProcess(tmp_path / "run", shm_dir, free_port())
     try:
-        run = InjectedRun(DECODE + ["--layers", str(LAYERS), "--replays", str(REPLAYS)], shm_dir, mode="blocks",
-                          drain=False, ring_records=1 << 22)
+        run = InjectedRun(
+            DECODE + ["--layers", str(LAYERS), "--replays", str(REPLAYS)],
+            shm_dir,
+            mode="blocks",
+            drain=False,
+            ring_records=1 << 22,
+        )
         out = run.finish()
         daemon.wait_all_gone()
         graphs = cli_json(daemon, "graphs", "--replays", str(REPLAYS))
@@ -67,14 +75,20 @@ def test_a_decode_graph_40_layers_7_replays_every_node_execution_matched(shm_dir
     cache_matched = sum(int(n["executions_matched"]) for n in cache_nodes)
     replays = graph["recent_replays"]
     summary = {
-        "graph_execs_replayed": 1, "replays": int(graph["replays"]), "cache_kernel_nodes": len(cache_nodes),
-        "cache_node_executions": cache_executions, "cache_node_executions_matched": cache_matched,
-        "node_executions": int(graph["node_executions"]), "node_executions_matched": int(graph["executions_matched"]),
+        "graph_execs_replayed": 1,
+        "replays": int(graph["replays"]),
+        "cache_kernel_nodes": len(cache_nodes),
+        "cache_node_executions": cache_executions,
+        "cache_node_executions_matched": cache_matched,
+        "node_executions": int(graph["node_executions"]),
+        "node_executions_matched": int(graph["executions_matched"]),
         "node_executions_mismatched": int(graph["executions_mismatched"]),
         "node_executions_unrecorded": int(graph["executions_unrecorded"]),
         "events_unmatched": int(graph["events_unmatched"]),
-        "order_stable": graph["order_stable"], "device_order_stable": graph["device_order_stable"],
-        "events_dropped": int(device_stage(process).dropped), "accounting_errors": int(process.accounting_errors),
+        "order_stable": graph["order_stable"],
+        "device_order_stable": graph["device_order_stable"],
+        "events_dropped": int(device_stage(process).dropped),
+        "accounting_errors": int(process.accounting_errors),
         "unexplained_blocks": unexplained_blocks(kernels),
         "replay_span_us": [round(int(r["span_ns"]) / 1000, 1) for r in replays],
         "gap_between_replays_us": [round(int(r["gap_ns"]) / 1000, 1) for r in replays[1:]],
@@ -100,8 +114,13 @@ def test_c_two_streams_and_a_graph_captured_in_counter_replayed_in_blocks(shm_di
     # the join of every execution is what is checked here, not the daemon's budget for it
     daemon = DaemonProcess(tmp_path / "run", shm_dir, free_port(), "--analysis-share", "1")
     try:
-        run = InjectedRun(DECODE + ["--layers", "6", "--replays", "5", "--two-streams", "--wait-before-replays"],
-                          shm_dir, mode="counter", drain=False, ring_records=1 << 22)
+        run = InjectedRun(
+            DECODE + ["--layers", "6", "--replays", "5", "--two-streams", "--wait-before-replays"],
+            shm_dir,
+            mode="counter",
+            drain=False,
+            ring_records=1 << 22,
+        )
         assert run.read_json_line() == {"captured": True}
         switched = gpuobsctl(daemon.address, "set-mode", "blocks")
         assert switched.returncode == 0, switched.stderr
@@ -174,7 +193,14 @@ def test_d_mode_switches_while_graphs_replay_in_a_loop(shm_dir: Path, tmp_path: 
     judged = sum(int(graph[f"executions_{status}"]) for status in ("matched", "mismatched", "unrecorded", "unjoined"))
     assert judged == int(graph["node_executions"]) > 0
     if stage.dropped == 0 and host.dropped == 0:
-        assert int(graph["executions_mismatched"]) == 0 and int(graph["events_unmatched"]) == 0, \
-            {key: graph[key] for key in ("replays", "executions_matched", "executions_mismatched",
-                                         "executions_unrecorded", "events_unmatched")}
+        assert int(graph["executions_mismatched"]) == 0 and int(graph["events_unmatched"]) == 0, {
+            key: graph[key]
+            for key in (
+                "replays",
+                "executions_matched",
+                "executions_mismatched",
+                "executions_unrecorded",
+                "events_unmatched",
+            )
+        }
     assert judged - int(graph["executions_unrecorded"]) > 0  # the switches reached the replays: some ran in blocks

@@ -18,8 +18,13 @@ GRID = 6
 def test_a_spinning_triton_kernel_is_named_with_exactly_its_blocks(shm_dir: Path, tmp_path: Path) -> None:
     daemon = DaemonProcess(tmp_path / "run", shm_dir, free_port(), "--hang-threshold-ms", "1000")
     try:
-        run = InjectedRun([sys.executable, str(WORKLOADS / "spin_flag.py"), "--grid", str(GRID)], shm_dir,
-                          mode="blocks", drain=False, env={"GPUOBS_BLOCK_EXIT": "1"})
+        run = InjectedRun(
+            [sys.executable, str(WORKLOADS / "spin_flag.py"), "--grid", str(GRID)],
+            shm_dir,
+            mode="blocks",
+            drain=False,
+            env={"GPUOBS_BLOCK_EXIT": "1"},
+        )
         assert run.read_json_line() == {"spinning": True, "grid": GRID}
         spinning_since = time.monotonic()
         found: dict = {"launches": []}
@@ -32,7 +37,7 @@ def test_a_spinning_triton_kernel_is_named_with_exactly_its_blocks(shm_dir: Path
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and "kernel_hang_suspected" not in daemon.log():
             time.sleep(0.1)
-        warnings = [json.loads(l) for l in daemon.log().splitlines() if "kernel_hang_suspected" in l]
+        warnings = [json.loads(line) for line in daemon.log().splitlines() if "kernel_hang_suspected" in line]
         run.send_line()
         out = run.finish(timeout=60)
         time.sleep(0.5)
@@ -45,7 +50,8 @@ def test_a_spinning_triton_kernel_is_named_with_exactly_its_blocks(shm_dir: Path
     hung = found["launches"][0]
     assert "spin_while_flag_kernel" in hung["kernel"]
     assert sorted(b["x"] for b in hung["blocks"]) == list(range(GRID)) and all(
-        b["y"] == 0 and b["z"] == 0 for b in hung["blocks"])
+        b["y"] == 0 and b["z"] == 0 for b in hung["blocks"]
+    )
     assert 1 <= len(hung["sms"]) <= GRID
     assert len(warnings) == 1 and "spin_while_flag_kernel" in warnings[0]["kernel"], warnings
     assert out["was_running"] and out["blocks_done"] == GRID  # the tool never made the hang permanent

@@ -21,23 +21,40 @@ def test_a_sampled_pc_maps_to_its_line_and_inline_chain(shm_dir: Path, tmp_path:
     subprocess.run([nvcc, "-O3", "-lineinfo", "-arch=sm_90", "-o", str(binary), str(PROGRAM)], check=True)
     daemon = DaemonProcess(tmp_path / "run", shm_dir, free_port(), "--analysis-share", "1")
     try:
-        run = InjectedRun([str(binary)], shm_dir, mode="sampled", patch_set="memory", shift=4, drain=False,
-                          ring_records=1 << 22)
+        run = InjectedRun(
+            [str(binary)], shm_dir, mode="sampled", patch_set="memory", shift=4, drain=False, ring_records=1 << 22
+        )
         assert run.finish()["status"] == "no error"
         done = gpuobsctl(daemon.address, "--output", "json", "kernels", "--top", "0")
         kernels = {k["mangled"]: k for k in json.loads(done.stdout)["kernels"]}
         pid = run.process.pid
-        hot = json.loads(gpuobsctl(daemon.address, "--output", "json", "source", "--pid", str(pid), "--top", "3",
-                                   "--kernel", "hot_loop_kernel").stdout)
+        hot = json.loads(
+            gpuobsctl(
+                daemon.address,
+                "--output",
+                "json",
+                "source",
+                "--pid",
+                str(pid),
+                "--top",
+                "3",
+                "--kernel",
+                "hot_loop_kernel",
+            ).stdout
+        )
         loop = kernels["_Z15hot_loop_kernelPKfPfi"]
         assert loop["cubin"] and int(loop["function_pc"]) > 0, loop
-        described = gpuobsctl(daemon.address, "source", "--pid", str(pid),
-                              hex(int(loop["function_pc"]) + 0))  # the function's first instruction
+        described = gpuobsctl(
+            daemon.address, "source", "--pid", str(pid), hex(int(loop["function_pc"]) + 0)
+        )  # the function's first instruction
     finally:
         daemon.stop()
     print(json.dumps(hot, indent=1))
     first = hot["lines"][0]
     assert first["line"].endswith("inline_chain.cu:4"), hot
     assert [part.strip().rsplit("/", 1)[-1] for part in first["inlined"].split("<-")] == [
-        "inline_chain.cu:5", "inline_chain.cu:6", "inline_chain.cu:15"], first
+        "inline_chain.cu:5",
+        "inline_chain.cu:6",
+        "inline_chain.cu:15",
+    ], first
     assert described.returncode == 0 and "hot_loop_kernel" in described.stdout, described.stderr

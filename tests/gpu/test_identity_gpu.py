@@ -14,8 +14,13 @@ from harness import WORKLOADS, InjectedRun
 
 def nvidia_smi_gpus() -> list[tuple[str, str]]:
     """(uuid, PCI bus id) of each GPU the driver lists, in nvidia-smi's spelling."""
-    done = subprocess.run(["nvidia-smi", "--query-gpu=uuid,pci.bus_id", "--format=csv,noheader"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=uuid,pci.bus_id", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return [tuple(part.strip() for part in line.split(",")) for line in done.stdout.splitlines() if line.strip()]
 
 

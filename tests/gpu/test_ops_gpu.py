@@ -12,8 +12,12 @@ from harness import WORKLOADS, InjectedRun, assert_small_model_labels
 
 
 def test_each_op_of_a_small_model_gets_its_kernels(shm_dir) -> None:
-    run = InjectedRun([sys.executable, str(WORKLOADS / "torch_ops_labelled.py")], shm_dir, mode="counter",
-                      env={"GPUOBS_LAUNCH_TRACE": "1"})
+    run = InjectedRun(
+        [sys.executable, str(WORKLOADS / "torch_ops_labelled.py")],
+        shm_dir,
+        mode="counter",
+        env={"GPUOBS_LAUNCH_TRACE": "1"},
+    )
     out = run.finish(timeout=120)
     launches = run.all_launches()
     ops = OpAttribution()
@@ -21,7 +25,7 @@ def test_each_op_of_a_small_model_gets_its_kernels(shm_dir) -> None:
     names = {int(entry["slot"]): entry["demangled"] for entry in run.segment.kernels()}  # by slot: names repeat
     table = {label: [names.get(slot, "?") for slot in kernels] for label, kernels in ops.labels.items()}
     recorded = set(out["labels"])
-    assert recorded and set(table) <= recorded, (set(table) - recorded)
+    assert recorded and set(table) <= recorded, set(table) - recorded
     assert_small_model_labels(table)
     totals = ops.report()
     # each layer's four ops launched at least a kernel each; the warm-up's launches had no op

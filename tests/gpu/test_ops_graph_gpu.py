@@ -21,8 +21,9 @@ REPLAYS = 6
 
 
 def test_graph_nodes_carry_the_labels_recorded_at_capture(shm_dir) -> None:
-    run = InjectedRun([sys.executable, str(WORKLOADS / "torch_ops_labelled.py"), "--graph", str(REPLAYS)], shm_dir,
-                      mode="counter")
+    run = InjectedRun(
+        [sys.executable, str(WORKLOADS / "torch_ops_labelled.py"), "--graph", str(REPLAYS)], shm_dir, mode="counter"
+    )
     out = run.finish(timeout=120)
     launches = run.all_launches()
     # each step of the path, so that a failure says where it broke: the injector's answers
@@ -31,11 +32,14 @@ def test_graph_nodes_carry_the_labels_recorded_at_capture(shm_dir) -> None:
     op_nodes = launches[kinds == LAUNCH_KINDS["op_nodes"]].view(OP_NODES_DTYPE)
     created = launches[kinds == LAUNCH_KINDS["graph_exec_created"]]
     replayed = launches[kinds == LAUNCH_KINDS["graph_node"]]
-    path = {"captures": out["captures"],
-            "op_nodes": [(int(r["op"]), int(r["graph"]), [int(n) for n in r["nodes"]["node"][:int(r["count"])]])
-                         for r in op_nodes],
-            "exec_created_graphs": [int(g) for g in created["graph_node"]],
-            "replayed_nodes": sorted({int(n) for n in replayed["graph_node"]})}
+    path = {
+        "captures": out["captures"],
+        "op_nodes": [
+            (int(r["op"]), int(r["graph"]), [int(n) for n in r["nodes"]["node"][: int(r["count"])]]) for r in op_nodes
+        ],
+        "exec_created_graphs": [int(g) for g in created["graph_node"]],
+        "replayed_nodes": sorted({int(n) for n in replayed["graph_node"]}),
+    }
     keep_report("ops-graph-path.json", path)
     assert out["captures"] and set(out["captures"]) == {0}, path  # 0: recorded (2: not capturing; -1: not observing)
     assert len(op_nodes) > 0 and all(op for op, _, _ in path["op_nodes"]), path
@@ -62,6 +66,6 @@ def test_graph_nodes_carry_the_labels_recorded_at_capture(shm_dir) -> None:
     recorded = set(out["labels"])
     assert {label for label, _, _ in rows} <= recorded
     table = {}
-    for label, slot, row in rows:
+    for label, slot, _row in rows:
         table.setdefault(label, []).append(names.get(slot, "?"))
     assert_small_model_labels(table)

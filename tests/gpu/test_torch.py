@@ -8,7 +8,6 @@ import math
 import sys
 
 import pytest
-
 from gpuobs.segment import CONTROL_STATUS, GRAPH_NODES_RECORDED, LAUNCH_KINDS, MODES
 from harness import WORKLOADS, InjectedRun
 
@@ -51,8 +50,13 @@ def test_eager_counts_equal_the_profilers(shm_dir) -> None:
     for name, row in table.items():
         assert row["blocks_observed"] == row["blocks_expected"], name
     # shape by shape: the same (kernel, grid, block) as the profiler's, 4/3 as many of each
-    ours = collections.Counter({(name, grid, block): launches for name, row in table.items()
-                                for (grid, block), launches in row["shapes"].items()})
+    ours = collections.Counter(
+        {
+            (name, grid, block): launches
+            for name, row in table.items()
+            for (grid, block), launches in row["shapes"].items()
+        }
+    )
     theirs = collections.Counter((k["name"], tuple(k["grid"]), tuple(k["block"])) for k in profiled)
     assert {key: count * 4 // 3 for key, count in theirs.items()} == {key: ours[key] for key in theirs}
 
@@ -61,8 +65,12 @@ def test_eager_counts_equal_the_profilers(shm_dir) -> None:
 def test_graph_replays_are_counted_exactly(shm_dir, trace: bool) -> None:
     """One host record per replay; node records only for the replay that learns the nodes (the
     first), or for every replay with the launch trace. The device counts every node execution."""
-    run = InjectedRun(TORCH_OPS + ["--graph", "--replays", "5"], shm_dir, mode="counter",
-                      env={"GPUOBS_LAUNCH_TRACE": "1" if trace else "0"})
+    run = InjectedRun(
+        TORCH_OPS + ["--graph", "--replays", "5"],
+        shm_dir,
+        mode="counter",
+        env={"GPUOBS_LAUNCH_TRACE": "1" if trace else "0"},
+    )
     out = run.finish()
     launches = run.all_launches()
     graph_launches = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
@@ -99,8 +107,14 @@ def test_torch_outputs_unchanged(shm_dir, mode: str, patch_set: str) -> None:
     for graph in ([], ["--graph", "--replays", "3"]):
         if graph:
             reference = InjectedRun(TORCH_OPS + graph, shm_dir, inject=False).finish()["checksum"]
-        run = InjectedRun(TORCH_OPS + (graph or ["--iters", "2"]), shm_dir, mode=mode, patch_set=patch_set,
-                          shift=10, env={"GPUOBS_BLOCK_EXIT": "1" if mode == "blocks" else "0"})
+        run = InjectedRun(
+            TORCH_OPS + (graph or ["--iters", "2"]),
+            shm_dir,
+            mode=mode,
+            patch_set=patch_set,
+            shift=10,
+            env={"GPUOBS_BLOCK_EXIT": "1" if mode == "blocks" else "0"},
+        )
         assert run.finish()["checksum"] == reference, (mode, graph)
         # and the outputs were compared in that mode, not in one the injector fell back to
         applied = run.segment.control_state()

@@ -5,8 +5,9 @@ launch, every block accounted for, and the graph replays that ran in `blocks` jo
 (a switch made after vLLM launched its graphs must reach them). The figures themselves are the
 benchmark's (bench/results/vllm-overhead.json), never asserted here.
 
-Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, README: The GPU suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk
-folder (skipped otherwise). The run goes to $GPUOBS_REPORT_DIR/vllm-decode when that is set."""
+Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, README: The GPU
+suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk folder (skipped otherwise). The run goes to
+$GPUOBS_REPORT_DIR/vllm-decode when that is set."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from harness import VLLM_SKIP_REASON, saved_run, vllm_bench
 
 PAYLOAD = os.environ.get("GPUOBS_VLLM_PAYLOAD")
@@ -28,8 +28,13 @@ pytestmark = pytest.mark.skipif(not PAYLOAD and not JUDGES_SAVED_RUN, reason=VLL
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     size = os.environ.get("GPUOBS_DECODE_MODEL_SIZE", "host-bound")  # bench/vllm_decode.py MODELS
-    return vllm_bench("vllm-decode", "vllm_decode.py", ["--configs", "none,floor-steady,gpuobs", "--budget-s", "480",
-                                                         "--model-size", size], 590, tmp_path_factory)
+    return vllm_bench(
+        "vllm-decode",
+        "vllm_decode.py",
+        ["--configs", "none,floor-steady,gpuobs", "--budget-s", "480", "--model-size", size],
+        590,
+        tmp_path_factory,
+    )
 
 
 def view(bench: Path, name: str):
@@ -40,7 +45,8 @@ def test_every_process_measured_the_same_tokens(bench: Path) -> None:
     data = json.loads((bench / "vllm-overhead.json").read_text())
     assert [r for r in data["runs"] if "figures" not in r] == []
     assert {(r["config"], r["round"]) for r in data["runs"]} == {
-        (config, round_index) for config in ("none", "floor-steady", "gpuobs") for round_index in range(3)}
+        (config, round_index) for config in ("none", "floor-steady", "gpuobs") for round_index in range(3)
+    }
     assert data["summary"]["tokens_identical"], data["summary"]["token_groups"]
     # a saved run is judged for the model it was asked for
     assert data.get("model_size", "host-bound") == os.environ.get("GPUOBS_DECODE_MODEL_SIZE", "host-bound")

@@ -27,11 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from gpuobs_testing.daemon import DaemonProcess, free_port, gpuobsctl
 from gpuobs_testing.perfetto_trace import read_trace
 from gpuobs_testing.phase_file import phases
@@ -59,9 +58,25 @@ class Engine:
             stale.unlink(missing_ok=True)
         with (work / f"{name}.log").open("w") as log:  # a file, never a pipe: vLLM's children outlive it
             self.process = subprocess.Popen(
-                [sys.executable, str(WORKLOADS / "vllm_generate_loop.py"), "--model", str(model), "--status",
-                 str(self.status), "--result", str(self.result), "--stop", str(self.stop), *extra],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                [
+                    sys.executable,
+                    str(WORKLOADS / "vllm_generate_loop.py"),
+                    "--model",
+                    str(model),
+                    "--status",
+                    str(self.status),
+                    "--result",
+                    str(self.result),
+                    "--stop",
+                    str(self.stop),
+                    *extra,
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.pid = self.process.pid
 
     def reached(self, phase: str) -> bool:
@@ -114,8 +129,13 @@ def run_scene(tmp_path_factory: pytest.TempPathFactory, segments: Path) -> dict:
     model = Path("/tmp/qwen3-eager-ops")
     make_model(payload, model, env, SHAPE)
     env.update(drop_in_environment(ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"))
-    env.update({"CUDA_INJECTION64_PATH": str(INJECTOR), "GPUOBS_SEGMENT_DIR": str(segments),
-                "GPUOBS_CUBIN_DIR": str(work / "cubins")})
+    env.update(
+        {
+            "CUDA_INJECTION64_PATH": str(INJECTOR),
+            "GPUOBS_SEGMENT_DIR": str(segments),
+            "GPUOBS_CUBIN_DIR": str(work / "cubins"),
+        }
+    )
     daemon = DaemonProcess(work / "run", segments, free_port())
     stop = work / "job.stop"
     stop.unlink(missing_ok=True)
@@ -130,19 +150,34 @@ def run_scene(tmp_path_factory: pytest.TempPathFactory, segments: Path) -> dict:
         except AssertionError as error:
             seen["graphs_error"] = f"{error}: {(work / 'graphs.log').read_text(errors='replace')[-3000:]}"
             graphs.kill()
-        job = InjectedRun([sys.executable, str(WORKLOADS / "torch_loop.py"), "--seconds", "600", "--stop", str(stop)],
-                          segments, mode="counter", drain=False)
+        job = InjectedRun(
+            [sys.executable, str(WORKLOADS / "torch_loop.py"), "--seconds", "600", "--stop", str(stop)],
+            segments,
+            mode="counter",
+            drain=False,
+        )
         seen["job_pid"] = job.process.pid
         daemon.wait_processes(2 if "graphs_error" in seen else 3, timeout=120)
         time.sleep(1.0)
         processes = ctl_json(daemon, "status")["processes"]
         seen["status"] = processes
         uuid = next(p for p in processes if int(p["pid"]) == eager.pid)["gpus"][0]["uuid"]
-        for selector in (["--pid", str(job.process.pid), "blocks"], ["--gpu", uuid, "counter"],
-                         ["--rank", "0", "blocks"], ["off"], ["--gpu", uuid, "counter"]):
+        for selector in (
+            ["--pid", str(job.process.pid), "blocks"],
+            ["--gpu", uuid, "counter"],
+            ["--rank", "0", "blocks"],
+            ["off"],
+            ["--gpu", uuid, "counter"],
+        ):
             done = gpuobsctl(daemon.address, "set-mode", *selector, timeout=60)
-            seen["switches"].append({"set-mode": selector, "rc": done.returncode, "stderr": done.stderr[-500:],
-                                     "modes": {str(pid): mode for pid, mode in modes(daemon).items()}})
+            seen["switches"].append(
+                {
+                    "set-mode": selector,
+                    "rc": done.returncode,
+                    "stderr": done.stderr[-500:],
+                    "modes": {str(pid): mode for pid, mode in modes(daemon).items()},
+                }
+            )
         seen["ops_eager"] = ctl_json(daemon, "ops", "--pid", str(eager.pid), "--top", "10000")
         if "graphs_error" not in seen:
             try:  # a window refused fails its own test, not the others
@@ -181,6 +216,7 @@ def open_window(daemon: DaemonProcess, pid: int) -> dict:
     """An op window of WINDOW_STEPS steps opened at run time in the graph engine, which runs
     without the launch trace: its eager launch records (ops totals) before, once the window's
     labels are in, and a while later (the trace off again: no more records)."""
+
     def totals() -> dict:
         (row,) = ctl_json(daemon, "ops", "--pid", str(pid), "--top", "1")["totals"]
         (process,) = [p for p in ctl_json(daemon, "status")["processes"] if int(p["pid"]) == pid]
@@ -210,11 +246,15 @@ def graph_trace(daemon: DaemonProcess, pid: int, work: Path) -> dict:
         assert switched.returncode == 0, switched.stderr[-2000:]
         if mode == "blocks":
             out = work / "graphs.pftrace"
-            ctl_json(daemon, "trace", "--duration", "2", "--count", str(TRACE_EVENTS), "--pid", str(pid),
-                     "--out", str(out))
+            ctl_json(
+                daemon, "trace", "--duration", "2", "--count", str(TRACE_EVENTS), "--pid", str(pid), "--out", str(out)
+            )
     trace = read_trace(out)
-    executions = {(s.track, s.args["grid_id"], s.args["replay"]): s.name for s in trace.slices
-                  if s.track.startswith("graph exec ") and s.end is not None}
+    executions = {
+        (s.track, s.args["grid_id"], s.args["replay"]): s.name
+        for s in trace.slices
+        if s.track.startswith("graph exec ") and s.end is not None
+    }
     pairs: collections.Counter = collections.Counter()
     for item in trace.slices:
         if item.track.startswith("ops · graph exec ") and item.end is not None:
@@ -251,8 +291,11 @@ def test_a_window_opened_at_run_time_records_its_steps_then_the_trace_is_off(sce
     eager_records = ("launches_attributed", "launches_without_op", "launch_callback_seconds")  # then off
     assert [later[key] for key in eager_records] == [after[key] for key in eager_records], (after, later)
     for layer in range(LAYERS):
-        attention = [row for row in window["ops"] if row["op"].startswith(f"model.layers.{layer}.self_attn.attn ")
-                     and int(row["launches"]) > 0]
+        attention = [
+            row
+            for row in window["ops"]
+            if row["op"].startswith(f"model.layers.{layer}.self_attn.attn ") and int(row["launches"]) > 0
+        ]
         assert re.search(r"flash", " ".join(row["kernel"] for row in attention), re.I), (layer, attention)
 
 
@@ -261,11 +304,13 @@ def test_switches_reach_exactly_the_processes_they_select(scene: dict) -> None:
     steps = scene["switches"]
     assert [s["rc"] for s in steps] == [0] * len(steps), steps
     order = [str(scene["engine_pids"]["eager"]), str(scene["engine_pids"]["graphs"]), str(scene["job_pid"])]
-    expected = [("counter", "counter", "blocks"),  # --pid the job
-                ("counter", "counter", "counter"),  # --gpu: all run on it
-                ("blocks", "blocks", "counter"),  # --rank 0: only the engines have one
-                ("off", "off", "off"),  # everyone
-                ("counter", "counter", "counter")]
+    expected = [
+        ("counter", "counter", "blocks"),  # --pid the job
+        ("counter", "counter", "counter"),  # --gpu: all run on it
+        ("blocks", "blocks", "counter"),  # --rank 0: only the engines have one
+        ("off", "off", "off"),  # everyone
+        ("counter", "counter", "counter"),
+    ]
     assert [tuple(s["modes"][pid] for pid in order) for s in steps] == expected, steps
 
 
@@ -304,9 +349,12 @@ def test_ops_name_each_layers_gemms_attention_and_cache_write(scene: dict) -> No
     gemm = re.compile(r"nvjet|gemm|gemv|cutlass|cublas", re.I)
     for layer in range(LAYERS):
         prefix = f"model.layers.{layer}"
-        for projection, inputs, outputs in (("self_attn.qkv_proj", HIDDEN, qkv), ("self_attn.o_proj", HIDDEN, HIDDEN),
-                                            ("mlp.gate_up_proj", HIDDEN, 2 * intermediate),
-                                            ("mlp.down_proj", intermediate, HIDDEN)):
+        for projection, inputs, outputs in (
+            ("self_attn.qkv_proj", HIDDEN, qkv),
+            ("self_attn.o_proj", HIDDEN, HIDDEN),
+            ("mlp.gate_up_proj", HIDDEN, 2 * intermediate),
+            ("mlp.down_proj", intermediate, HIDDEN),
+        ):
             rows = rows_for(ops, f"{prefix}.{projection}")
             gemms = [row for row in rows if gemm.search(row["kernel"])]
             assert gemms, (projection, layer, rows)

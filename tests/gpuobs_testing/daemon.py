@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import grpc
-
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 
@@ -31,10 +30,26 @@ class DaemonProcess:
         self.log_path = runtime_dir.parent / f"gpuobsd-{time.monotonic_ns()}.log"
         self.log_file = open(self.log_path, "w")  # a file, not a pipe: a full pipe would block the daemon
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(runtime_dir), "--segment-dir",
-             str(segment_dir), "--metrics-address", f"127.0.0.1:{metrics_port}", "--log-format", "json",
-             "--discovery-interval-ms", "50", *extra],
-            stdout=self.log_file, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "gpuobs.daemon.main",
+                "--runtime-dir",
+                str(runtime_dir),
+                "--segment-dir",
+                str(segment_dir),
+                "--metrics-address",
+                f"127.0.0.1:{metrics_port}",
+                "--log-format",
+                "json",
+                "--discovery-interval-ms",
+                "50",
+                *extra,
+            ],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.stub = pb_grpc.ObserverStub(grpc.insecure_channel(self.address))
         deadline = time.monotonic() + 60  # a loaded 2-core machine starts Python slowly
         while time.monotonic() < deadline:
@@ -85,8 +100,12 @@ class DaemonProcess:
 
 def gpuobsctl(address: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Runs the real CLI against a daemon address and captures what it prints."""
-    return subprocess.run([sys.executable, "-m", "gpuobs.client.main", "--address", address, *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", "--address", address, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def device_stage(process: pb.Process) -> pb.StageCounts:
@@ -104,7 +123,15 @@ def rss_mib(pid: int) -> float:
 def gpuobsd_refuses(args: list[str]) -> str:
     """Why gpuobsd would refuse these flags (its own parser and settings, in a process of its
     own), or "": a deployment's flags checked without starting a daemon."""
-    done = subprocess.run([sys.executable, "-c", "import sys; from gpuobs.daemon.main import configured; "
-                           "configured(sys.argv[1:])", *args], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from gpuobs.daemon.main import configured; configured(sys.argv[1:])",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return "" if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
-

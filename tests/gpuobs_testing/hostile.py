@@ -9,8 +9,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -19,8 +19,12 @@ HOSTILE_UID = 65534  # nobody
 
 def as_hostile(*argv: str) -> None:
     """Runs a command as the hostile user; it must succeed (the attack is set up)."""
-    done = subprocess.run(["setpriv", f"--reuid={HOSTILE_UID}", f"--regid={HOSTILE_UID}", "--clear-groups", *argv],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["setpriv", f"--reuid={HOSTILE_UID}", f"--regid={HOSTILE_UID}", "--clear-groups", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
 
 

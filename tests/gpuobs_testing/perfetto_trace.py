@@ -19,8 +19,8 @@ class TraceSlice:
 
 @dataclasses.dataclass
 class ReadTrace:
-    processes: dict[int, int]        # process track uuid -> pid
-    tracks: dict[int, str]           # uuid -> name
+    processes: dict[int, int]  # process track uuid -> pid
+    tracks: dict[int, str]  # uuid -> name
     slices: list[TraceSlice]
     clock_snapshots: list[dict[int, int]]
     ranks: dict[int, int] = dataclasses.field(default_factory=dict)  # uuid -> sibling_order_rank, where set
@@ -51,9 +51,16 @@ def read_trace(path: Path) -> ReadTrace:
         elif packet.HasField("track_event"):
             event = packet.track_event
             assert event.track_uuid in tracks, "an event before its track's descriptor"
-            args = {a.name: (a.string_value if a.HasField("string_value") else
-                             a.uint_value if a.HasField("uint_value") else a.int_value)
-                    for a in event.debug_annotations}
+            args = {
+                a.name: (
+                    a.string_value
+                    if a.HasField("string_value")
+                    else a.uint_value
+                    if a.HasField("uint_value")
+                    else a.int_value
+                )
+                for a in event.debug_annotations
+            }
             if event.type == TrackEvent.TYPE_SLICE_BEGIN:
                 made = TraceSlice(tracks[event.track_uuid], event.track_uuid, packet.timestamp, None, event.name, args)
                 open_slices.setdefault(event.track_uuid, []).append(made)
@@ -63,7 +70,9 @@ def read_trace(path: Path) -> ReadTrace:
                 assert packet.timestamp > began.start, (began, packet.timestamp)
                 began.end = packet.timestamp
             else:
-                slices.append(TraceSlice(tracks[event.track_uuid], event.track_uuid, packet.timestamp, None, event.name, args))
+                slices.append(
+                    TraceSlice(tracks[event.track_uuid], event.track_uuid, packet.timestamp, None, event.name, args)
+                )
     assert not any(open_slices.values()), "slices that never end"
     by_track: dict[int, list[TraceSlice]] = {}
     for item in slices:

@@ -38,9 +38,15 @@ scrape_configs:
       - targets: ["127.0.0.1:{target_port}"]
 """)
         self.process = subprocess.Popen(
-            [require("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                require("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def query(self, expr: str) -> list | None:
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})

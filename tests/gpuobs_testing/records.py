@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
 
 EXEC = 0x7000
@@ -23,22 +22,52 @@ def launch_records(rows: list[dict[str, int]]) -> np.ndarray:
     return array
 
 
-def graph_launches(replays: range, mode: str = "blocks", recorded: range | None = None, *, graph_exec: int = EXEC,
-                   nodes: dict[int, tuple[int, int]] = NODES) -> np.ndarray:
+def graph_launches(
+    replays: range,
+    mode: str = "blocks",
+    recorded: range | None = None,
+    *,
+    graph_exec: int = EXEC,
+    nodes: dict[int, tuple[int, int]] = NODES,
+) -> np.ndarray:
     """Graph launch records of `replays`; those in `recorded` (all, by default) followed by their
     node records, as the injector writes a replay it records node by node. `nodes`: node ->
     (grid id, blocks), kernel slots in order."""
     rows = []
     for replay in replays:
         by_node = recorded is None or replay in recorded
-        rows.append(dict(kind=LAUNCH_KINDS["graph_launch"], graph_exec=graph_exec, replay=replay,
-                         kernel_slot=0xFFFFFFFF, mode=MODES[mode], host_time_ns=replay * 1000,
-                         flags=GRAPH_NODES_RECORDED if by_node else 0))
+        rows.append(
+            dict(
+                kind=LAUNCH_KINDS["graph_launch"],
+                graph_exec=graph_exec,
+                replay=replay,
+                kernel_slot=0xFFFFFFFF,
+                mode=MODES[mode],
+                host_time_ns=replay * 1000,
+                flags=GRAPH_NODES_RECORDED if by_node else 0,
+            )
+        )
         for slot, (node, (grid_id, blocks)) in enumerate(nodes.items() if by_node else ()):
-            rows.append(dict(kind=LAUNCH_KINDS["graph_node"], graph_exec=graph_exec, graph_node=node,
-                             graph_launch_id=replay, replay=replay, grid_id=grid_id, kernel_slot=slot, grid_x=blocks,
-                             grid_y=1, grid_z=1, block_x=128, block_y=1, block_z=1, mode=MODES[mode], flags=1,
-                             host_time_ns=replay * 1000 + slot))
+            rows.append(
+                dict(
+                    kind=LAUNCH_KINDS["graph_node"],
+                    graph_exec=graph_exec,
+                    graph_node=node,
+                    graph_launch_id=replay,
+                    replay=replay,
+                    grid_id=grid_id,
+                    kernel_slot=slot,
+                    grid_x=blocks,
+                    grid_y=1,
+                    grid_z=1,
+                    block_x=128,
+                    block_y=1,
+                    block_z=1,
+                    mode=MODES[mode],
+                    flags=1,
+                    host_time_ns=replay * 1000 + slot,
+                )
+            )
     return launch_records(rows)
 
 
@@ -51,7 +80,16 @@ def events(kind: str, count: int, **fields: Any) -> np.ndarray:
     return rows
 
 
-def block_events(grid_id: int, replay: int, blocks: int, *, slot: int, t0: int, kind: str = "block_enter") -> np.ndarray:
+def block_events(
+    grid_id: int, replay: int, blocks: int, *, slot: int, t0: int, kind: str = "block_enter"
+) -> np.ndarray:
     """One event of `kind` per block of a launch (blocks 0.., x only), 10 ns apart from t0."""
-    return events(kind, blocks, grid_id=grid_id, replay=replay, block_x=np.arange(blocks), kernel_slot=slot,
-                  globaltimer_ns=t0 + np.arange(blocks) * 10)
+    return events(
+        kind,
+        blocks,
+        grid_id=grid_id,
+        replay=replay,
+        block_x=np.arange(blocks),
+        kernel_slot=slot,
+        globaltimer_ns=t0 + np.arange(blocks) * 10,
+    )

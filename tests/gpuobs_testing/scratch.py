@@ -9,12 +9,13 @@ import contextlib
 import os
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 
 def unwind_on_signals() -> None:
     """SIGTERM and SIGHUP raise SystemExit in the main thread, as SIGINT raises KeyboardInterrupt."""
+
     def leave(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 

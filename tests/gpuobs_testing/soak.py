@@ -17,16 +17,21 @@ import urllib.request
 from pathlib import Path
 
 import grpc
-
 from gpuobs.api.v1 import observer_pb2 as pb
+
 from gpuobs_testing.daemon import DaemonProcess, free_port, rss_mib
 from gpuobs_testing.synth import synth_binary
 
 # what a request that does not make sense may be answered; UNKNOWN or INTERNAL mean the daemon
 # failed on it (an exception it did not expect), and the soak counts them as failures
-ANSWERS_ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-                   grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED,
-                   grpc.StatusCode.FAILED_PRECONDITION}
+ANSWERS_ALLOWED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+}
 
 
 def descriptors(pid: int) -> int:
@@ -44,11 +49,28 @@ class Soak:
     seed: int = 1
     JUNK_KEPT = 300
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    figures: dict = dataclasses.field(default_factory=lambda: {
-        "lifetimes": 0, "producer_failures": 0, "junk_files": 0, "fuzzed_requests": 0, "fuzz_failures": [],
-        "scrapes": 0, "scrape_failures": 0, "streams": 0, "stream_events": 0, "stream_failures": [],
-        "series_max": 0, "rss_mib": [], "descriptors_max": 0, "status_bytes_max": 0,
-        "recordings": 0, "recordings_capped": 0, "recording_bytes_max": 0, "recording_failures": []})
+    figures: dict = dataclasses.field(
+        default_factory=lambda: {
+            "lifetimes": 0,
+            "producer_failures": 0,
+            "junk_files": 0,
+            "fuzzed_requests": 0,
+            "fuzz_failures": [],
+            "scrapes": 0,
+            "scrape_failures": 0,
+            "streams": 0,
+            "stream_events": 0,
+            "stream_failures": [],
+            "series_max": 0,
+            "rss_mib": [],
+            "descriptors_max": 0,
+            "status_bytes_max": 0,
+            "recordings": 0,
+            "recordings_capped": 0,
+            "recording_bytes_max": 0,
+            "recording_failures": [],
+        }
+    )
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     @property
@@ -64,9 +86,21 @@ class Soak:
         while not self.stop.is_set() and self.figures["lifetimes"] < self.lifetimes:
             while len(running) < self.concurrent and not self.stop.is_set():
                 mode = rng.choice(["counter", "blocks", "memory", "sampled", "noop"])
-                args = [binary, "--segment-dir", str(self.segment_dir), "--mode", mode, "--kernels",
-                        str(rng.choice([2, 16, 200])), "--rate", str(rng.choice([20000, 200000])), "--duration",
-                        f"{rng.uniform(0.1, 0.6):.2f}", "--ring-records", "4096"]
+                args = [
+                    binary,
+                    "--segment-dir",
+                    str(self.segment_dir),
+                    "--mode",
+                    mode,
+                    "--kernels",
+                    str(rng.choice([2, 16, 200])),
+                    "--rate",
+                    str(rng.choice([20000, 200000])),
+                    "--duration",
+                    f"{rng.uniform(0.1, 0.6):.2f}",
+                    "--ring-records",
+                    "4096",
+                ]
                 if rng.random() < 0.1:
                     args += ["--crash-after", str(rng.randint(100, 5000))]  # dies without unmapping
                 try:
@@ -81,7 +115,10 @@ class Soak:
                 with self.lock:
                     self.figures["lifetimes"] += 1
                     # a crash asked for ends in a signal; any other failure is one
-                    if process.returncode not in (0, -6, -9, -11, 134, 137, 139) and "--crash-after" not in process.args:
+                    if (
+                        process.returncode not in (0, -6, -9, -11, 134, 137, 139)
+                        and "--crash-after" not in process.args
+                    ):
                         self.figures["producer_failures"] += 1
         for process in running:
             process.wait()
@@ -106,8 +143,12 @@ class Soak:
             if kind == "link":  # planted where a segment would be: never followed, never written through
                 path.symlink_to(self.victim)
             else:
-                data = {"random": rng.randbytes(rng.randrange(1, 8192)), "empty": b"",
-                        "header": b"GPUOBSSG" + rng.randbytes(rng.randrange(0, 600)), "huge-name": b"x"}[kind]
+                data = {
+                    "random": rng.randbytes(rng.randrange(1, 8192)),
+                    "empty": b"",
+                    "header": b"GPUOBSSG" + rng.randbytes(rng.randrange(0, 600)),
+                    "huge-name": b"x",
+                }[kind]
                 path.write_bytes(data)
             kept.append(path)
             with self.lock:
@@ -153,11 +194,23 @@ class Soak:
             if field.message_type is not None or rng.random() < 0.4:
                 continue
             values = {
-                field.TYPE_STRING: lambda: rng.choice([
-                    "", "blocks", "sampled", "x" * rng.randrange(1, 3000), "(.+.+)+!", "k1.1.2.3", "g1.1.2.3",
-                    "s1.1.2.3.4", "k1.\u00b2.1.1", "nul\0byte", str(self.runtime_dir / "nul\0.gpuobs"),
-                    str(self.runtime_dir / f"fuzz-{rng.randrange(1 << 20)}.gpuobs"), "\udcff".encode(
-                        "utf-8", "surrogateescape").decode("utf-8", "replace")]),
+                field.TYPE_STRING: lambda: rng.choice(
+                    [
+                        "",
+                        "blocks",
+                        "sampled",
+                        "x" * rng.randrange(1, 3000),
+                        "(.+.+)+!",
+                        "k1.1.2.3",
+                        "g1.1.2.3",
+                        "s1.1.2.3.4",
+                        "k1.\u00b2.1.1",
+                        "nul\0byte",
+                        str(self.runtime_dir / "nul\0.gpuobs"),
+                        str(self.runtime_dir / f"fuzz-{rng.randrange(1 << 20)}.gpuobs"),
+                        "\udcff".encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                    ]
+                ),
                 field.TYPE_BOOL: lambda: rng.random() < 0.5,
                 field.TYPE_UINT32: lambda: rng.choice([0, 1, 31, 32, 1000, (1 << 32) - 1]),
                 field.TYPE_UINT64: lambda: rng.choice([0, 1, 100, (1 << 64) - 1]),
@@ -185,6 +238,7 @@ class Soak:
     def recordings(self, stub) -> None:
         """Recordings as long as the daemon allows, two at a time, streamed back: each ends at a
         cap with what it wrote; the bytes never pass the caps."""
+
         def record() -> None:
             received, stopped = 0, ""
             try:
@@ -252,16 +306,27 @@ class Soak:
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> dict:
         self.victim.write_text("the victim's own bytes\n")
-        daemon = DaemonProcess(self.runtime_dir, self.segment_dir, free_port(), "--exited-max", str(self.exited_max),
-                               "--record-max-mb", str(self.RECORD_MAX_MB), "--record-total-mb", str(self.RECORD_TOTAL_MB))
+        daemon = DaemonProcess(
+            self.runtime_dir,
+            self.segment_dir,
+            free_port(),
+            "--exited-max",
+            str(self.exited_max),
+            "--record-max-mb",
+            str(self.RECORD_MAX_MB),
+            "--record-total-mb",
+            str(self.RECORD_TOTAL_MB),
+        )
         started = time.monotonic()
-        threads = [threading.Thread(target=self.producers, name="producers"),
-                   threading.Thread(target=self.junk, name="junk"),
-                   threading.Thread(target=self.fuzz, args=(daemon.address,), name="fuzz"),
-                   threading.Thread(target=self.scrapes, args=(daemon.metrics_port,), name="scrapes"),
-                   threading.Thread(target=self.streams, args=(daemon.stub,), name="streams"),
-                   threading.Thread(target=self.recordings, args=(daemon.stub,), name="recordings"),
-                   threading.Thread(target=self.watch, args=(daemon,), name="watch")]
+        threads = [
+            threading.Thread(target=self.producers, name="producers"),
+            threading.Thread(target=self.junk, name="junk"),
+            threading.Thread(target=self.fuzz, args=(daemon.address,), name="fuzz"),
+            threading.Thread(target=self.scrapes, args=(daemon.metrics_port,), name="scrapes"),
+            threading.Thread(target=self.streams, args=(daemon.stub,), name="streams"),
+            threading.Thread(target=self.recordings, args=(daemon.stub,), name="recordings"),
+            threading.Thread(target=self.watch, args=(daemon,), name="watch"),
+        ]
         try:
             for thread in threads:
                 thread.start()
@@ -286,13 +351,17 @@ class Soak:
             for process in status.processes:
                 for stage in process.stages:
                     if stage.produced + stage.unpublished != (
-                            stage.delivered + stage.dropped + stage.torn + stage.corrupt + stage.in_flight):
+                        stage.delivered + stage.dropped + stage.torn + stage.corrupt + stage.in_flight
+                    ):
                         unbalanced.append(f"{process.pid} {stage.stage}")
                 if process.accounting_errors:
                     unbalanced.append(f"{process.pid}: {process.accounting_errors} accounting errors")
             figures["unbalanced_retained"] = unbalanced
-            gone = [json.loads(line) for line in daemon.log().splitlines()
-                    if line.startswith("{") and '"process_gone"' in line]
+            gone = [
+                json.loads(line)
+                for line in daemon.log().splitlines()
+                if line.startswith("{") and '"process_gone"' in line
+            ]
             figures["processes_gone"] = len(gone)
             figures["accounting_errors"] = sum(int(entry.get("accounting_errors", 0)) for entry in gone)
             figures["crashes_in_log"] = [line for line in daemon.log().splitlines() if "Traceback" in line][:5]

@@ -11,11 +11,12 @@ from pathlib import Path
 
 from gpuobs.segment import STATE_EXITED
 
-
 # gpuobs-synth --ops N: op k has label (k - 1) % 3 of these (as synth/device_loop.cpp writes them)
-SYNTH_OP_LABELS = ["model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
-                   "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
-                   "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]"]
+SYNTH_OP_LABELS = [
+    "model.layers.0.mlp.down_proj aten::mm bf16[8,6144] bf16[6144,2048]",
+    "model.layers.0.self_attn vllm::unified_attention bf16[8,16,128] bf16[8,8,128]",
+    "model.layers.1.input_layernorm vllm::rms_norm bf16[8,2048] bf16[2048]",
+]
 
 
 def synth_binary() -> str:

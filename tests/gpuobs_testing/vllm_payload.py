@@ -15,8 +15,9 @@ from pathlib import Path
 
 def payload_environment(payload: Path) -> dict[str, str]:
     """PYTHONPATH of the unpacked vLLM payload (device_unpack.sh --env prints an export line)."""
-    done = subprocess.run(["bash", str(payload / "device_unpack.sh"), str(payload), "--env"], capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        ["bash", str(payload / "device_unpack.sh"), str(payload), "--env"], capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
         raise SystemExit(f"vLLM payload not ready: {done.stdout[-500:]} {done.stderr[-500:]}")
     match = re.search(r"export PYTHONPATH=([^$\s]+)", done.stdout)
@@ -29,8 +30,15 @@ def payload_environment(payload: Path) -> dict[str, str]:
 def offline_environment(payload: Path) -> dict[str, str]:
     """This process's environment with the payload on the path, vLLM offline and quiet, and no
     injector (each configuration adds its own)."""
-    env = {**os.environ, **payload_environment(payload), "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **payload_environment(payload),
+        "VLLM_USE_FLASHINFER_SAMPLER": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("CUDA_INJECTION64_PATH", None)
     return env
 
@@ -41,14 +49,15 @@ def drop_in_environment(path: Path) -> dict[str, str]:
     for line in path.read_text().splitlines():
         line = line.strip()
         if line.startswith("Environment="):
-            for item in shlex.split(line[len("Environment="):]):
+            for item in shlex.split(line[len("Environment=") :]):
                 key, _, value = item.partition("=")
                 env[key] = value.replace("%%", "%")
     return env
 
 
-def make_model(payload: Path, where: Path, env: dict[str, str], shape: list[str] | None = None, *,
-               by_copies: bool = False) -> bool:
+def make_model(
+    payload: Path, where: Path, env: dict[str, str], shape: list[str] | None = None, *, by_copies: bool = False
+) -> bool:
     """A random-weight Qwen3 at `where` (make_tiny_qwen3.py's --layers/--hidden/--vocab in
     `shape`), unless one is there already; True when it was made now. `by_copies`: made with one
     layer, then every layer a copy of it (deepen_model.py: minutes less for 32 x 5120). A failure
@@ -62,11 +71,21 @@ def make_model(payload: Path, where: Path, env: dict[str, str], shape: list[str]
     if deepen:
         made[shape.index("--layers") + 1] = "1"
     try:
-        subprocess.run([sys.executable, str(payload / "make_tiny_qwen3.py"), str(where), *made], env=env,
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [sys.executable, str(payload / "make_tiny_qwen3.py"), str(where), *made],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         if deepen:
-            subprocess.run([sys.executable, "-m", "gpuobs_testing.deepen_model", str(where), str(layers)], env=env,
-                           check=True, capture_output=True, timeout=600)
+            subprocess.run(
+                [sys.executable, "-m", "gpuobs_testing.deepen_model", str(where), str(layers)],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
     except BaseException:
         shutil.rmtree(where, ignore_errors=True)  # made again next time, never half
         raise

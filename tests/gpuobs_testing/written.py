@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from gpuobs import _native
 from gpuobs.daemon.registry import ObservedProcess, Registry
 from gpuobs.daemon.service import ObserverService
@@ -32,7 +31,7 @@ class WrittenProcess:
 
     def put_launches(self, records: np.ndarray) -> None:
         for index in range(len(records)):
-            assert self.writer.write_launch(records[index:index + 1]), "the launch ring is full"
+            assert self.writer.write_launch(records[index : index + 1]), "the launch ring is full"
 
     def drain(self) -> None:
         """Discovery and drain passes until nothing more is read, the accounting checked at

@@ -12,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import Segment
 from gpuobs_testing.daemon import gpuobsctl
 
@@ -20,8 +19,20 @@ from gpuobs_testing.daemon import gpuobsctl
 def test_a_hang_is_named_within_its_threshold_when_the_budget_looks_at_nothing(start_synth, start_daemon) -> None:
     # busy in blocks mode (every block's events, more than 1% of the daemon's time can pair), then
     # kernel 0 hangs: its blocks enter and none exits
-    synth = start_synth("--mode", "blocks", "--rate", "4000000", "--kernels", "6", "--duration", "2",
-                        "--hang-seconds", "60", "--ring-records", str(1 << 16))
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--rate",
+        "4000000",
+        "--kernels",
+        "6",
+        "--duration",
+        "2",
+        "--hang-seconds",
+        "60",
+        "--ring-records",
+        str(1 << 16),
+    )
     daemon = start_daemon("--analysis-share", "0.01", "--hang-threshold-ms", "1000")
     daemon.wait_processes(1)
     kernel0 = Segment(synth.segment, exclusive=False).kernels()[0]["demangled"]
@@ -57,6 +68,7 @@ def test_a_hang_is_named_within_its_threshold_when_the_budget_looks_at_nothing(s
 
 def metrics_text(daemon) -> str:
     import urllib.request
+
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:
         return response.read().decode()
 
@@ -72,8 +84,18 @@ def test_a_stalled_drain_is_said_and_the_watchdog_is_fed(tmp_path: Path, segment
     listener.settimeout(5)
     monkeypatch.setenv("NOTIFY_SOCKET", str(notify_path))
     monkeypatch.setenv("WATCHDOG_USEC", "200000")
-    config = daemon_main.configured(["--runtime-dir", str(tmp_path / "run"), "--segment-dir", str(segment_dir),
-                                     "--metrics-address", "", "--watchdog-stall-ms", "100"])
+    config = daemon_main.configured(
+        [
+            "--runtime-dir",
+            str(tmp_path / "run"),
+            "--segment-dir",
+            str(segment_dir),
+            "--metrics-address",
+            "",
+            "--watchdog-stall-ms",
+            "100",
+        ]
+    )
     daemon = daemon_main.Daemon(config)
     daemon.service.drain_age_seconds = lambda: 50.0  # the drain has not passed for 50 s
 
@@ -87,7 +109,7 @@ def test_a_stalled_drain_is_said_and_the_watchdog_is_fed(tmp_path: Path, segment
     try:
         while True:
             messages.append(listener.recv(4096).decode())
-    except socket.timeout:
+    except TimeoutError:
         pass
     finally:
         listener.close()
@@ -95,15 +117,15 @@ def test_a_stalled_drain_is_said_and_the_watchdog_is_fed(tmp_path: Path, segment
     assert sum(m == "WATCHDOG=1" for m in messages) >= 2, messages
     assert "STATUS=drain stalled for 50 s" in messages, messages
     from gpuobs.daemon.metrics import GpuobsCollector
+
     families = {f.name: f for f in GpuobsCollector(daemon.service, 50, 0.1).collect()}
     assert families["gpuobs_drain_stalled"].samples[0].value == 1.0
 
 
 def test_concurrent_scrapes_share_one_exposition() -> None:
+    from gpuobs.daemon.metrics_server import SharedExposition
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import GaugeMetricFamily
-
-    from gpuobs.daemon.metrics_server import SharedExposition
 
     collections = []
 

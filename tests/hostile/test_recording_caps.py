@@ -20,15 +20,25 @@ def busy_producer(start_synth):
     return start_synth("--mode", "blocks", "--rate", "4000000", "--kernels", "6", "--ring-records", str(1 << 18))
 
 
-def test_a_recording_ends_at_the_cap_per_recording_and_keeps_what_it_wrote(start_synth, start_daemon,
-                                                                           tmp_path: Path) -> None:
+def test_a_recording_ends_at_the_cap_per_recording_and_keeps_what_it_wrote(
+    start_synth, start_daemon, tmp_path: Path
+) -> None:
     busy_producer(start_synth)
     daemon = start_daemon("--record-max-mb", "1")
     daemon.wait_processes(1)
     for on_daemon in (True, False):
         out = tmp_path / f"capped-{on_daemon}.gpuobs"
-        done = gpuobsctl(daemon.address, "--output", "json", "record", "--duration", "30",
-                         *(["--on-daemon"] if on_daemon else []), str(out), timeout=60)
+        done = gpuobsctl(
+            daemon.address,
+            "--output",
+            "json",
+            "record",
+            "--duration",
+            "30",
+            *(["--on-daemon"] if on_daemon else []),
+            str(out),
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         (row,) = json.loads(done.stdout)["files"]
         assert "the cap of 1048576 bytes per recording was reached" in row["stopped"], row
@@ -47,8 +57,16 @@ def test_recordings_at_once_share_one_cap(start_synth, start_daemon, tmp_path: P
     answers: list[dict] = []
 
     def record(index: int) -> None:
-        done = gpuobsctl(daemon.address, "--output", "json", "record", "--duration", "20",
-                         str(tmp_path / f"shared-{index}.gpuobs"), timeout=60)
+        done = gpuobsctl(
+            daemon.address,
+            "--output",
+            "json",
+            "record",
+            "--duration",
+            "20",
+            str(tmp_path / f"shared-{index}.gpuobs"),
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         answers.extend(json.loads(done.stdout)["files"])
 

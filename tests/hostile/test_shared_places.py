@@ -20,8 +20,14 @@ KERNEL = "_Z17plain_copy_kernelPKfPf"
 
 def run_synth(segment_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     import os
-    return subprocess.run([synth_binary(), "--segment-dir", str(segment_dir), "--launches", "5", *args],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+
+    return subprocess.run(
+        [synth_binary(), "--segment-dir", str(segment_dir), "--launches", "5", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def unchanged(victim: Path) -> bool:
@@ -56,16 +62,25 @@ def test_segments_in_a_sticky_shared_folder_are_made_beside_what_others_planted(
     assert unchanged(victim)
 
 
-def test_the_cubin_store_replaces_a_planted_link_as_a_name_and_never_writes_through_it(shared: Path,
-                                                                                     tmp_path: Path) -> None:
+def test_the_cubin_store_replaces_a_planted_link_as_a_name_and_never_writes_through_it(
+    shared: Path, tmp_path: Path
+) -> None:
     cubin = build_cubin(FIXTURE, tmp_path)
     victim = victim_file(tmp_path / "victims")
     name = _native.cubin_file_name(cubin.read_bytes())
     as_hostile("ln", "-s", str(victim), str(shared / name))
     segments = tmp_path / "segments"
     segments.mkdir()
-    done = run_synth(segments, "--cubin", str(cubin), "--cubin-function", KERNEL, "--cubin-offsets", "0x10",
-                     env={"GPUOBS_CUBIN_DIR": str(shared)})
+    done = run_synth(
+        segments,
+        "--cubin",
+        str(cubin),
+        "--cubin-function",
+        KERNEL,
+        "--cubin-offsets",
+        "0x10",
+        env={"GPUOBS_CUBIN_DIR": str(shared)},
+    )
     assert done.returncode == 0, done.stderr
     assert unchanged(victim)
     kept = shared / name
@@ -80,8 +95,16 @@ def test_a_cubin_folder_another_user_owns_or_links_keeps_nothing_and_says_why(sh
     for folder, reason in ((shared / "theirs", f"owned by uid {HOSTILE_UID}"), (shared / "linked", "link")):
         segments = tmp_path / f"segments-{folder.name}"
         segments.mkdir()
-        done = run_synth(segments, "--cubin", str(cubin), "--cubin-function", KERNEL, "--cubin-offsets", "0x10",
-                         env={"GPUOBS_CUBIN_DIR": str(folder)})
+        done = run_synth(
+            segments,
+            "--cubin",
+            str(cubin),
+            "--cubin-function",
+            KERNEL,
+            "--cubin-offsets",
+            "0x10",
+            env={"GPUOBS_CUBIN_DIR": str(folder)},
+        )
         assert done.returncode == 0, done.stderr  # the process runs on
         assert "cubin not kept (cubin directory refused" in done.stderr and reason in done.stderr, done.stderr
         (segment,) = segments.iterdir()
@@ -95,12 +118,21 @@ def test_the_old_default_cubin_name_beside_the_segments_is_not_used(shared: Path
     """Cubins were kept in <segment folder>/gpuobs-cubins by default, a name anyone could take in
     /dev/shm; the default is now the user's own cache folder."""
     import os
+
     cubin = build_cubin(FIXTURE, tmp_path)
     victim = victim_file(tmp_path / "victims")
     as_hostile("ln", "-s", str(victim.parent), str(shared / "gpuobs-cubins"))
     cache = tmp_path / "cache"
-    done = run_synth(shared, "--cubin", str(cubin), "--cubin-function", KERNEL, "--cubin-offsets", "0x10",
-                     env={"XDG_CACHE_HOME": str(cache), "GPUOBS_CUBIN_DIR": ""})
+    done = run_synth(
+        shared,
+        "--cubin",
+        str(cubin),
+        "--cubin-function",
+        KERNEL,
+        "--cubin-offsets",
+        "0x10",
+        env={"XDG_CACHE_HOME": str(cache), "GPUOBS_CUBIN_DIR": ""},
+    )
     assert done.returncode == 0, done.stderr
     kept = list((cache / "gpuobs" / "cubins").iterdir())
     assert [p.read_bytes() for p in kept] == [cubin.read_bytes()]
@@ -113,13 +145,28 @@ def stat_mode(path: Path) -> int:
 
 
 def gpuobsd(runtime_dir: Path, segment_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuobs.daemon.main", "--runtime-dir", str(runtime_dir),
-                           "--segment-dir", str(segment_dir), "--metrics-address", "", *extra],
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.daemon.main",
+            "--runtime-dir",
+            str(runtime_dir),
+            "--segment-dir",
+            str(segment_dir),
+            "--metrics-address",
+            "",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
-def test_gpuobsd_refuses_a_runtime_folder_another_user_owns_and_writes_nothing_there(shared: Path,
-                                                                                   tmp_path: Path) -> None:
+def test_gpuobsd_refuses_a_runtime_folder_another_user_owns_and_writes_nothing_there(
+    shared: Path, tmp_path: Path
+) -> None:
     victim = victim_file(tmp_path / "victims")
     runtime = shared / "run"
     as_hostile("mkdir", "-m", "0755", str(runtime))

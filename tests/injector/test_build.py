@@ -11,9 +11,8 @@ import struct
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import gpuobs
+import pytest
 from gpuobs.injector_functions import SIGNATURES
 
 LIB_DIR = Path(gpuobs.__file__).parent / "lib"
@@ -37,8 +36,9 @@ def test_injector_exports_the_entry_point_and_every_function_the_plugin_calls_on
     way on the GPU once). So the export list is held to injector_functions.SIGNATURES here."""
     nm = shutil.which("nm")
     assert nm, "binutils' nm is needed"
-    exported = subprocess.run([nm, "-D", "--defined-only", str(INJECTOR)], check=True, capture_output=True,
-                              text=True).stdout
+    exported = subprocess.run(
+        [nm, "-D", "--defined-only", str(INJECTOR)], check=True, capture_output=True, text=True
+    ).stdout
     names = {line.split()[-1] for line in exported.splitlines() if " T " in line}
     assert not any(name.startswith("_ZN6gpuobs") for name in names), "internals must stay hidden"
     probes = {"gpuobs_step_aside"}  # called by a GPU test's workload, not by the plugin
@@ -92,11 +92,11 @@ def fatbin_cubins(data: bytes) -> list[bytes]:
         end = max(shoff + shentsize * shnum, phoff + phentsize * phnum)
         for index in range(shnum):
             header = at + shoff + index * shentsize
-            kind, = struct.unpack_from("<I", data, header + 4)
+            (kind,) = struct.unpack_from("<I", data, header + 4)
             offset, size = struct.unpack_from("<QQ", data, header + 0x18)
             if kind != 8:  # SHT_NOBITS has no bytes in the file
                 end = max(end, offset + size)
-        cubins.append(data[at:at + end])
+        cubins.append(data[at : at + end])
         at += 4
     return cubins
 
@@ -129,7 +129,7 @@ def test_block_entry_patch_has_no_stack_frame_on_hopper(tmp_path: Path) -> None:
         start = sass.find("\ngpuobs_block_enter:")
         if target and start >= 0:
             end = sass.find("//----", start)
-            functions[target.group(1)] = sass[start:end if end > 0 else None]
+            functions[target.group(1)] = sass[start : end if end > 0 else None]
     assert "sm_90" in functions, sorted(functions)
     body = functions["sm_90"]
     assert re.search(r"\bSTL\b", body) is None and re.search(r"\bCALL\b", body) is None, body[:3000]

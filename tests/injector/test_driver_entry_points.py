@@ -14,8 +14,9 @@ def test_every_resolved_driver_entry_point_is_used() -> None:
     resolver = (SOURCES / "driver_api.cpp").read_text()
     resolved = re.findall(r'resolve\(get, "(cu\w+)", &(\w+),', resolver)
     assert len(resolved) >= 8, resolved
-    users = "\n".join(path.read_text() for path in SOURCES.iterdir()
-                      if path.suffix in (".cpp", ".h") and path.stem != "driver_api")
+    users = "\n".join(
+        path.read_text() for path in SOURCES.iterdir() if path.suffix in (".cpp", ".h") and path.stem != "driver_api"
+    )
     users += resolver.split("bool DriverApi::load", 1)[0] + resolver.split("return loaded;", 1)[-1]
     unused = [name for name, member in resolved if not re.search(rf"\b{member}\b", users)]
     assert unused == [], f"resolved but never used: {unused}"

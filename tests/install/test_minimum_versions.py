@@ -30,29 +30,64 @@ def floors() -> list[str]:
 @pytest.mark.slow
 def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-C", "build-dir=build/{wheel_tag}", "-w", str(wheels), str(ROOT)],
-                           capture_output=True, text=True, timeout=900, cwd=ROOT)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-C",
+            "build-dir=build/{wheel_tag}",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     env_dir = tmp_path / "floor"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", *floors(), "pytest>=8", "PyYAML>=6"],
-                               capture_output=True, text=True, timeout=900)
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *floors(), "pytest>=8", "PyYAML>=6"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert installed.returncode == 0, installed.stderr[-3000:]
     (wheel,) = wheels.glob("gpuobs-*.whl")
-    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-                               capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr[-3000:]
-    versions = subprocess.run([str(python), "-m", "pip", "list", "--format", "freeze"], capture_output=True,
-                              text=True, timeout=60).stdout
+    versions = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "freeze"], capture_output=True, text=True, timeout=60
+    ).stdout
     for pin in floors():
         name, version = pin.split("==")
         assert re.search(rf"^{re.escape(name)}=={re.escape(version)}(\.0)*$", versions, re.M | re.I), (pin, versions)
     # the daemon and CLI end to end on gpuobs-synth, the metrics through a real Prometheus, the
     # Perfetto trace and the graph join: the parts each dependency serves
-    tests = ["tests/client/test_conventions.py", "tests/daemon/test_metrics.py", "tests/daemon/test_recording.py",
-             "tests/daemon/test_graphs.py"]
-    done = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1200)
+    tests = [
+        "tests/client/test_conventions.py",
+        "tests/daemon/test_metrics.py",
+        "tests/daemon/test_recording.py",
+        "tests/daemon/test_graphs.py",
+    ]
+    done = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

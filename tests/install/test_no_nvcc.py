@@ -13,8 +13,10 @@ import pybind11
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NVCC_INSTALL = ('pip install --target DIR "nvidia-cuda-nvcc==13.0.*" "nvidia-cuda-crt==13.0.*" '
-                '"nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*" "nvidia-nvvm==13.0.*"')
+NVCC_INSTALL = (
+    'pip install --target DIR "nvidia-cuda-nvcc==13.0.*" "nvidia-cuda-crt==13.0.*" '
+    '"nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*" "nvidia-nvvm==13.0.*"'
+)
 DAEMON_ONLY = "pip install -C cmake.define.GPUOBS_DAEMON_ONLY=ON ."
 
 
@@ -34,9 +36,24 @@ def configure(tmp_path: Path, *defines: str, env: dict[str, str] | None = None) 
     hidden = {name: value for name, value in os.environ.items() if name != "GPUOBS_DAEMON_ONLY"}
     hidden.update(PATH=os.pathsep.join(path), CUDA_HOME=str(empty_cuda_home), **(env or {}))
     done = subprocess.run(
-        [cmake, "-S", str(ROOT), "-B", str(tmp_path / "build"), *generator, f"-DCMAKE_CXX_COMPILER={compiler}",
-         f"-DPython_EXECUTABLE={sys.executable}", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", *defines],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, env=hidden)
+        [
+            cmake,
+            "-S",
+            str(ROOT),
+            "-B",
+            str(tmp_path / "build"),
+            *generator,
+            f"-DCMAKE_CXX_COMPILER={compiler}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+            *defines,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        env=hidden,
+    )
     done.stdout = " ".join(done.stdout.split())
     return done
 

@@ -6,7 +6,6 @@ tool thread has rewritten its slot's word."""
 from __future__ import annotations
 
 import pytest
-
 from gpuobs import _native
 from gpuobs.segment import MODES
 

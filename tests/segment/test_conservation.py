@@ -6,16 +6,25 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
-from gpuobs_testing.synth import drain_until_exit
 from gpuobs.segment import STATE_EXITED, Segment
+from gpuobs_testing.synth import drain_until_exit
 
 EVENTS = 12_000_000
 
 
 def test_conservation_under_load_with_a_slow_reader(start_synth) -> None:
-    synth = start_synth("--mode", "blocks", "--kernels", "24", "--max-events", str(EVENTS), "--ring-records",
-                        str(1 << 16), "--seed", "7")
+    synth = start_synth(
+        "--mode",
+        "blocks",
+        "--kernels",
+        "24",
+        "--max-events",
+        str(EVENTS),
+        "--ring-records",
+        str(1 << 16),
+        "--seed",
+        "7",
+    )
     segment = Segment(synth.segment, batch_records=4096)
     delivered = 0
     last_seq = 0
@@ -57,8 +66,9 @@ def test_conservation_under_load_with_a_slow_reader(start_synth) -> None:
 
 
 def test_several_rings_each_conserve(start_synth) -> None:
-    synth = start_synth("--mode", "sampled", "--shift", "2", "--contexts", "4", "--max-events", "1000000",
-                        "--ring-records", "4096")
+    synth = start_synth(
+        "--mode", "sampled", "--shift", "2", "--contexts", "4", "--max-events", "1000000", "--ring-records", "4096"
+    )
     segment = Segment(synth.segment)
     drain_until_exit(segment, pause=0.001)
     assert synth.wait() == 0

@@ -3,12 +3,9 @@ generations, acknowledgements, refusals, and bad requests that change nothing.""
 
 from __future__ import annotations
 
-import re
 import time
 
-import numpy as np
 import pytest
-
 from gpuobs import _native
 from gpuobs.segment import CONTROL_STATUS, MODES, PATCH_SETS, Segment
 from gpuobs_testing.synth import wait_applied, wait_events
@@ -46,8 +43,11 @@ def test_the_start_config_is_in_force_when_the_segment_is_first_seen(start_synth
     synth = start_synth("--mode", "blocks", "--kernel", "gemm|silu", "--rate", "10000")
     segment = Segment(synth.segment)
     first = segment.control_state()
-    assert (first["applied_generation"], first["applied_mode"], first["applied_filter"]) == (0, MODES["blocks"],
-                                                                                           "gemm|silu")
+    assert (first["applied_generation"], first["applied_mode"], first["applied_filter"]) == (
+        0,
+        MODES["blocks"],
+        "gemm|silu",
+    )
     assert first["desired_filter"] == "gemm|silu" and first["status"] == CONTROL_STATUS["ok"]
     for _ in range(20):
         time.sleep(0.005)
@@ -97,16 +97,20 @@ def test_cross_set_switch_is_refused_while_graph_execs_live(start_synth) -> None
     assert state["status"] == CONTROL_STATUS["failed_precondition"]
     # the injector's own decision (gpuobs-synth runs the segment library's), word for word, with
     # the remedies: chosen kernels, or sampled, which needs no other set
-    assert state["status_message"] == ("mode memory needs access hooks and no kernel has them (3 CUDA graph execs "
-                                       "are alive); restart with GPUOBS_MEMORY_KERNELS=REGEX for chosen kernels, or "
-                                       "use sampled")
+    assert state["status_message"] == (
+        "mode memory needs access hooks and no kernel has them (3 CUDA graph execs "
+        "are alive); restart with GPUOBS_MEMORY_KERNELS=REGEX for chosen kernels, or "
+        "use sampled"
+    )
     assert state["applied_mode"] == MODES["counter"]  # still the old mode
     assert state["applied_patch_set"] == PATCH_SETS["block"]
     generation = segment.request_control("counter", patch_set="memory")  # a set asked for by name
     state = wait_applied(segment, generation)
     assert state["status"] == CONTROL_STATUS["failed_precondition"]
-    assert state["status_message"] == ("patch set memory needs re-patching and 3 CUDA graph execs are alive; "
-                                       "restart the process with GPUOBS_PATCH_SET=memory")
+    assert state["status_message"] == (
+        "patch set memory needs re-patching and 3 CUDA graph execs are alive; "
+        "restart the process with GPUOBS_PATCH_SET=memory"
+    )
     # sampled, and every switch within the set, still work
     for mode in ("sampled", "blocks"):
         generation = segment.request_control(mode, shift=4)
@@ -116,20 +120,25 @@ def test_cross_set_switch_is_refused_while_graph_execs_live(start_synth) -> None
     assert synth.stop() == 0
 
 
-@pytest.mark.parametrize("mode, patch_set, chooses, needed", [
-    ("memory", "block", False, "memory"),   # accesses and no hook anywhere: the memory set
-    ("memory", "block", True, "block"),     # the chosen kernels' hooks serve it
-    ("sampled", "block", False, "block"),   # sampled blocks
-    ("sampled", "memory", False, "memory"),
-    ("counter", "memory", False, "memory"),  # the set asked for (gpuobsd asks the one in force)
-    ("blocks", "block", True, "block"),
-])
+@pytest.mark.parametrize(
+    "mode, patch_set, chooses, needed",
+    [
+        ("memory", "block", False, "memory"),  # accesses and no hook anywhere: the memory set
+        ("memory", "block", True, "block"),  # the chosen kernels' hooks serve it
+        ("sampled", "block", False, "block"),  # sampled blocks
+        ("sampled", "memory", False, "memory"),
+        ("counter", "memory", False, "memory"),  # the set asked for (gpuobsd asks the one in force)
+        ("blocks", "block", True, "block"),
+    ],
+)
 def test_the_patch_set_a_request_needs(mode: str, patch_set: str, chooses: bool, needed: str) -> None:
     assert _native.patch_set_needed(MODES[mode], PATCH_SETS[patch_set], chooses) == PATCH_SETS[needed]
 
 
 def test_every_refusal_fits_the_status_message() -> None:
     """The longest refusal, with a count of graph execs of 20 digits, is not cut."""
-    message = ("mode memory needs access hooks and no kernel has them (18446744073709551615 CUDA graph execs are "
-               "alive); restart with GPUOBS_MEMORY_KERNELS=REGEX for chosen kernels, or use sampled")
+    message = (
+        "mode memory needs access hooks and no kernel has them (18446744073709551615 CUDA graph execs are "
+        "alive); restart with GPUOBS_MEMORY_KERNELS=REGEX for chosen kernels, or use sampled"
+    )
     assert len(message.encode()) < _native.STATUS_MESSAGE_BYTES  # and its terminating zero

@@ -7,15 +7,14 @@ import os
 import signal
 import time
 
-import numpy as np
-
-from gpuobs_testing.synth import drain_until_exit
 from gpuobs.segment import Segment
+from gpuobs_testing.synth import drain_until_exit
 
 
 def test_sigkill_mid_write_skips_exactly_the_torn_slot(start_synth) -> None:
-    synth = start_synth("--mode", "blocks", "--crash-after", "300000", "--ring-records", str(1 << 20), "--rate",
-                        "3000000")
+    synth = start_synth(
+        "--mode", "blocks", "--crash-after", "300000", "--ring-records", str(1 << 20), "--rate", "3000000"
+    )
     segment = Segment(synth.segment)
     segment.reader.set_torn_timeout(3600)  # only the writer's death may release the slot
     delivered, _ = drain_until_exit(segment, pause=0.002)
@@ -38,8 +37,9 @@ def killed_at_full_speed(start_synth, seconds: float, *args: str) -> Segment:
     segment = Segment(synth.segment)
     segment.reader.set_torn_timeout(3600)
     deadline = time.monotonic() + 10  # running at full speed (the segment is out before its threads start)
-    while time.monotonic() < deadline and not (segment.counters()[0]["launches"] and
-                                               segment.reader.event_ring_stats(0)["head"]):
+    while time.monotonic() < deadline and not (
+        segment.counters()[0]["launches"] and segment.reader.event_ring_stats(0)["head"]
+    ):
         time.sleep(0.002)
     time.sleep(seconds)
     os.kill(synth.pid, signal.SIGKILL)

@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 
 import pytest
-
 from gpuobs import _native
 from gpuobs_testing.cubins import build_cubin
 
@@ -26,20 +25,26 @@ def test_the_functions_of_a_cubin_are_its_kernels(cubin: bytes) -> None:
     assert sorted(names) == sorted(["_Z17plain_copy_kernelPKfPf", CACHE_KERNEL])
 
 
-@pytest.mark.parametrize("pattern, chosen", [
-    ("reshape_and_cache", True),          # a demangled or mangled name: the module is chosen
-    ("^void reshape_and_cache_flash_kernel<float>", True),  # the demangled name, anchored
-    ("plain_copy_kernel", True),
-    ("flash_fwd|nvjet", False),
-    ("^reshape", False),                  # neither name starts so
-])
+@pytest.mark.parametrize(
+    "pattern, chosen",
+    [
+        ("reshape_and_cache", True),  # a demangled or mangled name: the module is chosen
+        ("^void reshape_and_cache_flash_kernel<float>", True),  # the demangled name, anchored
+        ("plain_copy_kernel", True),
+        ("flash_fwd|nvjet", False),
+        ("^reshape", False),  # neither name starts so
+    ],
+)
 def test_a_module_is_chosen_when_one_of_its_kernels_matches(cubin: bytes, pattern: str, chosen: bool) -> None:
     assert _native.module_chosen_for_access_hooks(pattern, _native.cubin_function_names(cubin)) is chosen
 
 
 def test_bytes_that_are_no_cubin_are_refused_with_a_reason(cubin: bytes) -> None:
-    for image, reason in [(b"", "not an ELF"), (b"\x7fELF" + bytes(60), "not a 64-bit"),
-                          (b"%PDF-1.4" + bytes(100), "not an ELF")]:
+    for image, reason in [
+        (b"", "not an ELF"),
+        (b"\x7fELF" + bytes(60), "not a 64-bit"),
+        (b"%PDF-1.4" + bytes(100), "not an ELF"),
+    ]:
         with pytest.raises(ValueError, match=reason):
             _native.cubin_function_names(image)
     header = bytearray(cubin[:64])

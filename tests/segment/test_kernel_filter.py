@@ -10,12 +10,11 @@ import re
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from gpuobs import _native
 from gpuobs.segment import MODES, Segment
 from gpuobs_testing.synth import wait_applied
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ALPHABET = "abc_:.(1 "
 LITERALS = ["a", "b", "c", "_", ":", r"\.", r"\(", "1", " "]
@@ -35,8 +34,9 @@ def patterns() -> st.SearchStrategy[str]:
 
     body = st.recursive(st.builds(lambda a, q: a + q, atom, st.sampled_from(QUANTIFIERS)), extend, max_leaves=8)
     # within the filter's length limit (what is longer is refused, tested below)
-    return st.builds(lambda begin, core, end: begin + core + end, st.sampled_from(["", "^"]), body,
-                     st.sampled_from(["", "$"])).filter(lambda pattern: len(pattern.encode()) <= MAX_PATTERN_BYTES)
+    return st.builds(
+        lambda begin, core, end: begin + core + end, st.sampled_from(["", "^"]), body, st.sampled_from(["", "$"])
+    ).filter(lambda pattern: len(pattern.encode()) <= MAX_PATTERN_BYTES)
 
 
 # Derandomized: the oracle is a backtracking engine, and a nested quantifier on a long text (a
@@ -50,22 +50,45 @@ def test_the_verdict_is_pythons_on_the_subset(pattern: str, text: str) -> None:
 
 
 def test_realistic_filters_on_kernel_names() -> None:
-    names = ["void cutlass::device_kernel<flash::FlashAttnFwdSm90<Params>>(Params)",
-             "nvjet_sm90_tst_8x64_64x16_4x1_v_bz_TNN", "triton_per_fused__to_copy_embedding_rms_norm_0",
-             "_ZN4vllm15rms_norm_kernelIN3c108BFloat16ELi8EEEvPT_PKS3_S6_fii"]
-    for pattern in [r"flash|nvjet", r"^nvjet_sm\d+", r"rms_norm_kernel<.*BFloat16", r"cutlass.*Params\)$",
-                    r"triton_(per|red)_fused", r"[A-Z]{3}$", r"_Z\w+rms_norm"]:
+    names = [
+        "void cutlass::device_kernel<flash::FlashAttnFwdSm90<Params>>(Params)",
+        "nvjet_sm90_tst_8x64_64x16_4x1_v_bz_TNN",
+        "triton_per_fused__to_copy_embedding_rms_norm_0",
+        "_ZN4vllm15rms_norm_kernelIN3c108BFloat16ELi8EEEvPT_PKS3_S6_fii",
+    ]
+    for pattern in [
+        r"flash|nvjet",
+        r"^nvjet_sm\d+",
+        r"rms_norm_kernel<.*BFloat16",
+        r"cutlass.*Params\)$",
+        r"triton_(per|red)_fused",
+        r"[A-Z]{3}$",
+        r"_Z\w+rms_norm",
+    ]:
         for name in names:
             assert _native.kernel_filter_search(pattern, name) == (re.search(pattern, name, re.ASCII) is not None)
 
 
-@pytest.mark.parametrize("pattern, why", [
-    ("(?=a)b", "lookaround"), (r"(a)\1", "back-references"), (r"\bword", "word boundaries"),
-    ("a**", "nothing to repeat"), ("*a", "nothing to repeat"), ("[abc", "missing ]"), ("(ab", "missing )"),
-    ("ab)", "unmatched )"), ("[]a]", "may not start with ]"), ("a{3,1}", "maximum below its minimum"),
-    ("[z-a]", "out of order"), ("a\\", "may not end with"), ("(?P<n>a)", "named groups"),
-    ("x{999}" * 5, "too large"), ("a" * 256, "longer than 255"),
-])
+@pytest.mark.parametrize(
+    "pattern, why",
+    [
+        ("(?=a)b", "lookaround"),
+        (r"(a)\1", "back-references"),
+        (r"\bword", "word boundaries"),
+        ("a**", "nothing to repeat"),
+        ("*a", "nothing to repeat"),
+        ("[abc", "missing ]"),
+        ("(ab", "missing )"),
+        ("ab)", "unmatched )"),
+        ("[]a]", "may not start with ]"),
+        ("a{3,1}", "maximum below its minimum"),
+        ("[z-a]", "out of order"),
+        ("a\\", "may not end with"),
+        ("(?P<n>a)", "named groups"),
+        ("x{999}" * 5, "too large"),
+        ("a" * 256, "longer than 255"),
+    ],
+)
 def test_what_is_not_supported_is_refused_with_a_reason(pattern: str, why: str) -> None:
     with pytest.raises(ValueError, match=re.escape(why)):
         _native.kernel_filter_search(pattern, "x")

@@ -47,8 +47,7 @@ def test_many_shapes_are_never_misattributed_and_always_add_up(tmp_path: Path) -
     """More shapes than buckets: shapes that met another in a bucket count as other launches,
     never under a wrong shape, and shapes plus other equal the launches."""
     rng = random.Random(5)
-    made = [(3, (rng.randint(1, 5000), rng.randint(1, 3), 1), (rng.choice([64, 128, 256]), 1, 1))
-            for _ in range(400)]
+    made = [(3, (rng.randint(1, 5000), rng.randint(1, 3), 1), (rng.choice([64, 128, 256]), 1, 1)) for _ in range(400)]
     truth = collections.Counter((grid, block) for _, grid, block in made)
     assert len(truth) > 40
     segment = census(tmp_path, made)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, KERNEL_COUNTERS_DTYPE, LAUNCH_DTYPE
 
@@ -33,7 +32,8 @@ int main() {
   F(LaunchRecord, graph_node) F(LaunchRecord, graph_launch_id) F(LaunchRecord, kernel_slot) F(LaunchRecord, grid_x)
   F(LaunchRecord, grid_y) F(LaunchRecord, grid_z) F(LaunchRecord, block_x) F(LaunchRecord, block_y)
   F(LaunchRecord, block_z) F(LaunchRecord, context_index) F(LaunchRecord, kind) F(LaunchRecord, mode)
-  F(LaunchRecord, shift) F(LaunchRecord, flags) F(LaunchRecord, replay) F(LaunchRecord, thread) F(LaunchRecord, op) F(LaunchRecord, seq)
+  F(LaunchRecord, shift) F(LaunchRecord, flags) F(LaunchRecord, replay) F(LaunchRecord, thread) F(LaunchRecord, op)
+  F(LaunchRecord, seq)
   F(KernelCounters, launches) F(KernelCounters, blocks_expected) F(KernelCounters, blocks_observed)
   F(KernelCounters, blocks_unpatched) F(KernelCounters, memory_accesses) F(KernelCounters, events_produced)
   F(KernelCounters, events_dropped) F(KernelCounters, blocks_unobserved) F(KernelCounters, blocks_exited)
@@ -43,7 +43,8 @@ int main() {
   std::printf("\"geometry\": [%llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu],",
     (unsigned long long)g.control_offset, (unsigned long long)g.counters_offset,
     (unsigned long long)g.ring_controls_offset, (unsigned long long)g.kernel_counters_offset,
-    (unsigned long long)g.kernel_shapes_offset, (unsigned long long)g.kernel_table_offset, (unsigned long long)g.name_arena_offset,
+    (unsigned long long)g.kernel_shapes_offset, (unsigned long long)g.kernel_table_offset,
+    (unsigned long long)g.name_arena_offset,
     (unsigned long long)g.launch_ring_offset, (unsigned long long)g.event_rings_offset,
     (unsigned long long)g.segment_bytes);
   std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, "
@@ -84,8 +85,22 @@ def test_numpy_dtypes_match_cxx_offsets(cxx_layout: dict, struct: str, dtype: np
 
 
 def test_record_sizes_and_version(cxx_layout: dict) -> None:
-    header, control, counters, ring_control, kernel_counters, kernel_shapes, kernel_entry, event, launch, step, \
-        step_text, shape_count, op, op_nodes = cxx_layout["sizes"]
+    (
+        header,
+        control,
+        counters,
+        ring_control,
+        kernel_counters,
+        kernel_shapes,
+        kernel_entry,
+        event,
+        launch,
+        step,
+        step_text,
+        shape_count,
+        op,
+        op_nodes,
+    ) = cxx_layout["sizes"]
     assert EVENT_DTYPE.itemsize == event == 64
     assert LAUNCH_DTYPE.itemsize == launch == 128
     assert KERNEL_COUNTERS_DTYPE.itemsize == kernel_counters == 128

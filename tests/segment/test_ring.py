@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE, Segment
 

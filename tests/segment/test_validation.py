@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, Segment, SegmentError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 HEADER_BYTES = _native.STRUCT_SIZES["header"]
 
@@ -25,8 +24,9 @@ HEADER_BYTES = _native.STRUCT_SIZES["header"]
 def template(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """The bytes of a valid segment with some records in it."""
     directory = tmp_path_factory.mktemp("template")
-    writer = _native.Writer(str(directory), event_ring_records=64, launch_ring_records=64, kernel_slots=16,
-                            name_arena_bytes=4096)
+    writer = _native.Writer(
+        str(directory), event_ring_records=64, launch_ring_records=64, kernel_slots=16, name_arena_bytes=4096
+    )
     writer.register_kernel("_ZN4vllm15rms_norm_kernelIN3c108BFloat16ELi8EEEvPT_PKS3_S6_fii")
     records = np.zeros(10, dtype=EVENT_DTYPE)
     records["kind"] = 1
@@ -54,8 +54,12 @@ def test_the_template_itself_is_accepted(tmp_path: Path, template: bytes) -> Non
         (0, "<Q", 0x1122334455667788, "bad magic"),
         (8, "<I", 99, "layout version 99"),
         # a segment of the next layout (record kinds this reader does not know): refused, named
-        (8, "<I", _native.LAYOUT_VERSION + 1,
-         f"layout version {_native.LAYOUT_VERSION + 1}, this reader speaks {_native.LAYOUT_VERSION}"),
+        (
+            8,
+            "<I",
+            _native.LAYOUT_VERSION + 1,
+            f"layout version {_native.LAYOUT_VERSION + 1}, this reader speaks {_native.LAYOUT_VERSION}",
+        ),
         (12, "<I", 256, "header size"),
         (16, "<Q", 1 << 40, "disagrees with the capacities"),
         (56, "<I", 0, "event ring count"),
@@ -67,8 +71,9 @@ def test_the_template_itself_is_accepted(tmp_path: Path, template: bytes) -> Non
         (152, "<I", 7, "state 7"),
     ],
 )
-def test_bad_header_fields_are_named(tmp_path: Path, template: bytes, offset: int, fmt: str, value: int,
-                                     reason: str) -> None:
+def test_bad_header_fields_are_named(
+    tmp_path: Path, template: bytes, offset: int, fmt: str, value: int, reason: str
+) -> None:
     data = bytearray(template)
     struct.pack_into(fmt, data, offset, value)
     path = write_segment(tmp_path, bytes(data))

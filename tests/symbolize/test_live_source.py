@@ -9,23 +9,40 @@ import json
 from pathlib import Path
 
 from gpuobs.symbolize import CubinSymbols
-from gpuobs_testing.cubins import INLINE_CHAIN_KERNEL as KERNEL, build_cubin
+from gpuobs_testing.cubins import INLINE_CHAIN_KERNEL as KERNEL
+from gpuobs_testing.cubins import build_cubin
 from gpuobs_testing.daemon import gpuobsctl
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "inline_chain.cu"
 
 
-def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, start_synth, start_daemon,
-                                                               cache_home: Path) -> None:
+def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(
+    tmp_path: Path, start_synth, start_daemon, cache_home: Path
+) -> None:
     cubin = build_cubin(SOURCE, tmp_path, "-lineinfo")
     instructions = CubinSymbols(cubin).functions[KERNEL]
     load = next(offset for offset, text, _ in instructions if text.startswith("LDG"))
     store = next(offset for offset, text, _ in instructions if text.startswith("STG"))
     daemon = start_daemon("--analysis-share", "1")  # count every event: the ratio below is exact
     # the load executes twice per thread, the store once: the load's line must rank first
-    synth = start_synth("--mode", "memory", "--patch-set", "memory", "--kernels", "2", "--launches", "2",
-                        "--ring-records", str(1 << 21), "--cubin", str(cubin), "--cubin-function", KERNEL,
-                        "--cubin-offsets", f"{load:#x},{load:#x},{store:#x}")
+    synth = start_synth(
+        "--mode",
+        "memory",
+        "--patch-set",
+        "memory",
+        "--kernels",
+        "2",
+        "--launches",
+        "2",
+        "--ring-records",
+        str(1 << 21),
+        "--cubin",
+        str(cubin),
+        "--cubin-function",
+        KERNEL,
+        "--cubin-offsets",
+        f"{load:#x},{load:#x},{store:#x}",
+    )
     assert synth.wait() == 0
     status = daemon.wait_all_gone(20)
     stats = next(p.injector for p in status.processes if p.pid == synth.pid)
@@ -43,10 +60,15 @@ def test_pcs_of_a_live_process_map_to_lines_and_rank_by_events(tmp_path: Path, s
     lines = done.stdout.splitlines()
     assert lines[1].startswith(f"hot_kernel(float const*, float*, int)+{load:#x}: LDG")
     assert [line.split()[-1].rsplit("/", 1)[-1] for line in lines[2:]] == [
-        "inline_chain.cu:4", "inline_chain.cu:5", "inline_chain.cu:6", "inline_chain.cu:9"]
+        "inline_chain.cu:4",
+        "inline_chain.cu:5",
+        "inline_chain.cu:6",
+        "inline_chain.cu:9",
+    ]
 
-    done = gpuobsctl(daemon.address, "--output", "json", "source", "--pid", str(synth.pid), "--top", "2",
-                     "--kernel", "hot_kernel")
+    done = gpuobsctl(
+        daemon.address, "--output", "json", "source", "--pid", str(synth.pid), "--top", "2", "--kernel", "hot_kernel"
+    )
     assert done.returncode == 0, done.stderr
     ranked = json.loads(done.stdout)
     first, second = ranked["lines"]
@@ -72,14 +94,28 @@ def test_cubins_are_stored_once_and_within_the_budget(tmp_path: Path, start_synt
     cubin = build_cubin(SOURCE, tmp_path, "-lineinfo")
     store = cache_home / "gpuobs" / "cubins"
     load = next(offset for offset, text, _ in CubinSymbols(cubin).functions[KERNEL] if text.startswith("LDG"))
-    args = ("--mode", "counter", "--kernels", "2", "--launches", "4", "--cubin", str(cubin), "--cubin-function",
-            KERNEL, "--cubin-offsets", hex(load))
+    args = (
+        "--mode",
+        "counter",
+        "--kernels",
+        "2",
+        "--launches",
+        "4",
+        "--cubin",
+        str(cubin),
+        "--cubin-function",
+        KERNEL,
+        "--cubin-offsets",
+        hex(load),
+    )
     first, second = start_synth(*args), start_synth(*args)  # two processes loading the same module
     assert first.wait() == 0 and second.wait() == 0
     assert [path.read_bytes() for path in store.iterdir()] == [cubin.read_bytes()]  # one file, whole
     other = tmp_path / "other"
     other.mkdir()
-    starved = start_synth(*args, directory=other, env={"GPUOBS_CUBIN_MB": "0", "GPUOBS_CUBIN_DIR": str(other / "cubins")})
+    starved = start_synth(
+        *args, directory=other, env={"GPUOBS_CUBIN_MB": "0", "GPUOBS_CUBIN_DIR": str(other / "cubins")}
+    )
     assert starved.wait() == 0
     assert not (other / "cubins").exists()
     counters = Segment(starved.segment, exclusive=False).counters()[0]

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gpuobs.symbolize import CubinSymbols, Frame, SymbolizeError, find_nvdisasm
 from gpuobs_testing.cubins import INLINE_CHAIN_KERNEL, build_cubin
 
@@ -38,7 +37,11 @@ def test_the_deep_load_has_the_whole_inline_chain(cubin: Path) -> None:
     src = str(SOURCE)
     # level3 (line 4) inlined into level2 (5) into level1 (6) into hot_kernel (9): outermost last
     assert [(Path(f.file).name, f.line) for f in frames] == [
-        ("inline_chain.cu", 4), ("inline_chain.cu", 5), ("inline_chain.cu", 6), ("inline_chain.cu", 9)]
+        ("inline_chain.cu", 4),
+        ("inline_chain.cu", 5),
+        ("inline_chain.cu", 6),
+        ("inline_chain.cu", 9),
+    ]
     assert frames[-1] == Frame(frames[-1].file, 9) and frames[0].file.endswith("inline_chain.cu")
     assert src.endswith(Path(frames[0].file).name)
     location = symbols.lookup(KERNEL, offset)
@@ -48,16 +51,38 @@ def test_the_deep_load_has_the_whole_inline_chain(cubin: Path) -> None:
 def test_gpuobsctl_source_prints_function_offset_and_chain(cubin: Path) -> None:
     offset = next(o for o, text, _ in CubinSymbols(cubin).functions[KERNEL] if text.startswith("LDG"))
     # two kernels in this cubin: the function must be named
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "source", "--cubin", str(cubin), hex(offset)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", "source", "--cubin", str(cubin), hex(offset)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "the cubin has 2 functions" in done.stderr
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "source", "--cubin", str(cubin), "--function",
-                           KERNEL, hex(offset)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuobs.client.main",
+            "source",
+            "--cubin",
+            str(cubin),
+            "--function",
+            KERNEL,
+            hex(offset),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"hot_kernel(float const*, float*, int)+{hex(offset)}: LDG")
     assert [line.split()[-1].rsplit("/", 1)[-1] for line in lines[1:]] == [
-        "inline_chain.cu:4", "inline_chain.cu:5", "inline_chain.cu:6", "inline_chain.cu:9"]
+        "inline_chain.cu:4",
+        "inline_chain.cu:5",
+        "inline_chain.cu:6",
+        "inline_chain.cu:9",
+    ]
     assert lines[1].strip().startswith("at ") and lines[-1].strip().startswith("inlined into ")
 
 
@@ -69,6 +94,10 @@ def test_without_line_info_and_bad_offsets(tmp_path: Path) -> None:
         symbols.lookup(KERNEL, 0x3)
     with pytest.raises(SymbolizeError, match="no function"):
         symbols.lookup("nope", 0)
-    done = subprocess.run([sys.executable, "-m", "gpuobs.client.main", "source", "--cubin", str(bare), "0x3"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuobs.client.main", "source", "--cubin", str(bare), "0x3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from gpuobs.segment import segment_paths
 from gpuobs_testing.synth import synth_binary
 
@@ -20,8 +19,13 @@ def run_synth(directory: Path, group: str | None) -> tuple[os.stat_result, str]:
     env = {key: value for key, value in os.environ.items() if key != "GPUOBS_GROUP"}
     if group is not None:
         env["GPUOBS_GROUP"] = group
-    done = subprocess.run([synth_binary(), "--segment-dir", str(directory), "--mode", "counter", "--launches", "10"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [synth_binary(), "--segment-dir", str(directory), "--mode", "counter", "--launches", "10"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     (segment,) = segment_paths(directory)
     return segment.stat(), done.stderr

@@ -10,10 +10,17 @@ import re
 
 import numpy as np
 import pytest
-
 from gpuobs import _native
-from gpuobs.segment import (BLOCK_EARLIER_EPOCH, BLOCK_SAMPLED, EVENT_DTYPE, EVENT_KINDS, KERNEL_ACCESS_HOOKS_CHOSEN,
-                            LAUNCH_DTYPE, STATE_EXITED, Segment)
+from gpuobs.segment import (
+    BLOCK_EARLIER_EPOCH,
+    BLOCK_SAMPLED,
+    EVENT_DTYPE,
+    EVENT_KINDS,
+    KERNEL_ACCESS_HOOKS_CHOSEN,
+    LAUNCH_DTYPE,
+    STATE_EXITED,
+    Segment,
+)
 from gpuobs_testing.oracles import linear_block, numpy_block_sample_keep, numpy_fmix64, numpy_sample_keep
 
 LAUNCHES = "300"
@@ -21,8 +28,19 @@ LAUNCHES = "300"
 
 def run_to_end(start_synth, *args: str, launches: str = LAUNCHES) -> tuple[Segment, np.ndarray, np.ndarray]:
     """Runs gpuobs-synth for a fixed number of launches, paced so that the reader keeps up."""
-    synth = start_synth("--launches", launches, "--seed", "11", "--kernels", "12", "--ring-records", str(1 << 20),
-                        "--rate", "4000000", *args)
+    synth = start_synth(
+        "--launches",
+        launches,
+        "--seed",
+        "11",
+        "--kernels",
+        "12",
+        "--ring-records",
+        str(1 << 20),
+        "--rate",
+        "4000000",
+        *args,
+    )
     segment = Segment(synth.segment)
     events, launches = [], []
     while True:
@@ -38,14 +56,20 @@ def run_to_end(start_synth, *args: str, launches: str = LAUNCHES) -> tuple[Segme
     assert segment.counters()[0]["device_events_dropped"] == 0  # these oracles need every event
     empty_events = np.zeros(0, dtype=EVENT_DTYPE)
     empty_launches = np.zeros(0, dtype=LAUNCH_DTYPE)
-    return (segment, np.concatenate(events) if events else empty_events,
-            np.concatenate(launches) if launches else empty_launches)
+    return (
+        segment,
+        np.concatenate(events) if events else empty_events,
+        np.concatenate(launches) if launches else empty_launches,
+    )
 
 
 def shapes_of_records(segment: Segment, launches: np.ndarray) -> dict[tuple, int]:
     """(slot, grid, block) -> launches, from the host's launch records (the trace)."""
-    keys = zip(launches["kernel_slot"].tolist(), launches[["grid_x", "grid_y", "grid_z"]].tolist(),
-               launches[["block_x", "block_y", "block_z"]].tolist())
+    keys = zip(
+        launches["kernel_slot"].tolist(),
+        launches[["grid_x", "grid_y", "grid_z"]].tolist(),
+        launches[["block_x", "block_y", "block_z"]].tolist(),
+    )
     return dict(collections.Counter((slot, tuple(grid), tuple(block)) for slot, grid, block in keys))
 
 
@@ -97,24 +121,40 @@ def test_blocks_records_a_launch_and_an_enter_and_an_exit_per_block(start_synth)
     # the launch events: one per launch, with the launch's kernel and shape
     launch_events = events[events["kind"] == EVENT_KINDS["launch"]]
     assert np.array_equal(np.sort(launch_events["grid_id"]), np.sort(launches["grid_id"]))
-    by_grid = {int(l["grid_id"]): l for l in launches}
+    by_grid = {int(launch["grid_id"]): launch for launch in launches}
     for event in launch_events:
         launch = by_grid[int(event["grid_id"])]
         assert int(event["kernel_slot"]) == int(launch["kernel_slot"])
-        assert int(event["address"]) == int(launch["grid_x"]) | int(launch["grid_y"]) << 32 | int(launch["grid_z"]) << 48
-        assert (int(event["block_x"]), int(event["block_y"]), int(event["block_z"])) == \
-            (int(launch["block_x"]), int(launch["block_y"]), int(launch["block_z"]))
+        assert (
+            int(event["address"]) == int(launch["grid_x"]) | int(launch["grid_y"]) << 32 | int(launch["grid_z"]) << 48
+        )
+        assert (int(event["block_x"]), int(event["block_y"]), int(event["block_z"])) == (
+            int(launch["block_x"]),
+            int(launch["block_y"]),
+            int(launch["block_z"]),
+        )
 
 
 def test_sampled_in_the_memory_set_keeps_exactly_the_hashed_accesses_and_counts_stay_exact(start_synth) -> None:
     shift = 4
     # 3 M events a run: at 1 M/s the ring of 1 M records absorbs a reader that stalls for a
     # second (a loaded 2-core machine did, at 4 M/s)
-    memory, every_access, launches = run_to_end(start_synth, "--mode", "memory", "--patch-set", "memory",
-                                                "--launch-trace", "--rate", "1000000", launches="80")
-    sampled, kept, sampled_launches = run_to_end(start_synth, "--mode", "sampled", "--patch-set", "memory",
-                                                 "--shift", str(shift), "--launch-trace", "--rate", "1000000",
-                                                 launches="80")
+    memory, every_access, launches = run_to_end(
+        start_synth, "--mode", "memory", "--patch-set", "memory", "--launch-trace", "--rate", "1000000", launches="80"
+    )
+    sampled, kept, sampled_launches = run_to_end(
+        start_synth,
+        "--mode",
+        "sampled",
+        "--patch-set",
+        "memory",
+        "--shift",
+        str(shift),
+        "--launch-trace",
+        "--rate",
+        "1000000",
+        launches="80",
+    )
     every_access = every_access[every_access["kind"] == EVENT_KINDS["memory_access"]]
     kept = kept[kept["kind"] == EVENT_KINDS["memory_access"]]
     assert np.array_equal(launches["grid_id"], sampled_launches["grid_id"])  # the same run twice
@@ -137,7 +177,7 @@ def within_sampling_bound(kept: int, population: int, shift: int) -> bool:
     """A binomial count of 1 in 2^shift: within 5 standard deviations (and 5 for small counts) of
     its mean. The hash of distinct keys behaves as independent draws; a wrong share (another
     shift, a rule that keeps all or none) is off by far more."""
-    p = 2.0 ** -shift
+    p = 2.0**-shift
     return abs(kept - population * p) <= 5 * np.sqrt(population * p * (1 - p)) + 5
 
 
@@ -146,8 +186,9 @@ def test_sampled_in_the_block_set_records_exactly_the_hashed_blocks_and_counts_e
     blocks recorded by the shared hash of (grid id, block, epoch), the exit of a kept block
     decided by its own epoch or the one before (flagged), and no event of an unsampled block."""
     shift = 3
-    segment, events, launches = run_to_end(start_synth, "--mode", "sampled", "--shift", str(shift), "--launch-trace",
-                                           launches="400")
+    segment, events, launches = run_to_end(
+        start_synth, "--mode", "sampled", "--shift", str(shift), "--launch-trace", launches="400"
+    )
     assert segment.control_state()["applied_patch_set"] == 0  # the block set
     counters, kernels = segment.counters()
     assert np.array_equal(kernels["blocks_observed"], kernels["blocks_expected"])
@@ -156,8 +197,11 @@ def test_sampled_in_the_block_set_records_exactly_the_hashed_blocks_and_counts_e
     geometry = (launches["grid_x"].astype(np.int64) * launches["grid_y"] * launches["grid_z"]).sum()
     assert kernels["blocks_expected"].sum() == geometry
     kinds = events["kind"]
-    assert set(np.unique(kinds).tolist()) <= {EVENT_KINDS["block_enter"], EVENT_KINDS["block_exit"],
-                                              EVENT_KINDS["launch"]}
+    assert set(np.unique(kinds).tolist()) <= {
+        EVENT_KINDS["block_enter"],
+        EVENT_KINDS["block_exit"],
+        EVENT_KINDS["launch"],
+    }
     enters, exits = events[kinds == EVENT_KINDS["block_enter"]], events[kinds == EVENT_KINDS["block_exit"]]
     # every recorded enter is a kept block, flagged as a sample
     assert ((enters["flags"] & BLOCK_SAMPLED) != 0).all()
@@ -183,8 +227,19 @@ def test_chosen_kernels_record_accesses_and_the_others_blocks(start_synth) -> No
     records every access of theirs and nothing of the others, whose counts stay exact."""
     chosen = "reshape_and_cache|flash_fwd"
     for mode in ("sampled", "memory"):
-        segment, events, launches = run_to_end(start_synth, "--mode", mode, "--shift", "2", "--memory-kernels", chosen,
-                                               "--launch-trace", "--rate", "1000000", launches="120")
+        segment, events, launches = run_to_end(
+            start_synth,
+            "--mode",
+            mode,
+            "--shift",
+            "2",
+            "--memory-kernels",
+            chosen,
+            "--launch-trace",
+            "--rate",
+            "1000000",
+            launches="120",
+        )
         state = segment.control_state()
         assert (state["applied_patch_set"], segment.header["memory_kernels"]) == (0, chosen)
         entries = segment.kernels()
@@ -197,7 +252,10 @@ def test_chosen_kernels_record_accesses_and_the_others_blocks(start_synth) -> No
         assert np.array_equal(kernels["blocks_observed"], kernels["blocks_expected"])
         accessed = {int(slot) for slot in np.flatnonzero(kernels["memory_accesses"])}
         assert accessed == launched & hooked  # accesses counted (exactly) where the hooks are, only
-        slots_of = lambda kind: set(events[events["kind"] == EVENT_KINDS[kind]]["kernel_slot"].tolist())  # noqa: E731
+
+        def slots_of(kind: str, events: np.ndarray = events) -> set[int]:
+            return set(events[events["kind"] == EVENT_KINDS[kind]]["kernel_slot"].tolist())
+
         assert slots_of("memory_access") == launched & hooked
         if mode == "sampled":
             assert slots_of("block_enter") == launched - hooked  # blocks sampled elsewhere

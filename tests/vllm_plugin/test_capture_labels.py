@@ -11,7 +11,6 @@ import sys
 import types
 
 import pytest
-
 from gpuobs.vllm_plugin.capture_labels import install_capture_labels, wanted
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -57,8 +56,9 @@ def test_wanted_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert wanted()
 
 
-def test_installed_once_and_the_capture_runs_whatever_the_recorder_does(monkeypatch: pytest.MonkeyPatch,
-                                                                         caplog) -> None:
+def test_installed_once_and_the_capture_runs_whatever_the_recorder_does(
+    monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
     runs: list[str] = []
     runner = fake_runner(monkeypatch, "fake_runner_capture", lambda: runs.append("captured") or 7)
     notes = Notes(available=False)  # the injector not loaded: no recorder, the capture as it was

@@ -17,11 +17,11 @@ class Block(torch.nn.Module):
         self.up_proj = torch.nn.Linear(8, 16, bias=False)
         self.down_proj = torch.nn.Linear(16, 8, bias=False)
 
-    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(torch.nn.functional.silu(self.up_proj(x)))
 
 
-def model() -> "torch.nn.Module":
+def model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(Block(), Block()).to(torch.bfloat16)
 
@@ -56,8 +56,10 @@ def test_hooks_are_gone_afterwards_and_other_modules_go_by_class_name() -> None:
 
 
 def test_describe_and_op_name() -> None:
-    assert describe(([torch.zeros(2, 3, dtype=torch.float16)], {"b": torch.ones(5, dtype=torch.int64), "n": 3})) == \
-        "f16[2,3] i64[5]"
+    assert (
+        describe(([torch.zeros(2, 3, dtype=torch.float16)], {"b": torch.ones(5, dtype=torch.int64), "n": 3}))
+        == "f16[2,3] i64[5]"
+    )
     assert op_name(torch.ops.aten.mm.default) == "aten::mm"
     assert ModulePaths(None).current() == "-"
 
@@ -65,6 +67,7 @@ def test_describe_and_op_name() -> None:
 def test_nothing_in_the_recorder_can_stop_an_op() -> None:
     """A record that fails (the injector gone), a tensor whose shape cannot be read, a 'model'
     that is not a module: the ops run and give what they give without the recorder."""
+
     def failing(label: str) -> None:
         raise OSError("ring gone")
 
@@ -102,16 +105,18 @@ def test_under_capture_each_op_reports_its_stream_before_it_closes(monkeypatch: 
     events: list[str] = []
 
     class Stream:
-        cuda_stream = 0x5eed
+        cuda_stream = 0x5EED
 
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
-    with recording_ops(lambda label: events.append(label or "close"), model(),
-                       lambda stream: events.append(f"capture {stream:#x}")):
+    with recording_ops(
+        lambda label: events.append(label or "close"), model(), lambda stream: events.append(f"capture {stream:#x}")
+    ):
         torch.ones(2) + 1
     # before the op opens (nodes added in between are no op's), after it ran, then it closes
-    assert events[-4:] == ["capture 0x5eed", events[-3], "capture 0x5eed", "close"] and "aten::add" in events[-3], \
+    assert events[-4:] == ["capture 0x5eed", events[-3], "capture 0x5eed", "close"] and "aten::add" in events[-3], (
         events
+    )
 
 
 def test_a_failing_capture_report_does_not_stop_the_op(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,6 @@ import sys
 import types
 
 import pytest
-
 from gpuobs.vllm_plugin.engine_hook import install_step_hook
 from gpuobs.vllm_plugin.op_window import OpWindow, window_steps
 
@@ -160,7 +159,8 @@ def test_a_model_that_is_not_a_module_leaves_the_step_running() -> None:
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
 def test_a_window_step_samples_inside_the_window_and_the_trace_goes_off_at_the_next_step(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """vLLM 0.25 samples (lm_head, sampler) in sample_tokens, after execute_model: a window's
     step records both, and the trace stays on until the step after the window begins."""
     import torch

@@ -8,7 +8,6 @@ import sys
 import types
 
 import pytest
-
 from gpuobs.profiler_notice import install_here, install_profiler_notice, wants_gpu_activity
 
 
@@ -100,7 +99,8 @@ sys.modules["torch.autograd.profiler"].profile = profile
 sys.modules["vllm.v1.worker.gpu_worker"].Worker = Worker
 import gpuobs.vllm_plugin as plugin
 plugin.register()
-print(getattr(profile._prepare_trace, "__gpuobs_wrapped__", False), getattr(Worker.execute_model, "__gpuobs_wrapped__", False))
+print(getattr(profile._prepare_trace, "__gpuobs_wrapped__", False),
+      getattr(Worker.execute_model, "__gpuobs_wrapped__", False))
 """
     env = {"CUDA_INJECTION64_PATH": str(tmp_path / "not-loaded.so"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)

@@ -9,9 +9,8 @@ import sys
 import types
 from pathlib import Path
 
-import pytest
-
 import gpuobs
+import pytest
 from gpuobs.injector_functions import NOT_OBSERVING, InjectorAnnotations
 from gpuobs.segment import PROCESS_ROLES
 from gpuobs.vllm_plugin.engine_hook import install_step_hook
@@ -75,7 +74,7 @@ def test_steps_carry_requests_and_ids_only_when_they_change() -> None:
     record = StepRecorder(sink)
     record(worker(rank=1), scheduled(a=7, b=1))  # prefill of a, decode of b
     record(worker(rank=1), scheduled(a=1, b=1))  # same requests
-    record(worker(rank=1), scheduled(b=1))       # a finished
+    record(worker(rank=1), scheduled(b=1))  # a finished
     assert sink.steps == [(1, 2, 8, b"a\nb", 0), (2, 2, 2, None, SAME_REQUESTS), (3, 1, 1, b"b", 0)]
     assert sink.labels == ["vllm engine rank 1 tiny"]  # once, at the first step
     assert sink.identities == [(PROCESS_ROLES["engine"], 1, 1, 0, "tiny")]  # no parallel config: one rank
@@ -105,8 +104,9 @@ def test_a_missing_hook_is_an_error_register_logs_once(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(plugin, "_registered", False)
     monkeypatch.setenv("CUDA_INJECTION64_PATH", str(INJECTOR))
-    monkeypatch.setattr(plugin, "install_step_hook",
-                        lambda recorder, **kwargs: install_step_hook(recorder, "no_such_vllm.worker"))
+    monkeypatch.setattr(
+        plugin, "install_step_hook", lambda recorder, **kwargs: install_step_hook(recorder, "no_such_vllm.worker")
+    )
     monkeypatch.setattr(plugin, "install_profiler_notice", lambda annotations: True)  # torch is not here
     with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
         plugin.register()

@@ -22,7 +22,8 @@ void BlockPairer::pair(const EventRecord* events, size_t count, const uint64_t* 
     const Key key{event.grid_id, node ? uint64_t(event.replay) : 0,
                   uint64_t(event.block_x) | uint64_t(event.block_y) << 32 | uint64_t(event.block_z) << 48};
     if (kind == EventKind::BlockEnter) {
-      auto [at, fresh] = held_.try_emplace(key, Held{event.globaltimer_ns, event.kernel_slot, event.sm_id, event.flags});
+      auto [at, fresh] =
+          held_.try_emplace(key, Held{event.globaltimer_ns, event.kernel_slot, event.sm_id, event.flags});
       if (!fresh) {  // entered again before its exit came: the earlier enter's exit was lost
         ++unpaired_[at->second.kernel_slot];
         at->second = Held{event.globaltimer_ns, event.kernel_slot, event.sm_id, event.flags};
@@ -38,7 +39,8 @@ void BlockPairer::pair(const EventRecord* events, size_t count, const uint64_t* 
       continue;
     }
     // 0 where the device clock went back
-    durations_[at->second.kernel_slot].add(event.globaltimer_ns > at->second.time ? event.globaltimer_ns - at->second.time : 0);
+    durations_[at->second.kernel_slot].add(
+        event.globaltimer_ns > at->second.time ? event.globaltimer_ns - at->second.time : 0);
     held_.erase(at);
   }
   if (held_.size() > max_pending_) keep_newest();

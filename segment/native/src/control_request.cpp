@@ -4,8 +4,8 @@
 
 namespace gpuobs {
 
-std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set,
-                                    const std::string& filter, uint32_t ops_steps) {
+std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
+                                    uint32_t ops_steps) {
   if (mode >= kModeCount) return "unknown mode " + std::to_string(mode);
   if (shift > kMaxShift) return "shift " + std::to_string(shift) + " out of range 0.." + std::to_string(kMaxShift);
   if (patch_set >= kPatchSetCount) return "unknown patch set " + std::to_string(patch_set);

@@ -46,7 +46,11 @@ Section section_at(const uint8_t* bytes, uint64_t at) {
 std::vector<std::string> cubin_function_names(const void* image, size_t size, std::string* error) {
   std::vector<std::string> names;
   const auto* bytes = static_cast<const uint8_t*>(image);
-  if (bytes == nullptr || size < kHeaderBytes || std::memcmp(bytes, "\x7f" "ELF", 4) != 0) {
+  if (bytes == nullptr || size < kHeaderBytes ||
+      std::memcmp(bytes,
+                  "\x7f"
+                  "ELF",
+                  4) != 0) {
     *error = "not an ELF image";
     return names;
   }

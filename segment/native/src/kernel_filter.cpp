@@ -22,7 +22,9 @@ void invert(ByteSet& set) {
 bool class_escape(char letter, ByteSet* out) {
   ByteSet set = empty_set();
   switch (std::tolower(static_cast<unsigned char>(letter))) {
-    case 'd': set_range(set, '0', '9'); break;
+    case 'd':
+      set_range(set, '0', '9');
+      break;
     case 'w':
       set_range(set, '0', '9');
       set_range(set, 'a', 'z');
@@ -32,7 +34,8 @@ bool class_escape(char letter, ByteSet* out) {
     case 's':
       for (unsigned byte : {' ', '\t', '\n', '\v', '\f', '\r'}) set_byte(set, byte);
       break;
-    default: return false;
+    default:
+      return false;
   }
   if (std::isupper(static_cast<unsigned char>(letter))) invert(set);
   *out = set;
@@ -41,12 +44,23 @@ bool class_escape(char letter, ByteSet* out) {
 
 bool control_escape(char letter, unsigned* byte) {
   switch (letter) {
-    case 'n': *byte = '\n'; return true;
-    case 't': *byte = '\t'; return true;
-    case 'r': *byte = '\r'; return true;
-    case 'f': *byte = '\f'; return true;
-    case 'v': *byte = '\v'; return true;
-    default: return false;
+    case 'n':
+      *byte = '\n';
+      return true;
+    case 't':
+      *byte = '\t';
+      return true;
+    case 'r':
+      *byte = '\r';
+      return true;
+    case 'f':
+      *byte = '\f';
+      return true;
+    case 'v':
+      *byte = '\v';
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -140,10 +154,19 @@ class FilterCompiler {
     if (!error_.empty() || !more()) return node;
     int min = 0, max = 0;
     const char c = peek();
-    if (c == '*') { min = 0; max = -1; ++at_; }
-    else if (c == '+') { min = 1; max = -1; ++at_; }
-    else if (c == '?') { min = 0; max = 1; ++at_; }
-    else if (c != '{' || !braces(&min, &max)) return node;
+    if (c == '*') {
+      min = 0;
+      max = -1;
+      ++at_;
+    } else if (c == '+') {
+      min = 1;
+      max = -1;
+      ++at_;
+    } else if (c == '?') {
+      min = 0;
+      max = 1;
+      ++at_;
+    } else if (c != '{' || !braces(&min, &max)) return node;
     if (max >= 0 && max < min) {
       fail("a quantifier's maximum below its minimum");
       return node;
@@ -191,7 +214,9 @@ class FilterCompiler {
         ++at_;
         return inner;
       }
-      case '*': case '+': case '?':
+      case '*':
+      case '+':
+      case '?':
         --at_;
         fail("nothing to repeat");
         return leaf(Node::Empty);
@@ -203,10 +228,14 @@ class FilterCompiler {
         invert(node->set);
         return node;
       }
-      case '^': return leaf(Node::Begin);
-      case '$': return leaf(Node::End);
-      case '[': return bracket();
-      case '\\': return escape();
+      case '^':
+        return leaf(Node::Begin);
+      case '$':
+        return leaf(Node::End);
+      case '[':
+        return bracket();
+      case '\\':
+        return escape();
       default: {
         auto node = leaf(Node::Byte);
         node->byte = static_cast<unsigned char>(c);
@@ -250,7 +279,8 @@ class FilterCompiler {
       return true;
     }
     if (std::isalnum(static_cast<unsigned char>(c))) {
-      fail(std::string("\\") + c + " (back-references, word boundaries, other escapes) is not supported in a kernel filter");
+      fail(std::string("\\") + c +
+           " (back-references, word boundaries, other escapes) is not supported in a kernel filter");
       return false;
     }
     *byte = static_cast<unsigned char>(c);
@@ -332,15 +362,24 @@ class FilterCompiler {
   void emit(const Node& node) {
     if (!error_.empty()) return;
     switch (node.kind) {
-      case Node::Empty: return;
-      case Node::Byte: add({Op::Char, uint8_t(node.byte), 0, 0}); return;
-      case Node::Any: add({Op::Any, 0, 0, 0}); return;
+      case Node::Empty:
+        return;
+      case Node::Byte:
+        add({Op::Char, uint8_t(node.byte), 0, 0});
+        return;
+      case Node::Any:
+        add({Op::Any, 0, 0, 0});
+        return;
       case Node::Set:
         classes_->push_back(node.set);
         add({Op::Class, 0, uint32_t(classes_->size() - 1), 0});
         return;
-      case Node::Begin: add({Op::Begin, 0, 0, 0}); return;
-      case Node::End: add({Op::End, 0, 0, 0}); return;
+      case Node::Begin:
+        add({Op::Begin, 0, 0, 0});
+        return;
+      case Node::End:
+        add({Op::End, 0, 0, 0});
+        return;
       case Node::Concat:
         for (const auto& child : node.children) emit(*child);
         return;
@@ -442,12 +481,23 @@ KernelFilter::Verdict KernelFilter::search(const std::string& text, uint64_t bud
       uint32_t follow[2];
       int follows = 0;
       switch (in.op) {
-        case Op::Match: return true;
-        case Op::Jump: follow[follows++] = in.x; break;
-        case Op::Split: follow[follows++] = in.x; follow[follows++] = in.y; break;
-        case Op::Begin: if (at == 0) follow[follows++] = pc + 1; break;
-        case Op::End: if (at == text.size()) follow[follows++] = pc + 1; break;
-        default: break;  // consumes a byte: waits in the list for the next step
+        case Op::Match:
+          return true;
+        case Op::Jump:
+          follow[follows++] = in.x;
+          break;
+        case Op::Split:
+          follow[follows++] = in.x;
+          follow[follows++] = in.y;
+          break;
+        case Op::Begin:
+          if (at == 0) follow[follows++] = pc + 1;
+          break;
+        case Op::End:
+          if (at == text.size()) follow[follows++] = pc + 1;
+          break;
+        default:
+          break;  // consumes a byte: waits in the list for the next step
       }
       for (int index = 0; index < follows; ++index) {
         if (!list.contains(follow[index])) {

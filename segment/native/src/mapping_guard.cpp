@@ -21,7 +21,7 @@ struct GuardSlot {
 
 GuardSlot g_slots[kGuardSlots];
 std::atomic<uint64_t> g_faults{0};
-struct sigaction g_previous {};
+struct sigaction g_previous{};
 std::once_flag g_installed;
 
 void forward(int signal_number, siginfo_t* info, void* context) {
@@ -35,7 +35,7 @@ void forward(int signal_number, siginfo_t* info, void* context) {
   }
   // Default action: uninstall ourselves; the faulting instruction runs again and the fault
   // ends the process exactly as it would have without the guard.
-  struct sigaction fallback {};
+  struct sigaction fallback{};
   fallback.sa_handler = SIG_DFL;
   sigemptyset(&fallback.sa_mask);
   ::sigaction(signal_number, &fallback, nullptr);
@@ -60,7 +60,7 @@ void on_bus_error(int signal_number, siginfo_t* info, void* context) {
 }
 
 void install() {
-  struct sigaction action {};
+  struct sigaction action{};
   action.sa_sigaction = on_bus_error;
   action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&action.sa_mask);

@@ -46,8 +46,7 @@ FilterVerdict judge_kernel(const KernelFilter* filter, const std::string& mangle
 }
 
 std::string memory_kernels_problem(const std::string& pattern) {
-  if (pattern.size() >= kMemoryKernelsBytes)
-    return "longer than " + std::to_string(kMemoryKernelsBytes - 1) + " bytes";
+  if (pattern.size() >= kMemoryKernelsBytes) return "longer than " + std::to_string(kMemoryKernelsBytes - 1) + " bytes";
   KernelFilter compiled;
   const std::string problem = KernelFilter::compile(pattern, &compiled);
   return problem.empty() ? "" : "not a kernel name pattern: " + problem;

@@ -1,10 +1,10 @@
 #include "gpuobs/segment_reader.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,7 +48,7 @@ std::string octal(unsigned value) {
 }  // namespace
 
 std::string validate_segment_file(int fd, const TrustPolicy& policy, SegmentHeader* header_out) {
-  struct stat info {};
+  struct stat info{};
   if (::fstat(fd, &info) != 0) return std::string("cannot stat: ") + std::strerror(errno);
   if (!S_ISREG(info.st_mode)) return "not a regular file";
   std::vector<uid_t> owners = policy.owners;
@@ -69,7 +69,8 @@ std::string validate_segment_file(int fd, const TrustPolicy& policy, SegmentHead
   if (header.layout_version != kLayoutVersion)
     return "layout version " + std::to_string(header.layout_version) + ", this reader speaks " +
            std::to_string(kLayoutVersion);
-  if (header.header_bytes != sizeof(SegmentHeader)) return "header size " + std::to_string(header.header_bytes) + " is wrong";
+  if (header.header_bytes != sizeof(SegmentHeader))
+    return "header size " + std::to_string(header.header_bytes) + " is wrong";
   if (header.event_record_bytes != kEventRecordBytes || header.launch_record_bytes != kLaunchRecordBytes)
     return "record sizes do not match this layout";
   const Capacities caps = capacities_of(header);
@@ -96,7 +97,7 @@ std::string validate_segment_file(int fd, const TrustPolicy& policy, SegmentHead
 }
 
 uint32_t SegmentReader::owner_uid() const {
-  struct stat info {};
+  struct stat info{};
   return ::fstat(fd_, &info) == 0 ? uint32_t(info.st_uid) : UINT32_MAX;
 }
 
@@ -148,7 +149,7 @@ SegmentReader::~SegmentReader() {
 }
 
 bool SegmentReader::size_intact() const {
-  struct stat info {};
+  struct stat info{};
   return !faulted() && ::fstat(fd_, &info) == 0 && uint64_t(info.st_size) == bytes_;
 }
 
@@ -173,8 +174,8 @@ bool SegmentReader::claimed_beyond(const RingControl& control, uint64_t tail, ui
 }
 
 template <class Record, class Validate>
-size_t SegmentReader::read_ring(RingControl& control, Record* ring, uint64_t capacity, Record* out,
-                                size_t max_records, uint64_t* pending_since, Validate validate) {
+size_t SegmentReader::read_ring(RingControl& control, Record* ring, uint64_t capacity, Record* out, size_t max_records,
+                                uint64_t* pending_since, Validate validate) {
   const uint64_t mask = capacity - 1;
   uint64_t tail = relaxed(&control.tail);
   size_t copied = 0;
@@ -228,13 +229,16 @@ size_t SegmentReader::read_events(uint32_t ring_index, EventRecord* out, size_t 
   if (ring_index >= view_.caps.event_rings) return 0;
   const uint32_t slots = view_.caps.kernel_slots;
   uint64_t* aggregates = aggregates_.data();
-  auto validate = [slots, aggregates](const EventRecord& record) {
+  last_read_kinds_.fill(0);
+  uint64_t* kinds = last_read_kinds_.data();
+  auto validate = [slots, aggregates, kinds](const EventRecord& record) {
     if (record.kind == 0 || record.kind >= kEventKindCount || record.kernel_slot >= slots) return false;
     ++aggregates[uint64_t(record.kernel_slot) * kEventKindCount + record.kind];
+    ++kinds[record.kind];
     return true;
   };
-  return read_ring(view_.event_ring_controls[ring_index], view_.event_ring(ring_index),
-                   view_.caps.event_ring_records, out, max_records, &event_pending_since_[ring_index], validate);
+  return read_ring(view_.event_ring_controls[ring_index], view_.event_ring(ring_index), view_.caps.event_ring_records,
+                   out, max_records, &event_pending_since_[ring_index], validate);
 }
 
 size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
@@ -316,8 +320,8 @@ std::vector<std::pair<uint32_t, uint64_t>> SegmentReader::top_kernels(size_t fie
     }
     out.clear();
     for (uint32_t slot = 0; slot < published; ++slot) {
-      const auto* word = reinterpret_cast<const uint64_t*>(reinterpret_cast<const uint8_t*>(&view_.kernel_counters[slot]) +
-                                                           field_offset);
+      const auto* word = reinterpret_cast<const uint64_t*>(
+          reinterpret_cast<const uint8_t*>(&view_.kernel_counters[slot]) + field_offset);
       const uint64_t value = relaxed(word);
       if (value) out.emplace_back(slot, value);
     }
@@ -397,14 +401,14 @@ bool SegmentReader::counters(GlobalCounters* global, std::vector<KernelCounters>
   return false;
 }
 
-uint64_t SegmentReader::request_control(uint32_t mode, uint32_t shift, uint32_t patch_set,
-                                        const std::string& filter, std::string* error, uint32_t ops_steps) {
+uint64_t SegmentReader::request_control(uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
+                                        std::string* error, uint32_t ops_steps) {
   *error = control_request_problem(mode, shift, patch_set, filter, ops_steps);
   if (!error->empty()) return 0;
   ControlBlock& control = *view_.control;
   uint64_t seq = __atomic_load_n(&control.desired_seq, __ATOMIC_RELAXED);
-  if ((seq & 1) || !__atomic_compare_exchange_n(&control.desired_seq, &seq, seq + 1, false, __ATOMIC_ACQ_REL,
-                                                  __ATOMIC_RELAXED)) {
+  if ((seq & 1) ||
+      !__atomic_compare_exchange_n(&control.desired_seq, &seq, seq + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
     *error = "another writer is changing this segment's control block";
     return 0;
   }

@@ -107,8 +107,8 @@ uint64_t current_thread_id() {
   return id;
 }
 
-bool SegmentWriter::write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
-                               uint32_t ids_bytes, uint32_t flags) {
+bool SegmentWriter::write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
+                               uint32_t flags) {
   if (flags & kStepSameRequests || ids == nullptr) ids_bytes = 0;
   StepRecord record{};
   record.host_time_ns = monotonic_ns();
@@ -158,8 +158,7 @@ bool SegmentWriter::write_op_nodes(uint64_t op, uint64_t graph, uint64_t capture
   return all;
 }
 
-bool SegmentWriter::put_text(LaunchKind kind, uint64_t owner, uint64_t host_time_ns, const char* text,
-                             uint32_t bytes) {
+bool SegmentWriter::put_text(LaunchKind kind, uint64_t owner, uint64_t host_time_ns, const char* text, uint32_t bytes) {
   bool all = true;
   for (uint32_t offset = 0; offset < bytes; offset += kStepTextBytes) {
     StepTextRecord piece{};
@@ -213,7 +212,7 @@ void SegmentWriter::note_profiler_start() {
 }
 
 ring::ProducerView SegmentWriter::event_ring_producer(uint32_t index, uint64_t* head, uint64_t* reserved,
-                                                     uint64_t* limit) const {
+                                                      uint64_t* limit) const {
   const SegmentView& v = view();
   return ring::ProducerView{head, reserved, limit, &v.event_ring_controls[index].tail, v.caps.event_ring_records};
 }
@@ -250,9 +249,7 @@ void SegmentWriter::publish(const DeviceSnapshot& snapshot) {
   heartbeat();
 }
 
-void SegmentWriter::heartbeat() {
-  __atomic_store_n(&view().header->heartbeat_ns, monotonic_ns(), __ATOMIC_RELEASE);
-}
+void SegmentWriter::heartbeat() { __atomic_store_n(&view().header->heartbeat_ns, monotonic_ns(), __ATOMIC_RELEASE); }
 
 bool SegmentWriter::poll_control(uint64_t seen_generation, ControlRequest* request) const {
   const ControlBlock& control = *view().control;

@@ -42,8 +42,7 @@ struct TempFile {
 }  // namespace
 
 std::string segment_file_name(uint32_t pid, uint64_t pid_start_ticks) {
-  return std::string(kSegmentPrefix) + std::to_string(pid) + "-" + std::to_string(pid_start_ticks) +
-         kSegmentSuffix;
+  return std::string(kSegmentPrefix) + std::to_string(pid) + "-" + std::to_string(pid_start_ticks) + kSegmentSuffix;
 }
 
 MappedSegment::MappedSegment(std::string path, uint8_t* base, uint64_t bytes, const Capacities& caps)

@@ -23,7 +23,7 @@ std::string temporary_name(const std::string& name) {
 }  // namespace
 
 std::string untrusted_directory_problem(int fd) {
-  struct stat status {};
+  struct stat status{};
   if (::fstat(fd, &status) != 0) return errno_text("cannot stat it");
   if (!S_ISDIR(status.st_mode)) return "not a directory";
   if (status.st_uid != ::geteuid() && status.st_uid != 0)
@@ -44,8 +44,9 @@ std::unique_ptr<TrustedDir> TrustedDir::open(const std::string& path, bool creat
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
-    struct stat link {};
-    const bool is_link = (errno == ELOOP || errno == ENOTDIR) && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+    struct stat link{};
+    const bool is_link =
+        (errno == ELOOP || errno == ENOTDIR) && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
     *why = is_link ? path + " is a symbolic link: not followed" : errno_text("cannot open " + path);
     return nullptr;
   }
@@ -91,7 +92,7 @@ bool TrustedDir::write_file(const std::string& name, const void* bytes, size_t s
 }
 
 int64_t TrustedDir::own_file_size(const std::string& name) const {
-  struct stat status {};
+  struct stat status{};
   if (::fstatat(fd_, name.c_str(), &status, AT_SYMLINK_NOFOLLOW) != 0) return -1;
   if (!S_ISREG(status.st_mode) || status.st_uid != ::geteuid()) return -1;
   return int64_t(status.st_size);

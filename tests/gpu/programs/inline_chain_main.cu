@@ -10,7 +10,8 @@ int main() {
   const int n = 1 << 20;
   float *in = nullptr, *out = nullptr;
   // level1 reads in[i + 1]: one element past n, so `in` has room for it
-  if (cudaMalloc(&in, (n + 8) * sizeof(float)) != cudaSuccess || cudaMalloc(&out, (n + 8) * sizeof(float)) != cudaSuccess)
+  if (cudaMalloc(&in, (n + 8) * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&out, (n + 8) * sizeof(float)) != cudaSuccess)
     return 1;
   cudaMemset(in, 0, (n + 8) * sizeof(float));
   for (int round = 0; round < 20; ++round) {

@@ -53,8 +53,9 @@ def main() -> None:
     dtype = torch.bfloat16
     width, tokens, layers = args.hidden, args.tokens, args.layers
     max_positions = tokens * (args.replays + 64)
-    weights = [[torch.randn(width, width, device=device, dtype=dtype) / width ** 0.5 for _ in range(3)]
-               for _ in range(layers)]
+    weights = [
+        [torch.randn(width, width, device=device, dtype=dtype) / width**0.5 for _ in range(3)] for _ in range(layers)
+    ]
     k_cache = torch.zeros(layers, max_positions, width, device=device, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
     position = torch.zeros(1, device=device, dtype=torch.int32)

@@ -48,8 +48,17 @@ def main() -> None:
     with torch.cuda.stream(release_stream):
         flag.copy_(zero, non_blocking=True)
     spin_stream.synchronize()
-    print(json.dumps({"released": True, "was_running": still_running, "blocks_done": int(out.sum()),
-                      "spun_s": round(time.monotonic() - started, 3)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "released": True,
+                "was_running": still_running,
+                "blocks_done": int(out.sum()),
+                "spun_s": round(time.monotonic() - started, 3),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

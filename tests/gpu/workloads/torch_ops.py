@@ -49,10 +49,16 @@ def main() -> int:
     parser.add_argument("--graph", action="store_true", help="capture the step and replay it")
     parser.add_argument("--replays", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--notice", action="store_true",
-                        help="install gpuobs's profiler notice first (gpuobs.profiler_notice.install_here)")
-    parser.add_argument("--step-aside", action="store_true",
-                        help="before profiling, ask the injector to unsubscribe so that CUPTI can attach")
+    parser.add_argument(
+        "--notice",
+        action="store_true",
+        help="install gpuobs's profiler notice first (gpuobs.profiler_notice.install_here)",
+    )
+    parser.add_argument(
+        "--step-aside",
+        action="store_true",
+        help="before profiling, ask the injector to unsubscribe so that CUPTI can attach",
+    )
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -103,7 +109,9 @@ def main() -> int:
             if event.device_type == torch.autograd.DeviceType.CUDA:
                 kernels.append({"name": event.name})
         trace = []
-        import tempfile, os
+        import os
+        import tempfile
+
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "trace.json")
             prof.export_chrome_trace(path)

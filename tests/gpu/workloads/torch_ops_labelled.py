@@ -13,7 +13,6 @@ import os
 import sys
 
 import torch
-
 from gpuobs.injector_functions import InjectorAnnotations
 from gpuobs.op_recorder import recording_ops
 

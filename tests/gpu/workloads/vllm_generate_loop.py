@@ -32,20 +32,34 @@ def main() -> int:
     from vllm import LLM, SamplingParams
 
     log.say("imported")
-    execution = ({"compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}}
-                 if args.graphs else {"enforce_eager": True})
+    execution = (
+        {"compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}}
+        if args.graphs
+        else {"enforce_eager": True}
+    )
     began = time.perf_counter()
     # a KV cache of a fixed size: vLLM's memory profiling reads the GPU's free memory, which an
     # engine starting beside this one changes (two at once left one a negative KV cache on the H200)
-    llm = LLM(model=args.model, max_model_len=512, gpu_memory_utilization=0.2, kv_cache_memory_bytes=2 << 30,
-              max_num_seqs=8, seed=0, **execution)
+    llm = LLM(
+        model=args.model,
+        max_model_len=512,
+        gpu_memory_utilization=0.2,
+        kv_cache_memory_bytes=2 << 30,
+        max_num_seqs=8,
+        seed=0,
+        **execution,
+    )
     engine_ready_s = time.perf_counter() - began
     log.say("engine ready")
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     prompts = [f"Request {index}: count the birds in the garden, one by one:" for index in range(4)]
     outs = llm.generate(prompts, greedy, use_tqdm=False)  # the op window: its first steps
-    result = {"pid": os.getpid(), "tokens": [list(o.outputs[0].token_ids) for o in outs], "loops": 0,
-              "engine_ready_s": engine_ready_s}
+    result = {
+        "pid": os.getpid(),
+        "tokens": [list(o.outputs[0].token_ids) for o in outs],
+        "loops": 0,
+        "engine_ready_s": engine_ready_s,
+    }
     write_json_atomically(args.result, result)
     log.say("generated")
     while not args.stop.exists():  # running while the daemon switches it

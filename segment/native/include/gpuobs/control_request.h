@@ -20,7 +20,7 @@ struct ControlRequest {
 };
 
 // Rejects what no producer may apply; "" when the request is well formed.
-std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set,
-                                    const std::string& filter, uint32_t ops_steps = 0);
+std::string control_request_problem(uint32_t mode, uint32_t shift, uint32_t patch_set, const std::string& filter,
+                                    uint32_t ops_steps = 0);
 
 }  // namespace gpuobs

@@ -4,9 +4,10 @@
 // per process. Used by the injector and by gpuobs-synth.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
-#include <sys/types.h>
 #include <memory>
 #include <mutex>
 #include <string>

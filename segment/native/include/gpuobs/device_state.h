@@ -15,8 +15,8 @@
 
 namespace gpuobs {
 
-constexpr uint32_t kBlockShards = 8;    // blocks counters per kernel, picked by %smid
-constexpr uint32_t kAccessShards = 16;  // access counters per kernel, picked by %smid
+constexpr uint32_t kBlockShards = 8;                  // blocks counters per kernel, picked by %smid
+constexpr uint32_t kAccessShards = 16;                // access counters per kernel, picked by %smid
 constexpr uint32_t kShapeBuckets = kShapesPerKernel;  // launch shapes per kernel (launch_census.h)
 
 struct DeviceContextState;
@@ -39,15 +39,15 @@ struct alignas(256) DeviceKernelSlot {
   // Line 0, the host's words for the patches: written by the host only, but for `touch`.
   DeviceContextState* context;  // back pointer, written once at context creation
   uint32_t slot;
-  uint32_t flags;     // make_flags: the config in force for this kernel, written by the tool thread
-  uint64_t entry_pc;  // the function's first instruction, written when the function is bound
-  EventRecord* ring;  // the context's event ring and its capacity - 1 (copies of the context's, so
-  uint64_t ring_mask; // that a block leader's record needs no load from another line but replay's)
-  uint64_t touch;     // reduced by every block leader: drops this line from its SM's L1 (patches)
+  uint32_t flags;      // make_flags: the config in force for this kernel, written by the tool thread
+  uint64_t entry_pc;   // the function's first instruction, written when the function is bound
+  EventRecord* ring;   // the context's event ring and its capacity - 1 (copies of the context's, so
+  uint64_t ring_mask;  // that a block leader's record needs no load from another line but replay's)
+  uint64_t touch;      // reduced by every block leader: drops this line from its SM's L1 (patches)
   uint64_t header_reserved[10];
   // Counters, from line 1 on.
-  uint64_t launches;         // leader of block (0,0,0): one per launch
-  uint64_t blocks_expected;  // leader of block (0,0,0): the launch's grid size
+  uint64_t launches;                         // leader of block (0,0,0): one per launch
+  uint64_t blocks_expected;                  // leader of block (0,0,0): the launch's grid size
   uint64_t blocks[kBlockShards];             // block leaders, counter and up
   uint64_t blocks_unobserved[kBlockShards];  // block leaders, off and noop
   uint64_t accesses[kAccessShards];
@@ -65,7 +65,9 @@ static_assert(offsetof(DeviceKernelSlot, launches) == 128, "the host-written lin
 static_assert(offsetof(DeviceKernelSlot, shapes) % 32 == 0, "shape buckets aligned");
 
 // Config word: mode in bits 0-7, shift in bits 8-15.
-GPUOBS_HD constexpr uint64_t make_config(Mode mode, uint32_t shift) { return uint64_t(mode) | (uint64_t(shift & 0xff) << 8); }
+GPUOBS_HD constexpr uint64_t make_config(Mode mode, uint32_t shift) {
+  return uint64_t(mode) | (uint64_t(shift & 0xff) << 8);
+}
 GPUOBS_HD constexpr uint32_t config_mode(uint64_t config) { return uint32_t(config & 0xff); }
 GPUOBS_HD constexpr uint32_t config_shift(uint64_t config) { return uint32_t((config >> 8) & 0xff); }
 
@@ -76,9 +78,9 @@ GPUOBS_HD constexpr uint32_t config_shift(uint64_t config) { return uint32_t((co
 // a switch bound that way does not reach graph execs launched before it.
 constexpr uint64_t kBoundConfig = 1ULL << 63;
 constexpr uint64_t kSlotAddressMask = (1ULL << 48) - 1;
-constexpr uint32_t kFlagsModeMask = 0x7;      // flags bits 0-2: Mode
-constexpr uint32_t kFlagsCaptured = 0x8;      // flags bit 3: the kernel filter lets it record
-constexpr uint32_t kFlagsShiftShift = 4;      // flags bits 4-8: sample shift
+constexpr uint32_t kFlagsModeMask = 0x7;        // flags bits 0-2: Mode
+constexpr uint32_t kFlagsCaptured = 0x8;        // flags bit 3: the kernel filter lets it record
+constexpr uint32_t kFlagsShiftShift = 4;        // flags bits 4-8: sample shift
 constexpr uint32_t kFlagsAccessHooked = 0x200;  // flags bit 9: its module carries the access hooks
 static_assert(kModeCount <= kFlagsModeMask + 1, "every mode fits the flags' mode bits");
 static_assert(kMaxShift <= 0x1f, "every shift fits the flags' shift bits");
@@ -103,16 +105,16 @@ enum class BlockCapture : uint32_t {
   Every = 3,     // every block's enter (and exit), and the launch
 };
 inline constexpr Named<BlockCapture> kBlockCaptureNames[] = {{BlockCapture::None, "none"},
-                                                              {BlockCapture::Launches, "launches"},
-                                                              {BlockCapture::Sampled, "sampled"},
-                                                              {BlockCapture::Every, "every"}};
+                                                             {BlockCapture::Launches, "launches"},
+                                                             {BlockCapture::Sampled, "sampled"},
+                                                             {BlockCapture::Every, "every"}};
 static_assert(dense_from(kBlockCaptureNames, 0), "block captures in value order");
 GPUOBS_HD constexpr BlockCapture block_capture(uint32_t flags) {
   return (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) ? BlockCapture::None
-         : flags_mode(flags) == uint32_t(Mode::Blocks)                              ? BlockCapture::Every
-         : (flags & kFlagsAccessHooked)                                             ? BlockCapture::Launches
-         : flags_mode(flags) == uint32_t(Mode::Sampled)                             ? BlockCapture::Sampled
-                                                                                    : BlockCapture::None;
+         : flags_mode(flags) == uint32_t(Mode::Blocks)                             ? BlockCapture::Every
+         : (flags & kFlagsAccessHooked)                                            ? BlockCapture::Launches
+         : flags_mode(flags) == uint32_t(Mode::Sampled)                            ? BlockCapture::Sampled
+                                                                                   : BlockCapture::None;
 }
 GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((userdata >> 48) & 0x7fff); }
 
@@ -149,23 +151,23 @@ static_assert(sizeof(DeviceConfig) == 32, "DeviceConfig is 32 bytes");
 
 struct alignas(256) DeviceContextState {
   // ring (device-written words on their own line)
-  uint64_t ring_head;      // tickets claimed
-  uint64_t ring_limit;     // cached consumer tail + capacity
-  uint64_t ring_reserved;  // room promised (ring::claim)
+  uint64_t ring_head;           // tickets claimed
+  uint64_t ring_limit;          // cached consumer tail + capacity
+  uint64_t ring_reserved;       // room promised (ring::claim)
   uint64_t ring_refresh_after;  // device-clock time before which the tail is not re-read
-  uint64_t moved_limit;    // the limit ring::claim_cached claims against, moved by the host only
-                           // (a word of its own: a host copy never undoes a device fetch_max)
+  uint64_t moved_limit;         // the limit ring::claim_cached claims against, moved by the host only
+                                // (a word of its own: a host copy never undoes a device fetch_max)
   uint64_t reserved0[3];
   // ring description (host-written once)
-  EventRecord* ring;               // host-mapped event ring in the segment
-  uint64_t* consumer_tail;         // host-mapped RingControl::tail in the segment
-  uint64_t ring_capacity;          // power of two
-  uint64_t reserved_capture;       // (was the capture array: the verdict is in each slot's flags now)
-  DeviceKernelSlot* slots;         // [kernel_slots]
+  EventRecord* ring;          // host-mapped event ring in the segment
+  uint64_t* consumer_tail;    // host-mapped RingControl::tail in the segment
+  uint64_t ring_capacity;     // power of two
+  uint64_t reserved_capture;  // (was the capture array: the verdict is in each slot's flags now)
+  DeviceKernelSlot* slots;    // [kernel_slots]
   uint32_t kernel_slots;
   uint32_t ring_index;
   uint64_t reserved1[2];
-  DeviceConfig config;             // mirrored from the host on change
+  DeviceConfig config;  // mirrored from the host on change
   uint64_t reserved2[12];
 };
 static_assert(sizeof(DeviceContextState) == 256, "DeviceContextState header is 256 bytes");

@@ -84,12 +84,14 @@ struct FieldTable {
 #define GPUOBS_FIELD(S, f) \
   ::gpuobs::Field { #f, uint32_t(offsetof(S, f)), uint32_t(sizeof(S::f)), ::gpuobs::field_kind_of<decltype(S::f)>() }
 // Text whose length is held in member `n` (bounded by the array, less its terminating NUL).
-#define GPUOBS_TEXT(S, f, n) \
-  ::gpuobs::Field { #f, uint32_t(offsetof(S, f)), uint32_t(sizeof(S::f)), ::gpuobs::FieldKind::Text, uint32_t(offsetof(S, n)) }
-#define GPUOBS_RECORDS(S, f, table)                                                                           \
-  ::gpuobs::Field {                                                                                          \
+#define GPUOBS_TEXT(S, f, n)                                                                                  \
+  ::gpuobs::Field {                                                                                           \
+    #f, uint32_t(offsetof(S, f)), uint32_t(sizeof(S::f)), ::gpuobs::FieldKind::Text, uint32_t(offsetof(S, n)) \
+  }
+#define GPUOBS_RECORDS(S, f, table)                                                                               \
+  ::gpuobs::Field {                                                                                               \
     #f, uint32_t(offsetof(S, f)), uint32_t(sizeof(S::f)), ::gpuobs::FieldKind::Records, ::gpuobs::kNoLengthField, \
-        table, ::gpuobs::field_count(table)                                                                  \
+        table, ::gpuobs::field_count(table)                                                                       \
   }
 #define GPUOBS_RESERVED(S, f) \
   ::gpuobs::Field { #f, uint32_t(offsetof(S, f)), uint32_t(sizeof(S::f)), ::gpuobs::FieldKind::Reserved }

@@ -35,9 +35,9 @@ class KernelFilter {
   enum class Op : uint8_t { Char, Any, Class, Split, Jump, Begin, End, Match };
   struct Instruction {
     Op op;
-    uint8_t byte;     // Char
-    uint32_t x;       // Split: first branch (preferred), Jump: target; Class: index into classes_
-    uint32_t y;       // Split: second branch
+    uint8_t byte;  // Char
+    uint32_t x;    // Split: first branch (preferred), Jump: target; Class: index into classes_
+    uint32_t y;    // Split: second branch
   };
   std::vector<Instruction> program_;
   std::vector<std::vector<uint64_t>> classes_;  // 256-bit sets, 4 words each

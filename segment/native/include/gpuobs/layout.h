@@ -23,7 +23,7 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 6;  // 2: graph launch and graph exec records; 3: the launch census;
+constexpr uint32_t kLayoutVersion = 6;              // 2: graph launch and graph exec records; 3: the launch census;
                                         // 4: op records, a launch's thread, identity and GPUs in the header;
                                         // 5: graph nodes an op captured, the graph an exec was made from
                                         // moved to the device (launch events, kernel shapes section);
@@ -99,12 +99,9 @@ struct ModeInfo {
   bool sampled;           // the sample shift applies
 };
 inline constexpr ModeInfo kModes[] = {
-    {Mode::Off, "off", false, false, false},
-    {Mode::Noop, "noop", false, false, false},
-    {Mode::Counter, "counter", false, false, false},
-    {Mode::Blocks, "blocks", false, true, false},
-    {Mode::Memory, "memory", true, true, false},
-    {Mode::Sampled, "sampled", false, true, true},
+    {Mode::Off, "off", false, false, false},         {Mode::Noop, "noop", false, false, false},
+    {Mode::Counter, "counter", false, false, false}, {Mode::Blocks, "blocks", false, true, false},
+    {Mode::Memory, "memory", true, true, false},     {Mode::Sampled, "sampled", false, true, true},
 };
 constexpr uint32_t kModeCount = uint32_t(sizeof(kModes) / sizeof(kModes[0]));
 constexpr bool modes_in_order() {
@@ -115,7 +112,9 @@ constexpr bool modes_in_order() {
 static_assert(modes_in_order(), "kModes lists every mode at its wire value");
 
 constexpr const char* mode_name(Mode m) { return uint32_t(m) < kModeCount ? kModes[uint32_t(m)].name : "unknown"; }
-constexpr bool mode_records_accesses(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].records_accesses; }
+constexpr bool mode_records_accesses(Mode m) {
+  return uint32_t(m) < kModeCount && kModes[uint32_t(m)].records_accesses;
+}
 constexpr bool mode_emits_events(Mode m) { return uint32_t(m) < kModeCount && kModes[uint32_t(m)].emits_events; }
 // Parses a mode's name; false when unknown.
 constexpr bool parse_mode(const char* name, Mode* out) {
@@ -146,8 +145,11 @@ enum class EventKind : uint8_t {
                  // holds the grid shape (pack_grid), block_x/y/z the block shape
 };
 inline constexpr Named<EventKind> kEventKindNames[] = {
-    {EventKind::BlockEnter, "block_enter"}, {EventKind::BlockExit, "block_exit"},
-    {EventKind::MemoryAccess, "memory_access"}, {EventKind::BulkCopy, "bulk_copy"}, {EventKind::Launch, "launch"},
+    {EventKind::BlockEnter, "block_enter"},
+    {EventKind::BlockExit, "block_exit"},
+    {EventKind::MemoryAccess, "memory_access"},
+    {EventKind::BulkCopy, "bulk_copy"},
+    {EventKind::Launch, "launch"},
 };
 static_assert(dense_from(kEventKindNames, 1), "event kinds from 1 (0 is invalid), in wire order");
 constexpr uint32_t kEventKindCount = 1 + uint32_t(sizeof(kEventKindNames) / sizeof(kEventKindNames[0]));
@@ -161,7 +163,7 @@ enum MemoryFlags : uint16_t {
 };
 // Block event flags (EventRecord::flags of block enters, exits and launch events).
 enum BlockEventFlags : uint16_t {
-  kBlockSampled = 0x10,  // recorded in `sampled`: its block was one of 1 in 2^shift (sample_hash.h)
+  kBlockSampled = 0x10,       // recorded in `sampled`: its block was one of 1 in 2^shift (sample_hash.h)
   kBlockEarlierEpoch = 0x20,  // a sampled exit recorded by the choice of the epoch before its own
                               // (its block may have entered in it): without its enter it is no anomaly
 };
@@ -263,14 +265,11 @@ struct alignas(64) EventRecord {
 static_assert(sizeof(EventRecord) == kEventRecordBytes, "EventRecord is one cache line");
 static_assert(offsetof(EventRecord, seq) == 56, "seq is the last word");
 inline constexpr Field kEventRecordFields[] = {
-    GPUOBS_FIELD(EventRecord, globaltimer_ns), GPUOBS_FIELD(EventRecord, pc),
-    GPUOBS_FIELD(EventRecord, address),        GPUOBS_FIELD(EventRecord, grid_id),
-    GPUOBS_FIELD(EventRecord, block_x),        GPUOBS_FIELD(EventRecord, block_y),
-    GPUOBS_FIELD(EventRecord, block_z),        GPUOBS_FIELD(EventRecord, thread),
-    GPUOBS_FIELD(EventRecord, sm_id),          GPUOBS_FIELD(EventRecord, kernel_slot),
-    GPUOBS_FIELD(EventRecord, replay),         GPUOBS_FIELD(EventRecord, kind),
-    GPUOBS_FIELD(EventRecord, access_bytes),   GPUOBS_FIELD(EventRecord, flags),
-    GPUOBS_FIELD(EventRecord, seq),
+    GPUOBS_FIELD(EventRecord, globaltimer_ns), GPUOBS_FIELD(EventRecord, pc),      GPUOBS_FIELD(EventRecord, address),
+    GPUOBS_FIELD(EventRecord, grid_id),        GPUOBS_FIELD(EventRecord, block_x), GPUOBS_FIELD(EventRecord, block_y),
+    GPUOBS_FIELD(EventRecord, block_z),        GPUOBS_FIELD(EventRecord, thread),  GPUOBS_FIELD(EventRecord, sm_id),
+    GPUOBS_FIELD(EventRecord, kernel_slot),    GPUOBS_FIELD(EventRecord, replay),  GPUOBS_FIELD(EventRecord, kind),
+    GPUOBS_FIELD(EventRecord, access_bytes),   GPUOBS_FIELD(EventRecord, flags),   GPUOBS_FIELD(EventRecord, seq),
 };
 static_assert(covers(kEventRecordFields, sizeof(EventRecord)), "kEventRecordFields lists every member");
 
@@ -302,22 +301,22 @@ struct alignas(64) LaunchRecord {
   uint64_t op;             // the framework op open on the launching thread (its OpRecord's number),
                            // 0 for none: set per thread by gpuobs_record_op, so a dropped record
                            // never shifts the launches of one op onto another
-  uint64_t seq;  // ticket + 1, stored last
+  uint64_t seq;            // ticket + 1, stored last
 };
 static_assert(sizeof(LaunchRecord) == kLaunchRecordBytes, "LaunchRecord is two cache lines");
 static_assert(offsetof(LaunchRecord, seq) == 120, "seq is the last word");
 inline constexpr Field kLaunchRecordFields[] = {
-    GPUOBS_FIELD(LaunchRecord, host_time_ns),  GPUOBS_FIELD(LaunchRecord, grid_id),
-    GPUOBS_FIELD(LaunchRecord, stream),        GPUOBS_FIELD(LaunchRecord, graph_exec),
-    GPUOBS_FIELD(LaunchRecord, graph_node),    GPUOBS_FIELD(LaunchRecord, graph_launch_id),
-    GPUOBS_FIELD(LaunchRecord, kernel_slot),   GPUOBS_FIELD(LaunchRecord, grid_x),
-    GPUOBS_FIELD(LaunchRecord, grid_y),        GPUOBS_FIELD(LaunchRecord, grid_z),
-    GPUOBS_FIELD(LaunchRecord, block_x),       GPUOBS_FIELD(LaunchRecord, block_y),
-    GPUOBS_FIELD(LaunchRecord, block_z),       GPUOBS_FIELD(LaunchRecord, context_index),
-    GPUOBS_FIELD(LaunchRecord, kind),          GPUOBS_FIELD(LaunchRecord, mode),
-    GPUOBS_FIELD(LaunchRecord, shift),         GPUOBS_FIELD(LaunchRecord, flags),
-    GPUOBS_FIELD(LaunchRecord, replay),        GPUOBS_FIELD(LaunchRecord, thread),
-    GPUOBS_FIELD(LaunchRecord, op),            GPUOBS_FIELD(LaunchRecord, seq),
+    GPUOBS_FIELD(LaunchRecord, host_time_ns), GPUOBS_FIELD(LaunchRecord, grid_id),
+    GPUOBS_FIELD(LaunchRecord, stream),       GPUOBS_FIELD(LaunchRecord, graph_exec),
+    GPUOBS_FIELD(LaunchRecord, graph_node),   GPUOBS_FIELD(LaunchRecord, graph_launch_id),
+    GPUOBS_FIELD(LaunchRecord, kernel_slot),  GPUOBS_FIELD(LaunchRecord, grid_x),
+    GPUOBS_FIELD(LaunchRecord, grid_y),       GPUOBS_FIELD(LaunchRecord, grid_z),
+    GPUOBS_FIELD(LaunchRecord, block_x),      GPUOBS_FIELD(LaunchRecord, block_y),
+    GPUOBS_FIELD(LaunchRecord, block_z),      GPUOBS_FIELD(LaunchRecord, context_index),
+    GPUOBS_FIELD(LaunchRecord, kind),         GPUOBS_FIELD(LaunchRecord, mode),
+    GPUOBS_FIELD(LaunchRecord, shift),        GPUOBS_FIELD(LaunchRecord, flags),
+    GPUOBS_FIELD(LaunchRecord, replay),       GPUOBS_FIELD(LaunchRecord, thread),
+    GPUOBS_FIELD(LaunchRecord, op),           GPUOBS_FIELD(LaunchRecord, seq),
 };
 static_assert(covers(kLaunchRecordFields, sizeof(LaunchRecord)), "kLaunchRecordFields lists every member");
 constexpr uint32_t kLaunchCaptured = 0x1;
@@ -347,12 +346,10 @@ static_assert(sizeof(StepRecord) == kLaunchRecordBytes, "StepRecord is a launch 
 static_assert(offsetof(StepRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
 static_assert(offsetof(StepRecord, seq) == 120, "seq is the last word");
 inline constexpr Field kStepRecordFields[] = {
-    GPUOBS_FIELD(StepRecord, host_time_ns), GPUOBS_FIELD(StepRecord, step),
-    GPUOBS_FIELD(StepRecord, thread),       GPUOBS_FIELD(StepRecord, requests),
-    GPUOBS_FIELD(StepRecord, tokens),       GPUOBS_FIELD(StepRecord, text_bytes),
-    GPUOBS_FIELD(StepRecord, text_records), GPUOBS_RESERVED(StepRecord, unused),
-    GPUOBS_FIELD(StepRecord, kind),         GPUOBS_FIELD(StepRecord, flags),
-    GPUOBS_RESERVED(StepRecord, reserved),  GPUOBS_FIELD(StepRecord, seq),
+    GPUOBS_FIELD(StepRecord, host_time_ns), GPUOBS_FIELD(StepRecord, step),        GPUOBS_FIELD(StepRecord, thread),
+    GPUOBS_FIELD(StepRecord, requests),     GPUOBS_FIELD(StepRecord, tokens),      GPUOBS_FIELD(StepRecord, text_bytes),
+    GPUOBS_FIELD(StepRecord, text_records), GPUOBS_RESERVED(StepRecord, unused),   GPUOBS_FIELD(StepRecord, kind),
+    GPUOBS_FIELD(StepRecord, flags),        GPUOBS_RESERVED(StepRecord, reserved), GPUOBS_FIELD(StepRecord, seq),
 };
 static_assert(covers(kStepRecordFields, sizeof(StepRecord)), "kStepRecordFields lists every member");
 constexpr uint32_t kStepSameRequests = 0x2;  // the same requests as the step before: no text follows
@@ -377,11 +374,10 @@ static_assert(sizeof(OpRecord) == kLaunchRecordBytes, "OpRecord is a launch ring
 static_assert(offsetof(OpRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
 static_assert(offsetof(OpRecord, seq) == 120, "seq is the last word");
 inline constexpr Field kOpRecordFields[] = {
-    GPUOBS_FIELD(OpRecord, host_time_ns), GPUOBS_FIELD(OpRecord, op),
-    GPUOBS_FIELD(OpRecord, thread),       GPUOBS_FIELD(OpRecord, text_bytes),
-    GPUOBS_FIELD(OpRecord, text_records), GPUOBS_RESERVED(OpRecord, unused),
-    GPUOBS_FIELD(OpRecord, kind),         GPUOBS_FIELD(OpRecord, flags),
-    GPUOBS_RESERVED(OpRecord, reserved),  GPUOBS_FIELD(OpRecord, seq),
+    GPUOBS_FIELD(OpRecord, host_time_ns), GPUOBS_FIELD(OpRecord, op),           GPUOBS_FIELD(OpRecord, thread),
+    GPUOBS_FIELD(OpRecord, text_bytes),   GPUOBS_FIELD(OpRecord, text_records), GPUOBS_RESERVED(OpRecord, unused),
+    GPUOBS_FIELD(OpRecord, kind),         GPUOBS_FIELD(OpRecord, flags),        GPUOBS_RESERVED(OpRecord, reserved),
+    GPUOBS_FIELD(OpRecord, seq),
 };
 static_assert(covers(kOpRecordFields, sizeof(OpRecord)), "kOpRecordFields lists every member");
 
@@ -399,12 +395,12 @@ inline constexpr Field kCapturedNodeFields[] = {GPUOBS_FIELD(CapturedNode, node)
 static_assert(covers(kCapturedNodeFields, sizeof(CapturedNode)), "kCapturedNodeFields lists every member");
 struct alignas(64) OpNodesRecord {
   uint64_t host_time_ns;
-  uint64_t op;     // the op's number (its OpRecord), 0 when no op was open on the thread
-  uint64_t graph;  // the CUgraph being captured
-  uint32_t count;  // nodes in this record (1..kOpNodesPerRecord)
-  uint32_t kernel_mask;  // bit i: nodes[i] is a kernel node
+  uint64_t op;                            // the op's number (its OpRecord), 0 when no op was open on the thread
+  uint64_t graph;                         // the CUgraph being captured
+  uint32_t count;                         // nodes in this record (1..kOpNodesPerRecord)
+  uint32_t kernel_mask;                   // bit i: nodes[i] is a kernel node
   CapturedNode nodes[kOpNodesPerRecord];  // in the order the capture added them
-  uint32_t kind;  // LaunchKind::OpNodes
+  uint32_t kind;                          // LaunchKind::OpNodes
   uint32_t flags;
   uint64_t capture_id;  // the driver's id of the capture (unique in the process; a graph handle is not)
   uint64_t reserved[3];
@@ -439,9 +435,9 @@ static_assert(sizeof(StepTextRecord) == kLaunchRecordBytes, "StepTextRecord is a
 static_assert(offsetof(StepTextRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
 static_assert(offsetof(StepTextRecord, seq) == 120, "seq is the last word");
 inline constexpr Field kStepTextRecordFields[] = {
-    GPUOBS_FIELD(StepTextRecord, host_time_ns), GPUOBS_FIELD(StepTextRecord, step),
-    GPUOBS_FIELD(StepTextRecord, offset),       GPUOBS_FIELD(StepTextRecord, length),
-    GPUOBS_FIELD(StepTextRecord, text),         GPUOBS_FIELD(StepTextRecord, kind),
+    GPUOBS_FIELD(StepTextRecord, host_time_ns),  GPUOBS_FIELD(StepTextRecord, step),
+    GPUOBS_FIELD(StepTextRecord, offset),        GPUOBS_FIELD(StepTextRecord, length),
+    GPUOBS_FIELD(StepTextRecord, text),          GPUOBS_FIELD(StepTextRecord, kind),
     GPUOBS_RESERVED(StepTextRecord, reserved32), GPUOBS_RESERVED(StepTextRecord, reserved),
     GPUOBS_FIELD(StepTextRecord, seq),
 };
@@ -450,8 +446,8 @@ static_assert(covers(kStepTextRecordFields, sizeof(StepTextRecord)), "kStepTextR
 // ---- segment sections --------------------------------------------------------------------
 
 struct Capacities {
-  uint32_t event_rings = 1;               // one per CUDA context
-  uint32_t event_ring_records = 1u << 18;  // power of two
+  uint32_t event_rings = 1;                 // one per CUDA context
+  uint32_t event_ring_records = 1u << 18;   // power of two
   uint32_t launch_ring_records = 1u << 14;  // power of two
   uint32_t kernel_slots = 4096;
   uint32_t name_arena_bytes = 4u << 20;
@@ -472,8 +468,10 @@ struct GpuIdentity {
 };
 static_assert(sizeof(GpuIdentity) == 72, "GpuIdentity is 72 bytes");
 inline constexpr Field kGpuIdentityFields[] = {
-    GPUOBS_FIELD(GpuIdentity, ordinal), GPUOBS_FIELD(GpuIdentity, context),
-    GPUOBS_FIELD(GpuIdentity, pci_bus_id), GPUOBS_FIELD(GpuIdentity, uuid),
+    GPUOBS_FIELD(GpuIdentity, ordinal),
+    GPUOBS_FIELD(GpuIdentity, context),
+    GPUOBS_FIELD(GpuIdentity, pci_bus_id),
+    GPUOBS_FIELD(GpuIdentity, uuid),
 };
 static_assert(covers(kGpuIdentityFields, sizeof(GpuIdentity)), "kGpuIdentityFields lists every member");
 constexpr uint32_t kSegmentGpus = 2;  // GPUs named in the header; gpu_count counts them all
@@ -487,10 +485,10 @@ inline constexpr Named<ProcessRole> kProcessRoleNames[] = {
     {ProcessRole::ApiServer, "api_server"},
     {ProcessRole::Other, "other"},
 };
-constexpr uint32_t kIdentitySet = 0x1;  // identity_flags: role, rank, world size and model were set
+constexpr uint32_t kIdentitySet = 0x1;     // identity_flags: role, rank, world size and model were set
 constexpr uint32_t kTakesOpWindows = 0x2;  // identity_flags: a framework plugin asks for op windows (each step)
 
-constexpr uint32_t kHeaderTextBytes = 256;  // a start-up setting's text, its terminating zero included
+constexpr uint32_t kHeaderTextBytes = 256;                  // a start-up setting's text, its terminating zero included
 constexpr uint32_t kMemoryKernelsBytes = kHeaderTextBytes;  // GPUOBS_MEMORY_KERNELS: at most 255 bytes
 
 struct SegmentHeader {
@@ -524,15 +522,15 @@ struct SegmentHeader {
   uint64_t heartbeat_ns;     // CLOCK_MONOTONIC of the producer's last publish (atomic)
   uint32_t name_arena_used;  // bytes of the arena in use (atomic, release)
   uint32_t producer_flags;   // ProducerFlags, set at creation
-  char producer[32];  // "gpuobs-injector", "gpuobs-synth"
-  char label[64];     // free text: role, rank, model
-  uint32_t identity_flags;  // kIdentitySet, kTakesOpWindows
-  uint32_t role;            // ProcessRole
-  uint32_t rank;            // in the serving job (tensor/pipeline parallel ranks)
+  char producer[32];         // "gpuobs-injector", "gpuobs-synth"
+  char label[64];            // free text: role, rank, model
+  uint32_t identity_flags;   // kIdentitySet, kTakesOpWindows
+  uint32_t role;             // ProcessRole
+  uint32_t rank;             // in the serving job (tensor/pipeline parallel ranks)
   uint32_t world_size;
-  uint32_t local_rank;      // on this host
-  uint32_t gpu_count;       // contexts whose GPU was recorded (the first kSegmentGpus are in gpus)
-  char model[64];           // the served model's name
+  uint32_t local_rank;  // on this host
+  uint32_t gpu_count;   // contexts whose GPU was recorded (the first kSegmentGpus are in gpus)
+  char model[64];       // the served model's name
   GpuIdentity gpus[kSegmentGpus];
   uint8_t reserved[8];
   // Start-up settings a reader needs, written before the segment is published:
@@ -603,7 +601,7 @@ struct ControlBlock {
   uint32_t desired_patch_set;
   uint32_t desired_filter_bytes;
   char desired_filter[kFilterBytes];  // ECMAScript regex on kernel names; empty = all
-  uint32_t desired_ops_steps;  // > 0: also open an op window of this many engine steps (a plugin records them)
+  uint32_t desired_ops_steps;         // > 0: also open an op window of this many engine steps (a plugin records them)
   uint8_t pad0[92];
   // producer -> daemon
   uint64_t applied_generation;  // stored last
@@ -741,11 +739,16 @@ struct RingControl {
 static_assert(sizeof(RingControl) == 128, "RingControl is two cache lines");
 static_assert(offsetof(RingControl, tail) == 64, "consumer half on its own line");
 inline constexpr Field kRingControlFields[] = {
-    GPUOBS_FIELD(RingControl, head),     GPUOBS_FIELD(RingControl, limit_cache),
-    GPUOBS_FIELD(RingControl, produced), GPUOBS_FIELD(RingControl, dropped),
-    GPUOBS_FIELD(RingControl, reserved), GPUOBS_RESERVED(RingControl, producer_reserved),
-    GPUOBS_FIELD(RingControl, tail),     GPUOBS_FIELD(RingControl, delivered),
-    GPUOBS_FIELD(RingControl, torn),     GPUOBS_FIELD(RingControl, corrupt),
+    GPUOBS_FIELD(RingControl, head),
+    GPUOBS_FIELD(RingControl, limit_cache),
+    GPUOBS_FIELD(RingControl, produced),
+    GPUOBS_FIELD(RingControl, dropped),
+    GPUOBS_FIELD(RingControl, reserved),
+    GPUOBS_RESERVED(RingControl, producer_reserved),
+    GPUOBS_FIELD(RingControl, tail),
+    GPUOBS_FIELD(RingControl, delivered),
+    GPUOBS_FIELD(RingControl, torn),
+    GPUOBS_FIELD(RingControl, corrupt),
     GPUOBS_RESERVED(RingControl, consumer_reserved),
 };
 static_assert(covers(kRingControlFields, sizeof(RingControl)), "kRingControlFields lists every member");
@@ -755,25 +758,25 @@ static_assert(covers(kRingControlFields, sizeof(RingControl)), "kRingControlFiel
 // leader its block); the host adds launches of kernels it could not patch (seen by its launch
 // callbacks, which it enables only then). blocks_expected = observed + unpatched + unobserved.
 struct KernelCounters {
-  uint64_t launches;         // launches (device census, plus host-counted unpatched ones)
-  uint64_t blocks_expected;  // sum of grid sizes over launches
-  uint64_t blocks_observed;  // device: blocks counted by the patches (counter and up)
-  uint64_t blocks_unpatched; // host: blocks of launches the patches could not see
-  uint64_t memory_accesses;  // device: exact access count
-  uint64_t events_produced;  // device: events this kernel tried to record
-  uint64_t events_dropped;   // device: ... dropped (ring full)
-  uint64_t blocks_unobserved; // device: blocks that ran in a mode that counts none (off, noop)
-  uint64_t blocks_exited;    // device: blocks that exited, in every mode, where exits are hooked
-                             // (kBlockExitsHooked); blocks in flight = observed + unobserved - exited
+  uint64_t launches;           // launches (device census, plus host-counted unpatched ones)
+  uint64_t blocks_expected;    // sum of grid sizes over launches
+  uint64_t blocks_observed;    // device: blocks counted by the patches (counter and up)
+  uint64_t blocks_unpatched;   // host: blocks of launches the patches could not see
+  uint64_t memory_accesses;    // device: exact access count
+  uint64_t events_produced;    // device: events this kernel tried to record
+  uint64_t events_dropped;     // device: ... dropped (ring full)
+  uint64_t blocks_unobserved;  // device: blocks that ran in a mode that counts none (off, noop)
+  uint64_t blocks_exited;      // device: blocks that exited, in every mode, where exits are hooked
+                               // (kBlockExitsHooked); blocks in flight = observed + unobserved - exited
   uint64_t reserved[7];
 };
 static_assert(sizeof(KernelCounters) == 128, "KernelCounters is two cache lines");
 inline constexpr Field kKernelCountersFields[] = {
-    GPUOBS_FIELD(KernelCounters, launches),          GPUOBS_FIELD(KernelCounters, blocks_expected),
-    GPUOBS_FIELD(KernelCounters, blocks_observed),   GPUOBS_FIELD(KernelCounters, blocks_unpatched),
-    GPUOBS_FIELD(KernelCounters, memory_accesses),   GPUOBS_FIELD(KernelCounters, events_produced),
-    GPUOBS_FIELD(KernelCounters, events_dropped),    GPUOBS_FIELD(KernelCounters, blocks_unobserved),
-    GPUOBS_FIELD(KernelCounters, blocks_exited),     GPUOBS_RESERVED(KernelCounters, reserved),
+    GPUOBS_FIELD(KernelCounters, launches),        GPUOBS_FIELD(KernelCounters, blocks_expected),
+    GPUOBS_FIELD(KernelCounters, blocks_observed), GPUOBS_FIELD(KernelCounters, blocks_unpatched),
+    GPUOBS_FIELD(KernelCounters, memory_accesses), GPUOBS_FIELD(KernelCounters, events_produced),
+    GPUOBS_FIELD(KernelCounters, events_dropped),  GPUOBS_FIELD(KernelCounters, blocks_unobserved),
+    GPUOBS_FIELD(KernelCounters, blocks_exited),   GPUOBS_RESERVED(KernelCounters, reserved),
 };
 static_assert(covers(kKernelCountersFields, sizeof(KernelCounters)), "kKernelCountersFields lists every member");
 
@@ -794,8 +797,8 @@ struct ShapeCount {
 };
 static_assert(sizeof(ShapeCount) == 24, "ShapeCount is 24 bytes");
 inline constexpr Field kShapeCountFields[] = {
-    GPUOBS_FIELD(ShapeCount, grid_x),  GPUOBS_FIELD(ShapeCount, grid_y),  GPUOBS_FIELD(ShapeCount, grid_z),
-    GPUOBS_FIELD(ShapeCount, block_x), GPUOBS_FIELD(ShapeCount, block_y), GPUOBS_FIELD(ShapeCount, block_z),
+    GPUOBS_FIELD(ShapeCount, grid_x),      GPUOBS_FIELD(ShapeCount, grid_y),   GPUOBS_FIELD(ShapeCount, grid_z),
+    GPUOBS_FIELD(ShapeCount, block_x),     GPUOBS_FIELD(ShapeCount, block_y),  GPUOBS_FIELD(ShapeCount, block_z),
     GPUOBS_RESERVED(ShapeCount, reserved), GPUOBS_FIELD(ShapeCount, launches),
 };
 static_assert(covers(kShapeCountFields, sizeof(ShapeCount)), "kShapeCountFields lists every member");
@@ -836,11 +839,16 @@ struct KernelEntry {
 };
 static_assert(sizeof(KernelEntry) == 64, "KernelEntry is one cache line");
 inline constexpr Field kKernelEntryFields[] = {
-    GPUOBS_FIELD(KernelEntry, function),         GPUOBS_FIELD(KernelEntry, module),
-    GPUOBS_FIELD(KernelEntry, mangled_offset),   GPUOBS_FIELD(KernelEntry, mangled_bytes),
-    GPUOBS_FIELD(KernelEntry, demangled_offset), GPUOBS_FIELD(KernelEntry, demangled_bytes),
-    GPUOBS_FIELD(KernelEntry, registered_ns),    GPUOBS_FIELD(KernelEntry, slot),
-    GPUOBS_FIELD(KernelEntry, flags),            GPUOBS_FIELD(KernelEntry, cubin_hash),
+    GPUOBS_FIELD(KernelEntry, function),
+    GPUOBS_FIELD(KernelEntry, module),
+    GPUOBS_FIELD(KernelEntry, mangled_offset),
+    GPUOBS_FIELD(KernelEntry, mangled_bytes),
+    GPUOBS_FIELD(KernelEntry, demangled_offset),
+    GPUOBS_FIELD(KernelEntry, demangled_bytes),
+    GPUOBS_FIELD(KernelEntry, registered_ns),
+    GPUOBS_FIELD(KernelEntry, slot),
+    GPUOBS_FIELD(KernelEntry, flags),
+    GPUOBS_FIELD(KernelEntry, cubin_hash),
     GPUOBS_FIELD(KernelEntry, function_pc),
 };
 static_assert(covers(kKernelEntryFields, sizeof(KernelEntry)), "kKernelEntryFields lists every member");
@@ -860,11 +868,11 @@ struct Geometry {
   uint64_t segment_bytes;
 };
 inline constexpr Field kGeometryFields[] = {
-    GPUOBS_FIELD(Geometry, control_offset),         GPUOBS_FIELD(Geometry, counters_offset),
-    GPUOBS_FIELD(Geometry, ring_controls_offset),   GPUOBS_FIELD(Geometry, kernel_counters_offset),
-    GPUOBS_FIELD(Geometry, kernel_shapes_offset),   GPUOBS_FIELD(Geometry, kernel_table_offset),
-    GPUOBS_FIELD(Geometry, name_arena_offset),      GPUOBS_FIELD(Geometry, launch_ring_offset),
-    GPUOBS_FIELD(Geometry, event_rings_offset),     GPUOBS_FIELD(Geometry, segment_bytes),
+    GPUOBS_FIELD(Geometry, control_offset),       GPUOBS_FIELD(Geometry, counters_offset),
+    GPUOBS_FIELD(Geometry, ring_controls_offset), GPUOBS_FIELD(Geometry, kernel_counters_offset),
+    GPUOBS_FIELD(Geometry, kernel_shapes_offset), GPUOBS_FIELD(Geometry, kernel_table_offset),
+    GPUOBS_FIELD(Geometry, name_arena_offset),    GPUOBS_FIELD(Geometry, launch_ring_offset),
+    GPUOBS_FIELD(Geometry, event_rings_offset),   GPUOBS_FIELD(Geometry, segment_bytes),
 };
 static_assert(covers(kGeometryFields, sizeof(Geometry)), "kGeometryFields lists every member");
 
@@ -928,8 +936,7 @@ inline const char* capacities_problem(const Capacities& caps) {
   if (!is_power_of_two(caps.launch_ring_records) || caps.launch_ring_records > kMaxRingRecords)
     return "launch ring records not a power of two in range";
   if (caps.kernel_slots == 0 || caps.kernel_slots > kMaxKernelSlots) return "kernel slots out of range";
-  if (caps.name_arena_bytes == 0 || caps.name_arena_bytes > kMaxNameArenaBytes)
-    return "name arena size out of range";
+  if (caps.name_arena_bytes == 0 || caps.name_arena_bytes > kMaxNameArenaBytes) return "name arena size out of range";
   return "";
 }
 

@@ -76,8 +76,7 @@ GPUOBS_HD void fetch_max(uint64_t* word, uint64_t value) {
   asm volatile("red.relaxed.gpu.global.max.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
 #else
   uint64_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
-  while (seen < value &&
-         !__atomic_compare_exchange_n(word, &seen, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  while (seen < value && !__atomic_compare_exchange_n(word, &seen, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
 #endif
 }

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,9 +20,9 @@ namespace gpuobs {
 
 // Who may have written a segment we accept.
 struct TrustPolicy {
-  std::vector<uid_t> owners;      // empty: our own uid and root
-  bool allow_group_access = true; // 0660 with a group is fine; world bits never are
-  bool exclusive = true;          // take the consumer lock (one reader per segment)
+  std::vector<uid_t> owners;       // empty: our own uid and root
+  bool allow_group_access = true;  // 0660 with a group is fine; world bits never are
+  bool exclusive = true;           // take the consumer lock (one reader per segment)
 };
 
 // One ring's counters as the reader sees them (the RingControl of both sides, read in the order
@@ -37,16 +38,16 @@ struct RingStats {
   uint64_t capacity = 0;
 };
 inline constexpr Field kRingStatsFields[] = {
-    GPUOBS_FIELD(RingStats, head),      GPUOBS_FIELD(RingStats, tail), GPUOBS_FIELD(RingStats, produced),
-    GPUOBS_FIELD(RingStats, dropped),   GPUOBS_FIELD(RingStats, delivered),
-    GPUOBS_FIELD(RingStats, torn),      GPUOBS_FIELD(RingStats, corrupt), GPUOBS_FIELD(RingStats, capacity),
+    GPUOBS_FIELD(RingStats, head),    GPUOBS_FIELD(RingStats, tail),      GPUOBS_FIELD(RingStats, produced),
+    GPUOBS_FIELD(RingStats, dropped), GPUOBS_FIELD(RingStats, delivered), GPUOBS_FIELD(RingStats, torn),
+    GPUOBS_FIELD(RingStats, corrupt), GPUOBS_FIELD(RingStats, capacity),
 };
 static_assert(covers(kRingStatsFields, sizeof(RingStats)), "kRingStatsFields lists every member");
 
 // A published kernel table entry with its names, looked up in the arena and bounds-checked.
 struct KernelInfo {
-  uint32_t slot;       // the table index it was read at (trusted, unlike entry.slot)
-  KernelEntry entry;   // as the producer wrote it
+  uint32_t slot;      // the table index it was read at (trusted, unlike entry.slot)
+  KernelEntry entry;  // as the producer wrote it
   std::string mangled;
   std::string demangled;
 };
@@ -57,8 +58,7 @@ using EventAggregates = std::vector<uint64_t>;  // [kernel_slots * kEventKindCou
 class SegmentReader {
  public:
   // nullptr and the reason in *error when the file is not a segment we trust.
-  static std::unique_ptr<SegmentReader> open(const std::string& path, const TrustPolicy& policy,
-                                             std::string* error);
+  static std::unique_ptr<SegmentReader> open(const std::string& path, const TrustPolicy& policy, std::string* error);
   ~SegmentReader();
   SegmentReader(const SegmentReader&) = delete;
   SegmentReader& operator=(const SegmentReader&) = delete;
@@ -122,6 +122,9 @@ class SegmentReader {
   bool faulted() const { return guard_ && guard_->faulted(); }
 
   const EventAggregates& aggregates() const { return aggregates_; }
+  // Events per kind of the last read_events call (counted as they were read: a second pass over
+  // a batch's records cost a full-speed drain a sixth of its time).
+  const std::array<uint64_t, kEventKindCount>& last_read_kinds() const { return last_read_kinds_; }
   void set_torn_timeout_ns(uint64_t timeout_ns) { torn_timeout_ns_ = timeout_ns; }
 
  private:
@@ -139,6 +142,7 @@ class SegmentReader {
   std::unique_ptr<MappingGuard> guard_;
   SegmentView view_{};
   EventAggregates aggregates_;
+  std::array<uint64_t, kEventKindCount> last_read_kinds_{};
   std::vector<uint64_t> event_pending_since_;
   uint64_t launch_pending_since_ = 0;
   uint64_t torn_timeout_ns_ = 1000000000ULL;

@@ -24,9 +24,7 @@ struct SegmentView {
   LaunchRecord* launch_ring = nullptr;         // [caps.launch_ring_records]
   EventRecord* event_rings = nullptr;          // [caps.event_rings * caps.event_ring_records]
 
-  EventRecord* event_ring(uint32_t index) const {
-    return event_rings + uint64_t(index) * caps.event_ring_records;
-  }
+  EventRecord* event_ring(uint32_t index) const { return event_rings + uint64_t(index) * caps.event_ring_records; }
 };
 
 inline SegmentView make_view(uint8_t* base, const Capacities& caps) {

@@ -25,10 +25,10 @@ struct DeviceSnapshot {
   uint64_t blocks = 0;
   uint64_t launches = 0;
   bool quiescent = false;
-  uint64_t replay_begun = 0;                  // GlobalCounters::device_replay_begun
-  std::vector<uint64_t> ring_heads;           // per event ring: tickets claimed
-  const KernelCounters* kernels = nullptr;    // [kernel_count]
-  const KernelShapes* shapes = nullptr;       // [kernel_count]
+  uint64_t replay_begun = 0;                // GlobalCounters::device_replay_begun
+  std::vector<uint64_t> ring_heads;         // per event ring: tickets claimed
+  const KernelCounters* kernels = nullptr;  // [kernel_count]
+  const KernelShapes* shapes = nullptr;     // [kernel_count]
   uint32_t kernel_count = 0;
 };
 
@@ -70,7 +70,8 @@ class SegmentWriter {
   void set_label(const std::string& label);
   // Who the process is (a plugin says: role, rank, world size, local rank, model); a reader may
   // see a mix for a moment, as with the label.
-  void set_identity(ProcessRole role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const std::string& model);
+  void set_identity(ProcessRole role, uint32_t rank, uint32_t world_size, uint32_t local_rank,
+                    const std::string& model);
   // A framework plugin in the process takes op windows: the daemon opens them only where one does.
   void note_takes_op_windows();
   // The GPU of context `context` (the first kSegmentGpus are named, every one counted).

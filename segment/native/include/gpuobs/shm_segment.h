@@ -25,7 +25,7 @@ struct SegmentOptions {
   std::string initial_filter;  // the kernel filter in force from the start (cut to kFilterBytes - 1)
   std::string memory_kernels;  // GPUOBS_MEMORY_KERNELS as the producer took it (at most kMemoryKernelsBytes - 1)
   std::string cubin_dir;       // where it keeps module cubins, "" when it keeps none (cut to kHeaderTextBytes - 1)
-  gid_t group = gid_t(-1);  // when set: group-owned and mode 0660, else 0600
+  gid_t group = gid_t(-1);     // when set: group-owned and mode 0660, else 0600
   std::string producer = "gpuobs";
   std::string label;
   uint32_t producer_flags = 0;  // ProducerFlags

@@ -1,4 +1,5 @@
 """Stand-in for make_tiny_qwen3.py: the model folder only."""
+
 import os
 import sys
 

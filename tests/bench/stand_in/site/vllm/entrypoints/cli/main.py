@@ -33,8 +33,14 @@ class Handler(BaseHTTPRequestHandler):
         seed = hashlib.sha256(request["prompt"].encode()).digest()
         tokens = [seed[i % len(seed)] for i in range(request["max_tokens"])]
         time.sleep(0.002 * len(tokens))
-        self.reply(200, {"id": "cmpl-standin", "choices": [{"text": "x" * len(tokens), "token_ids": tokens}],
-                         "usage": {"completion_tokens": len(tokens)}})
+        self.reply(
+            200,
+            {
+                "id": "cmpl-standin",
+                "choices": [{"text": "x" * len(tokens), "token_ids": tokens}],
+                "usage": {"completion_tokens": len(tokens)},
+            },
+        )
 
 
 def main() -> None:
