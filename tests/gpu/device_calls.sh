@@ -5,7 +5,9 @@
 # call 2 440 s, call 3 328 s; a cold start ~45-90 s of device time: 1,571 s held in all, with
 # a 91 s try that got no machine). At 21f5a1f the suite and build took 384 s and the decode
 # graph's third round no longer fitted call 1: give call 1 `none` and call 3 `decode` (call 3
-# 345 s + the decode graph ~180 s). Call 4 is a fourth that does not fit beside the other three:
+# 345 s + the decode graph ~180 s). At 5e8016a: call 1 391 s (the build 19 s), call 3 457 s (the
+# vLLM ops scene and serve tests grew: no room left for `decode` after it); a try that gets no
+# machine costs ~90 s of device time. Call 4 is a fourth that does not fit beside the other three:
 # run it instead of call 2 (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after
 # call 1. The vLLM payload comes in two chunk folders that must be carried by calls back to back
 # on a warm machine (it stays warm ~30 s after a call): make the next call at once. Should the
