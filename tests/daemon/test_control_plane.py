@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 import time
 
 import grpc
 import pytest
 from gpuobs.api.v1 import observer_pb2 as pb
-from gpuobs_testing.daemon import device_stage, gpuobsctl
+from gpuobs_testing.daemon import device_stage, gpuobsctl, run_gpuobsd
 
 
 def test_set_mode_sampled_reaches_every_producer_and_cuts_the_event_rate(start_synth, start_daemon) -> None:
@@ -106,22 +104,7 @@ def test_a_second_daemon_exits_and_the_first_keeps_serving(start_synth, start_da
     start_synth("--mode", "counter", "--rate", "10000")
     first = start_daemon()
     first.wait_processes(1)
-    second = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuobs.daemon.main",
-            "--runtime-dir",
-            str(runtime_dir),
-            "--segment-dir",
-            str(segment_dir),
-            "--metrics-address",
-            "",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    second = run_gpuobsd(runtime_dir, segment_dir)
     assert second.returncode == 1 and "another daemon is running" in second.stderr
     assert len(first.status().processes) == 1  # the first one's socket still answers
 

@@ -20,6 +20,30 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def gpuobsd_argv(runtime_dir: Path, segment_dir: Path, metrics_address: str, *extra: str) -> list[str]:
+    """The command line of a gpuobsd for tests: this interpreter's package, these folders."""
+    return [
+        sys.executable,
+        "-m",
+        "gpuobs.daemon.main",
+        "--runtime-dir",
+        str(runtime_dir),
+        "--segment-dir",
+        str(segment_dir),
+        "--metrics-address",
+        metrics_address,
+        *extra,
+    ]
+
+
+def run_gpuobsd(runtime_dir: Path, segment_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """A gpuobsd that is expected to end by itself (a refused setting or folder, a second daemon),
+    without metrics; its output captured."""
+    return subprocess.run(
+        gpuobsd_argv(runtime_dir, segment_dir, "", *extra), capture_output=True, text=True, timeout=30
+    )
+
+
 class DaemonProcess:
     def __init__(self, runtime_dir: Path, segment_dir: Path, metrics_port: int, *extra: str) -> None:
         self.runtime_dir = runtime_dir
@@ -30,22 +54,16 @@ class DaemonProcess:
         self.log_path = runtime_dir.parent / f"gpuobsd-{time.monotonic_ns()}.log"
         self.log_file = open(self.log_path, "w")  # a file, not a pipe: a full pipe would block the daemon
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpuobs.daemon.main",
-                "--runtime-dir",
-                str(runtime_dir),
-                "--segment-dir",
-                str(segment_dir),
-                "--metrics-address",
+            gpuobsd_argv(
+                runtime_dir,
+                segment_dir,
                 f"127.0.0.1:{metrics_port}",
                 "--log-format",
                 "json",
                 "--discovery-interval-ms",
                 "50",
                 *extra,
-            ],
+            ),
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
             text=True,

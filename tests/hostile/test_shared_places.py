@@ -5,12 +5,12 @@ them, nothing of theirs is used, the refusal is said once, and the served proces
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from gpuobs import _native
 from gpuobs.segment import Segment
 from gpuobs_testing.cubins import build_cubin
+from gpuobs_testing.daemon import run_gpuobsd
 from gpuobs_testing.hostile import HOSTILE_UID, as_hostile, victim_file
 from gpuobs_testing.synth import synth_binary
 
@@ -144,26 +144,6 @@ def stat_mode(path: Path) -> int:
     return path.stat().st_mode & 0o7777
 
 
-def gpuobsd(runtime_dir: Path, segment_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuobs.daemon.main",
-            "--runtime-dir",
-            str(runtime_dir),
-            "--segment-dir",
-            str(segment_dir),
-            "--metrics-address",
-            "",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-
-
 def test_gpuobsd_refuses_a_runtime_folder_another_user_owns_and_writes_nothing_there(
     shared: Path, tmp_path: Path
 ) -> None:
@@ -171,7 +151,7 @@ def test_gpuobsd_refuses_a_runtime_folder_another_user_owns_and_writes_nothing_t
     runtime = shared / "run"
     as_hostile("mkdir", "-m", "0755", str(runtime))
     as_hostile("ln", "-s", str(victim), str(runtime / "gpuobsd.lock"))
-    done = gpuobsd(runtime, tmp_path)
+    done = run_gpuobsd(runtime, tmp_path)
     assert done.returncode == 1 and f"owned by uid {HOSTILE_UID}" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert unchanged(victim)
@@ -182,11 +162,11 @@ def test_gpuobsd_never_opens_its_lock_through_a_link_nor_uses_a_folder_others_ma
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o750)
     (runtime / "gpuobsd.lock").symlink_to(victim)
-    done = gpuobsd(runtime, tmp_path)
+    done = run_gpuobsd(runtime, tmp_path)
     assert done.returncode == 1 and "symbolic link: not followed" in done.stderr, done.stderr
     assert unchanged(victim)
     (runtime / "gpuobsd.lock").unlink()
     runtime.chmod(0o777)
-    done = gpuobsd(runtime, tmp_path)
+    done = run_gpuobsd(runtime, tmp_path)
     assert done.returncode == 1 and "writable by other users" in done.stderr, done.stderr
     assert not (runtime / "gpuobsd.lock").exists()
