@@ -27,6 +27,7 @@ from gpuobs.segment import (
     EVENT_KINDS,
     IDENTITY_SET,
     KERNEL_ACCESS_HOOKS_CHOSEN,
+    KERNEL_COUNTERS_DTYPE,
     LAUNCH_DTYPE,
     MODE_NAMES,
     MODES,
@@ -145,6 +146,14 @@ def identity_of(header: dict) -> dict:
         "gpus": [results.Gpu(g["ordinal"], g["context"], g["pci_bus_id"], g["uuid"]) for g in header["gpus"][:named]],
         "gpu_count": header.get("gpu_count", 0),
     }
+
+
+# The fields of a kernel's row that are its device counters of the same name (layout.h's
+# KernelCounters): copied by name, so a counter added to the table and to results.Kernel (and its
+# message) needs no line here.
+KERNEL_COUNTER_FIELDS: tuple[str, ...] = tuple(
+    field.name for field in dataclasses.fields(results.Kernel) if field.name in KERNEL_COUNTERS_DTYPE.names
+)
 
 
 def slot_runs(slots: list[int], most: int) -> Iterator[list[int]]:
@@ -411,14 +420,8 @@ class ObserverService:
                         slot=slot,
                         name=entry["demangled"],
                         mangled=entry["mangled"],
-                        launches=int(row["launches"]),
-                        blocks_expected=int(row["blocks_expected"]),
-                        blocks_observed=int(row["blocks_observed"]),
-                        blocks_unpatched=int(row["blocks_unpatched"]),
-                        blocks_unobserved=int(row["blocks_unobserved"]),
-                        memory_accesses=int(row["memory_accesses"]),
+                        **{name: int(row[name]) for name in KERNEL_COUNTER_FIELDS},
                         events_delivered=int(aggregates[slot - low].sum()),
-                        events_dropped=int(row["events_dropped"]),
                         shapes=kernel_shapes,
                         other_shape_launches=other_shapes,
                         block_durations=block_durations,
