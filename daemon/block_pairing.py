@@ -1,7 +1,8 @@
 """Block pairing: per kernel, what the counters in the segment do not hold, how long blocks ran
-(block enter paired with block exit) and which blocks are still in flight. The pairing itself is
-native (block_pairer.h: a hash map in ring order, tens of ns per event); per kernel sums in numpy: no
-Python per event. (Launch shapes come with the counters: the device's launch census counts them.)
+(block enter paired with block exit) and which blocks are still in flight. The pairing, each
+kernel's duration histogram and its counts are native (block_pairer.h: a hash map in ring order,
+tens of ns per event): no Python per event. (Launch shapes come with the counters: the device's
+launch census counts them.)
 
 In `sampled` (kernels without access hooks) the events are those of 1 in 2^shift blocks, chosen
 by a hash that rotates every 33.6 ms of device time: durations are then a sample of the kernel's
@@ -42,19 +43,13 @@ PENDING_DTYPE = PENDING_BLOCK_DTYPE  # the native pairer's held enters (block_pa
 
 @dataclasses.dataclass
 class Durations:
+    """One kernel's block durations as the native pairer keeps them (its log2 histogram)."""
+
     histogram: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(BUCKETS, dtype=np.uint64))
     count: int = 0
     total_ns: int = 0
     min_ns: int = 0
     max_ns: int = 0
-
-    def merge(self, histogram: np.ndarray, count: int, total_ns: int, low: int, high: int) -> None:
-        """Durations already bucketed (count of them, their sum, least and most)."""
-        self.histogram += histogram
-        self.min_ns = low if not self.count else min(self.min_ns, low)
-        self.max_ns = max(self.max_ns, high)
-        self.count += count
-        self.total_ns += total_ns
 
     def percentile(self, fraction: float) -> int:
         """The geometric middle of the bucket holding that fraction of the blocks, kept within

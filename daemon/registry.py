@@ -167,9 +167,8 @@ class ObservedProcess:
     last_errors: tuple[str, ...] = ()
     last_check: float = 0.0
     last_accounting: Accounting | None = None
-    analyses: ProcessAnalyses = dataclasses.field(
-        default_factory=ProcessAnalyses.create
-    )  # the registry passes its budget
+    # the registry passes its budget
+    analyses: ProcessAnalyses = dataclasses.field(default_factory=ProcessAnalyses.create)
     stalls: KernelStalls = dataclasses.field(default_factory=KernelStalls)  # hang evidence from counts
     seen_dead: bool = False  # the producer was found dead on an idle pass
     last_liveness: float = 0.0  # registry clock of the last liveness check (producer alive, segment whole)

@@ -173,13 +173,14 @@ Capacities make_caps(uint32_t event_rings, uint32_t event_ring_records, uint32_t
   return caps;
 }
 
-// A writable, contiguous buffer of Records (a numpy array of the matching dtype, say).
+// A contiguous 1-D buffer of Records (a numpy array of the matching dtype, say): writable for a
+// call that fills it, read-only (Record const) for one that only reads it.
 template <class Record>
-std::pair<Record*, size_t> records_of(py::buffer buffer) {
-  py::buffer_info info = buffer.request(true);
-  if (info.ndim != 1) throw py::value_error("expected a 1-D record array");
-  if (info.itemsize != ssize_t(sizeof(Record)) || info.strides[0] != ssize_t(sizeof(Record)))
-    throw py::value_error("record array must be contiguous records of " + std::to_string(sizeof(Record)) + " bytes");
+std::pair<Record*, size_t> records_of(const py::buffer& buffer, bool writable = true) {
+  py::buffer_info info = buffer.request(writable);
+  if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(Record)) ||
+      (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(Record))))
+    throw py::value_error("expected a contiguous 1-D array of " + std::to_string(sizeof(Record)) + "-byte records");
   return {static_cast<Record*>(info.ptr), size_t(info.shape[0])};
 }
 
@@ -672,16 +673,6 @@ py::bytes bytes_of(const std::vector<T>& values) {
   return py::bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
 }
 
-// A contiguous read-only 1-D array of T (uint64 grid ids, uint32 slots), as pointer and count.
-template <class T>
-std::pair<const T*, size_t> values_of(const py::buffer& buffer) {
-  py::buffer_info info = buffer.request();
-  if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(T)) ||
-      (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(T))))
-    throw py::value_error("expected a contiguous 1-D array of " + std::to_string(sizeof(T)) + "-byte values");
-  return {static_cast<const T*>(info.ptr), size_t(info.shape[0])};
-}
-
 // The daemon's block pairing (block_pairer.h); results as bytes that Python views with numpy.
 void bind_pairer(py::module_& m) {
   py::class_<BlockPairer>(m, "BlockPairer")
@@ -691,13 +682,9 @@ void bind_pairer(py::module_& m) {
           [](BlockPairer& pairer, py::buffer events, py::buffer node_grid_ids) {
             // The GIL stays held: the API's threads read what the pairer holds, and it is
             // tens of ns an event
-            py::buffer_info info = events.request();
-            if (info.ndim != 1 || info.itemsize != ssize_t(sizeof(EventRecord)) ||
-                (info.shape[0] > 1 && info.strides[0] != ssize_t(sizeof(EventRecord))))
-              throw py::value_error("events must be contiguous records of " + std::to_string(sizeof(EventRecord)) +
-                                    " bytes");
-            auto [nodes, node_count] = values_of<uint64_t>(node_grid_ids);
-            pairer.pair(static_cast<const EventRecord*>(info.ptr), size_t(info.shape[0]), nodes, node_count);
+            auto [records, count] = records_of<const EventRecord>(events, false);
+            auto [nodes, node_count] = records_of<const uint64_t>(node_grid_ids, false);
+            pairer.pair(records, count, nodes, node_count);
           },
           py::arg("events"), py::arg("node_grid_ids"), "pairs the block events of a batch (node_grid_ids sorted u8)")
       .def("analysed", &BlockPairer::analysed, "{slot: block events looked at}")
@@ -729,7 +716,7 @@ void bind_pairer(py::module_& m) {
       .def(
           "drop_stale",
           [](BlockPairer& pairer, py::buffer in_flight, uint64_t entered_before_ns) {
-            auto [slots, count] = values_of<uint32_t>(in_flight);
+            auto [slots, count] = records_of<const uint32_t>(in_flight, false);
             pairer.drop_stale(slots, count, entered_before_ns);
           },
           py::arg("in_flight_slots"), py::arg("entered_before_ns"), "gives up old enters (in_flight_slots sorted u4)")
