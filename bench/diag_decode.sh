@@ -1,6 +1,6 @@
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
-python3 -m pip install -q --no-build-isolation --no-index --no-deps -C cmake.define.GPUOBS_PATCH_ARCHS=90 . > /tmp/b.log 2>&1 || tail -5 /tmp/b.log
+bash tests/gpu/install_on_device.sh /tmp/b.log || tail -5 /tmp/b.log
 LIB=$(python3 -c "import gpuobs,os;print(os.path.dirname(gpuobs.__file__))")/lib/libgpuobs_injector.so
 mkdir -p /dev/shm/gd
 run() { name=$1; shift; env "$@" python3 bench/workloads/decode_graph.py 50 /tmp/$name.pt | tail -1 | sed "s/^/$name /"; }

@@ -372,6 +372,8 @@ def main() -> int:
     unknown = [name for name in workloads if name not in WORKLOADS]
     if unknown or not workloads:
         parser.error(f"--workloads: {unknown or 'none'} not among {', '.join(WORKLOADS)}")
+    if not FLOOR_TOOL.exists():
+        parser.error(f"{FLOOR_TOOL} is missing: floors and diagnostics need a bench build (GPUOBS_BENCH_TOOLS=ON)")
 
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     build = Path(tempfile.mkdtemp(prefix="gpuobs-bench-build-"))

@@ -290,6 +290,9 @@ def main() -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or "none" not in configs:
         raise SystemExit(f"configs must include none and be among {list(CONFIGS)}: {unknown}")
+    missing = sorted({str(CONFIGS[c][0]) for c in configs if CONFIGS[c][0] and not CONFIGS[c][0].exists()})
+    if missing:
+        raise SystemExit(f"{missing} missing: the floor tool is a bench build's (GPUOBS_BENCH_TOOLS=ON)")
     args.out.mkdir(parents=True, exist_ok=True)
     logs = args.out / "logs"
     logs.mkdir(exist_ok=True)

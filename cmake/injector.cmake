@@ -4,6 +4,7 @@
 # without its injector must be asked for (GPUOBS_DAEMON_ONLY), never the silent result of a
 # machine that lacks nvcc.
 option(GPUOBS_DAEMON_ONLY "Leave the injector out: daemon, CLI and gpuobs-synth only" OFF)
+option(GPUOBS_BENCH_TOOLS "Also build the benchmarks' floor tool and diagnostic patches (never for a service)" OFF)
 # Kept so that older scripts that pass it still work: failing is now what every build does.
 option(GPUOBS_REQUIRE_INJECTOR "No effect: a build without the injector must ask for GPUOBS_DAEMON_ONLY" ON)
 set(GPUOBS_PATCH_ARCHS "80;86;89;90;100;120" CACHE STRING "SM architectures the patch fatbin is built for")
@@ -84,8 +85,11 @@ add_library(gpuobs_injector SHARED
   injector/src/device_context.cpp
   injector/src/patcher.cpp
   injector/src/driver_api.cpp
-  injector/src/injector_config.cpp)
-target_include_directories(gpuobs_injector PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE})
+  injector/src/injector_config.cpp
+  injector/src/diagnostics.cpp
+  injector/src/plugin_api.cpp)
+target_include_directories(gpuobs_injector PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE}
+                           ${CMAKE_CURRENT_SOURCE_DIR}/injector/include)
 target_link_libraries(gpuobs_injector PRIVATE gpuobs_segment ${GPUOBS_SANITIZER_LIBRARY} ${CMAKE_DL_LIBS})
 get_filename_component(_gpuobs_sanitizer_dir ${GPUOBS_SANITIZER_LIBRARY} DIRECTORY)
 # Installed, the sanitizer library is found beside the injector: where it was found at build
@@ -105,6 +109,11 @@ foreach(_arch ${GPUOBS_PATCH_ARCHS})
   list(APPEND _gpuobs_gencode "-gencode=arch=compute_${_arch},code=sm_${_arch}")
 endforeach()
 set(_gpuobs_fatbin ${CMAKE_CURRENT_BINARY_DIR}/gpuobs_patches.fatbin)
+set(_gpuobs_diagnostics "")
+if(GPUOBS_BENCH_TOOLS)
+  set(_gpuobs_diagnostics -DGPUOBS_DIAGNOSTICS=1)
+  target_compile_definitions(gpuobs_injector PRIVATE GPUOBS_DIAGNOSTICS=1)
+endif()
 # The patches include the segment library's headers only (its layout and device-side code).
 # ptxas at -O1: at its default level it hoists loads far enough ahead that the block-entry patch
 # needs more registers than a patch may use without saving some, and a save is a stack frame
@@ -114,22 +123,26 @@ file(GLOB _gpuobs_patch_headers ${_gpuobs_segment_include}/gpuobs/*.h)
 add_custom_command(
   OUTPUT ${_gpuobs_fatbin}
   COMMAND ${GPUOBS_NVCC} ${_gpuobs_gencode} --fatbin --compile-as-tools-patch -O3 -Xptxas -O1 -std=c++17
-          -I${_gpuobs_segment_include} -I${GPUOBS_SANITIZER_INCLUDE}
+          ${_gpuobs_diagnostics} -I${_gpuobs_segment_include} -I${GPUOBS_SANITIZER_INCLUDE}
           -o ${_gpuobs_fatbin} ${CMAKE_CURRENT_SOURCE_DIR}/injector/patches/gpuobs_patches.cu
-  DEPENDS injector/patches/gpuobs_patches.cu ${_gpuobs_patch_headers}
+  DEPENDS injector/patches/gpuobs_patches.cu injector/patches/diagnostic_patches.cuh ${_gpuobs_patch_headers}
   COMMENT "nvcc --compile-as-tools-patch: gpuobs_patches.fatbin"
   VERBATIM)
 add_custom_target(gpuobs_patches ALL DEPENDS ${_gpuobs_fatbin})
 install(FILES ${_gpuobs_fatbin} DESTINATION gpuobs/lib)
 
-# The floor tool (benchmarks only, bench/floor_tool): empty callbacks and an empty patch, so a
-# benchmark can show what the Sanitizer API itself costs beside what gpuobs adds.
-add_library(gpuobs_floor_tool SHARED bench/floor_tool/floor_tool.cpp)
-target_include_directories(gpuobs_floor_tool PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE}
-                           ${CMAKE_CURRENT_SOURCE_DIR}/injector/src)
-target_link_libraries(gpuobs_floor_tool PRIVATE ${GPUOBS_SANITIZER_LIBRARY} ${CMAKE_DL_LIBS})
-set_target_properties(gpuobs_floor_tool PROPERTIES
-  CXX_VISIBILITY_PRESET hidden
-  BUILD_RPATH "${_gpuobs_sanitizer_dir}"
-  INSTALL_RPATH "$ORIGIN")
-install(TARGETS gpuobs_floor_tool LIBRARY DESTINATION gpuobs/lib)
+# The benchmarks' tools, never in a default build: the floor tool (bench/floor_tool: empty
+# callbacks and an empty patch, so a benchmark can show what the Sanitizer API itself costs beside
+# what gpuobs adds) and the diagnostic patches (injector/src/diagnostics.h), whose counts are
+# wrong by design. tests/gpu/install_on_device.sh builds with them.
+if(GPUOBS_BENCH_TOOLS)
+  add_library(gpuobs_floor_tool SHARED bench/floor_tool/floor_tool.cpp)
+  target_include_directories(gpuobs_floor_tool PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE}
+                             ${CMAKE_CURRENT_SOURCE_DIR}/injector/src)
+  target_link_libraries(gpuobs_floor_tool PRIVATE ${GPUOBS_SANITIZER_LIBRARY} ${CMAKE_DL_LIBS})
+  set_target_properties(gpuobs_floor_tool PROPERTIES
+    CXX_VISIBILITY_PRESET hidden
+    BUILD_RPATH "${_gpuobs_sanitizer_dir}"
+    INSTALL_RPATH "$ORIGIN")
+  install(TARGETS gpuobs_floor_tool LIBRARY DESTINATION gpuobs/lib)
+endif()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the Python gRPC code from proto/ into api/v1/ (the package gpuobs.api.v1, used by
+# Regenerates the Python gRPC code from proto/ into python/gpuobs/api/v1/ (the package gpuobs.api.v1, used by
 # gpuobsd and gpuobsctl; committed, so the package installs without grpcio-tools, e.g. on the
 # offline GPU machine).
 # Use grpcio-tools 1.62 (protobuf 4.25 gencode): its code carries no runtime version gate and
@@ -12,6 +12,6 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # -Iproto keeps the descriptor's file name gpuobs/v1/observer.proto (what reflection serves)
 $python -m grpc_tools.protoc -Iproto --python_out="$out" --grpc_python_out="$out" proto/gpuobs/v1/observer.proto
-cp "$out"/gpuobs/v1/observer_pb2.py "$out"/gpuobs/v1/observer_pb2_grpc.py api/v1/
+cp "$out"/gpuobs/v1/observer_pb2.py "$out"/gpuobs/v1/observer_pb2_grpc.py python/gpuobs/api/v1/
 # Generated imports are absolute to the proto path: make them the package's.
-sed -i 's/^from gpuobs.v1 import observer_pb2/from gpuobs.api.v1 import observer_pb2/' api/v1/observer_pb2_grpc.py
+sed -i 's/^from gpuobs.v1 import observer_pb2/from gpuobs.api.v1 import observer_pb2/' python/gpuobs/api/v1/observer_pb2_grpc.py

@@ -26,8 +26,12 @@ elif [ "${GPUOBS_REQUIRE_INJECTOR:-0}" != "1" ] && ! has_nvcc; then
   echo "scripts/setup.sh: no nvcc found (CUDA_HOME/bin, /usr/local/cuda/bin, PATH): building without the injector," \
     "enough for the demo and the CPU tests (README, \"Install\", says how to add it)"
 fi
-.venv/bin/python -m pip install -q --no-build-isolation \
-  -C cmake.define.GPUOBS_DAEMON_ONLY=$daemon_only -C build-dir=build/{wheel_tag} ".[test]"
+# GPUOBS_BENCH_TOOLS=1 adds the benchmarks' floor tool and diagnostic patches (never for a service).
+bench_tools=$([ "${GPUOBS_BENCH_TOOLS:-0}" = "1" ] && echo ON || echo OFF)
+.venv/bin/python -m pip install -q --no-build-isolation -C cmake.define.GPUOBS_DAEMON_ONLY=$daemon_only \
+  -C cmake.define.GPUOBS_BENCH_TOOLS=$bench_tools -C build-dir=build/{wheel_tag} ".[test]"
+# The helpers the tests and bench/ share (gpuobs_testing), from the repository: not in the wheel.
+.venv/bin/python -m pip install -q --no-build-isolation --no-deps ./tests/support
 if [ "$daemon_only" = ON ]; then
   echo "gpuobs installed in .venv, without the injector"
 else

@@ -89,7 +89,7 @@ void mark_tool_thread() { t_tool_thread = true; }
 
 Injector::Injector()
     : config_(load_injector_config()),
-      patcher_(config_.patch_set, config_.block_exit, config_.naive_counting, compile_memory_kernels(config_)),
+      patcher_(config_.patch_set, config_.block_exit, config_.diagnostics, compile_memory_kernels(config_)),
       cubins_(config_.cubin_dir, uint64_t(config_.cubin_mb) << 20, config_.group, config_.cubin_dir_default),
       function_slots_(1u << 16) {
   in_force_.mode = config_.mode;
@@ -478,8 +478,8 @@ int64_t Injector::slot_of(CUcontext context, CUmodule module, CUfunction functio
 uint64_t Injector::userdata_of(const Binding& binding, uint32_t flags) const {
   const uint64_t address = reinterpret_cast<uint64_t>(binding.context->slot_address(binding.slot));
   if (config_.bound_config) return bound_userdata(address, flags);
-  // GPUOBS_DEBUG_PATCHES=load_context (measurement only) finds its context from the slot index
-  if (config_.slot_index_in_userdata) return slot_userdata(address, binding.slot);
+  // a diagnostic patch (GPUOBS_DEBUG_PATCHES=load_context) finds its context from the slot index
+  if (config_.diagnostics.slot_index_in_userdata) return slot_userdata(address, binding.slot);
   // the slot (the patch reads the word), and whether its module has the access hooks by choice
   return address | (binding.access_hooks_chosen ? kUserdataAccessHooked : 0);
 }
@@ -687,27 +687,6 @@ void Injector::shutdown() {
 
 }  // namespace gpuobs
 
-namespace {
-gpuobs::Injector* g_injector = nullptr;
-void shutdown_at_exit() {
-  if (g_injector) g_injector->shutdown();
-}
-}  // namespace
-
-// The entry point CUDA calls for a library named by CUDA_INJECTION64_PATH, before any other
-// CUDA work in the process. It returns 1 either way: a failure here must not stop the program.
-extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
-  try {
-    if (g_injector == nullptr) {
-      g_injector = new gpuobs::Injector();  // lives as long as the process
-      if (g_injector->subscribe()) std::atexit(shutdown_at_exit);
-    }
-  } catch (...) {
-    gpuobs::log_line("initialisation failed; the program runs unobserved");
-  }
-  return 1;
-}
-
 int gpuobs::Injector::record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
                                   uint32_t ids_bytes, uint32_t flags) {
   if (!segment_ready_.load(std::memory_order_acquire)) return -1;
@@ -809,57 +788,4 @@ int gpuobs::Injector::note_profiler(const char* who) {
         "trace)",
         who && *who ? who : "a profiler");
   return 0;
-}
-
-// The served program's side (ctypes from the vLLM plugin): never throws, never blocks; -1 where
-// the injector is not running.
-namespace {
-template <class Call>
-int on_injector(Call call) noexcept {
-  try {
-    return g_injector ? call(*g_injector) : -1;
-  } catch (...) {
-    return -1;
-  }
-}
-}  // namespace
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_record_step(uint64_t step, uint32_t requests,
-                                                                         uint32_t tokens, const char* ids,
-                                                                         uint32_t ids_bytes, uint32_t flags) {
-  return on_injector([&](gpuobs::Injector& i) { return i.record_step(step, requests, tokens, ids, ids_bytes, flags); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_set_identity(uint32_t role, uint32_t rank,
-                                                                          uint32_t world_size, uint32_t local_rank,
-                                                                          const char* model) {
-  return on_injector([&](gpuobs::Injector& i) { return i.set_identity(role, rank, world_size, local_rank, model); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_record_op(const char* label, uint32_t label_bytes) {
-  return on_injector([&](gpuobs::Injector& i) { return i.record_op(label, label_bytes); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_record_capture(uint64_t stream) {
-  return on_injector([&](gpuobs::Injector& i) { return i.record_capture(stream); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_take_ops_window() {
-  return on_injector([](gpuobs::Injector& i) { return i.take_ops_window(); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_launch_trace_window(int on) {
-  return on_injector([&](gpuobs::Injector& i) { return i.launch_trace_window(on != 0); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_note_profiler(const char* who) {
-  return on_injector([&](gpuobs::Injector& i) { return i.note_profiler(who); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_step_aside() {
-  return on_injector([](gpuobs::Injector& i) { return i.step_aside(); });
-}
-
-extern "C" __attribute__((visibility("default"))) int gpuobs_set_label(const char* label) {
-  return on_injector([&](gpuobs::Injector& i) { return i.set_label(label); });
 }

@@ -73,7 +73,6 @@ InjectorConfig load_injector_config() {
     }
   }
   if (const char* text = env("GPUOBS_BLOCK_EXIT")) config.block_exit = std::strcmp(text, "1") == 0;
-  if (const char* text = env("GPUOBS_NAIVE_COUNTING")) config.naive_counting = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_EXIT_PUBLISH")) config.exit_publish = std::strcmp(text, "0") != 0;
   if (const char* text = env("GPUOBS_LAUNCH_TRACE")) config.launch_trace = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_STEP_ASIDE")) config.step_aside_allowed = std::strcmp(text, "1") == 0;
@@ -81,8 +80,7 @@ InjectorConfig load_injector_config() {
     if (std::strcmp(text, "bound") == 0) config.bound_config = true;
     else if (std::strcmp(text, "slot") != 0) log_line("GPUOBS_CONFIG_WORD=%s is not slot or bound; using slot", text);
   }
-  if (const char* debug = env("GPUOBS_DEBUG_PATCHES"))
-    config.slot_index_in_userdata = std::strcmp(debug, "load_context") == 0;
+  config.diagnostics = load_diagnostic_patches();
   if (const char* group = env("GPUOBS_GROUP")) {
     if (const struct group* entry = getgrnam(group)) config.group = entry->gr_gid;
     else log_line("GPUOBS_GROUP=%s: no such group; segments stay 0600", group);

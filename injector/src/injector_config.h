@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "diagnostics.h"
 #include "gpuobs/layout.h"
 
 namespace gpuobs {
@@ -25,7 +26,6 @@ struct InjectorConfig {
   std::string memory_kernels;            // GPUOBS_MEMORY_KERNELS: in the block set, the modules holding a
                                          // kernel whose name matches also get the memory access hooks
   bool block_exit = false;               // GPUOBS_BLOCK_EXIT: hook block exits too (exit events)
-  bool naive_counting = false;           // GPUOBS_NAIVE_COUNTING: benchmark-only naive access count
   bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)
   bool step_aside_allowed = false;       // GPUOBS_STEP_ASIDE=1: gpuobs_step_aside() may unsubscribe (a probe:
                                          // on r580 it does not let CUPTI attach, and it ends observation)
@@ -35,7 +35,7 @@ struct InjectorConfig {
                                          // from device memory) | bound (it rides in each function's
                                          // userdata: no load, but a switch does not reach graph
                                          // execs launched before it)
-  bool slot_index_in_userdata = false;   // GPUOBS_DEBUG_PATCHES=load_context (measurement only)
+  DiagnosticPatches diagnostics;         // measurement-only patches (a bench build only: diagnostics.h)
   std::string patch_file;                // GPUOBS_PATCH_FILE: patch fatbin (default: beside the library)
   std::string label;                     // GPUOBS_LABEL: free text shown by the daemon
   std::string cubin_dir;                 // GPUOBS_CUBIN_DIR: module cubins kept (default: default_cubin_directory(),

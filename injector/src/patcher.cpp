@@ -1,6 +1,5 @@
 #include "patcher.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -15,27 +14,6 @@ struct Hook {
   const char* function;
   bool required;  // a failure on an optional hook (not on every architecture) is tolerated
 };
-
-// The diagnostic block-entry patches, by the step they stop after.
-const struct {
-  const char* step;
-  const char* function;
-} kDebugEntries[] = {{"leader", "gpuobs_debug_leader"},
-                     {"load", "gpuobs_debug_load"},
-                     {"load_context", "gpuobs_debug_load_context"},
-                     {"red", "gpuobs_debug_red"},
-                     {"count", "gpuobs_debug_count"},
-                     {"count_inline", "gpuobs_debug_count_inline"},
-                     {"census", "gpuobs_debug_census"},
-                     {"tid_inline", "gpuobs_debug_tid_inline"},
-                     {"red_inline", "gpuobs_debug_red_inline"}};
-
-const char* debug_entry_function(const char* step) {
-  if (step == nullptr) return nullptr;
-  for (const auto& entry : kDebugEntries)
-    if (std::strcmp(step, entry.step) == 0) return entry.function;
-  return nullptr;
-}
 
 const Hook kBlockHooks[] = {
     {SANITIZER_INSTRUCTION_BLOCK_ENTER, "gpuobs_block_enter", true},
@@ -61,29 +39,22 @@ bool Patcher::load_patches(CUcontext context, const std::string& patch_file, std
 }
 
 bool Patcher::apply(CUmodule module, bool accesses, std::string* error) {
-  // GPUOBS_DEBUG_PATCHES (measurement only): "empty" puts do-nothing patches on the same
-  // instructions; "enter_only" leaves block exits unpatched; a step of kDebugEntries puts the
-  // block-entry patch cut after that step (gpuobs_patches.cu) and leaves exits unpatched.
-  const char* debug = std::getenv("GPUOBS_DEBUG_PATCHES");
-  const bool empty = debug && std::strcmp(debug, "empty") == 0;
-  const char* debug_entry = debug_entry_function(debug);
-  const bool enter_only = debug_entry || (debug && std::strcmp(debug, "enter_only") == 0);
+  // Diagnostics (a bench build only): other patches on the same instructions (diagnostics.h).
   for (const Hook& hook : kBlockHooks) {
-    if ((enter_only || !block_exit_) && hook.instruction == SANITIZER_INSTRUCTION_BLOCK_EXIT) continue;
-    const char* function = empty ? "gpuobs_empty_block" : debug_entry ? debug_entry : hook.function;
+    if ((diagnostics_.enter_only || !block_exit_) && hook.instruction == SANITIZER_INSTRUCTION_BLOCK_EXIT) continue;
+    const char* function = diagnostics_.block_function ? diagnostics_.block_function : hook.function;
     if (sanitizerPatchInstructions(hook.instruction, module, function) != SANITIZER_SUCCESS && hook.required) {
-      *error = std::string("cannot patch ") + hook.function;
+      *error = std::string("cannot patch ") + function;
       return false;
     }
   }
   if (accesses) {
     for (const Hook& hook : kMemoryHooks) {
       const char* function = hook.function;
-      if (naive_counting_ && hook.instruction == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS)
-        function = "gpuobs_memory_access_naive";
-      if (empty && hook.instruction == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS) function = "gpuobs_empty_access";
+      if (diagnostics_.access_function && hook.instruction == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS)
+        function = diagnostics_.access_function;
       if (sanitizerPatchInstructions(hook.instruction, module, function) != SANITIZER_SUCCESS && hook.required) {
-        *error = std::string("cannot patch ") + hook.function;
+        *error = std::string("cannot patch ") + function;
         return false;
       }
     }

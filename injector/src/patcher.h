@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "diagnostics.h"
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/layout.h"
 
@@ -19,15 +20,13 @@ namespace gpuobs {
 
 class Patcher {
  public:
-  // block_exit: also hook block exits (exit events; costly, see README). naive_counting: the
-  // memory set's access hook is the naive two-atomic count (benchmarks). memory_kernels
+  // block_exit: also hook block exits (exit events; costly, see README). diagnostics: the
+  // measurement-only patches a bench build may choose instead (diagnostics.h). memory_kernels
   // (GPUOBS_MEMORY_KERNELS, nullptr for none): in the block set, a module holding a kernel it
   // matches gets the access hooks as well.
-  Patcher(PatchSet set, bool block_exit, bool naive_counting, std::shared_ptr<const KernelFilter> memory_kernels)
-      : set_(set),
-        block_exit_(block_exit),
-        naive_counting_(naive_counting),
-        memory_kernels_(std::move(memory_kernels)) {}
+  Patcher(PatchSet set, bool block_exit, const DiagnosticPatches& diagnostics,
+          std::shared_ptr<const KernelFilter> memory_kernels)
+      : set_(set), block_exit_(block_exit), diagnostics_(diagnostics), memory_kernels_(std::move(memory_kernels)) {}
 
   // Loads the patch fatbin into `context`. False with a reason (wrong architecture, missing file).
   bool load_patches(CUcontext context, const std::string& patch_file, std::string* error);
@@ -59,7 +58,7 @@ class Patcher {
   std::mutex mutex_;
   PatchSet set_;
   bool block_exit_;
-  bool naive_counting_;
+  DiagnosticPatches diagnostics_;
   std::shared_ptr<const KernelFilter> memory_kernels_;
   std::unordered_set<CUcontext> contexts_with_patches_;
   std::unordered_map<CUmodule, Module> modules_;

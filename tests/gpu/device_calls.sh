@@ -50,9 +50,7 @@ case "$call" in
     ;;
   1b)
     bash .vllm/c1/device_unpack.sh .vllm/c1 > "$out/unpack-c1.txt" 2>&1 || { echo "chunk 1 did not unpack"; exit 1; }
-    python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$out/build.log" 2>&1 &&
-      python3 -m pip install -q --no-build-isolation --no-index --no-deps -C cmake.define.GPUOBS_PATCH_ARCHS=90 . \
-        >> "$out/build.log" 2>&1
+    bash tests/gpu/install_on_device.sh "$out/build.log"
     echo "build rc $? at $SECONDS s"
     ;;
   2|3|3o)

@@ -22,12 +22,7 @@ python=${PYTHON:-python3}
 } > "$out/environment.txt"
 cat "$out/environment.txt"
 start=$(date +%s)
-# wheels the GPU machine lacks (tests/gpu/fetch_wheels.sh on the CPU machine; carry .whl)
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $python -m pip install -q --no-index --no-deps .whl/*.whl >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-fi
-if ! $python -m pip install -q --no-build-isolation --no-index --no-deps \
-    -C cmake.define.GPUOBS_PATCH_ARCHS=90 . > "$out/build.log" 2>&1; then
+if ! bash tests/gpu/install_on_device.sh "$out/build.log"; then
   tail -50 "$out/build.log"
   exit 1
 fi

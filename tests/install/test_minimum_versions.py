@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,17 @@ def floors() -> list[str]:
     return pinned
 
 
+def assert_wheel_holds_the_package_only(wheel: Path) -> None:
+    """One package root (gpuobs, with its daemon, client, api, segment and vllm_plugin) and no
+    test helper or benchmark tool."""
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"gpuobs"}, tops
+    for package in ("daemon", "client", "api/v1", "segment", "vllm_plugin"):
+        assert f"gpuobs/{package}/__init__.py" in names, package
+    assert not [name for name in names if "floor_tool" in name or "gpuobs_testing" in name]
+
+
 @pytest.mark.slow
 def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
@@ -41,6 +53,8 @@ def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) ->
             "--no-build-isolation",
             "-C",
             "build-dir=build/{wheel_tag}",
+            "-C",
+            "cmake.define.GPUOBS_BENCH_TOOLS=OFF",  # the build folder's cache may hold a bench build's ON
             "-w",
             str(wheels),
             str(ROOT),
@@ -62,8 +76,10 @@ def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) ->
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
     (wheel,) = wheels.glob("gpuobs-*.whl")
+    assert_wheel_holds_the_package_only(wheel)
+    # the tests' helpers come from the repository (tests/support), as scripts/setup.sh installs them
     installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel), str(ROOT / "tests" / "support")],
         capture_output=True,
         text=True,
         timeout=300,
