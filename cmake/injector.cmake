@@ -87,7 +87,9 @@ add_library(gpuobs_injector SHARED
   injector/src/driver_api.cpp
   injector/src/injector_config.cpp
   injector/src/diagnostics.cpp
-  injector/src/plugin_api.cpp)
+  injector/src/plugin_api.cpp
+  injector/src/host_annotations.cpp
+  injector/src/graph_execs.cpp)
 target_include_directories(gpuobs_injector PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE}
                            ${CMAKE_CURRENT_SOURCE_DIR}/injector/include)
 target_link_libraries(gpuobs_injector PRIVATE gpuobs_segment ${GPUOBS_SANITIZER_LIBRARY} ${CMAKE_DL_LIBS})

@@ -14,11 +14,6 @@
 #include "injector_log.h"
 
 namespace gpuobs {
-namespace {
-// The longest an op window's launch trace stays on without a step of its window (each step says
-// so): a window is a bounded look, whatever becomes of the engine that opened it.
-constexpr uint64_t kMaxTraceWindowNs = 300000000000ULL;
-}  // namespace
 
 bool Injector::captured_by(const KernelFilter* filter, uint32_t slot) {
   if (!filter) return true;
@@ -77,7 +72,7 @@ PatchSet Injector::patch_set() { return patcher_.set(); }
 
 bool Injector::chooses_access_kernels() { return patcher_.chooses_modules(); }
 
-int64_t Injector::live_graph_execs() { return live_graph_execs_.load(std::memory_order_relaxed); }
+int64_t Injector::live_graph_execs() { return graph_execs_.live(); }
 
 bool Injector::switch_patch_set(PatchSet set, std::string* error) {
   const bool switched = patcher_.switch_set(set, error);
@@ -88,19 +83,7 @@ bool Injector::switch_patch_set(PatchSet set, std::string* error) {
   return switched;
 }
 
-void Injector::open_ops_window(uint32_t steps) { ops_window_.store(steps, std::memory_order_release); }
-
-void Injector::close_stale_trace_window() {
-  if (!trace_window_.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> window(trace_window_mutex_);  // a step may refresh it meanwhile
-  if (!trace_window_.load(std::memory_order_relaxed) ||
-      monotonic_ns() - trace_window_since_ns_.load(std::memory_order_relaxed) < kMaxTraceWindowNs)
-    return;
-  set_trace_window(false);
-  if (!config_.launch_trace && first_time(LogOnce::TraceWindow))
-    log_line("an op window saw no engine step for %llu s: its launch trace is off until its next step",
-             (unsigned long long)(kMaxTraceWindowNs / 1000000000ULL));
-}
+void Injector::open_ops_window(uint32_t steps) { annotations_.open_ops_window(steps); }
 
 void Injector::put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) {
   {
@@ -216,7 +199,7 @@ void Injector::control_loop() {
     // every poll, not with the (slower) publishing: an exec launched unlearned is learned at its
     // next replay only once the node callbacks are on again
     manage_node_callbacks();
-    close_stale_trace_window();
+    annotations_.close_stale_trace_window();
     if (publish_requested_.exchange(false, std::memory_order_relaxed) || now - last_publish >= publish_every) {
       publish();
       last_publish = now;

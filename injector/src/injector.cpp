@@ -20,19 +20,6 @@ namespace {
 
 // Set on the tool thread: the CUDA calls it makes must not feed back into our own callbacks.
 thread_local bool t_tool_thread = false;
-thread_local uint64_t t_current_op = 0;  // the framework op open on this thread: stamped into its launches
-// The nodes of the capture this thread last reported ops of (record_capture): the graph's node
-// list less these is what the op just added. One capture at a time per thread, so it is bounded
-// by one graph's nodes; a new capture id starts afresh (a graph handle may be reused, its id not).
-struct CaptureSeen {
-  uint64_t capture_id = 0;
-  std::unordered_set<uint64_t> nodes;
-  std::vector<CUgraphNode> listed;
-  std::vector<uint64_t> added;
-  std::vector<uint8_t> kernel;  // added[i] is a kernel node
-};
-thread_local CaptureSeen t_capture;
-
 // The graph launch this thread is inside (between GRAPHS_LAUNCH_BEGIN and _END): its node
 // launch callbacks come on the same thread and take the replay number from here.
 struct GraphLaunchInProgress {
@@ -43,13 +30,6 @@ struct GraphLaunchInProgress {
 };
 thread_local GraphLaunchInProgress t_graph_launch;
 
-// How long node callbacks stay on for a graph exec created or launched unlearned: usually it
-// replays at once (warm-up) and is learned; one that does not replay within this long must not
-// keep every other replay paying for node callbacks (it is learned at a later launch).
-constexpr uint64_t kLearningWindowNs = 2000000000ULL;
-// An exec launched before its nodes were learned keeps them on longer: an exec replayed now and
-// then (every few seconds) is learned at its next replay, not missed each time.
-constexpr uint64_t kPendingWindowNs = 60000000000ULL;
 // How often a launch looks again for a slot another thread is registering (a yield each).
 constexpr int kPendingSlotTries = 1000;
 
@@ -90,6 +70,12 @@ void mark_tool_thread() { t_tool_thread = true; }
 Injector::Injector()
     : config_(load_injector_config()),
       patcher_(config_.patch_set, config_.block_exit, config_.diagnostics, compile_memory_kernels(config_)),
+      annotations_(config_.launch_trace,
+                   [this](bool on) {
+                     // never off while need_launch_callbacks wants them for good
+                     enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, on,
+                                     on ? nullptr : &launch_callbacks_);
+                   }),
       cubins_(config_.cubin_dir, uint64_t(config_.cubin_mb) << 20, config_.group, config_.cubin_dir_default),
       function_slots_(1u << 16) {
   in_force_.mode = config_.mode;
@@ -146,22 +132,13 @@ bool Injector::subscribe() {
 
 void Injector::set_node_callbacks(bool on) {
   if (on) {
-    {
-      std::lock_guard<std::mutex> lock(graphs_mutex_);
-      if (node_callbacks_) return;
-    }
+    if (graph_execs_.node_callbacks_on()) return;
     enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
     enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
-    std::lock_guard<std::mutex> lock(graphs_mutex_);
-    node_callbacks_ = true;  // from now on a replay that begins is recorded whole
+    graph_execs_.say_node_callbacks_on();
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(graphs_mutex_);
-    // never while a recorded replay is in flight: its remaining nodes would go unseen
-    if (!node_callbacks_ || replays_recording_ != 0 || launch_callbacks_.load(std::memory_order_relaxed)) return;
-    node_callbacks_ = false;
-  }
+  if (!graph_execs_.say_node_callbacks_off(launch_callbacks_.load(std::memory_order_relaxed))) return;
   enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
   enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
 }
@@ -302,6 +279,7 @@ bool Injector::ensure_segment() {
            patcher_.chooses_modules() ? ", access hooks for " : "",
            patcher_.chooses_modules() ? config_.memory_kernels.c_str() : "");
   segment_ready_.store(true, std::memory_order_release);
+  annotations_.attach(writer_.get());
   return true;
 }
 
@@ -556,7 +534,7 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
   }
   // Eager launches leave a record only in the launch trace; node launches whenever their replay
   // is recorded (the graph launch record says so).
-  if (kind == LaunchKind::Eager && !config_.launch_trace && !trace_window_.load(std::memory_order_relaxed)) return;
+  if (kind == LaunchKind::Eager && !annotations_.traces_eager_launches()) return;
   const uint64_t config = config_word_.load(std::memory_order_relaxed);
   DeviceContext* context = context_for(launch.context);
   LaunchRecord record{};
@@ -581,17 +559,14 @@ void Injector::on_launch(const Sanitizer_LaunchData& launch, LaunchKind kind, co
   record.flags = slot >= 0 && slot_captured_[slot].load(std::memory_order_relaxed) ? kLaunchCaptured : 0;
   if (kind == LaunchKind::Eager) {  // the callback runs on the launching thread
     record.thread = current_thread_id();
-    record.op = t_current_op;
+    record.op = HostAnnotations::current_op();
   }
   writer_->write_launch(record);
 }
 
 void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
-  if (t_graph_launch.recorded) {
-    // the replay before on this thread never reached its end callback: not in flight any more
-    std::lock_guard<std::mutex> lock(graphs_mutex_);
-    --replays_recording_;
-  }
+  // the replay before on this thread never reached its end callback: not in flight any more
+  if (t_graph_launch.recorded) graph_execs_.abandon_replay();
   t_graph_launch = GraphLaunchInProgress{};
   if (!segment_ready_.load(std::memory_order_acquire) || data.isGraphUpload) return;
   const uint64_t graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
@@ -601,18 +576,9 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
   record.stream = reinterpret_cast<uint64_t>(data.stream);
   record.mode = config_mode(config);
   record.shift = config_shift(config);
-  bool recorded = false;
-  {
-    std::lock_guard<std::mutex> lock(graphs_mutex_);
-    GraphExecState& state = graph_execs_[graph_exec];
-    // Recorded node by node only when the node callbacks were on before this launch began (the
-    // tool thread turns them on and off, never a callback): then every node of it is seen.
-    recorded =
-        node_callbacks_ && (state.known != NodesKnown::Learned || launch_callbacks_.load(std::memory_order_relaxed));
-    if (recorded) ++replays_recording_;
-    if (state.known == NodesKnown::NotLaunched) state.known = NodesKnown::Pending;
-    if (state.known == NodesKnown::Pending) state.since_ns = monotonic_ns();
-  }
+  // Recorded node by node only when the node callbacks were on before this launch began (the
+  // tool thread turns them on and off, never a callback): then every node of it is seen.
+  const bool recorded = graph_execs_.begin_replay(graph_exec, launch_callbacks_.load(std::memory_order_relaxed));
   if (recorded) record.flags |= kGraphNodesRecorded;
   if (context) {
     record.context_index = context->ring_index();
@@ -630,49 +596,20 @@ void Injector::on_graph_launch_end() {
   const GraphLaunchInProgress finished = t_graph_launch;
   t_graph_launch = GraphLaunchInProgress{};
   if (!segment_ready_.load(std::memory_order_acquire) || !finished.recorded) return;
-  std::lock_guard<std::mutex> lock(graphs_mutex_);
-  --replays_recording_;
-  // Learned, even with no kernel node seen (an exec of copies and memsets has none): the node
-  // callbacks were on for the whole replay.
-  auto state = graph_execs_.find(finished.graph_exec);
-  if (state != graph_execs_.end()) state->second.known = NodesKnown::Learned;
+  graph_execs_.end_replay(finished.graph_exec);
 }
 
 void Injector::manage_node_callbacks() {
   if (launch_callbacks_.load(std::memory_order_relaxed)) return;  // on for good
-  bool wanted = false;
-  bool any = false;
-  {
-    std::lock_guard<std::mutex> lock(graphs_mutex_);
-    const uint64_t now = monotonic_ns();
-    any = !graph_execs_.empty();
-    for (auto& entry : graph_execs_) {
-      GraphExecState& state = entry.second;
-      const uint64_t window = state.known == NodesKnown::Pending ? kPendingWindowNs : kLearningWindowNs;
-      if (state.known == NodesKnown::Learned || now - state.since_ns >= window) {
-        if (state.known == NodesKnown::Pending) state.known = NodesKnown::NotLaunched;  // learned at a later launch
-        continue;
-      }
-      wanted = true;  // created or launched unlearned lately: its next replay learns it
-    }
-  }
-  if (wanted) set_node_callbacks(true);
-  else if (any) set_node_callbacks(false);
+  const GraphExecs::Want want = graph_execs_.wanted();
+  if (want != GraphExecs::Want::Leave) set_node_callbacks(want == GraphExecs::Want::On);
 }
 
 void Injector::on_graph_exec(const Sanitizer_GraphExecData& data, LaunchKind kind) {
   if (!segment_ready_.load(std::memory_order_acquire)) return;
   const uint64_t graph_exec = reinterpret_cast<uint64_t>(data.graphExec);
-  {
-    std::lock_guard<std::mutex> lock(graphs_mutex_);
-    if (kind == LaunchKind::GraphExecCreated) {
-      live_graph_execs_.fetch_add(1, std::memory_order_relaxed);
-      graph_execs_[graph_exec] = GraphExecState{NodesKnown::NotLaunched, monotonic_ns()};
-    } else {
-      live_graph_execs_.fetch_sub(1, std::memory_order_relaxed);
-      graph_execs_.erase(graph_exec);
-    }
-  }
+  if (kind == LaunchKind::GraphExecCreated) graph_execs_.created(graph_exec);
+  else graph_execs_.destroyed(graph_exec);
   LaunchRecord record = graph_event_record(kind, graph_exec);
   // the graph it was made from: the nodes an op captured into that graph are this exec's nodes
   if (kind == LaunchKind::GraphExecCreated) record.graph_node = reinterpret_cast<uint64_t>(data.graph);
@@ -686,106 +623,3 @@ void Injector::shutdown() {
 }
 
 }  // namespace gpuobs
-
-int gpuobs::Injector::record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
-                                  uint32_t ids_bytes, uint32_t flags) {
-  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
-  return writer_->write_step(step, requests, tokens, ids, ids_bytes, flags) ? 0 : 1;
-}
-
-int gpuobs::Injector::set_label(const char* label) {
-  if (!segment_ready_.load(std::memory_order_acquire) || label == nullptr) return -1;
-  writer_->set_label(label);
-  return 0;
-}
-
-int gpuobs::Injector::set_identity(uint32_t role, uint32_t rank, uint32_t world_size, uint32_t local_rank,
-                                   const char* model) {
-  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
-  const ProcessRole known = role <= uint32_t(ProcessRole::Other) ? ProcessRole(role) : ProcessRole::Other;
-  writer_->set_identity(known, rank, world_size, local_rank, model ? model : "");
-  return 0;
-}
-
-int gpuobs::Injector::record_op(const char* label, uint32_t label_bytes) {
-  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
-  if (label == nullptr || label_bytes == 0) {  // the op is over: nothing to record but that
-    t_current_op = 0;
-    return 0;
-  }
-  const uint64_t op = next_op_.fetch_add(1, std::memory_order_relaxed) + 1;
-  t_current_op = op;  // before the write: a dropped op record still keeps its launches apart
-  return writer_->write_op(op, label, std::min(label_bytes, kMaxOpLabelBytes)) ? 0 : 1;
-}
-
-int gpuobs::Injector::record_capture(uint64_t stream) {
-  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
-  uint64_t capture_id = 0;
-  CUgraph graph = nullptr;
-  if (!driver().graph_get_nodes || !stream_capture(reinterpret_cast<CUstream>(stream), &capture_id, &graph)) return 2;
-  CaptureSeen& seen = t_capture;
-  if (seen.capture_id != capture_id) {
-    seen.capture_id = capture_id;
-    seen.nodes.clear();
-  }
-  size_t count = 0;
-  if (driver().graph_get_nodes(graph, nullptr, &count) != CUDA_SUCCESS) return 2;
-  seen.listed.resize(count);
-  if (count && driver().graph_get_nodes(graph, seen.listed.data(), &count) != CUDA_SUCCESS) return 2;
-  seen.listed.resize(std::min(count, seen.listed.size()));
-  seen.added.clear();
-  seen.kernel.clear();
-  for (CUgraphNode node : seen.listed) {
-    const uint64_t handle = reinterpret_cast<uint64_t>(node);
-    if (!seen.nodes.insert(handle).second) continue;
-    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-    const bool typed = driver().graph_node_get_type && driver().graph_node_get_type(node, &type) == CUDA_SUCCESS;
-    seen.added.push_back(handle);
-    seen.kernel.push_back(typed && type == CU_GRAPH_NODE_TYPE_KERNEL ? 1 : 0);
-  }
-  if (seen.added.empty()) return 0;
-  return writer_->write_op_nodes(t_current_op, reinterpret_cast<uint64_t>(graph), capture_id, seen.added.data(),
-                                 seen.kernel.data(), seen.added.size())
-             ? 0
-             : 1;
-}
-
-int gpuobs::Injector::take_ops_window() {
-  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
-  if (!takes_op_windows_.exchange(true, std::memory_order_relaxed)) writer_->note_takes_op_windows();
-  return int(ops_window_.exchange(0, std::memory_order_acq_rel));
-}
-
-int gpuobs::Injector::launch_trace_window(bool on) {
-  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
-  std::lock_guard<std::mutex> window(trace_window_mutex_);
-  set_trace_window(on);
-  return 0;
-}
-
-void gpuobs::Injector::set_trace_window(bool on) {
-  if (on) trace_window_since_ns_.store(monotonic_ns(), std::memory_order_relaxed);  // each step of the window
-  if (trace_window_.load(std::memory_order_relaxed) == on) return;
-  if (on) {
-    trace_window_.store(true, std::memory_order_release);  // before the callbacks: no launch of the window unrecorded
-    if (!config_.launch_trace) enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, true);
-  } else {
-    // never off while need_launch_callbacks wants them for good
-    if (!config_.launch_trace)
-      enable_callback(SANITIZER_CB_DOMAIN_LAUNCH, SANITIZER_CBID_LAUNCH_BEGIN, false, &launch_callbacks_);
-    trace_window_.store(false, std::memory_order_release);
-  }
-}
-
-int gpuobs::Injector::note_profiler(const char* who) {
-  if (!segment_ready_.load(std::memory_order_acquire)) return -1;
-  writer_->note_profiler_start();
-  static std::atomic<bool> said{false};
-  if (!said.exchange(true))
-    log_line(
-        "%s started in this process: it records no GPU activity while gpuobs observes it (the driver "
-        "admits one tool: CUPTI fails with error 39); gpuobs keeps counting (gpuobsctl status, kernels, "
-        "trace)",
-        who && *who ? who : "a profiler");
-  return 0;
-}

@@ -32,6 +32,8 @@
 #include "gpuobs/kernel_filter.h"
 #include "gpuobs/producer.h"
 #include "gpuobs/segment_writer.h"
+#include "graph_execs.h"
+#include "host_annotations.h"
 #include "injector_config.h"
 #include "patcher.h"
 
@@ -60,33 +62,8 @@ class Injector : private ControlTarget {
   Injector();
   bool subscribe();
   void shutdown();  // at exit: stop the tool thread, last publish, mark the segment exited
-  // Host annotations from the served program (the vLLM plugin, through the C functions below):
-  // 0 recorded, 1 a record was dropped (counted), -1 not observing (no segment).
-  int record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
-                  uint32_t flags);
-  int set_label(const char* label);
-  // Who the process is, as its framework plugin says (ProcessRole, rank, world size, local rank,
-  // model): fields of the segment's header. 0 set, -1 not observing.
-  int set_identity(uint32_t role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const char* model);
-  // A framework op about to launch its kernels on this thread (its label: module path, op,
-  // dtypes and shapes): 0 recorded, 1 dropped (counted), -1 not observing.
-  int record_op(const char* label, uint32_t label_bytes);
-  // After an op ran on a stream that captures a graph: the graph nodes it added (those of the
-  // capture this thread has not reported yet), recorded for the op open on this thread, so that
-  // the nodes of every exec made from the graph carry its label. 0 recorded (or nothing new),
-  // 1 dropped (counted), 2 the stream is not capturing, -1 not observing.
-  int record_capture(uint64_t stream);
-  // The op window the daemon asked for (gpuobsctl ops --record-steps N) since the last call: N
-  // steps, once; 0 when none. The vLLM plugin asks at each engine step.
-  int take_ops_window();
-  // The launch trace on for an op window's steps (eager launches leave a record naming their op;
-  // called at each step of the window) and off after it: launch callbacks only while a window is
-  // open, unless the process runs with the launch trace (or needs launch callbacks) anyway. 0
-  // done, -1 not observing.
-  int launch_trace_window(bool on);
-  // A profiler started in the process (the vLLM plugin or gpuobs.profiler_notice says so before
-  // it reaches CUPTI): counted in the segment, and said once in the process's log.
-  int note_profiler(const char* who);
+  // What the served program's plugin records (the C interface's calls, plugin_api.cpp).
+  HostAnnotations& annotations() { return annotations_; }
   // A probe (GPUOBS_STEP_ASIDE=1, else -2): unsubscribes from the Sanitizer API, to see whether a
   // CUPTI client can then attach (on r580 it cannot). Patched code keeps running; no callback
   // comes after, so modules loaded later are neither patched nor counted.
@@ -137,10 +114,6 @@ class Injector : private ControlTarget {
   bool switch_patch_set(PatchSet set, std::string* error) override;
   void put_in_force(const ControlRequest& config, std::shared_ptr<const KernelFilter> filter) override;
   void open_ops_window(uint32_t steps) override;
-  // The trace window on (again: each step of the window says so) or off; under trace_window_mutex_.
-  void set_trace_window(bool on);
-  // A window without a step for kMaxTraceWindowNs (its plugin gone quiet) is closed.
-  void close_stale_trace_window();
   // The config in force into every context's slots (and, bound, into every function's binding).
   // Takes config_mutex_ only to compute, never across a call into the driver.
   void apply_config();
@@ -154,17 +127,17 @@ class Injector : private ControlTarget {
   // The kernel filter's verdict on a registered kernel (tool thread, no lock: names are
   // published once per slot); kernels whose names make the filter too costly are captured.
   bool captured_by(const KernelFilter* filter, uint32_t slot);
-  // graphs_mutex_ not held: the sanitizer is called outside it, the flag set under it so that it
-  // is true only while the callbacks are surely on.
+  // The sanitizer is called outside graph_execs_'s lock; its flag says on only while the
+  // callbacks surely are.
   void set_node_callbacks(bool on);
 
   InjectorConfig config_;
   Patcher patcher_;
+  HostAnnotations annotations_;
   CubinStore cubins_;
   Sanitizer_SubscriberHandle subscriber_ = nullptr;
-  std::mutex callbacks_mutex_;        // sanitizerEnableCallback calls
-  std::atomic<uint64_t> next_op_{0};  // op records' numbers
-  bool stepped_aside_ = false;        // under callbacks_mutex_: the subscriber is gone or going
+  std::mutex callbacks_mutex_;  // sanitizerEnableCallback calls
+  bool stepped_aside_ = false;  // under callbacks_mutex_: the subscriber is gone or going
 
   std::mutex segment_mutex_;
   std::atomic<bool> segment_ready_{false};
@@ -184,11 +157,6 @@ class Injector : private ControlTarget {
   std::unique_ptr<std::atomic<uint8_t>[]> slot_access_hooked_;  // per slot: its module has the access hooks
   std::unique_ptr<HostCounted[]> host_counted_;                 // per slot
   std::atomic<bool> launch_callbacks_{false};
-  std::atomic<uint32_t> ops_window_{0};        // steps of an op window not taken by the plugin yet
-  std::atomic<bool> takes_op_windows_{false};  // the plugin asked once: the segment says so
-  std::mutex trace_window_mutex_;              // one opener or closer of the launch trace window at a time
-  std::atomic<bool> trace_window_{false};      // eager launches are recorded: an op window is open
-  std::atomic<uint64_t> trace_window_since_ns_{0};
   // the config word in force, for what the callbacks record (set after the functions are rebound)
   std::atomic<uint64_t> config_word_{0};
 
@@ -214,19 +182,7 @@ class Injector : private ControlTarget {
   std::vector<Binding> bindings_;
   std::unordered_map<CUmodule, std::vector<CUfunction>> module_functions_;  // registered, per module
 
-  // graph execs: node callbacks are on while a replay is recorded to learn its nodes
-  // Whether a live graph exec's nodes are known; since_ns: created, or last launched unlearned.
-  enum class NodesKnown : uint8_t { NotLaunched, Pending, Learned };
-  struct GraphExecState {
-    NodesKnown known = NodesKnown::NotLaunched;
-    uint64_t since_ns = 0;
-  };
-  std::mutex graphs_mutex_;
-  std::unordered_map<uint64_t, GraphExecState> graph_execs_;  // live graph execs
-  bool node_callbacks_ = false;     // as enabled in the sanitizer (changed by the tool thread only)
-  uint32_t replays_recording_ = 0;  // recorded replays between their launch begin and end
-
-  std::atomic<int64_t> live_graph_execs_{0};
+  GraphExecs graph_execs_;            // live graph execs: whether their nodes are known
   std::atomic<uint64_t> replays_{0};  // graph replays numbered so far, in every context
   std::atomic<bool> publish_requested_{false};
   std::atomic<bool> entry_pcs_stale_{false};  // a kernel registered since: its first pc to the device

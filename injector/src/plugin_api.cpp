@@ -43,31 +43,33 @@ int on_injector(Call call) noexcept {
 
 int gpuobs_record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
                        uint32_t flags) {
-  return on_injector([&](gpuobs::Injector& i) { return i.record_step(step, requests, tokens, ids, ids_bytes, flags); });
+  return on_injector(
+      [&](gpuobs::Injector& i) { return i.annotations().record_step(step, requests, tokens, ids, ids_bytes, flags); });
 }
 
 int gpuobs_set_identity(uint32_t role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const char* model) {
-  return on_injector([&](gpuobs::Injector& i) { return i.set_identity(role, rank, world_size, local_rank, model); });
+  return on_injector(
+      [&](gpuobs::Injector& i) { return i.annotations().set_identity(role, rank, world_size, local_rank, model); });
 }
 
 int gpuobs_record_op(const char* label, uint32_t label_bytes) {
-  return on_injector([&](gpuobs::Injector& i) { return i.record_op(label, label_bytes); });
+  return on_injector([&](gpuobs::Injector& i) { return i.annotations().record_op(label, label_bytes); });
 }
 
 int gpuobs_record_capture(uint64_t stream) {
-  return on_injector([&](gpuobs::Injector& i) { return i.record_capture(stream); });
+  return on_injector([&](gpuobs::Injector& i) { return i.annotations().record_capture(stream); });
 }
 
 int gpuobs_take_ops_window(void) {
-  return on_injector([](gpuobs::Injector& i) { return i.take_ops_window(); });
+  return on_injector([](gpuobs::Injector& i) { return i.annotations().take_ops_window(); });
 }
 
 int gpuobs_launch_trace_window(int on) {
-  return on_injector([&](gpuobs::Injector& i) { return i.launch_trace_window(on != 0); });
+  return on_injector([&](gpuobs::Injector& i) { return i.annotations().launch_trace_window(on != 0); });
 }
 
 int gpuobs_note_profiler(const char* who) {
-  return on_injector([&](gpuobs::Injector& i) { return i.note_profiler(who); });
+  return on_injector([&](gpuobs::Injector& i) { return i.annotations().note_profiler(who); });
 }
 
 int gpuobs_step_aside(void) {
@@ -75,5 +77,5 @@ int gpuobs_step_aside(void) {
 }
 
 int gpuobs_set_label(const char* label) {
-  return on_injector([&](gpuobs::Injector& i) { return i.set_label(label); });
+  return on_injector([&](gpuobs::Injector& i) { return i.annotations().set_label(label); });
 }
