@@ -4,6 +4,8 @@ mapping of gRPC failures to one-line reasons."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import grpc
 from gpuobs.api.v1 import observer_pb2_grpc
@@ -23,7 +25,7 @@ def address_of(flag: str | None) -> str:
 
 # A TCP address (gpuobsd --listen) is TLS with a bearer token: the CA that signed the daemon's
 # certificate and the token's file, from --tls-ca / --token-file or GPUOBS_TLS_CA / GPUOBS_TOKEN_FILE.
-_tcp = {"ca": None, "token_file": None}
+_tcp: dict[str, str | None] = {"ca": None, "token_file": None}
 
 
 def configure_tcp(ca: str | None, token_file: str | None) -> None:
@@ -96,7 +98,7 @@ def failure(address: str, error: grpc.RpcError, timeout: float) -> CommandError:
     """A failed call as the one line gpuobsctl prints."""
     code = error.code()
     if code == grpc.StatusCode.UNAVAILABLE:
-        return CommandError(unreachable(address, error.details()))
+        return CommandError(unreachable(address, error.details() or "no details"))
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return CommandError(f"gpuobsd at {address} refused the token (--token-file): {error.details()}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -107,14 +109,18 @@ def failure(address: str, error: grpc.RpcError, timeout: float) -> CommandError:
     return CommandError(f"{code.name.lower()}: {error.details()}")
 
 
-def call(address: str, method: str, request, timeout: float = 10.0):
+# The calls below name the RPC (`method`) by its string, so their replies are typed by the caller,
+# who knows which message the RPC answers; to the type checker they are Any.
+
+
+def call(address: str, method: str, request: object, timeout: float = 10.0) -> Any:
     try:
         return getattr(stub(address), method)(request, timeout=timeout)
     except grpc.RpcError as error:
         raise failure(address, error, timeout) from None
 
 
-def each_reply(address: str, method: str, request, timeout: float):
+def each_reply(address: str, method: str, request: object, timeout: float) -> Iterator[Any]:
     """The replies of a streaming call, its failure as one line."""
     try:
         yield from getattr(stub(address), method)(request, timeout=timeout)
@@ -122,7 +128,13 @@ def each_reply(address: str, method: str, request, timeout: float):
         raise failure(address, error, timeout) from None
 
 
-def all_pages(address: str, method: str, request, field: str, timeout: float = 30.0):
+class PagedRequest(Protocol):
+    """A list RPC's request: its replies come a page at a time, the next one from this token on."""
+
+    page_token: str
+
+
+def all_pages(address: str, method: str, request: PagedRequest, field: str, timeout: float = 30.0) -> Any:
     """A paged list RPC's first reply with the items of every later page added to `field`,
     following next_page_token to the end."""
     reply = call(address, method, request, timeout=timeout)
@@ -134,7 +146,7 @@ def all_pages(address: str, method: str, request, field: str, timeout: float = 3
     return reply
 
 
-def every_page(address: str, method: str, request, field: str, timeout: float = 30.0) -> list:
+def every_page(address: str, method: str, request: PagedRequest, field: str, timeout: float = 30.0) -> list:
     """Every item of a paged list RPC."""
     return list(getattr(all_pages(address, method, request, field, timeout), field))
 

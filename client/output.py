@@ -35,8 +35,8 @@ def _numbers(message: Message, data: dict) -> None:
     for field in message.DESCRIPTOR.fields:
         if field.name not in data:
             continue
-        # `is_repeated` where protobuf has it (`label` is gone from its newest releases)
-        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == FieldDescriptor.LABEL_REPEATED
+        # `is_repeated`: in every protobuf from the floor (6.31.1) on, while `label` is gone from the newest
+        repeated = field.is_repeated
         if field.type in _INT64:
             data[field.name] = [int(v) for v in data[field.name]] if repeated else int(data[field.name])
         elif field.type == FieldDescriptor.TYPE_MESSAGE:

@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay
-from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS
+from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, field_names
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
@@ -290,7 +290,7 @@ class GraphJoin(Analysis):
     def _join_launches(self, rows: np.ndarray) -> None:
         """Per replay and node execution, what the join needs (in order: one graph launch, then
         its node launches)."""
-        names = rows.dtype.names
+        names = field_names(rows.dtype)
         for values in rows.tolist():
             row = dict(zip(names, values))
             kind = int(row["kind"])
@@ -380,8 +380,8 @@ class GraphJoin(Analysis):
         if record.implied and not graph.nodes:
             graph.folded_unlearned += 1
         has_spans = self._has_spans(record)
-        for node, time_of in self._device_times(graph, record, settled=True).items():
-            graph.nodes[node].device += time_of
+        for node_index, time_of in self._device_times(graph, record, settled=True).items():
+            graph.nodes[node_index].device += time_of
             self.device_time += time_of
         for execution, status, observed in self.judged(graph, record):
             node = graph.nodes[execution.node]

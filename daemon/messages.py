@@ -36,7 +36,7 @@ def converter(cls: type) -> Converter:
         annotation = str(field.type)
         inner = annotation.removeprefix("list[").removesuffix("]")
         inner_cls = getattr(results, inner, None)
-        if dataclasses.is_dataclass(inner_cls):
+        if isinstance(inner_cls, type) and dataclasses.is_dataclass(inner_cls):  # a result class
             nested.append((field.name, annotation.startswith("list["), inner_cls))
     if not nested:
         _CONVERTERS[cls] = vars

@@ -363,9 +363,9 @@ class Registry:
         if not fresh:
             return
         names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s.slot for s in fresh}))}
-        launches = {}
-        for launch in pairing.in_flight(now_ns, threshold_ns):
-            launches.setdefault(launch["slot"], launch)
+        launches: dict[int, dict] = {}  # slot -> its oldest launch in flight
+        for in_flight in pairing.in_flight(now_ns, threshold_ns):
+            launches.setdefault(in_flight["slot"], in_flight)
         for stall in fresh:
             stall.reported = True
             launch = launches.get(stall.slot)

@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from typing import TextIO
 
 
 class AlreadyRunning(RuntimeError):
@@ -56,7 +57,7 @@ def untrusted_problem(info: os.stat_result) -> str:
 class RuntimeDir:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.lock_file = None
+        self.lock_file: TextIO | None = None  # held once acquired
 
     def acquire(self) -> None:
         """Creates the directory (0750) when missing, or checks the one there; takes its lock,

@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import os
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -218,12 +218,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Config:
+def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
     """Default, then file, then environment, then flags. Raises ValueError naming the setting."""
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     values = {setting.name: setting.default for setting in SETTINGS}
     by_name = {setting.name: setting for setting in SETTINGS}
-    config_file = getattr(args, "config", None) or environ.get("GPUOBS_CONFIG")
+    config_file = getattr(args, "config", None) or env.get("GPUOBS_CONFIG")
     if config_file:
         with open(config_file, "rb") as handle:
             try:
@@ -235,13 +235,13 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
                     raise ValueError(f"{config_file}: unknown setting {name!r}")
                 if isinstance(value, (dict, list)):
                     raise ValueError(f"{config_file}: {name} must be a single value")
-                text = str(value).lower() if isinstance(value, bool) else str(value)
+                as_text = str(value).lower() if isinstance(value, bool) else str(value)
                 try:  # the same parser a flag goes through: the same checks
-                    values[name] = by_name[name].parse(text)
+                    values[name] = by_name[name].parse(as_text)
                 except ValueError as error:
                     raise ValueError(f"{config_file}: {name} = {value!r}: {error}") from error
     for setting in SETTINGS:
-        layers = [(setting.env, environ.get(setting.env)), (setting.flag, getattr(args, setting.name, None))]
+        layers = [(setting.env, env.get(setting.env)), (setting.flag, getattr(args, setting.name, None))]
         for source, text in layers:
             if text is None:
                 continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -46,9 +46,9 @@ class TokenCheck(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ):
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         presented = dict(handler_call_details.invocation_metadata or ()).get("authorization", "")
         if handler is None or hmac.compare_digest(str(presented).encode(), self.expected):
@@ -60,10 +60,10 @@ def refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """A handler of the same kind as `handler` that refuses the call."""
     message = "this port needs the daemon's token (authorization: Bearer TOKEN; gpuobsctl --token-file)"
 
-    async def unary(request, context: grpc.aio.ServicerContext):
+    async def unary(request: object, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    async def streaming(request, context: grpc.aio.ServicerContext):
+    async def streaming(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         yield  # an async generator, as a streaming handler must be
 

@@ -4,10 +4,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
-# lint and format before the tests (pinned in the test extra): Python with ruff (pyproject.toml),
-# C++ and CUDA with clang-format (.clang-format)
+# lint, format and types before the tests (pinned in the test extra): Python with ruff and mypy
+# (pyproject.toml), C++ and CUDA with clang-format (.clang-format)
 .venv/bin/ruff check . || exit 1
 .venv/bin/ruff format --check . || { echo "scripts/test.sh: run .venv/bin/ruff format ." >&2; exit 1; }
+# types (mypy, pyproject.toml's [tool.mypy]): the installed package and the test helpers
+.venv/bin/mypy || exit 1
 mapfile -t cxx < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 .venv/bin/clang-format --dry-run --Werror "${cxx[@]}" ||
   { echo "scripts/test.sh: run .venv/bin/clang-format -i on the files above" >&2; exit 1; }

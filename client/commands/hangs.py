@@ -10,6 +10,7 @@ exit hooks) and what was not analysed; it never says "none" for what it did not 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
 
 
-def block_ranges(blocks) -> str:
+def block_ranges(blocks: Iterable[pb.BlockIndex]) -> str:
     """Block indices, runs of consecutive x compressed: 0-5, 9 (y and z shown when not 0)."""
     parts: list[str] = []
     run_start = previous = None

@@ -75,7 +75,8 @@ def segment_directory(work: Path) -> Path:
     return directory
 
 
-def start_private_daemon(work: Path, segments: Path) -> tuple[subprocess.Popen, str]:
+def start_private_daemon(work: Path, segments: Path) -> tuple[subprocess.Popen, str, pb.GetStatusResponse]:
+    """A gpuobsd of this run's own, once it answers: the process, its address and its first status."""
     log = open(work / "gpuobsd.log", "w")
     daemon = subprocess.Popen(
         [
@@ -101,8 +102,9 @@ def start_private_daemon(work: Path, segments: Path) -> tuple[subprocess.Popen, 
     while time.monotonic() < deadline:
         if daemon.poll() is not None:
             raise CommandError(f"the private gpuobsd exited: {(work / 'gpuobsd.log').read_text()[-500:]}")
-        if reachable(address):
-            return daemon, address
+        status = reachable(address)
+        if status is not None:
+            return daemon, address, status
         time.sleep(0.05)
     daemon.kill()
     raise CommandError("the private gpuobsd did not come up")
@@ -165,8 +167,7 @@ def run(args: argparse.Namespace) -> int:
         address = args.address
         if status is None:
             segments = segment_directory(work)
-            daemon, address = start_private_daemon(work, segments)
-            status = reachable(address)
+            daemon, address, status = start_private_daemon(work, segments)
         env = dict(os.environ)
         env.update(
             {

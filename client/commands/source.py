@@ -57,7 +57,7 @@ class Symbolizer:
         return self.cache[cubin]
 
 
-def kernel_for_pc(kernels, pc: int):
+def kernel_for_pc(kernels: list[pb.Kernel], pc: int) -> pb.Kernel:
     """The kernel whose code holds pc: the nearest function start at or below it (functions do
     not overlap in device memory; several kernels of one module share its cubin)."""
     below = [k for k in kernels if k.function_pc and k.function_pc <= pc]

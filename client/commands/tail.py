@@ -8,7 +8,7 @@ import json
 import grpc
 import numpy as np
 from gpuobs.api.v1 import observer_pb2 as pb
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, field_names
 
 from ..arguments import pid, uint32
 from ..connection import CommandError, stub
@@ -31,9 +31,10 @@ def run(args: argparse.Namespace) -> int:
         for batch in stub(args.address).StreamEvents(request):
             records = np.frombuffer(batch.records, dtype=EVENT_DTYPE, count=batch.count)
             for record in records:  # printing is per event by nature; the daemon never is
-                row = {name: int(record[name]) for name in EVENT_DTYPE.names}
+                row: dict[str, int | str] = {name: int(record[name]) for name in field_names(EVENT_DTYPE)}
                 row["pid"] = batch.pid
-                row["kind"] = KIND_NAMES.get(row["kind"], str(row["kind"]))
+                kind = int(record["kind"])
+                row["kind"] = KIND_NAMES.get(kind, str(kind))
                 if args.output == "json":
                     print(json.dumps(row))
                 else:

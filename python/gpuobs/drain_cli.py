@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from gpuobs.segment import MODE_NAMES, STATE_EXITED, Segment, SegmentError, segment_paths
+from gpuobs.segment import KERNEL_COUNTERS_DTYPE, MODE_NAMES, STATE_EXITED, Segment, SegmentError, segment_paths
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -27,7 +27,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def report(segment: Segment, top: int) -> bool:
-    counters, kernels = segment.counters() or ({}, np.zeros(0))
+    counters, kernels = segment.counters() or ({}, np.zeros(0, dtype=KERNEL_COUNTERS_DTYPE))
     names = [k["demangled"] for k in segment.kernels()]
     delivered = segment.aggregates()[: len(names)].sum(axis=1)
     control = segment.control_state()
@@ -81,11 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         if not busy:
             time.sleep(0.005)
     ok = True
-    for path, segment in segments.items():
+    for name, segment in segments.items():
         segment.drain_counts()
         ok = report(segment, args.top) and ok
         if args.remove and (segment.reader.state() == STATE_EXITED or not segment.reader.producer_alive()):
-            os.unlink(path)
+            os.unlink(name)
     if not segments:
         print(f"gpuobs-drain: no segments in {args.segment_dir}")
     return 0 if ok else 1

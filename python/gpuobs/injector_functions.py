@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from collections.abc import Callable
 
 RECORDED, DROPPED, NOT_OBSERVING = 0, 1, -1
 log = logging.getLogger("gpuobs")
@@ -38,7 +39,7 @@ class InjectorAnnotations:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._functions: dict[str, ctypes._CFuncPtr] | None = None
+        self._functions: dict[str, Callable[..., int]] | None = None  # restype c_int: calls answer an int
         self.missing: tuple[str, ...] = ()  # functions the loaded injector lacks: their calls answer NOT_OBSERVING
 
     def available(self) -> bool:

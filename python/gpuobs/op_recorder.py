@@ -118,21 +118,21 @@ class OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if self.capture is not None:
-            self._captured()  # nodes added since the last op (outside the dispatcher) belong to no op
+            self._captured(self.capture)  # nodes added since the last op (outside the dispatcher) belong to no op
         self._say(lambda: f"{self.paths.of_op((args, kwargs))} {op_name(func)} {describe((args, kwargs))}".rstrip())
         self.ops += 1
         try:
             result = func(*args, **kwargs)  # the only thing here that may raise into the model
             if self.capture is not None:
-                self._captured()
+                self._captured(self.capture)
             return result
         finally:
             self._say(lambda: "")
 
-    def _captured(self) -> None:
+    def _captured(self, capture: Callable[[int], object]) -> None:
         try:
             if torch.cuda.is_current_stream_capturing():
-                self.capture(torch.cuda.current_stream().cuda_stream)
+                capture(torch.cuda.current_stream().cuda_stream)
         except Exception:  # noqa: BLE001 - the graph is captured whatever happened to its labels
             pass
 
@@ -177,7 +177,8 @@ class _CaptureEndHook:
                     with self.lock:
                         active = list(self.recorders)
                     for each in active:  # the injector keeps per thread what was reported: a repeat adds nothing
-                        each._captured()
+                        if each.capture is not None:  # (always: reported_at_capture_end adds no other)
+                            each._captured(each.capture)
                     return original(graph, *args, **kwargs)
 
                 graph_class.capture_end = capture_end

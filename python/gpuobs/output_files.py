@@ -41,7 +41,7 @@ def new_files(paths: list[Path]) -> Iterator[list[BinaryIO]]:
     temps: list[str] = []
     placed: list[Path] = []
     try:
-        handles = []
+        handles: list[BinaryIO] = []
         with contextlib.ExitStack() as stack:
             for path in paths:
                 fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")

@@ -10,20 +10,22 @@ is the schema."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from gpuobs.op_labels import OpLabels
 from gpuobs.output_files import new_files
 from gpuobs.recording import Recording, distinct_files
-from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, STEP_DTYPE, field_names
 
 TABLES = ("events", "launches", "steps", "ops", "kernels")
 NOT_LAUNCHES = ("step", "step_text", "op", "op_text", "op_nodes")  # records of their own tables, or text
 STEP_FIELDS = ("host_time_ns", "step", "thread", "requests", "tokens", "flags")
 
 
-def _pyarrow():
+def _pyarrow() -> tuple[ModuleType, ModuleType]:
     try:
         import pyarrow
         import pyarrow.parquet
@@ -36,8 +38,8 @@ def _columns(rows: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(rows[name]) for name in names}
 
 
-def tables(recordings: list[tuple[str, Recording]]) -> dict[str, object]:
-    """The tables (pyarrow.Table) of these recordings, named by their source files."""
+def tables(recordings: list[tuple[str, Recording]]) -> dict[str, Any]:
+    """The tables (pyarrow.Table, untyped) of these recordings, named by their source files."""
     pa, _ = _pyarrow()
     event_kinds = {value: name for name, value in EVENT_KINDS.items()}
     launch_kinds = {value: name for name, value in LAUNCH_KINDS.items()}
@@ -51,14 +53,14 @@ def tables(recordings: list[tuple[str, Recording]]) -> dict[str, object]:
             }
 
         events = recording.events
-        columns = {**identity(len(events)), **_columns(events, tuple(n for n in events.dtype.names if n))}
+        columns = {**identity(len(events)), **_columns(events, field_names(events.dtype))}
         columns["kind_name"] = pa.array(
             [event_kinds.get(int(k), str(k)) for k in events["kind"]], pa.dictionary(pa.int8(), pa.string())
         )
         parts["events"].append(pa.table(columns))
         launches = recording.launches
         kernel_rows = launches[np.isin(launches["kind"], [v for n, v in LAUNCH_KINDS.items() if n not in NOT_LAUNCHES])]
-        columns = {**identity(len(kernel_rows)), **_columns(kernel_rows, tuple(n for n in launches.dtype.names if n))}
+        columns = {**identity(len(kernel_rows)), **_columns(kernel_rows, field_names(launches.dtype))}
         columns["kind_name"] = pa.array(
             [launch_kinds.get(int(k), str(k)) for k in kernel_rows["kind"]], pa.dictionary(pa.int8(), pa.string())
         )

@@ -218,7 +218,7 @@ def process_slices(recording: Recording) -> tuple[list[Slice], dict[str, int | s
         about["clock_pair_device_ns"], about["clock_pair_host_monotonic_ns"] = pair
     if len(steps) and pair is None:
         about["steps"] = f"{len(steps)} not placed: no launch record with device events to relate the clocks"
-    elif len(steps):
+    elif pair is not None and len(steps):
         offset = pair[0] - pair[1]
         times = (steps["host_time_ns"].astype(np.int64) + offset).tolist()
         for index, step in enumerate(steps):

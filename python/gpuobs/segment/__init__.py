@@ -12,16 +12,21 @@ import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
+
 from gpuobs import _native
 
+# A field table the native module read off a C++ struct: (name, offset, format) per field, the
+# format numpy's name for it, or (the element's field table, its size, count) for an array of structs.
+FieldTable: TypeAlias = list[tuple[str, int, "str | tuple[FieldTable, int, int]"]]
 
-def _dtype(fields: list[tuple[str, int, object]], itemsize: int) -> np.dtype:
-    """A numpy dtype from a field table the native module read off a C++ struct. A field's
-    format is numpy's name for it, or (fields, itemsize, count) for an array of structs."""
 
-    def fmt(format_: object) -> object:
+def _dtype(fields: FieldTable, itemsize: int) -> np.dtype:
+    """A numpy dtype from a field table the native module read off a C++ struct."""
+
+    def fmt(format_: str | tuple[FieldTable, int, int]) -> str | tuple[np.dtype, tuple[int]]:
         if isinstance(format_, str):
             return format_
         element_fields, element_size, count = format_
@@ -77,6 +82,15 @@ SegmentError = _native.SegmentError
 
 SEGMENT_PREFIX: str = _native.SEGMENT_PREFIX
 SEGMENT_SUFFIX: str = _native.SEGMENT_SUFFIX
+
+
+def field_names(dtype: np.dtype) -> tuple[str, ...]:
+    """The fields of a record dtype (one of the above, or a view of one), in order: numpy's
+    `names` is None for a dtype without fields, which a record never is."""
+    names = dtype.names
+    if names is None:
+        raise TypeError(f"{dtype} is no record dtype: it has no fields")
+    return names
 
 
 def segment_paths(directory: str | os.PathLike[str]) -> list[Path]:
@@ -188,13 +202,16 @@ class Segment:
         snapshot = self.reader.counters(first_slot, max_count)
         if snapshot is None:
             return None
+        assert isinstance(snapshot, tuple), snapshot  # the binding's type is any object: None or this pair
         global_counters, kernels = snapshot
         return global_counters, np.frombuffer(kernels, dtype=KERNEL_COUNTERS_DTYPE)
 
     def global_counters(self) -> dict | None:
         """The process-wide counters alone, one consistent snapshot (None as for counters()):
         what status and accounting need, without a copy of every kernel's counters."""
-        return self.reader.global_counters()
+        counters = self.reader.global_counters()
+        assert counters is None or isinstance(counters, dict), counters  # the binding's type is any object
+        return counters
 
     def aggregates(self, first_slot: int = 0, max_count: int | None = None) -> np.ndarray:
         """Events delivered so far, per kernel slot (rows, from first_slot) and event kind (columns)."""

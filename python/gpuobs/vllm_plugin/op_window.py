@@ -36,7 +36,7 @@ def window_steps() -> int:
 
 def model_of(worker: Any) -> Any:
     """vLLM's model on this worker (its modules give the ops their paths), or None."""
-    runner = getattr(worker, "model_runner", None)
+    runner: Any = getattr(worker, "model_runner", None)  # vLLM's, or None: both answer hasattr
     try:
         return runner.get_model() if hasattr(runner, "get_model") else getattr(runner, "model", None)
     except Exception:  # noqa: BLE001 - paths are a nicety; the ops are recorded without them

@@ -17,7 +17,7 @@ PROGRAMS = ("gpuobs-synth", "gpuobs.daemon.main", "gpuobsd")
 
 
 def _entries() -> set[Path]:
-    found = set()
+    found: set[Path] = set()
     for place, prefixes in PLACES.items():
         try:
             found.update(p for p in place.iterdir() if p.name.startswith(prefixes))

@@ -74,12 +74,12 @@ def read_trace(path: Path) -> ReadTrace:
                     TraceSlice(tracks[event.track_uuid], event.track_uuid, packet.timestamp, None, event.name, args)
                 )
     assert not any(open_slices.values()), "slices that never end"
-    by_track: dict[int, list[TraceSlice]] = {}
+    ended_by_track: dict[int, list[tuple[TraceSlice, int]]] = {}  # slices (not instants), with their end
     for item in slices:
         if item.end is not None:
-            by_track.setdefault(item.track_uuid, []).append(item)
-    for track, items in by_track.items():
-        items.sort(key=lambda s: s.start)
-        for before, after in zip(items, items[1:]):
-            assert before.end <= after.start, (track, before, after)
+            ended_by_track.setdefault(item.track_uuid, []).append((item, item.end))
+    for track, ended in ended_by_track.items():
+        ended.sort(key=lambda pair: pair[0].start)
+        for (before, before_end), (after, _) in zip(ended, ended[1:]):
+            assert before_end <= after.start, (track, before, after)
     return ReadTrace(processes, tracks, slices, snapshots, ranks)

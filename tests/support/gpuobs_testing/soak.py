@@ -17,7 +17,9 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import Message
 from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.api.v1.observer_pb2_grpc import ObserverStub
 
 from gpuobs_testing.daemon import DaemonProcess, free_port, rss_mib
 from gpuobs_testing.synth import synth_binary
@@ -83,6 +85,7 @@ class Soak:
         rng = random.Random(self.seed)
         binary = synth_binary()
         running: list[subprocess.Popen] = []
+        crash_asked: set[subprocess.Popen] = set()  # started with --crash-after: a signal ends them
         while not self.stop.is_set() and self.figures["lifetimes"] < self.lifetimes:
             while len(running) < self.concurrent and not self.stop.is_set():
                 mode = rng.choice(["counter", "blocks", "memory", "sampled", "noop"])
@@ -101,10 +104,13 @@ class Soak:
                     "--ring-records",
                     "4096",
                 ]
-                if rng.random() < 0.1:
+                crashes = rng.random() < 0.1
+                if crashes:
                     args += ["--crash-after", str(rng.randint(100, 5000))]  # dies without unmapping
                 try:
                     running.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    if crashes:
+                        crash_asked.add(running[-1])
                 except (OSError, RuntimeError):  # the producer could not start: counted, the soak goes on
                     with self.lock:
                         self.figures["producer_failures"] += 1
@@ -112,13 +118,12 @@ class Soak:
             time.sleep(0.02)
             for process in [p for p in running if p.poll() is not None]:
                 running.remove(process)
+                crashed_as_asked = process in crash_asked
+                crash_asked.discard(process)
                 with self.lock:
                     self.figures["lifetimes"] += 1
                     # a crash asked for ends in a signal; any other failure is one
-                    if (
-                        process.returncode not in (0, -6, -9, -11, 134, 137, 139)
-                        and "--crash-after" not in process.args
-                    ):
+                    if process.returncode not in (0, -6, -9, -11, 134, 137, 139) and not crashed_as_asked:
                         self.figures["producer_failures"] += 1
         for process in running:
             process.wait()
@@ -170,13 +175,16 @@ class Soak:
                 body = self._random_message(getattr(pb, method.input_type.name), rng).SerializeToString()
             try:
                 if method.server_streaming:
-                    call = channel.unary_stream(path)(body, timeout=2)
+                    # no serializers: the body goes as it is, the replies come back as bytes
+                    raw_stream: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(path)
+                    call = raw_stream(body, timeout=2)
                     for index, _ in enumerate(call):
                         if index >= 2:
                             call.cancel()
                             break
                 else:
-                    channel.unary_unary(path)(body, timeout=5)
+                    raw_unary: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(path)
+                    raw_unary(body, timeout=5)
                 code = grpc.StatusCode.OK
             except grpc.RpcError as error:
                 code = error.code()
@@ -186,7 +194,7 @@ class Soak:
                     self.figures["fuzz_failures"].append(f"{method.name}: {code}")
         channel.close()
 
-    def _random_message(self, message_class, rng: random.Random):
+    def _random_message(self, message_class: type[Message], rng: random.Random) -> Message:
         """A message of that type with random values in its scalar fields (paths stay under the
         soak's own directory: a valid Record writes only there)."""
         message = message_class()
@@ -220,22 +228,22 @@ class Soak:
             if make is None:
                 continue
             value = make()
-            repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
-            if repeated:
+            if field.is_repeated:  # (protobuf's floor, 6.31.1, has it; `label` is gone from the newest)
                 getattr(message, field.name).extend([value] * rng.randrange(1, 4))
             else:
                 setattr(message, field.name, value)
         # a valid Record stays short, so that the soak's own recordings stay small
-        if message_class is pb.RecordRequest and message.duration_ms > 2000:
-            message.duration_ms = 2000
-        if message_class is pb.RecordRequest and message.max_events > 100_000:
-            message.max_events = 100_000
+        if isinstance(message, pb.RecordRequest):
+            if message.duration_ms > 2000:
+                message.duration_ms = 2000
+            if message.max_events > 100_000:
+                message.max_events = 100_000
         return message
 
     RECORD_MAX_MB = 4  # the daemon's caps in the soak: recordings reach them every time
     RECORD_TOTAL_MB = 8
 
-    def recordings(self, stub) -> None:
+    def recordings(self, stub: ObserverStub) -> None:
         """Recordings as long as the daemon allows, two at a time, streamed back: each ends at a
         cap with what it wrote; the bytes never pass the caps."""
 
@@ -276,7 +284,7 @@ class Soak:
                 with self.lock:
                     self.figures["scrape_failures"] += 1
 
-    def streams(self, stub) -> None:
+    def streams(self, stub: ObserverStub) -> None:
         while not self.stop.is_set():
             try:
                 for batch in stub.StreamEvents(pb.StreamEventsRequest(max_events=2000), timeout=3):

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpuobs.segment import STATE_EXITED
+from gpuobs.segment import STATE_EXITED, Segment
 
 # gpuobs-synth --ops N: op k has label (k - 1) % 3 of these (as synth/device_loop.cpp writes them)
 SYNTH_OP_LABELS = [
@@ -50,7 +50,7 @@ class SynthProcess:
         return self.process.wait(timeout=30)
 
 
-def drain_until_exit(segment, *, timeout: float = 60.0, pause: float = 0.0) -> tuple[int, int]:
+def drain_until_exit(segment: Segment, *, timeout: float = 60.0, pause: float = 0.0) -> tuple[int, int]:
     """Reads `segment` until its producer has exited and everything is read."""
     events = launches = 0
     deadline = time.monotonic() + timeout
@@ -66,7 +66,7 @@ def drain_until_exit(segment, *, timeout: float = 60.0, pause: float = 0.0) -> t
     raise AssertionError("producer did not finish in time")
 
 
-def wait_events(segment, timeout: float = 10.0) -> int:
+def wait_events(segment: Segment, timeout: float = 10.0) -> int:
     """Drains until some events came (a switch is acknowledged before the producer's next launch
     runs in the new mode); the events drained."""
     deadline = time.monotonic() + timeout
@@ -78,7 +78,7 @@ def wait_events(segment, timeout: float = 10.0) -> int:
     raise AssertionError(f"no event in {timeout} s")
 
 
-def wait_applied(segment, generation: int, timeout: float = 10.0) -> dict:
+def wait_applied(segment: Segment, generation: int, timeout: float = 10.0) -> dict:
     """Polls the segment's control block until the producer acknowledged `generation`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

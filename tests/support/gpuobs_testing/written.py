@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import numpy as np
 from gpuobs import _native
@@ -14,11 +15,21 @@ from gpuobs.daemon.registry import ObservedProcess, Registry
 from gpuobs.daemon.service import ObserverService
 
 
+class Capacities(TypedDict, total=False):
+    """The segment's sizes a test may choose (the writer's defaults otherwise)."""
+
+    event_rings: int
+    event_ring_records: int
+    launch_ring_records: int
+    kernel_slots: int
+    name_arena_bytes: int
+
+
 class WrittenProcess:
     """One segment written here, and a Registry and ObserverService over its directory, with
     an unlimited analysis budget (tests judge the analysis, not the budget)."""
 
-    def __init__(self, directory: Path, *, kernels: int = 4, **capacities: int) -> None:
+    def __init__(self, directory: Path, *, kernels: int = 4, **capacities: Unpack[Capacities]) -> None:
         self.writer = _native.Writer(str(directory), **capacities)
         for slot in range(kernels):
             self.writer.register_kernel(f"_Z8kernel_{slot}v")
