@@ -10,6 +10,7 @@ made series flap: 243 distinct series in 20 minutes against 51 at any instant.)"
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from gpuobs.segment import MODES
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from . import results
 from .block_pairing import BUCKETS_PER_OCTAVE
 from .registry import ObservedProcess
 from .service import ObserverService
@@ -34,6 +36,32 @@ DURATION_EDGE_BUCKETS = BUCKETS_PER_OCTAVE * DURATION_EDGE_OCTAVES
 
 log = structlog.get_logger("gpuobsd.metrics")
 OTHER = "other"
+
+# Every per-kernel device counter (layout.h's KernelCounters, by field name) and the counter it is
+# exported as, labelled (pid, kernel), or None where it is not exported per kernel. A test holds
+# this table to the field table, so a counter added to layout.h fails it until it is decided here;
+# exporting one is its entry alone (its family, its sums and its place follow this table's order).
+KERNEL_COUNTER_METRICS: dict[str, tuple[str, str] | None] = {
+    "launches": ("gpuobs_kernel_launches", "Kernel launches"),
+    "blocks_expected": None,
+    "blocks_observed": ("gpuobs_blocks", "Thread blocks counted on the device"),
+    "blocks_unpatched": None,
+    "memory_accesses": ("gpuobs_memory_accesses", "Global memory accesses counted on the device"),
+    "events_produced": None,
+    "events_dropped": None,
+    "blocks_unobserved": None,
+    "blocks_exited": None,
+}
+KERNEL_COUNTER_EXPORTS: dict[str, tuple[str, str]] = {
+    field: metric for field, metric in KERNEL_COUNTER_METRICS.items() if metric is not None
+}
+# The injector's callbacks whose time is exported (label callback=): the `<name>_callback_seconds`
+# of results.InjectorStats, which takes them from the global counters by name.
+INJECTOR_CALLBACKS: tuple[str, ...] = tuple(
+    field.name.removesuffix("_callback_seconds")
+    for field in dataclasses.fields(results.InjectorStats)
+    if field.name.endswith("_callback_seconds")
+)
 
 
 class StickyLabels:
@@ -81,7 +109,8 @@ class GpuobsCollector(Collector):
         self.stall_threshold_s = stall_threshold_s
         self.kernel_label_limit = kernel_label_limit
         self.labels: dict[str, StickyLabels] = {}  # per segment path, while the daemon shows it
-        self.last_sums: dict[str, list[list[tuple[str, int]]]] = {}  # per segment: the last scrape's sums
+        # per segment: the last scrape's sums, per exported counter field
+        self.last_sums: dict[str, dict[str, list[tuple[str, int]]]] = {}
         # a collection at a time (metrics_server.SharedExposition serves concurrent scrapes one)
         self.lock = threading.Lock()
 
@@ -108,11 +137,10 @@ class GpuobsCollector(Collector):
         fill = GaugeMetricFamily(
             "gpuobs_ring_fill_ratio", "Fullest event ring, claimed but unread / capacity", labels=["pid"]
         )
-        launches = CounterMetricFamily("gpuobs_kernel_launches", "Kernel launches", labels=["pid", "kernel"])
-        blocks = CounterMetricFamily("gpuobs_blocks", "Thread blocks counted on the device", labels=["pid", "kernel"])
-        accesses = CounterMetricFamily(
-            "gpuobs_memory_accesses", "Global memory accesses counted on the device", labels=["pid", "kernel"]
-        )
+        kernel_counters = {
+            field: CounterMetricFamily(name, documentation, labels=["pid", "kernel"])
+            for field, (name, documentation) in KERNEL_COUNTER_EXPORTS.items()
+        }
         events = CounterMetricFamily("gpuobs_events", "Events delivered to the daemon", labels=["pid"])
         dropped = CounterMetricFamily(
             "gpuobs_events_dropped",
@@ -185,9 +213,8 @@ class GpuobsCollector(Collector):
                 where = [str(gpu.ordinal), gpu.uuid, gpu.pci_bus_id] if gpu else ["", "", ""]
                 info.add_metric([str(view.pid), view.label, *who, *where], 1.0)
             profilers.add_metric([pid], float(view.injector.profiler_starts))
-            callbacks.add_metric([pid, "resource"], view.injector.resource_callback_seconds)
-            callbacks.add_metric([pid, "launch"], view.injector.launch_callback_seconds)
-            callbacks.add_metric([pid, "graph"], view.injector.graph_callback_seconds)
+            for callback in INJECTOR_CALLBACKS:
+                callbacks.add_metric([pid, callback], getattr(view.injector, f"{callback}_callback_seconds"))
             for stage in view.stages:
                 if stage.stage == "device":
                     events.add_metric([pid], float(stage.delivered))
@@ -207,10 +234,10 @@ class GpuobsCollector(Collector):
             labels=["pid", "kernel"],
         )
         with self.lock:
-            *counts, histograms = self._kernel_series()
-            for family, series in zip((launches, blocks, accesses), counts):
+            counts, histograms = self._kernel_series()
+            for field, series in counts.items():
                 for (pid, name), total in series.items():
-                    family.add_metric([str(pid), name], float(total))
+                    kernel_counters[field].add_metric([str(pid), name], float(total))
             for (pid, name), (cumulative, total_ns) in histograms.items():
                 durations.add_metric(
                     [str(pid), name],
@@ -243,9 +270,7 @@ class GpuobsCollector(Collector):
             mode,
             shift,
             fill,
-            launches,
-            blocks,
-            accesses,
+            *kernel_counters.values(),
             durations,
             events,
             dropped,
@@ -276,12 +301,13 @@ class GpuobsCollector(Collector):
             before, before_ns = out.get(key, (np.zeros(len(at_edges), dtype=np.uint64), 0))
             out[key] = (before + at_edges, before_ns + total_ns)
 
-    def _kernel_series(self) -> tuple[dict, ...]:
-        """(launches, blocks, accesses, block-duration histograms) per (pid, label): a pid reused
-        while its predecessor is still shown sums both processes into one series, as Prometheus
-        wants series unique. A
-        process whose counters could not be copied this time shows its last sums again."""
-        out: tuple[dict, ...] = ({}, {}, {}, {})
+    def _kernel_series(self) -> tuple[dict[str, dict[tuple[int, str], int]], dict]:
+        """Per exported counter field (KERNEL_COUNTER_EXPORTS), its total per (pid, label); and the
+        block-duration histograms per (pid, label). A pid reused while its predecessor is still
+        shown sums both processes into one series, as Prometheus wants series unique. A process
+        whose counters could not be copied this time shows its last sums again."""
+        counts: dict[str, dict[tuple[int, str], int]] = {field: {} for field in KERNEL_COUNTER_EXPORTS}
+        histograms: dict[tuple[int, str], tuple[np.ndarray, int]] = {}
         shown = set()
         for process, counters in self.service.kernel_counters():
             segment = str(process.path)
@@ -291,16 +317,15 @@ class GpuobsCollector(Collector):
                 labels.assign(
                     counters["launches"], lambda first, count, p=process: self.service.kernel_names(p, first, count)
                 )
-                self.last_sums[segment] = [
-                    labels.sums(counters[column]) for column in ("launches", "blocks_observed", "memory_accesses")
-                ]
+                self.last_sums[segment] = {field: labels.sums(counters[field]) for field in KERNEL_COUNTER_EXPORTS}
             if segment in self.labels:
-                self._duration_series(process, self.labels[segment], out[3])
-            for series, sums in zip(out, self.last_sums.get(segment, ())):
+                self._duration_series(process, self.labels[segment], histograms)
+            for field, sums in self.last_sums.get(segment, {}).items():
+                series = counts[field]
                 for name, total in sums:
                     key = (process.pid, name)
                     series[key] = series.get(key, 0) + total
         for segment in [s for s in self.labels if s not in shown]:
             del self.labels[segment]  # the process is forgotten, and its series with it
             self.last_sums.pop(segment, None)
-        return out
+        return counts, histograms

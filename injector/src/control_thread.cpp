@@ -125,9 +125,7 @@ void Injector::publish() {
     // A kernel's function belongs to one context: its slot is counted in that context only.
     for (uint32_t slot = 0; slot < slots.size(); ++slot) {
       const KernelCounters in = census_counters(slots[slot]);
-      if (in.launches == 0 && in.blocks_observed == 0 && in.blocks_unobserved == 0 && in.memory_accesses == 0 &&
-          in.events_produced == 0)
-        continue;
+      if (counted_nothing(in)) continue;
       kernels[slot] = in;
       shapes[slot] = census_shapes(slots[slot]);
     }

@@ -131,13 +131,13 @@ def test_a_scrape_without_a_copy_of_the_counters_shows_the_last_sums() -> None:
     service = Service()
     collector = GpuobsCollector(service, kernel_label_limit=2)
     service.counters["launches"] = [5, 3, 1]
-    first = collector._kernel_series()[0]
+    first = collector._kernel_series()[0]["launches"]
     assert first == {(42, "a"): 5, (42, "b"): 3, (42, "other"): 1}
     service.counters = None  # this scrape gets no copy
-    assert collector._kernel_series()[0] == first
+    assert collector._kernel_series()[0]["launches"] == first
     service.counters = np.zeros(3, dtype=KERNEL_COUNTERS_DTYPE)
     service.counters["launches"] = [6, 3, 900]  # c is now the hottest: it stays "other"
-    assert collector._kernel_series()[0] == {(42, "a"): 6, (42, "b"): 3, (42, "other"): 900}
+    assert collector._kernel_series()[0]["launches"] == {(42, "a"): 6, (42, "b"): 3, (42, "other"): 900}
 
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gpuobs.daemon.service import pci_address
+from gpuobs.daemon.identity import pci_address
 from harness import WORKLOADS, InjectedRun
 
 

@@ -12,50 +12,74 @@ import numpy as np
 import pytest
 from gpuobs import _native
 from gpuobs.segment import EVENT_DTYPE, KERNEL_COUNTERS_DTYPE, LAUNCH_DTYPE
+from gpuobs.segment import _struct_dtype as struct_dtype
 
 REPO = Path(__file__).resolve().parents[2]
 INCLUDE = REPO / "segment" / "native" / "include"
+CAPACITIES = (3, 1 << 12, 1 << 10, 100, 12345)  # event rings, their records, launch records, kernels, arena
 
-DUMP_PROGRAM = r"""
-#include <cstddef>
-#include <cstdio>
-#include "gpuobs/layout.h"
-using namespace gpuobs;
-#define F(S, f) std::printf("\"%s.%s\": [%zu, %zu],", #S, #f, offsetof(S, f), sizeof(((S*)0)->f));
-int main() {
-  std::printf("{");
-  F(EventRecord, globaltimer_ns) F(EventRecord, pc) F(EventRecord, address) F(EventRecord, grid_id)
-  F(EventRecord, block_x) F(EventRecord, block_y) F(EventRecord, block_z) F(EventRecord, thread)
-  F(EventRecord, sm_id) F(EventRecord, kernel_slot) F(EventRecord, replay) F(EventRecord, kind)
-  F(EventRecord, access_bytes) F(EventRecord, flags) F(EventRecord, seq)
-  F(LaunchRecord, host_time_ns) F(LaunchRecord, grid_id) F(LaunchRecord, stream) F(LaunchRecord, graph_exec)
-  F(LaunchRecord, graph_node) F(LaunchRecord, graph_launch_id) F(LaunchRecord, kernel_slot) F(LaunchRecord, grid_x)
-  F(LaunchRecord, grid_y) F(LaunchRecord, grid_z) F(LaunchRecord, block_x) F(LaunchRecord, block_y)
-  F(LaunchRecord, block_z) F(LaunchRecord, context_index) F(LaunchRecord, kind) F(LaunchRecord, mode)
-  F(LaunchRecord, shift) F(LaunchRecord, flags) F(LaunchRecord, replay) F(LaunchRecord, thread) F(LaunchRecord, op)
-  F(LaunchRecord, seq)
-  F(KernelCounters, launches) F(KernelCounters, blocks_expected) F(KernelCounters, blocks_observed)
-  F(KernelCounters, blocks_unpatched) F(KernelCounters, memory_accesses) F(KernelCounters, events_produced)
-  F(KernelCounters, events_dropped) F(KernelCounters, blocks_unobserved) F(KernelCounters, blocks_exited)
-  Capacities caps; caps.event_rings = 3; caps.event_ring_records = 1u << 12; caps.launch_ring_records = 1u << 10;
-  caps.kernel_slots = 100; caps.name_arena_bytes = 12345;
-  Geometry g = compute_geometry(caps);
-  std::printf("\"geometry\": [%llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu, %llu],",
-    (unsigned long long)g.control_offset, (unsigned long long)g.counters_offset,
-    (unsigned long long)g.ring_controls_offset, (unsigned long long)g.kernel_counters_offset,
-    (unsigned long long)g.kernel_shapes_offset, (unsigned long long)g.kernel_table_offset,
-    (unsigned long long)g.name_arena_offset,
-    (unsigned long long)g.launch_ring_offset, (unsigned long long)g.event_rings_offset,
-    (unsigned long long)g.segment_bytes);
-  std::printf("\"sizes\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu, %zu], \"version\": %u, "
-    "\"magic\": %llu}",
-    sizeof(SegmentHeader), sizeof(ControlBlock), sizeof(GlobalCounters), sizeof(RingControl),
-    sizeof(KernelCounters), sizeof(KernelShapes), sizeof(KernelEntry), sizeof(EventRecord), sizeof(LaunchRecord),
-    sizeof(StepRecord), sizeof(StepTextRecord), sizeof(ShapeCount), sizeof(OpRecord), sizeof(OpNodesRecord),
-    kLayoutVersion,
-    (unsigned long long)kMagic);
+# The C++ type of each struct the field tables export, by the name Python knows it by (the keys of
+# _native.FIELDS and STRUCT_SIZES, checked below). The members checked are the tables' own.
+CXX_STRUCTS = {
+    "header": "SegmentHeader",
+    "control": "ControlBlock",
+    "global_counters": "GlobalCounters",
+    "ring_control": "RingControl",
+    "kernel_counters": "KernelCounters",
+    "shape_count": "ShapeCount",
+    "kernel_shapes": "KernelShapes",
+    "kernel_entry": "KernelEntry",
+    "event_record": "EventRecord",
+    "launch_record": "LaunchRecord",
+    "step_record": "StepRecord",
+    "step_text_record": "StepTextRecord",
+    "op_record": "OpRecord",
+    "op_nodes_record": "OpNodesRecord",
 }
-"""
+
+
+def exported_members(dtype: np.dtype, prefix: str = "") -> dict[str, tuple[int, int]]:
+    """(offset, size) of every field of a dtype built from a field table, by its C++ member
+    designator: an array of structs also as its first element's members (gpus[0].uuid), at
+    offsets from the start of the outer struct."""
+    members = {}
+    for name, (field, offset, *_) in dtype.fields.items():
+        members[prefix + name] = (offset, field.itemsize)
+        if field.subdtype is not None and field.subdtype[0].names:
+            inner = exported_members(field.subdtype[0], f"{prefix}{name}[0].")
+            members.update({key: (offset + at, size) for key, (at, size) in inner.items()})
+    return members
+
+
+def dump_program() -> str:
+    """A C++ program that prints, as JSON, the offset and size of each member the field tables
+    export, each struct's size and the geometry of CAPACITIES, by the compiler's own offsetof and
+    sizeof over layout.h (a member a table names that its struct lacks does not compile)."""
+    lines = []
+    for key, struct in CXX_STRUCTS.items():
+        lines += [f"F({key}, {struct}, {member})" for member in exported_members(struct_dtype(key))]
+        lines.append(f'std::printf("\\"sizeof.{key}\\": %zu,", sizeof({struct}));')
+    for name in _native.geometry(*CAPACITIES):
+        lines.append(f'std::printf("\\"geometry.{name}\\": %llu,", (unsigned long long)g.{name});')
+    rings, ring_records, launch_records, kernels, arena = CAPACITIES
+    return "\n".join(
+        [
+            "#include <cstddef>",
+            "#include <cstdio>",
+            '#include "gpuobs/layout.h"',
+            "using namespace gpuobs;",
+            '#define F(k, S, f) std::printf("\\"%s.%s\\": [%zu, %zu],", #k, #f, offsetof(S, f), sizeof(((S*)0)->f));',
+            "int main() {",
+            f"  Capacities caps; caps.event_rings = {rings}; caps.event_ring_records = {ring_records};",
+            f"  caps.launch_ring_records = {launch_records}; caps.kernel_slots = {kernels};",
+            f"  caps.name_arena_bytes = {arena};",
+            "  Geometry g = compute_geometry(caps);",
+            '  std::printf("{");',
+            *(f"  {line}" for line in lines),
+            '  std::printf("\\"version\\": %u, \\"magic\\": %llu}", kLayoutVersion, (unsigned long long)kMagic);',
+            "}",
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,81 +89,38 @@ def cxx_layout(tmp_path_factory: pytest.TempPathFactory) -> dict:
         pytest.fail("a C++ compiler is needed to check the layout")
     work = tmp_path_factory.mktemp("layout")
     source = work / "dump.cpp"
-    source.write_text(DUMP_PROGRAM)
+    source.write_text(dump_program())
     binary = work / "dump"
     subprocess.run([compiler, "-std=c++17", f"-I{INCLUDE}", str(source), "-o", str(binary)], check=True)
     return json.loads(subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout)
 
 
-@pytest.mark.parametrize(
-    "struct, dtype",
-    [("EventRecord", EVENT_DTYPE), ("LaunchRecord", LAUNCH_DTYPE), ("KernelCounters", KERNEL_COUNTERS_DTYPE)],
-)
-def test_numpy_dtypes_match_cxx_offsets(cxx_layout: dict, struct: str, dtype: np.dtype) -> None:
-    fields = {key.split(".", 1)[1]: value for key, value in cxx_layout.items() if key.startswith(struct + ".")}
-    assert fields, struct
-    assert set(dtype.names) == set(fields)
-    for name, (offset, size) in fields.items():
-        field_dtype, field_offset = dtype.fields[name][:2]
-        assert (field_offset, field_dtype.itemsize) == (offset, size), name
+def test_every_struct_of_the_field_tables_is_checked() -> None:
+    assert set(CXX_STRUCTS) == set(_native.FIELDS) == set(_native.STRUCT_SIZES)
+
+
+@pytest.mark.parametrize("key", CXX_STRUCTS)
+def test_numpy_dtypes_match_cxx_offsets(cxx_layout: dict, key: str) -> None:
+    dtype = struct_dtype(key)
+    members = {name.split(".", 1)[1]: tuple(value) for name, value in cxx_layout.items() if name.startswith(key + ".")}
+    assert members and members == exported_members(dtype), key
+    assert dtype.itemsize == cxx_layout[f"sizeof.{key}"] == _native.STRUCT_SIZES[key]
 
 
 def test_record_sizes_and_version(cxx_layout: dict) -> None:
-    (
-        header,
-        control,
-        counters,
-        ring_control,
-        kernel_counters,
-        kernel_shapes,
-        kernel_entry,
-        event,
-        launch,
-        step,
-        step_text,
-        shape_count,
-        op,
-        op_nodes,
-    ) = cxx_layout["sizes"]
-    assert EVENT_DTYPE.itemsize == event == 64
-    assert LAUNCH_DTYPE.itemsize == launch == 128
-    assert KERNEL_COUNTERS_DTYPE.itemsize == kernel_counters == 128
-    assert _native.STRUCT_SIZES == {
-        "header": header,
-        "control": control,
-        "global_counters": counters,
-        "ring_control": ring_control,
-        "kernel_counters": kernel_counters,
-        "kernel_shapes": kernel_shapes,
-        "kernel_entry": kernel_entry,
-        "event_record": event,
-        "launch_record": launch,
-        "step_record": step,
-        "step_text_record": step_text,
-        "shape_count": shape_count,
-        "op_record": op,
-        "op_nodes_record": op_nodes,
-    }
+    assert EVENT_DTYPE == struct_dtype("event_record") and EVENT_DTYPE.itemsize == 64
+    assert LAUNCH_DTYPE == struct_dtype("launch_record") and LAUNCH_DTYPE.itemsize == 128
+    assert KERNEL_COUNTERS_DTYPE == struct_dtype("kernel_counters") and KERNEL_COUNTERS_DTYPE.itemsize == 128
     assert _native.LAYOUT_VERSION == cxx_layout["version"]
     assert _native.MAGIC == cxx_layout["magic"]
     assert _native.MAGIC.to_bytes(8, "little") == b"GPUOBSEG"
 
 
 def test_geometry_matches_cxx(cxx_layout: dict) -> None:
-    geometry = _native.geometry(3, 1 << 12, 1 << 10, 100, 12345)
-    names = [
-        "control_offset",
-        "counters_offset",
-        "ring_controls_offset",
-        "kernel_counters_offset",
-        "kernel_shapes_offset",
-        "kernel_table_offset",
-        "name_arena_offset",
-        "launch_ring_offset",
-        "event_rings_offset",
-        "segment_bytes",
-    ]
-    assert [geometry[name] for name in names] == cxx_layout["geometry"]
+    geometry = _native.geometry(*CAPACITIES)
+    assert {f"geometry.{name}": value for name, value in geometry.items()} == {
+        name: value for name, value in cxx_layout.items() if name.startswith("geometry.")
+    }
     assert geometry["event_rings_offset"] % 4096 == 0  # rings page aligned for host registration
 
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "gpuobs/device_state.h"
 #include "gpuobs/layout.h"
@@ -89,6 +90,13 @@ inline KernelCounters census_counters(const DeviceKernelSlot& device) {
   out.events_dropped = device.events_dropped;
   for (uint64_t blocks : device.blocks_exited) out.blocks_exited += blocks;
   return out;
+}
+
+// Host: whether a kernel's published counters are all zero (every member of the field table,
+// by bytes: a counter added to KernelCounters is covered without a change here).
+inline bool counted_nothing(const KernelCounters& counters) {
+  static const KernelCounters zero{};
+  return std::memcmp(&counters, &zero, sizeof counters) == 0;
 }
 
 // Host: the device's shape buckets of one kernel as exact shape counts. A bucket read while a
