@@ -5,18 +5,23 @@ from a method of the service."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.api.v1 import observer_pb2_grpc as pb_grpc
 from gpuobs.segment import EVENT_DTYPE
 
-from . import messages
+from . import messages, results
 from .errors import Busy, InvalidArgument, NotFound, RecordFailed
+from .recording_budget import RecordingAllowance
 from .service import ObserverService
 
 Context = grpc.aio.ServicerContext
+T = TypeVar("T")
 MAX_MESSAGE_BYTES = 4 << 20
 MAX_QUEUE_BATCHES = 256  # a stream's queue, at most (and SubscriberQueue.MAX_QUEUED_BYTES)
 EVENT_BYTES = EVENT_DTYPE.itemsize
@@ -38,17 +43,24 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         self.service = service
         self.read_only = read_only
 
-    async def _guard(self, context: grpc.aio.ServicerContext, call, *, inline: bool = False):
-        """Runs one request's work and maps typed errors to status codes. Work that grows with
+    async def _guard(self, context: Context, call: Callable[[], T], *, inline: bool = False) -> T:
+        """Runs one request's blocking work with _guard_async's status codes. Work that grows with
         kernels, graphs or events runs on the query threads; `inline` work (O(processes), as
         status is) runs on the loop itself: under load every hand-off between threads waits for
         a scheduler slice, and status is what an operator asks first when the host is busy."""
-        try:
-            if asyncio.iscoroutinefunction(call):
-                return await call()
+
+        async def work() -> T:
             if inline:
                 return call()
             return await asyncio.get_running_loop().run_in_executor(self.service.executor, call)
+
+        return await self._guard_async(context, work)
+
+    @staticmethod
+    async def _guard_async(context: Context, call: Callable[[], Awaitable[T]]) -> T:
+        """Runs one request's work and maps typed errors to status codes (abort raises)."""
+        try:
+            return await call()
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except NotFound as error:
@@ -67,7 +79,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
 
-        async def call():
+        async def call() -> list[results.ModeResult]:
             return await self.service.set_mode(
                 request.mode,
                 request.shift if request.HasField("shift") else None,
@@ -78,7 +90,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 gpus=list(request.gpus),
             )
 
-        return messages.set_mode_response(await self._guard(context, call))
+        return messages.set_mode_response(await self._guard_async(context, call))
 
     async def ListProcesses(self, request: pb.ListProcessesRequest, context: Context) -> pb.ListProcessesResponse:
         return await self._guard(context, lambda: messages.processes_response(self.service.processes()), inline=True)
@@ -140,7 +152,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
 
-        async def call():
+        async def call() -> list[results.ModeResult]:
             return await self.service.open_ops_window(
                 request.steps,
                 list(request.pids),
@@ -149,7 +161,7 @@ class ObserverServicer(pb_grpc.ObserverServicer):
                 gpus=list(request.gpus),
             )
 
-        return messages.set_mode_response(await self._guard(context, call))
+        return messages.set_mode_response(await self._guard_async(context, call))
 
     async def ListOps(self, request: pb.ListOpsRequest, context: Context) -> pb.ListOpsResponse:
         return await self._guard(
@@ -180,23 +192,23 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
 
-        async def call():
+        async def call() -> list[results.RecordedFile]:
             return await self.service.record(
                 request.path, request.duration_ms / 1000.0, request.max_events, list(request.pids)
             )
 
-        return messages.record_response(await self._guard(context, call))
+        return messages.record_response(await self._guard_async(context, call))
 
     async def RecordStream(self, request: pb.RecordRequest, context: Context) -> AsyncIterator[pb.RecordChunk]:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)
 
-        async def call():
+        async def call() -> tuple[tuple[Path, RecordingAllowance], list[results.RecordedFile]]:
             return await self.service.record_to_temporary(
                 request.duration_ms / 1000.0, request.max_events, list(request.pids)
             )
 
-        spooled, files = await self._guard(context, call)
+        spooled, files = await self._guard_async(context, call)
         try:
             for file in files:
                 for data in self.service.file_chunks(file.path):
@@ -210,8 +222,8 @@ class _Malformed:
     """Stands in for a request whose bytes did not parse (answered INVALID_ARGUMENT)."""
 
 
-def _safe_deserializer(message_class):
-    def parse(data: bytes):
+def _safe_deserializer(message_class: type[Message]) -> Callable[[bytes], Message | _Malformed]:
+    def parse(data: bytes) -> Message | _Malformed:
         try:
             return message_class.FromString(data)
         except Exception:  # DecodeError and friends: the bytes are not this message
@@ -231,7 +243,9 @@ def add_to_server(servicer: ObserverServicer, server: grpc.aio.Server) -> None:
         implementation = getattr(servicer, method.name)
         if method.server_streaming:
 
-            async def stream(request, context, implementation=implementation):
+            async def stream(
+                request: Message | _Malformed, context: Context, implementation: Any = implementation
+            ) -> AsyncIterator[Message]:
                 if isinstance(request, _Malformed):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
                 async for item in implementation(request, context):
@@ -244,7 +258,9 @@ def add_to_server(servicer: ObserverServicer, server: grpc.aio.Server) -> None:
             )
         else:
 
-            async def unary(request, context, implementation=implementation):
+            async def unary(
+                request: Message | _Malformed, context: Context, implementation: Any = implementation
+            ) -> Message:
                 if isinstance(request, _Malformed):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
                 return await implementation(request, context)

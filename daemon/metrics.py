@@ -11,6 +11,7 @@ made series flap: 243 distinct series in 20 minutes against 51 at any instant.)"
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -209,8 +210,9 @@ class GpuobsCollector(Collector):
             who = (
                 [view.role, str(view.rank), str(view.world_size), view.model] if view.identity_set else ["", "", "", ""]
             )
-            for gpu in view.gpus or [None]:
-                where = [str(gpu.ordinal), gpu.uuid, gpu.pci_bus_id] if gpu else ["", "", ""]
+            # one series per GPU, or one with empty GPU labels for a process that has none yet
+            wheres = [[str(gpu.ordinal), gpu.uuid, gpu.pci_bus_id] for gpu in view.gpus] or [["", "", ""]]
+            for where in wheres:
                 info.add_metric([str(view.pid), view.label, *who, *where], 1.0)
             profilers.add_metric([pid], float(view.injector.profiler_starts))
             for callback in INJECTOR_CALLBACKS:
@@ -236,11 +238,11 @@ class GpuobsCollector(Collector):
         with self.lock:
             counts, histograms = self._kernel_series()
             for field, series in counts.items():
-                for (pid, name), total in series.items():
-                    kernel_counters[field].add_metric([str(pid), name], float(total))
-            for (pid, name), (cumulative, total_ns) in histograms.items():
+                for (kernel_pid, kernel), total in series.items():
+                    kernel_counters[field].add_metric([str(kernel_pid), kernel], float(total))
+            for (kernel_pid, kernel), (cumulative, total_ns) in histograms.items():
                 durations.add_metric(
-                    [str(pid), name],
+                    [str(kernel_pid), kernel],
                     buckets=[
                         *((f"{edge * 1e-9:.9g}", float(cumulative[i])) for i, edge in enumerate(DURATION_EDGES_NS)),
                         ("+Inf", float(cumulative[-1])),
@@ -314,9 +316,7 @@ class GpuobsCollector(Collector):
             shown.add(segment)
             if counters is not None:
                 labels = self.labels.setdefault(segment, StickyLabels(self.kernel_label_limit))
-                labels.assign(
-                    counters["launches"], lambda first, count, p=process: self.service.kernel_names(p, first, count)
-                )
+                labels.assign(counters["launches"], functools.partial(self.service.kernel_names, process))
                 self.last_sums[segment] = {field: labels.sums(counters[field]) for field in KERNEL_COUNTER_EXPORTS}
             if segment in self.labels:
                 self._duration_series(process, self.labels[segment], histograms)

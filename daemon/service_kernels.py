@@ -21,6 +21,7 @@ from gpuobs.segment import (
     MODES,
     PATCH_SETS,
     SAMPLED_MODES,
+    field_names,
 )
 
 from . import results
@@ -41,7 +42,7 @@ ROWS_PER_CHUNK = 256  # ~5 ms of work between pauses (Registry.yield_to_drain)
 # KernelCounters): copied by name, so a counter added to the table and to results.Kernel (and its
 # message) needs no line here.
 KERNEL_COUNTER_FIELDS: tuple[str, ...] = tuple(
-    field.name for field in dataclasses.fields(results.Kernel) if field.name in KERNEL_COUNTERS_DTYPE.names
+    field.name for field in dataclasses.fields(results.Kernel) if field.name in field_names(KERNEL_COUNTERS_DTYPE)
 )
 
 
@@ -177,7 +178,8 @@ class KernelQueries:
                 continue
             counters = snapshot[1]
             aggregates = process.segment.aggregates(low, span)
-            shapes = process.segment.reader.launch_shapes(low, span) or {}
+            found = process.segment.reader.launch_shapes(low, span)  # a dict by slot, or None: no table
+            shapes = found if isinstance(found, dict) else {}
             entries = [e for e in process.segment.kernels_at(chunk) if e["slot"] - low < len(counters)]
             block_events = [
                 int(aggregates[e["slot"] - low, BLOCK_ENTER] + aggregates[e["slot"] - low, BLOCK_EXIT]) for e in entries

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from typing import Any
 
 from gpuobs import __version__
 from gpuobs.segment import CONTROL_STATUS, MODE_NAMES, PATCH_SETS
@@ -31,12 +32,12 @@ INJECTOR_COUNTERS: dict[str, str] = {
 
 def injector_stats(counters: dict[str, int]) -> results.InjectorStats:
     """The injector's own work from its global counters: exact counts, and callback time in seconds."""
-    return results.InjectorStats(
-        **{
-            field: counters.get(counter, 0) / 1e9 if field.endswith("_seconds") else counters.get(counter, 0)
-            for field, counter in INJECTOR_COUNTERS.items()
-        }
-    )
+    # values of two types (counts, seconds), which one dict typed for the dataclass cannot tell apart
+    values: dict[str, Any] = {
+        field: counters.get(counter, 0) / 1e9 if field.endswith("_seconds") else counters.get(counter, 0)
+        for field, counter in INJECTOR_COUNTERS.items()
+    }
+    return results.InjectorStats(**values)
 
 
 class ProcessViews:

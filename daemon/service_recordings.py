@@ -140,8 +140,8 @@ class Recordings:
             raise InvalidArgument(f"would overwrite {quoted(existing[0])}")
         writers: dict[int, RecordingWriter] = {}
         try:
-            for pid, path in paths.items():
-                writers[pid] = RecordingWriter(path, pid, time.time_ns())
+            for pid, file_path in paths.items():
+                writers[pid] = RecordingWriter(file_path, pid, time.time_ns())
         except FileExistsError as error:
             self._abort(writers)
             raise InvalidArgument(f"would overwrite {quoted(error.filename)}") from None
