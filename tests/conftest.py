@@ -104,6 +104,9 @@ def written(tmp_path: Path) -> Iterator[WrittenProcess]:
 def pytest_sessionstart(session: pytest.Session) -> None:
     from gpuobs_testing import leftovers
 
+    turn = leftovers.take_turn(session.config.get_terminal_writer().line)
+    if turn is not None:
+        session.config.stash[leftovers.TURN_KEY] = turn
     session.config.stash[leftovers.KEY] = leftovers.snapshot()
 
 

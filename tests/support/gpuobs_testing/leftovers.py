@@ -1,17 +1,25 @@
 """What a test run must not leave on the machine: folders in /dev/shm (segments are memory), gpuobs
 folders in /tmp, and gpuobs processes (a producer or a daemon that outlived its test). The run's
-start is snapshotted; at its end what is new is named, removed or killed, and the run fails."""
+start is snapshotted; at its end what is new is named, removed or killed, and the run fails.
+What is new is anything that appeared, whoever made it, so two runs on one machine take turns
+(`take_turn`): one would otherwise kill the other's daemons as its own leftovers."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 KEY = pytest.StashKey[dict]()
+TURN_KEY = pytest.StashKey[int]()
+# set in the environment of a run that holds the turn: a run it starts (a test that runs pytest in
+# a fresh environment) is part of it and must not wait for it
+HOLDER = "GPUOBS_TESTS_HOLD_THE_TURN"
 PLACES = {Path("/dev/shm"): ("",), Path("/tmp"): ("gpuobs-", "gpuobs_")}
 PROGRAMS = ("gpuobs-synth", "gpuobs.daemon.main", "gpuobsd")
 
@@ -63,3 +71,19 @@ def left_since(before: dict) -> list[str]:
         else:
             path.unlink(missing_ok=True)
     return found
+
+
+def take_turn(say: Callable[[str], None]) -> int | None:
+    """Waits until no other test run of this user is under way, and holds the turn until the
+    process exits (the returned descriptor; None inside a run that holds it already)."""
+    if os.environ.get(HOLDER) == "1":
+        return None
+    path = Path("/tmp") / f".gpuobs-tests-{os.getuid()}.lock"
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        say(f"another gpuobs test run is under way; waiting for it ({path})")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    os.environ[HOLDER] = "1"
+    return descriptor
