@@ -76,21 +76,21 @@ WORKLOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64)}
 GPUOBS_MODES = "off,noop,counter,blocks"
 
 # name -> (library, environment over the base, modes measured in the process)
-CONFIGS: dict[str, tuple[Path | None, dict[str, str], str]] = {
+CONFIGS: dict[str, tuple[str | None, dict[str, str], str]] = {
     "none": (None, {}, "none"),
-    "floor-patch": (LIB / "libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""}, "none"),
+    "floor-patch": ("libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""}, "none"),
     "floor-steady": (
-        LIB / "libgpuobs_floor_tool.so",
+        "libgpuobs_floor_tool.so",
         {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"},
         "none",
     ),
     "floor-old": (
-        LIB / "libgpuobs_floor_tool.so",
+        "libgpuobs_floor_tool.so",
         {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "resource,launch,graphs,synchronize"},
         "none",
     ),
-    "gpuobs": (LIB / "libgpuobs_injector.so", {}, GPUOBS_MODES),
-    "gpuobs-trace": (LIB / "libgpuobs_injector.so", {"GPUOBS_LAUNCH_TRACE": "1"}, "counter"),
+    "gpuobs": ("libgpuobs_injector.so", {}, GPUOBS_MODES),
+    "gpuobs-trace": ("libgpuobs_injector.so", {"GPUOBS_LAUNCH_TRACE": "1"}, "counter"),
 }
 DEFAULT_CONFIGS = "none,floor-patch,floor-steady,gpuobs"
 
@@ -282,6 +282,9 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no process after this")
     parser.add_argument("--metrics-port", type=int, default=9466)
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
+    parser.add_argument(
+        "--tool-dir", type=Path, default=LIB, help="where the tool libraries are (default: the installed package's)"
+    )
     args = parser.parse_args()
     t0 = time.monotonic()
     model_args = MODELS[args.model_size]
@@ -290,7 +293,8 @@ def main() -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or "none" not in configs:
         raise SystemExit(f"configs must include none and be among {list(CONFIGS)}: {unknown}")
-    missing = sorted({str(CONFIGS[c][0]) for c in configs if CONFIGS[c][0] and not CONFIGS[c][0].exists()})
+    libraries = {c: args.tool_dir / library for c in configs if (library := CONFIGS[c][0]) is not None}
+    missing = sorted({str(path) for path in libraries.values() if not path.exists()})
     if missing:
         raise SystemExit(f"{missing} missing: the floor tool is a bench build's (GPUOBS_BENCH_TOOLS=ON)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -347,7 +351,7 @@ def main() -> int:
         "repeats": args.repeats,
         "configs": {
             c: {
-                "library": CONFIGS[c][0].name if CONFIGS[c][0] else None,
+                "library": CONFIGS[c][0],
                 "environment": CONFIGS[c][1],
                 "modes": CONFIGS[c][2],
             }
@@ -364,7 +368,8 @@ def main() -> int:
     ]
 
     def start(round_index: int, name: str) -> Worker:
-        library, overrides, modes = CONFIGS[name]
+        _, overrides, modes = CONFIGS[name]
+        library = libraries.get(name)
         env = dict(base_env)
         if library is not None:
             if name.startswith("gpuobs"):

@@ -80,10 +80,16 @@ def test_the_decode_bench_interleaves_fresh_processes_and_reports_ratios_and_spr
     turn and stopped; per round and mode the figures, ratios to the no-tool process of the same
     round, the no-tool spread, the same tokens everywhere."""
     out = tmp_path / "out"
+    # the stand-in loads no tool library: the floor tool (a bench build's) need only be named
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "libgpuobs_floor_tool.so").touch()
     done = subprocess.run(
         [
             sys.executable,
             str(ROOT / "bench" / "vllm_decode.py"),
+            "--tool-dir",
+            str(tools),
             "--payload",
             str(STAND_IN / "payload"),
             "--out",
