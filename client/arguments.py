@@ -28,6 +28,15 @@ def number(low: int, high: int) -> Callable[[str], int]:
 uint32 = number(0, UINT32_MAX)
 uint64 = number(0, UINT64_MAX)
 pid = number(1, (1 << 31) - 1)  # a pid the kernel can hand out
+KERNEL_ID_HEX = 12  # as gpuobsd's kernel_labels.KERNEL_ID_HEX (the client does not import the daemon)
+
+
+def kernel_id(text: str) -> str:
+    """A metric series' kernel_id label: 12 hex digits (case as typed does not matter)."""
+    value = text.strip().lower()
+    if len(value) != KERNEL_ID_HEX or any(char not in "0123456789abcdef" for char in value):
+        raise argparse.ArgumentTypeError(f"not a kernel id (12 hex digits, the kernel_id label): {text[:40]!r}")
+    return value
 
 
 MILLISECOND_S = 0.001  # requests carry whole milliseconds: less would be sent as 0

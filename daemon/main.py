@@ -119,7 +119,14 @@ class Daemon:
         host, _, port = address.rpartition(":")
         registry = CollectorRegistry()
         registry.register(
-            GpuobsCollector(self.service, self.config.kernel_label_limit, self.config.watchdog_stall_ms / 1000.0)
+            GpuobsCollector(
+                self.service,
+                self.config.kernel_label_limit,
+                self.config.watchdog_stall_ms / 1000.0,
+                histogram_limit=self.config.kernel_histogram_limit,
+                rerank_s=float(self.config.kernel_rerank_s),
+                grace_s=float(self.config.series_grace_s),
+            )
         )
         # the daemon's own process: CPU, memory, file descriptors, Python and its collector
         ProcessCollector(registry=registry)

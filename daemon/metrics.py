@@ -1,12 +1,11 @@
 """Prometheus metrics, read from the segments at scrape time by a custom Collector (no timer
-copying numbers into metric objects). Kernel labels are capped per process; the rest is summed
-under kernel="other".
+copying numbers into metric objects).
 
-Which kernels get a label of their own is decided once, when a scrape first sees the kernel
-(the most launched of the new ones first, while the process has room), and never changes:
-a series never disappears nor restarts, "other" only ever grows, and the labelled series plus
-"other" sum to the process's totals exactly at every scrape. (Choosing the top N at each scrape
-made series flap: 243 distinct series in 20 minutes against 51 at any instant.)"""
+Series are keyed by who a process is (metric_identity.py: host, GPU UUID, rank, model, pod), not
+by its pid, so that a restarted rank continues its series; the pid is only on
+`gpuobs_process_info`. Per kernel, only the kernels that matter now have series of their own,
+within a budget per identity (kernel_budget.py), the rest summed under kernel="other", exactly
+(metric_series.py). docs/metrics.md states the budget and its series counts."""
 
 from __future__ import annotations
 
@@ -15,9 +14,9 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import gpuobs
-import numpy as np
 import structlog
 from gpuobs._native import LAYOUT_VERSION
 from gpuobs.segment import MODES
@@ -25,23 +24,31 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from . import results
-from .block_pairing import BUCKETS_PER_OCTAVE
+from .identity import pci_address
+from .metric_identity import (
+    DRIVER_GPUS,
+    IDENTITY_LABELS,
+    PROC,
+    DriverGpu,
+    Pod,
+    SeriesIdentity,
+    driver_gpus,
+    host_name,
+    pod_of,
+    series_identity,
+)
+from .metric_series import DURATION_BUCKETS, DURATION_EDGES_NS, IdentitySeries, ProcessInput, SeriesBook
 from .registry import ObservedProcess
 from .service import ObserverService
 
-# Block-duration histogram edges: every factor of 4 from 1.024 us to 1.07 s, which are edges of
-# the daemon's own log2 buckets (BUCKETS_PER_OCTAVE an octave), so the counts are exact.
-DURATION_EDGE_OCTAVES = np.arange(10, 31, 2)  # log2 of each edge in ns
-DURATION_EDGES_NS = (1 << DURATION_EDGE_OCTAVES).tolist()
-DURATION_EDGE_BUCKETS = BUCKETS_PER_OCTAVE * DURATION_EDGE_OCTAVES
-
 log = structlog.get_logger("gpuobsd.metrics")
-OTHER = "other"
+KERNEL_LABELS = ["kernel", "kernel_id"]
+DRIVER_REREAD_S = 60.0  # the driver's GPU list is read again at most this often, when a GPU is not in it
 
 # Every per-kernel device counter (layout.h's KernelCounters, by field name) and the counter it is
-# exported as, labelled (pid, kernel), or None where it is not exported per kernel. A test holds
-# this table to the field table, so a counter added to layout.h fails it until it is decided here;
-# exporting one is its entry alone (its family, its sums and its place follow this table's order).
+# exported as, labelled by identity and kernel, or None where it is not exported per kernel. A test
+# holds this table to the field table, so a counter added to layout.h fails it until it is decided
+# here; exporting one is its entry alone (its family, its sums and its place follow this order).
 KERNEL_COUNTER_METRICS: dict[str, tuple[str, str] | None] = {
     "launches": ("gpuobs_kernel_launches", "Kernel launches"),
     "blocks_expected": None,
@@ -63,55 +70,89 @@ INJECTOR_CALLBACKS: tuple[str, ...] = tuple(
     for field in dataclasses.fields(results.InjectorStats)
     if field.name.endswith("_callback_seconds")
 )
+# Whole-process counters: their family and help. Summed per identity over its processes, and
+# carried over when one exits (metric_series.py), so they never fall.
+PROCESS_COUNTERS: dict[str, tuple[str, str]] = {
+    "events": ("gpuobs_events", "Events delivered to the daemon"),
+    "events_dropped": ("gpuobs_events_dropped", "Events the device dropped, the event ring full (counted, never lost)"),
+    "launch_records_dropped": (
+        "gpuobs_launch_records_dropped",
+        "Host records (graph launches, engine steps, the launch trace) dropped, the launch ring full",
+    ),
+    "records_unreadable": (
+        "gpuobs_records_unreadable",
+        "Event records the daemon could not read: torn by a writer that died mid-record, or corrupt",
+    ),
+    "accounting_errors": ("gpuobs_accounting_errors", "Conservation checks that failed (must stay 0)"),
+    "engine_steps": ("gpuobs_engine_steps", "Engine steps recorded (vLLM plugin)"),
+    "profiler_starts": (
+        "gpuobs_profiler_starts",
+        "Profilers started in an observed process: each recorded no GPU activity (the driver admits one tool)",
+    ),
+}
+UNANALYSED = (
+    "gpuobs_block_events_unanalysed",
+    "Block events the daemon's analyses did not look at (its analysis share was spent): launches and "
+    "blocks in flight may be missing from `hangs`, never the stalled kernels",
+)
 
 
-class StickyLabels:
-    """One process's kernel labels. Kernel slots are numbered in the order kernels register, so
-    the slots seen so far are a prefix: each gets a label index once (0 is "other"), the names
-    with a label of their own are at most `limit`."""
+def process_counts(view: results.Process) -> dict[str, float]:
+    """A process's whole-process counters by PROCESS_COUNTERS key, the callbacks' seconds as
+    `callback:<name>`, and the block events its analyses skipped."""
+    counts: dict[str, float] = {
+        "accounting_errors": view.accounting_errors,
+        "engine_steps": view.engine_steps,
+        "profiler_starts": view.injector.profiler_starts,
+        "unanalysed": view.block_events_unanalysed,
+    }
+    for stage in view.stages:
+        if stage.stage == "device":
+            counts.update(
+                events=stage.delivered, events_dropped=stage.dropped, records_unreadable=stage.torn + stage.corrupt
+            )
+        elif stage.stage == "host":
+            counts["launch_records_dropped"] = stage.dropped
+    for callback in INJECTOR_CALLBACKS:
+        counts[f"callback:{callback}"] = getattr(view.injector, f"{callback}_callback_seconds")
+    return counts
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.names: list[str] = [OTHER]
-        self.index: dict[str, int] = {}
-        self.kernel_label = np.zeros(0, dtype=np.int64)  # label index per kernel slot
 
-    def assign(self, launches: np.ndarray, names_of: Callable[[int, int], list[str]]) -> None:
-        """Kernels first seen now (slots beyond those seen) get their label, or "other", for
-        good: the most launched of them first, while there is room."""
-        seen = len(self.kernel_label)
-        if len(launches) <= seen:
-            return
-        names = [name[:200] for name in names_of(seen, len(launches) - seen)]  # unpublished: next time
-        if not names:
-            return
-        labels = np.zeros(len(names), dtype=np.int64)
-        for offset in sorted(range(len(names)), key=lambda i: (-int(launches[seen + i]), i)):
-            name = names[offset]
-            if name not in self.index and len(self.index) < self.limit:
-                self.index[name] = len(self.names)
-                self.names.append(name)
-            labels[offset] = self.index.get(name, 0)
-        self.kernel_label = np.concatenate([self.kernel_label, labels])
+def counts_accesses(view: results.Process) -> bool:
+    """Whether a process counts memory accesses per kernel: the memory patch set, or kernels
+    chosen for the access hooks in the block set (GPUOBS_MEMORY_KERNELS)."""
+    return view.patch_set == "memory" or bool(view.memory_kernels)
 
-    def sums(self, column: np.ndarray) -> list[tuple[str, int]]:
-        """(label, total) of one counter column, exact (integers, not floats)."""
-        totals = np.zeros(len(self.names), dtype=np.uint64)
-        count = min(len(column), len(self.kernel_label))
-        np.add.at(totals, self.kernel_label[:count], column[:count].astype(np.uint64))
-        used = np.zeros(len(self.names), dtype=bool)
-        used[np.unique(self.kernel_label[:count])] = True
-        return [(self.names[i], int(totals[i])) for i in np.flatnonzero(used).tolist()]
+
+# A per-kernel counter exported only for identities where it can count: one of its processes
+# counts it (or it counted before). Memory accesses need the access hooks; in the block set
+# without chosen kernels they were a series per kernel that was always 0.
+KERNEL_COUNTER_APPLIES: dict[str, Callable[[results.Process], bool]] = {"memory_accesses": counts_accesses}
 
 
 class GpuobsCollector(Collector):
-    def __init__(self, service: ObserverService, kernel_label_limit: int, stall_threshold_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        service: ObserverService,
+        kernel_label_limit: int,
+        stall_threshold_s: float = 5.0,
+        *,
+        histogram_limit: int = 8,
+        rerank_s: float = 60.0,
+        grace_s: float = 1800.0,
+        host: str | None = None,
+        driver_dir: Path = DRIVER_GPUS,
+        proc: Path = PROC,
+    ) -> None:
         self.service = service
         self.stall_threshold_s = stall_threshold_s
-        self.kernel_label_limit = kernel_label_limit
-        self.labels: dict[str, StickyLabels] = {}  # per segment path, while the daemon shows it
-        # per segment: the last scrape's sums, per exported counter field
-        self.last_sums: dict[str, dict[str, list[tuple[str, int]]]] = {}
+        self.book = SeriesBook(tuple(KERNEL_COUNTER_EXPORTS), kernel_label_limit, histogram_limit, rerank_s, grace_s)
+        self.host = host or host_name()
+        self.driver_dir = driver_dir
+        self.proc = proc
+        self.gpus: dict[tuple[int, int, int, int], DriverGpu] = driver_gpus(driver_dir)
+        self.gpus_read_at = time.monotonic()
+        self.pods: dict[str, Pod] = {}  # per segment shown: read once, while its process lives
         # a collection at a time (metrics_server.SharedExposition serves concurrent scrapes one)
         self.lock = threading.Lock()
 
@@ -131,125 +172,131 @@ class GpuobsCollector(Collector):
         duration.add_metric([], time.monotonic() - began)
         yield duration
 
+    def _pod(self, process: ObservedProcess, view: results.Process) -> Pod:
+        """The process's pod, read once while it lives (and kept only if it still lived after:
+        its pid was not reused meanwhile)."""
+        segment = str(process.path)
+        if segment not in self.pods and view.alive:
+            pod = pod_of(process.pid, self.proc)
+            if process.segment.reader.producer_alive():
+                self.pods[segment] = pod
+        return self.pods.get(segment, Pod())
+
+    def _driver_gpus(self, views: list[results.Process]) -> dict[tuple[int, int, int, int], DriverGpu]:
+        """The driver's GPU list, read again (at most every DRIVER_REREAD_S) when a process names
+        a GPU that is not in it."""
+        unknown = any(pci_address(gpu.pci_bus_id) not in self.gpus for view in views for gpu in view.gpus)
+        if unknown and time.monotonic() - self.gpus_read_at >= DRIVER_REREAD_S:
+            self.gpus = driver_gpus(self.driver_dir)
+            self.gpus_read_at = time.monotonic()
+        return self.gpus
+
+    def inputs(self) -> list[ProcessInput]:
+        """What this scrape knows of every shown process: its view, identity and counters."""
+        shown = self.service.kernel_counters()
+        views = {view.segment: view for view in self.service.processes()}
+        gpus = self._driver_gpus(list(views.values()))
+        inputs = []
+        for process, counters in shown:
+            view = views.get(str(process.path))
+            if view is None:  # came between the two reads: next scrape
+                continue
+            inputs.append(
+                ProcessInput(
+                    segment=view.segment,
+                    view=view,
+                    identity=series_identity(view, self.host, gpus, self._pod(process, view)),
+                    counters=counters,
+                    durations=self.service.block_duration_histograms(process),
+                    names=functools.partial(self.service.kernel_names, process),
+                    counts=process_counts(view),
+                )
+            )
+        for segment in [segment for segment in self.pods if segment not in views]:
+            del self.pods[segment]
+        return inputs
+
     def _collect(self) -> Iterator:
+        identity_labels = list(IDENTITY_LABELS)
         processes = GaugeMetricFamily("gpuobs_processes", "Observed processes that are alive")
-        mode = GaugeMetricFamily("gpuobs_mode", "Mode in force (1 for the current mode)", labels=["pid", "mode"])
-        shift = GaugeMetricFamily("gpuobs_sample_shift", "Sampling shift in force (1 in 2^shift)", labels=["pid"])
-        fill = GaugeMetricFamily(
-            "gpuobs_ring_fill_ratio", "Fullest event ring, claimed but unread / capacity", labels=["pid"]
+        info = GaugeMetricFamily(
+            "gpuobs_process_info",
+            "Who an observed process is: its pid, label, role and world size, and a GPU of its contexts "
+            "(one series per GPU), beside the labels its series carry",
+            labels=[
+                *identity_labels,
+                "pid",
+                "label",
+                "role",
+                "world_size",
+                "cuda_ordinal",
+                "pci_bus_id",
+                "device",
+                "pod_uid",
+            ],
         )
+        mode = GaugeMetricFamily(
+            "gpuobs_mode", "Processes in each mode (1 for the mode in force)", labels=[*identity_labels, "mode"]
+        )
+        shift = GaugeMetricFamily(
+            "gpuobs_sample_shift", "Sampling shift in force (1 in 2^shift)", labels=identity_labels
+        )
+        fill = GaugeMetricFamily(
+            "gpuobs_ring_fill_ratio", "Fullest event ring, claimed but unread / capacity", labels=identity_labels
+        )
+        kernel_labels = [*identity_labels, *KERNEL_LABELS]
         kernel_counters = {
-            field: CounterMetricFamily(name, documentation, labels=["pid", "kernel"])
+            field: CounterMetricFamily(name, documentation, labels=kernel_labels)
             for field, (name, documentation) in KERNEL_COUNTER_EXPORTS.items()
         }
-        events = CounterMetricFamily("gpuobs_events", "Events delivered to the daemon", labels=["pid"])
-        dropped = CounterMetricFamily(
-            "gpuobs_events_dropped",
-            "Events the device dropped, the event ring full (counted, never lost)",
-            labels=["pid"],
+        durations = HistogramMetricFamily(
+            "gpuobs_block_duration_seconds",
+            "Leader thread's block enter to exit (processes that record block exits), per kernel",
+            labels=kernel_labels,
         )
-        launch_dropped = CounterMetricFamily(
-            "gpuobs_launch_records_dropped",
-            "Host records (graph launches, engine steps, the launch trace) dropped, the launch ring full",
-            labels=["pid"],
-        )
-        unreadable = CounterMetricFamily(
-            "gpuobs_records_unreadable",
-            "Event records the daemon could not read: torn by a writer that died mid-record, or corrupt",
-            labels=["pid"],
-        )
-        stream_dropped = CounterMetricFamily(
-            "gpuobs_stream_events_dropped", "Events a slow streaming or recording client missed (its queue was full)"
-        )
-        errors = CounterMetricFamily(
-            "gpuobs_accounting_errors", "Conservation checks that failed (must stay 0)", labels=["pid"]
+        counters = {
+            key: CounterMetricFamily(name, documentation, labels=identity_labels)
+            for key, (name, documentation) in PROCESS_COUNTERS.items()
+        }
+        unanalysed = CounterMetricFamily(*UNANALYSED, labels=identity_labels)
+        callbacks = CounterMetricFamily(
+            "gpuobs_injector_callback_seconds",
+            "Wall time the injector spent in its own callbacks",
+            labels=[*identity_labels, "callback"],
         )
         in_flight = GaugeMetricFamily(
             "gpuobs_blocks_in_flight",
             "Blocks that entered and have not exited, from the device's counts (processes that record block exits)",
-            labels=["pid"],
+            labels=identity_labels,
         )
         oldest = GaugeMetricFamily(
             "gpuobs_oldest_block_in_flight_age_seconds",
             "The longest a kernel with blocks in flight has had no block exit (0 when none)",
-            labels=["pid"],
+            labels=identity_labels,
         )
-        unanalysed = CounterMetricFamily(
-            "gpuobs_block_events_unanalysed",
-            "Block events the daemon's analyses did not look at (its analysis share "
-            "was spent): launches and blocks in flight may be missing from `hangs`, never the stalled kernels",
-            labels=["pid"],
-        )
-        steps = CounterMetricFamily("gpuobs_engine_steps", "Engine steps recorded (vLLM plugin)", labels=["pid"])
-        profilers = CounterMetricFamily(
-            "gpuobs_profiler_starts",
-            "Profilers started in an observed process: each recorded no GPU activity (the driver admits one tool)",
-            labels=["pid"],
-        )
-        callbacks = CounterMetricFamily(
-            "gpuobs_injector_callback_seconds",
-            "Wall time the injector spent in its own callbacks",
-            labels=["pid", "callback"],
-        )
-        info = GaugeMetricFamily(
-            "gpuobs_process_info",
-            "Who an observed process is: its label, the role, rank and model its plugin set, "
-            "and a GPU of its contexts (one series per GPU; gpu is the ordinal as the process sees it)",
-            labels=["pid", "label", "role", "rank", "world_size", "model", "gpu", "gpu_uuid", "pci_bus_id"],
-        )
-        alive = 0
-        for view in self.service.processes():
-            pid = str(view.pid)
-            alive += int(view.alive)
-            for name in MODES:
-                mode.add_metric([pid, name], 1.0 if view.mode == name else 0.0)
-            shift.add_metric([pid], float(view.shift))
-            fill.add_metric([pid], view.ring_fill_ratio)
-            errors.add_metric([pid], float(view.accounting_errors))
-            steps.add_metric([pid], float(view.engine_steps))
-            who = (
-                [view.role, str(view.rank), str(view.world_size), view.model] if view.identity_set else ["", "", "", ""]
-            )
-            # one series per GPU, or one with empty GPU labels for a process that has none yet
-            wheres = [[str(gpu.ordinal), gpu.uuid, gpu.pci_bus_id] for gpu in view.gpus] or [["", "", ""]]
-            for where in wheres:
-                info.add_metric([str(view.pid), view.label, *who, *where], 1.0)
-            profilers.add_metric([pid], float(view.injector.profiler_starts))
-            for callback in INJECTOR_CALLBACKS:
-                callbacks.add_metric([pid, callback], getattr(view.injector, f"{callback}_callback_seconds"))
-            for stage in view.stages:
-                if stage.stage == "device":
-                    events.add_metric([pid], float(stage.delivered))
-                    dropped.add_metric([pid], float(stage.dropped))
-                    unreadable.add_metric([pid], float(stage.torn + stage.corrupt))
-                elif stage.stage == "host":
-                    launch_dropped.add_metric([pid], float(stage.dropped))
-        for evidence in self.service.hang_evidence([]):
-            if evidence.exits_hooked and evidence.alive:
-                in_flight.add_metric([str(evidence.pid)], float(evidence.blocks_in_flight))
-                oldest.add_metric([str(evidence.pid)], evidence.oldest_age_ns / 1e9)
-                unanalysed.add_metric([str(evidence.pid)], float(evidence.events_unanalysed))
-        stream_dropped.add_metric([], float(self.service.stream_events_dropped()))
-        durations = HistogramMetricFamily(
-            "gpuobs_block_duration_seconds",
-            "Leader thread's block enter to exit (processes that record block exits), per kernel",
-            labels=["pid", "kernel"],
+        stream_dropped = CounterMetricFamily(
+            "gpuobs_stream_events_dropped", "Events a slow streaming or recording client missed (its queue was full)"
         )
         with self.lock:
-            counts, histograms = self._kernel_series()
-            for field, series in counts.items():
-                for (kernel_pid, kernel), total in series.items():
-                    kernel_counters[field].add_metric([str(kernel_pid), kernel], float(total))
-            for (kernel_pid, kernel), (cumulative, total_ns) in histograms.items():
-                durations.add_metric(
-                    [str(kernel_pid), kernel],
-                    buckets=[
-                        *((f"{edge * 1e-9:.9g}", float(cumulative[i])) for i, edge in enumerate(DURATION_EDGES_NS)),
-                        ("+Inf", float(cumulative[-1])),
-                    ],
-                    sum_value=total_ns * 1e-9,
-                )
-        processes.add_metric([], float(alive))
+            inputs = self.inputs()
+            self.book.update(inputs, time.monotonic())
+            evidence = {e.pid: e for e in self.service.hang_evidence([]) if e.exits_hooked and e.alive}
+            for item in inputs:
+                self._add_info(info, item)
+            for series in self.book.series():
+                labels = series.identity.values()
+                self._add_gauges(series, labels, mode, shift, fill, in_flight, oldest, evidence)
+                totals = series.counts()
+                for key, family in counters.items():
+                    family.add_metric(labels, float(totals.get(key, 0)))
+                for callback in INJECTOR_CALLBACKS:
+                    callbacks.add_metric([*labels, callback], float(totals.get(f"callback:{callback}", 0)))
+                views = [m.view for m in series.members.values() if m.view is not None]
+                if totals.get("unanalysed", 0) or any(v.pid in evidence for v in views):
+                    unanalysed.add_metric(labels, float(totals.get("unanalysed", 0)))
+                self._add_kernel_series(series, labels, views, kernel_counters, durations)
+        processes.add_metric([], float(sum(item.view.alive for item in inputs)))
+        stream_dropped.add_metric([], float(self.service.stream_events_dropped()))
         build = InfoMetricFamily(
             "gpuobs_build",
             "The daemon's version and the segment layout it reads",
@@ -274,58 +321,102 @@ class GpuobsCollector(Collector):
             fill,
             *kernel_counters.values(),
             durations,
-            events,
-            dropped,
-            launch_dropped,
-            unreadable,
+            *counters.values(),
             stream_dropped,
-            errors,
             in_flight,
             oldest,
             unanalysed,
-            steps,
-            profilers,
             callbacks,
             lag,
             stalled,
         )
 
-    def _duration_series(
-        self, process: ObservedProcess, labels: StickyLabels, out: dict[tuple[int, str], tuple[np.ndarray, int]]
-    ) -> None:
-        """Adds this process's block-duration histograms, per kernel label, cumulative at
-        DURATION_EDGES_NS and in total (the last entry), with their sums in ns."""
-        for slot, (histogram, total_ns) in self.service.block_duration_histograms(process).items():
-            index = int(labels.kernel_label[slot]) if slot < len(labels.kernel_label) else 0
-            cumulative = np.cumsum(histogram)
-            at_edges = np.append(cumulative[DURATION_EDGE_BUCKETS - 1], cumulative[-1])
-            key = (process.pid, labels.names[index])
-            before, before_ns = out.get(key, (np.zeros(len(at_edges), dtype=np.uint64), 0))
-            out[key] = (before + at_edges, before_ns + total_ns)
+    def _add_info(self, info: GaugeMetricFamily, item: ProcessInput) -> None:
+        """One series per GPU of the process (one with empty GPU labels while it has none), with
+        its identity's labels, the GPU's own where it has several."""
+        view, who = item.view, item.identity
+        pod = self.pods.get(item.segment, Pod())
+        named = [view.role, str(view.world_size)] if view.identity_set else ["", ""]
+        gpus: list[results.Gpu | None] = list(view.gpus) or [None]
+        for gpu in gpus:
+            address = pci_address(gpu.pci_bus_id) if gpu is not None else None
+            listed = self.gpus.get(address) if address is not None else None
+            where = SeriesIdentity(
+                who.hostname,
+                gpu.uuid if gpu is not None else "",
+                str(listed.index) if listed is not None else "",
+                who.model,
+                who.rank,
+                who.namespace,
+                who.pod,
+                who.container,
+            )
+            info.add_metric(
+                [
+                    *where.values(),
+                    str(view.pid),
+                    view.label,
+                    *named,
+                    str(gpu.ordinal) if gpu is not None else "",
+                    gpu.pci_bus_id if gpu is not None else "",
+                    listed.device if listed is not None else "",
+                    pod.uid,
+                ],
+                1.0,
+            )
 
-    def _kernel_series(self) -> tuple[dict[str, dict[tuple[int, str], int]], dict]:
-        """Per exported counter field (KERNEL_COUNTER_EXPORTS), its total per (pid, label); and the
-        block-duration histograms per (pid, label). A pid reused while its predecessor is still
-        shown sums both processes into one series, as Prometheus wants series unique. A process
-        whose counters could not be copied this time shows its last sums again."""
-        counts: dict[str, dict[tuple[int, str], int]] = {field: {} for field in KERNEL_COUNTER_EXPORTS}
-        histograms: dict[tuple[int, str], tuple[np.ndarray, int]] = {}
-        shown = set()
-        for process, counters in self.service.kernel_counters():
-            segment = str(process.path)
-            shown.add(segment)
-            if counters is not None:
-                labels = self.labels.setdefault(segment, StickyLabels(self.kernel_label_limit))
-                labels.assign(counters["launches"], functools.partial(self.service.kernel_names, process))
-                self.last_sums[segment] = {field: labels.sums(counters[field]) for field in KERNEL_COUNTER_EXPORTS}
-            if segment in self.labels:
-                self._duration_series(process, self.labels[segment], histograms)
-            for field, sums in self.last_sums.get(segment, {}).items():
-                series = counts[field]
-                for name, total in sums:
-                    key = (process.pid, name)
-                    series[key] = series.get(key, 0) + total
-        for segment in [s for s in self.labels if s not in shown]:
-            del self.labels[segment]  # the process is forgotten, and its series with it
-            self.last_sums.pop(segment, None)
-        return counts, histograms
+    @staticmethod
+    def _add_gauges(
+        series: IdentitySeries,
+        labels: list[str],
+        mode: GaugeMetricFamily,
+        shift: GaugeMetricFamily,
+        fill: GaugeMetricFamily,
+        in_flight: GaugeMetricFamily,
+        oldest: GaugeMetricFamily,
+        evidence: dict[int, results.HangEvidence],
+    ) -> None:
+        """Gauges of an identity's current processes (none for one kept after its last exited)."""
+        current = series.current()
+        if not current:
+            return
+        for name in MODES:
+            mode.add_metric([*labels, name], float(sum(view.mode == name for view in current)))
+        shift.add_metric(labels, float(max(view.shift for view in current)))
+        fill.add_metric(labels, max(view.ring_fill_ratio for view in current))
+        hooked = [evidence[view.pid] for view in current if view.pid in evidence]
+        if hooked:
+            in_flight.add_metric(labels, float(sum(e.blocks_in_flight for e in hooked)))
+            oldest.add_metric(labels, max(e.oldest_age_ns for e in hooked) / 1e9)
+
+    def _add_kernel_series(
+        self,
+        series: IdentitySeries,
+        labels: list[str],
+        views: list[results.Process],
+        kernel_counters: dict[str, CounterMetricFamily],
+        durations: HistogramMetricFamily,
+    ) -> None:
+        """The named kernels and `other`, for the families that apply to this identity."""
+        named = series.kernel_series("counters", self.book.counter_columns)
+        for column, (field, family) in enumerate(kernel_counters.items()):
+            applies = KERNEL_COUNTER_APPLIES.get(field)
+            counted = sum(kernel.values[column] for kernel in named)
+            if applies is not None and not counted and not any(applies(view) for view in views):
+                continue
+            for kernel in named:
+                family.add_metric([*labels, kernel.label, kernel.kid], float(kernel.values[column]))
+        histograms = series.kernel_series("histograms", self.book.histogram_columns)
+        if not any(sum(kernel.values[:DURATION_BUCKETS]) for kernel in histograms):
+            return  # no block duration measured: the family does not apply here
+        for kernel in histograms:
+            cumulative = 0
+            buckets = []
+            for index, edge in enumerate(DURATION_EDGES_NS):
+                cumulative += kernel.values[index]
+                buckets.append((f"{edge * 1e-9:.9g}", float(cumulative)))
+            cumulative += kernel.values[DURATION_BUCKETS - 1]
+            buckets.append(("+Inf", float(cumulative)))
+            durations.add_metric(
+                [*labels, kernel.label, kernel.kid], buckets=buckets, sum_value=kernel.values[DURATION_BUCKETS] * 1e-9
+            )

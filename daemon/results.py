@@ -112,6 +112,7 @@ class Kernel:
     slot: int
     name: str
     mangled: str
+    kernel_id: str  # the metrics' kernel_id label (kernel_labels.kernel_id)
     launches: int
     blocks_expected: int
     blocks_observed: int

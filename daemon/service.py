@@ -118,7 +118,7 @@ class ObserverService:
     def kernel_counters(self) -> list[tuple[ObservedProcess, np.ndarray | None]]:
         return self.kernel_queries.kernel_counters()
 
-    def kernel_names(self, process: ObservedProcess, first_slot: int, count: int) -> list[str]:
+    def kernel_names(self, process: ObservedProcess, first_slot: int, count: int) -> list[tuple[str, str]]:
         return self.kernel_queries.kernel_names(process, first_slot, count)
 
     def block_duration_histograms(self, process: ObservedProcess) -> dict[int, tuple[np.ndarray, int]]:

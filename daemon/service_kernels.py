@@ -25,6 +25,7 @@ from gpuobs.segment import (
 )
 
 from . import results
+from .kernel_labels import kernel_id
 from .paging import HOT_PC_TOKEN, KERNEL_TOKEN, process_order, walk_pages
 from .registry import ObservedProcess, Registry
 from .service_targets import Targets, check_top_or_page
@@ -142,9 +143,9 @@ class KernelQueries:
             }
 
     @staticmethod
-    def kernel_names(process: ObservedProcess, first_slot: int, count: int) -> list[str]:
-        """Demangled names of slots first_slot.. (fewer when not all are published yet)."""
-        return [entry["demangled"] for entry in process.segment.kernels(first_slot, count)]
+    def kernel_names(process: ObservedProcess, first_slot: int, count: int) -> list[tuple[str, str]]:
+        """(mangled, demangled) names of slots first_slot.. (fewer when not all are published yet)."""
+        return [(entry["mangled"], entry["demangled"]) for entry in process.segment.kernels(first_slot, count)]
 
     def _top_kernels(self, targets: list[ObservedProcess], top: int) -> list[results.Kernel]:
         """Each process's `top` by launches, chosen in place in its segment (no copy of every
@@ -197,6 +198,7 @@ class KernelQueries:
                         slot=slot,
                         name=entry["demangled"],
                         mangled=entry["mangled"],
+                        kernel_id=kernel_id(entry["mangled"], entry["demangled"]),
                         **{name: int(row[name]) for name in KERNEL_COUNTER_FIELDS},
                         events_delivered=int(aggregates[slot - low].sum()),
                         shapes=kernel_shapes,

@@ -137,7 +137,31 @@ SETTINGS: tuple[Setting, ...] = (
         _count(0, 4096),
     ),
     Setting(
-        "kernel_label_limit", 50, "kernels named in metric labels per process; the rest are 'other'", _count(0, 10_000)
+        "kernel_label_limit",
+        20,
+        "kernels with counter series of their own per identity (host, GPU, model, rank, pod), re-ranked by "
+        "recent device time or blocks; the rest are summed in kernel='other' (docs/metrics.md: the series budget)",
+        _count(0, 1000),
+    ),
+    Setting(
+        "kernel_histogram_limit",
+        8,
+        "kernels with a block-duration histogram of their own per identity (14 series each); the rest in 'other'",
+        _count(0, 1000),
+    ),
+    Setting(
+        "kernel_rerank_s",
+        60,
+        "how often the kernels named in metrics are re-ranked (a place changes hands only then, to a kernel "
+        "with twice the holder's score over that window)",
+        _count(1, 86_400),
+    ),
+    Setting(
+        "series_grace_s",
+        1800,
+        "how long an identity's series stay after its last process was forgotten (a restart of the same rank "
+        "within it continues them); then they end",
+        _count(0, 7 * 86_400),
     ),
     Setting(
         "analysis_share",

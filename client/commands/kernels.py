@@ -1,4 +1,4 @@
-"""gpuobsctl kernels [--top N] [--pid PID]"""
+"""gpuobsctl kernels [--top N] [--pid PID] [--kernel-id ID]"""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 from gpuobs.api.v1 import observer_pb2 as pb
 
-from ..arguments import pid, uint32
+from ..arguments import kernel_id, pid, uint32
 from ..connection import call, every_kernel
 from ..output import emit, message_dict, table
 
@@ -17,6 +17,13 @@ HELP = "per-kernel launches, blocks, accesses and events"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=uint32, default=20, help="most launched first; 0 for all")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
+    parser.add_argument(
+        "--kernel-id",
+        type=kernel_id,
+        action="append",
+        default=[],
+        help="only the kernel of this kernel_id (a metric series' label; repeatable): its full name, in every process",
+    )
 
 
 def shape_text(kernel: pb.Kernel) -> str:
@@ -44,10 +51,15 @@ def ranks_by_pid(address: str) -> dict[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.top > 0:
+    if args.top > 0 and not args.kernel_id:
         kernels = list(call(args.address, "ListKernels", pb.ListKernelsRequest(pids=args.pid, top=args.top)).kernels)
-    else:  # every kernel: page by page, then most launched first as with --top
-        kernels = sorted(every_kernel(args.address, args.pid), key=lambda k: (-k.launches, k.pid, k.slot))
+    else:  # every kernel (those of the ids asked for): page by page, then most launched first as with --top
+        kernels = sorted(
+            (k for k in every_kernel(args.address, args.pid) if not args.kernel_id or k.kernel_id in args.kernel_id),
+            key=lambda k: (-k.launches, k.pid, k.slot),
+        )
+        if args.kernel_id and args.top:
+            kernels = kernels[: args.top]
     if args.output == "json":
         emit("json", {"kernels": [message_dict(k) for k in kernels]})
         return 0
@@ -67,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
             "shape": shape_text(k),
             "duration": duration_text(k.block_durations),
             "records": k.records or "-",
-            "name": k.name if len(k.name) <= 60 else k.name[:57] + "...",
+            "kernel_id": k.kernel_id,
+            # asked for by id: the full name (what the id resolves), else one a line
+            "name": k.name if args.kernel_id or len(k.name) <= 60 else k.name[:57] + "...",
         }
         for k in kernels
     ]
@@ -86,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             ("records", "RECORDS"),
             ("shape", "GRID/BLOCK"),
             ("duration", "BLOCK us p50/p99"),
+            ("kernel_id", "KERNEL_ID"),
             ("name", "KERNEL"),
         ],
         rows,

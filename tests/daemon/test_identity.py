@@ -82,13 +82,17 @@ def test_status_and_metrics_say_which_rank_and_gpu(tensor_parallel) -> None:
         'rank="1"',
         'world_size="2"',
         'model="Qwen3-8B"',
-        'gpu="1"',
-        f'gpu_uuid="{UUIDS[1]}"',
+        'cuda_ordinal="1"',  # the ordinal as the process sees it; `gpu` is DCGM's (the driver's order)
+        f'UUID="{UUIDS[1]}"',  # spelled as dcgm-exporter spells it
         f'pci_bus_id="{PCI[1]}"',
         'role="engine"',
     ):
         assert label in mine, (label, mine)
     assert 'rank=""' in next(line for line in info if f'pid="{plain.pid}"' in line)
+    # every other series carries the identity, never the pid: one set per rank, one for the plain process
+    events = [line for line in exposition.splitlines() if line.startswith("gpuobs_events_total{")]
+    assert len(events) == 3 and not any("pid=" in line for line in events)
+    assert any(f'UUID="{UUIDS[1]}"' in line and 'rank="1"' in line for line in events)
 
 
 def test_set_mode_selects_by_rank_gpu_and_pid(tensor_parallel) -> None:

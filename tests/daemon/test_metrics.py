@@ -39,6 +39,7 @@ def test_exposition_passes_promtool(finished_run) -> None:
 
 def test_exposition_matches_the_golden_file(finished_run) -> None:
     text = re.sub(r'pid="\d+"', 'pid="PID"', scrape(finished_run))
+    text = re.sub(r'Hostname="[^"]*"', 'Hostname="HOST"', text)
     # times of this scrape and of the last drain pass: there, but never the same twice
     text = re.sub(r"^(gpuobs_(?:drain_lag|scrape_duration)_seconds) \S+$", r"\1 SECONDS", text, flags=re.M)
     lines = [line for line in text.splitlines() if line.startswith("gpuobs_") or line.startswith("# HELP gpuobs")]
@@ -57,7 +58,7 @@ def test_a_real_prometheus_scrapes_the_daemon(start_synth, start_daemon, tmp_pat
         results = server.wait_all(
             [
                 "gpuobs_processes",
-                "sum by (kernel) (gpuobs_blocks_total)",
+                "sum by (kernel_id) (gpuobs_blocks_total)",
                 "rate(gpuobs_events_total[5s])",
                 "gpuobs_events_dropped_total",
                 "gpuobs_mode",
@@ -68,76 +69,8 @@ def test_a_real_prometheus_scrapes_the_daemon(start_synth, start_daemon, tmp_pat
         server.stop()
     assert float(results["gpuobs_processes"][0]["value"][1]) == 1.0
     assert all(float(r["value"][1]) == 0.0 for r in results["gpuobs_accounting_errors_total"]), daemon.log()
-    assert len(results["sum by (kernel) (gpuobs_blocks_total)"]) == 12
-
-
-def test_kernel_series_are_sticky_and_sum_exactly() -> None:
-    """Which kernels get a series of their own must not follow the ranking of
-    the moment (series flapped, and a kernel entering the top N lost its history). Scrapes of
-    one process whose hottest kernels change: the labelled set never changes once full, new
-    kernels go to "other", "other" never falls, and labels plus "other" sum to the totals, in
-    integers (a float sum is off past 2^53)."""
-    import numpy as np
-    from gpuobs.daemon.metrics import OTHER, StickyLabels
-
-    labels = StickyLabels(limit=3)
-    launches = np.array([0, 0, 0, 0], dtype=np.uint64)
-    names = [f"kernel_{slot}" for slot in range(100)]
-    previous_other, named_after_first = 0, None
-    for scrape in range(12):
-        if scrape % 3 == 0:  # a new kernel registers every third scrape
-            launches = np.append(launches, np.uint64(0))
-        hot = scrape % len(launches)  # the hottest kernel changes every scrape
-        launches = launches + np.arange(1, len(launches) + 1, dtype=np.uint64)
-        launches[hot] += np.uint64(1000)
-        labels.assign(launches, lambda first, count: names[first : first + count])
-        series = dict(labels.sums(launches))
-        named = set(series) - {OTHER}
-        named_after_first = named_after_first or named
-        assert named == named_after_first and len(named) == 3
-        assert series.get(OTHER, 0) >= previous_other
-        previous_other = series.get(OTHER, 0)
-        assert sum(series.values()) == int(launches.sum())
-    assert previous_other > 0
-    big = StickyLabels(limit=1)
-    huge = np.array([(1 << 62) + 1, (1 << 62) + 3], dtype=np.uint64)
-    big.assign(huge, lambda first, count: ["a", "b"][first : first + count])
-    assert dict(big.sums(huge)) == {"b": (1 << 62) + 3, OTHER: (1 << 62) + 1}  # the most launched
-
-
-def test_a_scrape_without_a_copy_of_the_counters_shows_the_last_sums() -> None:
-    """A producer may keep publishing through every try of a copy: that scrape shows the last
-    sums (not nothing, and not labels rebuilt from scratch, which made a counter fall)."""
-    import numpy as np
-    from gpuobs.daemon.metrics import GpuobsCollector
-    from gpuobs.segment import KERNEL_COUNTERS_DTYPE
-
-    class Process:
-        pid, path = 42, Path("/segments/gpuobs-42.seg")
-
-    class Service:
-        def __init__(self) -> None:
-            self.counters = np.zeros(3, dtype=KERNEL_COUNTERS_DTYPE)
-
-        def kernel_counters(self):
-            return [(Process, self.counters)]
-
-        def kernel_names(self, process, first: int, count: int) -> list[str]:
-            return ["a", "b", "c"][first : first + count]
-
-        def block_duration_histograms(self, process) -> dict:
-            return {}
-
-    service = Service()
-    collector = GpuobsCollector(service, kernel_label_limit=2)
-    service.counters["launches"] = [5, 3, 1]
-    first = collector._kernel_series()[0]["launches"]
-    assert first == {(42, "a"): 5, (42, "b"): 3, (42, "other"): 1}
-    service.counters = None  # this scrape gets no copy
-    assert collector._kernel_series()[0]["launches"] == first
-    service.counters = np.zeros(3, dtype=KERNEL_COUNTERS_DTYPE)
-    service.counters["launches"] = [6, 3, 900]  # c is now the hottest: it stays "other"
-    assert collector._kernel_series()[0]["launches"] == {(42, "a"): 6, (42, "b"): 3, (42, "other"): 900}
+    by_id = results["sum by (kernel_id) (gpuobs_blocks_total)"]
+    assert len(by_id) == 12 + 1  # every kernel named (12 within the budget), and other (no kernel_id)
 
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -158,12 +91,32 @@ def test_the_shipped_rules_pass_promtool_and_their_unit_tests() -> None:
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
 
+def test_every_alert_links_its_section_of_the_metrics_reference() -> None:
+    """runbook_url points at a heading of docs/metrics.md (GitHub's anchor of it), and each alert
+    says what to run next; no alert keeps the old `runbook` annotation."""
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    anchors = {
+        re.sub(r"[^a-z0-9 _-]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in reference.splitlines()
+        if line.startswith("#")
+    }
+    groups = yaml.safe_load((RULES / "gpuobs-rules.yml").read_text())["groups"]
+    alerts = [rule for group in groups for rule in group["rules"] if "alert" in rule]
+    assert len(alerts) >= 8
+    for alert in alerts:
+        annotations = alert["annotations"]
+        path, _, anchor = annotations["runbook_url"].partition("#")
+        assert path == "docs/metrics.md" and anchor in anchors, (alert["alert"], anchor)
+        assert anchor == alert["alert"].lower() and annotations["command"] and "runbook" not in annotations
+
+
 def test_every_metric_the_rules_use_is_one_the_daemon_exports(finished_run) -> None:
     """A rule over a metric the daemon never exports would never fire: each name in the rules'
     expressions is a family of a real scrape (counters by their _total samples)."""
     exported = set(re.findall(r"^# TYPE (\w+) ", scrape(finished_run), re.M))
-    exported |= {f"{name}_total" for name in exported}
-    used = set(re.findall(r"\bgpuobs_\w+", (RULES / "gpuobs-rules.yml").read_text()))
+    exported |= {f"{name}{suffix}" for name in exported for suffix in ("_total", "_sum", "_count", "_bucket")}
+    # (a recorded series, level:gpuobs_...:operation, is the rules' own)
+    used = set(re.findall(r"(?<![:\w])gpuobs_\w+", (RULES / "gpuobs-rules.yml").read_text()))
     assert used and used <= exported, used - exported
 
 
@@ -200,8 +153,9 @@ def test_the_metrics_reference_names_every_gpuobs_metric(finished_run) -> None:
 
 
 def test_block_durations_are_a_histogram_per_kernel_that_agrees_with_the_api(start_synth, start_daemon) -> None:
-    """gpuobs-synth records an exit for every enter: each kernel's histogram counts its blocks'
-    durations, cumulative and monotonic, as many as ListKernels reports, with the same mean."""
+    """gpuobs-synth records an exit for every enter: each named kernel's histogram counts its
+    blocks' durations, cumulative and monotonic, as many as ListKernels reports for its
+    kernel_id, with the same mean; with `other`, they count every block."""
     from gpuobs.api.v1 import observer_pb2 as pb
 
     synth = start_synth("--mode", "blocks", "--kernels", "3", "--launches", "300", "--rate", "100000")
@@ -209,22 +163,21 @@ def test_block_durations_are_a_histogram_per_kernel_that_agrees_with_the_api(sta
     assert synth.wait(timeout=60) == 0
     daemon.wait_all_gone(20)
     text = scrape(daemon)
-    # (a kernel label is its name cut to 200 characters)
-    kernels = {k.name[:200]: k for k in daemon.stub.ListKernels(pb.ListKernelsRequest(), timeout=10).kernels}
+    kernels = {k.kernel_id: k for k in daemon.stub.ListKernels(pb.ListKernelsRequest(), timeout=10).kernels}
     series: dict[str, dict[str, float]] = {}
-    for name, le, value in re.findall(
-        r'^gpuobs_block_duration_seconds_bucket\{kernel="([^"]*)",le="([^"]+)",pid="\d+"\} (\S+)$', text, re.M
+    for kid, le, value in re.findall(
+        r'^gpuobs_block_duration_seconds_bucket\{[^}]*kernel_id="([0-9a-f]+)",le="([^"]+)"[^}]*\} (\S+)$', text, re.M
     ):
-        series.setdefault(name, {})[le] = float(value)
-    assert series and set(series) <= set(kernels)
-    for name, buckets in series.items():
+        series.setdefault(kid, {})[le] = float(value)
+    other = re.findall(r'^gpuobs_block_duration_seconds_count\{[^}]*kernel="other"[^}]*\} (\S+)$', text, re.M)
+    assert series and set(series) <= set(kernels) and len(other) == 1
+    for kid, buckets in series.items():
         counts = list(buckets.values())
         assert counts == sorted(counts) and len(counts) == 12, buckets  # 11 edges and +Inf, cumulative
-        durations = kernels[name].block_durations
-        assert buckets["+Inf"] == durations.count > 0, name
-        total = float(
-            re.search(
-                rf'^gpuobs_block_duration_seconds_sum\{{kernel="{re.escape(name)}",pid="\d+"\}} (\S+)$', text, re.M
-            ).group(1)
-        )
-        assert abs(total / durations.count - durations.mean_ns * 1e-9) < 1e-12, name
+        durations = kernels[kid].block_durations
+        assert buckets["+Inf"] == durations.count > 0, kid
+        found = re.search(rf'^gpuobs_block_duration_seconds_sum\{{[^}}]*kernel_id="{kid}"[^}}]*\}} (\S+)$', text, re.M)
+        total = float(found.group(1))
+        assert abs(total / durations.count - durations.mean_ns * 1e-9) < 1e-12, kid
+    every = sum(k.block_durations.count for k in kernels.values())
+    assert sum(b["+Inf"] for b in series.values()) + float(other[0]) == every

@@ -6,14 +6,17 @@ the injector's writer code."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 from gpuobs_testing.daemon import gpuobsctl
 
 
 def test_profiler_starts_reach_status_json_and_metrics(start_synth, start_daemon) -> None:
-    noted = start_synth("--mode", "counter", "--launches", "50", "--profiler-starts", "2", "--label", "profiled")
-    plain = start_synth("--mode", "counter", "--launches", "50", "--label", "plain")
+    # two ranks: processes that say nothing of themselves on one host would share one identity's series
+    rank = ["--world-size", "2", "--model", "m", "--rank"]
+    noted = start_synth("--mode", "counter", "--launches", "50", "--profiler-starts", "2", "--label", "p", *rank, "0")
+    plain = start_synth("--mode", "counter", "--launches", "50", "--label", "plain", *rank, "1")
     daemon = start_daemon()
     assert noted.wait() == 0 and plain.wait() == 0
     daemon.wait_all_gone(10)
@@ -33,5 +36,5 @@ def test_profiler_starts_reach_status_json_and_metrics(start_synth, start_daemon
 
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:
         exposition = response.read().decode()
-    assert f'gpuobs_profiler_starts_total{{pid="{noted.pid}"}} 2.0' in exposition
-    assert f'gpuobs_profiler_starts_total{{pid="{plain.pid}"}} 0.0' in exposition
+    assert re.search(r'^gpuobs_profiler_starts_total\{[^}]*rank="0"[^}]*\} 2\.0$', exposition, re.M), exposition
+    assert re.search(r'^gpuobs_profiler_starts_total\{[^}]*rank="1"[^}]*\} 0\.0$', exposition, re.M), exposition

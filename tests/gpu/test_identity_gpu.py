@@ -1,7 +1,7 @@
 """Which GPU a process ran on, as the segment header names it: the injector records each context's
 device when the context is created (PCI bus id and UUID from the driver), and the names must be
 the ones nvidia-smi gives that GPU, since operators select processes by them (`set-mode --gpu`,
-the `gpu_uuid` label of gpuobs_process_info)."""
+the `UUID` label of gpuobs_process_info)."""
 
 from __future__ import annotations
 

@@ -115,6 +115,8 @@ def test_status_labels_and_metrics_name_the_engine(bench: Path) -> None:
         assert int(engine["engine_steps"]) > 0 and int(engine["injector"]["modules_patched"]) > 0, engine
         assert int(engine["accounting_errors"]) == 0, engine
         metrics = (bench / "cli" / config / "metrics.txt").read_text()
-        assert re.search(rf'gpuobs_engine_steps_total\{{pid="{pid}"\}} [1-9]', metrics)
-        assert re.search(rf'gpuobs_mode\{{mode="{final_mode}",pid="{pid}"\}} 1\.0', metrics)
-        assert re.search(rf'gpuobs_blocks_total\{{kernel="[^"]*",pid="{pid}"\}} [1-9]', metrics), config
+        # series carry the engine's identity (rank 0 of its model on its GPU); its pid only the info series
+        assert re.search(rf'gpuobs_process_info\{{[^}}]*pid="{pid}"[^}}]*rank="0"', metrics), config
+        assert re.search(r'gpuobs_engine_steps_total\{[^}]*rank="0"[^}]*\} [1-9]', metrics)
+        assert re.search(rf'gpuobs_mode\{{[^}}]*mode="{final_mode}"[^}}]*rank="0"[^}}]*\}} 1\.0', metrics)
+        assert re.search(r'gpuobs_blocks_total\{[^}]*kernel="[^"]*"[^}]*rank="0"[^}]*\} [1-9]', metrics), config

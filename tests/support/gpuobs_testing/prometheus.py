@@ -27,16 +27,18 @@ def require(tool: str) -> str:
 
 
 class PrometheusServer:
-    def __init__(self, target_port: int, workdir: Path) -> None:
+    def __init__(self, target_port: int, workdir: Path, others: dict[str, int] | None = None) -> None:
+        """Scrapes gpuobsd on target_port, and each of `others` (job name: port), all on loopback."""
         self.port = free_port()
         config = workdir / "prometheus.yml"
-        config.write_text(f"""global:
-  scrape_interval: 1s
-scrape_configs:
-  - job_name: gpuobsd
-    static_configs:
-      - targets: ["127.0.0.1:{target_port}"]
-""")
+        jobs = {"gpuobsd": target_port, **(others or {})}
+        config.write_text(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n"
+            + "".join(
+                f'  - job_name: {job}\n    static_configs:\n      - targets: ["127.0.0.1:{port}"]\n'
+                for job, port in jobs.items()
+            )
+        )
         self.process = subprocess.Popen(
             [
                 require("prometheus"),

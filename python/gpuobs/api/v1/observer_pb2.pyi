@@ -224,7 +224,7 @@ class ListKernelsRequest(_message.Message):
     def __init__(self, pids: _Optional[_Iterable[int]] = ..., top: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class Kernel(_message.Message):
-    __slots__ = ("pid", "slot", "name", "mangled", "launches", "blocks_expected", "blocks_observed", "blocks_unpatched", "blocks_unobserved", "memory_accesses", "events_delivered", "events_dropped", "shapes", "other_shape_launches", "block_durations", "graph_launches", "function_pc", "cubin", "access_hooks", "blocks_in_flight", "records")
+    __slots__ = ("pid", "slot", "name", "mangled", "launches", "blocks_expected", "blocks_observed", "blocks_unpatched", "blocks_unobserved", "memory_accesses", "events_delivered", "events_dropped", "shapes", "other_shape_launches", "block_durations", "graph_launches", "function_pc", "cubin", "access_hooks", "blocks_in_flight", "records", "kernel_id")
     PID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +246,7 @@ class Kernel(_message.Message):
     ACCESS_HOOKS_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_ID_FIELD_NUMBER: _ClassVar[int]
     pid: int
     slot: int
     name: str
@@ -267,7 +268,8 @@ class Kernel(_message.Message):
     access_hooks: bool
     blocks_in_flight: int
     records: str
-    def __init__(self, pid: _Optional[int] = ..., slot: _Optional[int] = ..., name: _Optional[str] = ..., mangled: _Optional[str] = ..., launches: _Optional[int] = ..., blocks_expected: _Optional[int] = ..., blocks_observed: _Optional[int] = ..., blocks_unpatched: _Optional[int] = ..., blocks_unobserved: _Optional[int] = ..., memory_accesses: _Optional[int] = ..., events_delivered: _Optional[int] = ..., events_dropped: _Optional[int] = ..., shapes: _Optional[_Iterable[_Union[LaunchShape, _Mapping]]] = ..., other_shape_launches: _Optional[int] = ..., block_durations: _Optional[_Union[BlockDurations, _Mapping]] = ..., graph_launches: _Optional[int] = ..., function_pc: _Optional[int] = ..., cubin: _Optional[str] = ..., access_hooks: bool = ..., blocks_in_flight: _Optional[int] = ..., records: _Optional[str] = ...) -> None: ...
+    kernel_id: str
+    def __init__(self, pid: _Optional[int] = ..., slot: _Optional[int] = ..., name: _Optional[str] = ..., mangled: _Optional[str] = ..., launches: _Optional[int] = ..., blocks_expected: _Optional[int] = ..., blocks_observed: _Optional[int] = ..., blocks_unpatched: _Optional[int] = ..., blocks_unobserved: _Optional[int] = ..., memory_accesses: _Optional[int] = ..., events_delivered: _Optional[int] = ..., events_dropped: _Optional[int] = ..., shapes: _Optional[_Iterable[_Union[LaunchShape, _Mapping]]] = ..., other_shape_launches: _Optional[int] = ..., block_durations: _Optional[_Union[BlockDurations, _Mapping]] = ..., graph_launches: _Optional[int] = ..., function_pc: _Optional[int] = ..., cubin: _Optional[str] = ..., access_hooks: bool = ..., blocks_in_flight: _Optional[int] = ..., records: _Optional[str] = ..., kernel_id: _Optional[str] = ...) -> None: ...
 
 class LaunchShape(_message.Message):
     __slots__ = ("grid", "block", "launches")
