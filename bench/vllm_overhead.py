@@ -414,6 +414,10 @@ def main() -> int:
                                     "160",
                                 )
                         rounds[mode].append(load(server.port, args.requests, args.tokens, args.concurrency))
+                        if inject and mode == "blocks":  # GPU time per request (#33) of the concurrent load
+                            folder = args.out / "cli" / name
+                            ctl_json(daemon, folder / "requests-load-blocks.json", "requests", "--top", "100000")
+                            ctl_json(daemon, folder / "steps-load-blocks.json", "steps", "--last", "4096")
                 for mode, measured in rounds.items():
                     result["modes"][mode] = {"server": name, **median_load(measured)}
                 if len(modes) > 1:

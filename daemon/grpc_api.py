@@ -148,6 +148,14 @@ class ObserverServicer(pb_grpc.ObserverServicer):
             ),
         )
 
+    async def ListRequests(self, request: pb.ListRequestsRequest, context: Context) -> pb.ListRequestsResponse:
+        return await self._guard(
+            context,
+            lambda: messages.requests_response(
+                self.service.requests(list(request.pids), request.top or 20, request.request)
+            ),
+        )
+
     async def OpenOpsWindow(self, request: pb.OpenOpsWindowRequest, context: Context) -> pb.SetModeResponse:
         if self.read_only:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, READ_ONLY)

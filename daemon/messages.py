@@ -70,6 +70,10 @@ def graphs_response(page: results.Page[results.Graph]) -> pb.ListGraphsResponse:
     return pb.ListGraphsResponse(graphs=fields_of(page.rows), next_page_token=page.next_page_token)
 
 
+def requests_response(requests: results.Requests) -> pb.ListRequestsResponse:
+    return pb.ListRequestsResponse(**fields_of(requests))
+
+
 def steps_response(steps: results.Steps) -> pb.ListStepsResponse:
     return pb.ListStepsResponse(**fields_of(steps))
 

@@ -219,6 +219,8 @@ class Step:
     blocks_expected: int
     replays: list[StepReplay]
     device_span_ns: int = 0  # first start to last end over its replays with events
+    host_step_ns: int = 0  # to the next kept step's start; 0 for the newest
+    busy_ratio: float = 0.0  # device_span_ns / host_step_ns; 0 where either is unknown
 
 
 @dataclasses.dataclass
@@ -226,6 +228,26 @@ class StepTotals:
     pid: int
     steps: int
     launches_before_steps: int
+
+
+@dataclasses.dataclass
+class RequestTime:
+    pid: int
+    request: str
+    steps: int
+    tokens: int
+    device_ns: int
+    steps_untimed: int
+    kernel_launches: int
+    blocks: int
+    first_step: int
+    last_step: int
+
+
+@dataclasses.dataclass
+class Requests:
+    requests: list[RequestTime]
+    steps_device_ns: int  # the split steps' spans: the requests' device_ns add up to it
 
 
 @dataclasses.dataclass

@@ -150,6 +150,9 @@ class ObserverService:
     def steps(self, pids: list[int], last: int = 20, replay: int | None = None, page_token: str = "") -> results.Steps:
         return self.step_queries.steps(pids, last, replay, page_token)
 
+    def requests(self, pids: list[int], top: int = 20, request: str = "") -> results.Requests:
+        return self.step_queries.requests(pids, top, request)
+
     # -- streams and recordings ---------------------------------------------------------------
     def open_stream(
         self, pids: list[int], queue_batches: int, *, read_only: bool

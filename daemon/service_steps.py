@@ -12,9 +12,11 @@ from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
 from .paging import STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
 from .registry import ObservedProcess
+from .request_times import request_times, step_times
 from .service_targets import MAX_TOP, Targets
 from .step_attribution import Step, StepAttribution
 
+MAX_REQUEST_ID = 1024  # longer than any id vLLM makes
 STEPS_PAGE = 256  # steps per ListSteps reply (a step of 256 requests carries their ids)
 
 
@@ -46,6 +48,13 @@ class OpRow:
             device.partial,
             share,
         )
+
+
+def busy(step: Step, span: int, following: Step | None) -> tuple[int, float]:
+    """The step's host time (to the next step's start) and the share of it its device span
+    covers: how busy the GPU kept on this step's work (request_times.StepTime's ratio)."""
+    timed = step_times([step] + ([following] if following else []), [span] + ([0] if following else []))[0]
+    return timed.host_ns, timed.busy_ratio or 0.0
 
 
 class StepQueries:
@@ -135,13 +144,37 @@ class StepQueries:
                     keys = keys[:room]
                 label = process.segment.reader.header()["label"]
                 for key in keys:
-                    rows.append(self._step_row(process, steps.steps[key], label))
+                    following = steps.steps.get(key + 1)  # keys are consecutive in record order
+                    rows.append(self._step_row(process, steps.steps[key], label, following))
         if replay is not None and not rows:
             raise NotFound(f"no step of the targeted processes launched replay {replay} (or it is no longer kept)")
         return results.Steps(rows, totals, token)
 
+    def requests(self, pids: list[int], top: int = 20, request: str = "") -> results.Requests:
+        """GPU time per request over each process's kept steps (request_times says the model); the
+        `top` by device time, or every process's row of `request`."""
+        if not 0 < top <= MAX_TOP:
+            raise InvalidArgument(f"top must be within 1..{MAX_TOP}")
+        if len(request) > MAX_REQUEST_ID or "\n" in request or "\t" in request:
+            raise InvalidArgument(f"a request id is at most {MAX_REQUEST_ID} characters, without a tab or newline")
+        rows: list[results.RequestTime] = []
+        split_ns = 0
+        for process in sorted(self.targets.processes(pids, live_only=False), key=process_order):
+            with process.lock:
+                kept = list(process.analyses.steps.steps.values())
+                spans = [self._step_row(process, step, "").device_span_ns for step in kept]
+            timed = step_times(kept, spans)
+            split_ns += sum(t.device_ns for t in timed if t.split)
+            for row in request_times(timed).values():
+                if not request or row.request == request:
+                    rows.append(results.RequestTime(process.pid, **dataclasses.asdict(row)))
+        if request and not rows:
+            raise NotFound(f"no kept step of the targeted processes scheduled request {request!r}")
+        rows.sort(key=lambda row: (-row.device_ns, row.pid, row.request))
+        return results.Requests(rows if request else rows[:top], split_ns)
+
     @staticmethod
-    def _step_row(process: ObservedProcess, step: Step, label: str) -> results.Step:
+    def _step_row(process: ObservedProcess, step: Step, label: str, following: Step | None = None) -> results.Step:
         replays = []
         for graph_exec, number, instance in step.replays:
             summary = process.analyses.graph_join.replay_summary(instance, number) or {}
@@ -150,6 +183,7 @@ class StepQueries:
             replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **summary))
         timed = [r for r in replays if r.device_start_ns]
         span = max(r.device_end_ns for r in timed) - min(r.device_start_ns for r in timed) if timed else 0
+        host_ns, ratio = busy(step, span, following)
         return results.Step(
             pid=process.pid,
             label=label,
@@ -164,4 +198,6 @@ class StepQueries:
             blocks_expected=step.blocks_expected,
             replays=replays,
             device_span_ns=span,
+            host_step_ns=host_ns,
+            busy_ratio=ratio,
         )

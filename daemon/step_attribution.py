@@ -4,7 +4,8 @@ and the launches each step made: which step, and which requests, a graph replay 
 A step record is written by the engine thread before it launches the step's work, into the same
 ring as the launch records, so a launch belongs to the last step that began before it (host
 clock). Launches before the first step (start-up, warm-up, graph capture) belong to none and are
-counted apart. Request ids travel only when the set of requests changed from the step before.
+counted apart. Request ids, each with its scheduled tokens (layout 7), travel only when they
+changed from the step before.
 
 The injector makes a host record per graph replay but none per eager launch (unless its launch
 trace is on): a step's kernel launches are its replays' node executions (the graph join knows
@@ -24,6 +25,7 @@ import numpy as np
 from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
 from .analysis import Analysis
+from .request_split import parse_step_text
 
 STEP = LAUNCH_KINDS["step"]
 STEP_TEXT = LAUNCH_KINDS["step_text"]
@@ -47,6 +49,7 @@ class Step:
     text: bytearray = dataclasses.field(default_factory=bytearray)
     text_received: int = 0
     request_ids: list[str] = dataclasses.field(default_factory=list)
+    request_tokens: list[int] = dataclasses.field(default_factory=list)  # per id; empty where unknown
     kernel_launches: int = 0
     blocks_expected: int = 0
     replays: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay, instance)
@@ -82,6 +85,7 @@ class StepAttribution(Analysis):
         self._keys: list[int] = []
         self._next_key = 0
         self._last_ids: list[str] = []
+        self._last_tokens: list[int] = []
 
     def on_launches(self, rows: np.ndarray) -> None:
         """One launch ring batch, in ring order (after the graph join has seen it)."""
@@ -118,6 +122,7 @@ class StepAttribution(Analysis):
         )
         if same:
             step.request_ids = list(self._last_ids)
+            step.request_tokens = list(self._last_tokens)
         key = self._next_key
         self._next_key += 1
         self.steps[key] = step
@@ -127,7 +132,7 @@ class StepAttribution(Analysis):
             for graph_exec, replay, _ in old.replays:
                 self.replay_step.pop((graph_exec, replay), None)
         if step.text_bytes == 0 and not same:
-            self._last_ids = []
+            self._last_ids, self._last_tokens = [], []
 
     def _text(self, record: np.void) -> None:
         step = next((s for s in reversed(self.steps.values()) if s.step == int(record["step"])), None)
@@ -140,8 +145,8 @@ class StepAttribution(Analysis):
         step.text[offset : offset + length] = piece
         step.text_received += length
         if step.ids_complete:
-            step.request_ids = step.text.decode("utf-8", "replace").split("\n")
-            self._last_ids = step.request_ids
+            step.request_ids, step.request_tokens = parse_step_text(step.text.decode("utf-8", "replace"))
+            self._last_ids, self._last_tokens = step.request_ids, step.request_tokens
 
     def _attribute(self, rows: np.ndarray, replay_shape: ReplayShape) -> None:
         """Each launch to the last step that began before it: eager launch records one by one,

@@ -69,20 +69,26 @@ void write_capture(SegmentWriter& writer, uint64_t graph, uint32_t nodes, uint32
 }
 
 // An engine step as the vLLM plugin records it before the step's graph replay: its requests
-// change every 3 steps (1 to 4 of them, one token each); in between, the same set is flagged.
+// change every 3 steps (1 to 4 of them), as 'id\ttokens' lines (layout 7). A group's first step
+// is its prefill (request k schedules k + 1 tokens), the next ones decode (one token each): the
+// second step sends its counts again, the third is flagged as the same requests and tokens.
 void write_engine_step(SegmentWriter& writer, uint64_t step) {
   const uint64_t group = (step - 1) / 3;
+  const uint64_t in_group = (step - 1) % 3;
   const uint32_t requests = uint32_t(1 + group % 4);
-  if ((step - 1) % 3 != 0) {
+  if (in_group == 2) {
     writer.write_step(step, requests, requests, nullptr, 0, kStepSameRequests);
     return;
   }
   std::string ids;
+  uint32_t tokens = 0;
   for (uint32_t k = 0; k < requests; ++k) {
+    const uint32_t scheduled = in_group == 0 ? k + 1 : 1;
     if (k) ids += '\n';
-    ids += "cmpl-synth-" + std::to_string(group) + "-" + std::to_string(k);
+    ids += "cmpl-synth-" + std::to_string(group) + "-" + std::to_string(k) + "\t" + std::to_string(scheduled);
+    tokens += scheduled;
   }
-  writer.write_step(step, requests, requests, ids.data(), uint32_t(ids.size()), 0);
+  writer.write_step(step, requests, tokens, ids.data(), uint32_t(ids.size()), 0);
 }
 
 }  // namespace

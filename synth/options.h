@@ -31,7 +31,8 @@ struct Options {
   uint32_t replay_delay_us = 0;  // with --graph-nodes N (N >= 2): the device waits this long before each
                                  // replay's last node, so the replay's span grows by it (a straggling rank)
   bool steps = false;            // with --graph-nodes: an engine step record before each replay, as the vLLM
-                                 // plugin writes them (requests change every 3 steps)
+                                 // plugin writes them (requests change every 3 steps: a prefill
+                                 // step, then two decode steps; tokens per request, layout 7)
   double hang_seconds = 0;       // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
   std::string cubin;             // kernel 0 is this cubin's function (--cubin-function): its cubin is kept
   std::string cubin_function;    // as the injector keeps a module's, and its accesses sit at --cubin-offsets

@@ -79,6 +79,7 @@ def test_every_result_has_exactly_its_messages_fields() -> None:
         "Steps": "ListStepsResponse",
         "HotPcs": "ListHotPcsResponse",
         "Ops": "ListOpsResponse",
+        "Requests": "ListRequestsResponse",
     }
     checked = 0
     for name, cls in vars(results).items():

@@ -18,6 +18,12 @@ def expected_ids(step: int) -> list[str]:
     return [f"cmpl-synth-{group}-{k}" for k in range(1 + group % 4)]
 
 
+def expected_tokens(step: int) -> list[int]:
+    """A group's first step is its prefill (request k: k + 1 tokens), then one token each."""
+    ids = expected_ids(step)
+    return [k + 1 for k in range(len(ids))] if (step - 1) % 3 == 0 else [1] * len(ids)
+
+
 def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon) -> None:
     synth = start_synth(
         "--mode",
@@ -50,7 +56,7 @@ def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon)
         assert step.label == "vllm engine rank 0"
         ids = expected_ids(step.step)
         assert (list(step.request_ids), step.request_ids_complete) == (ids, True)
-        assert (step.requests, step.tokens) == (len(ids), len(ids))
+        assert (step.requests, step.tokens) == (len(ids), sum(expected_tokens(step.step)))
         assert (step.kernel_launches, step.blocks_expected) == (NODES, blocks_per_replay)
         (replay,) = step.replays
         assert (replay.graph_exec, replay.replay) == (graph.graph_exec, step.step)
@@ -91,3 +97,52 @@ def test_steps_refuse_bad_requests(start_synth, start_daemon) -> None:
     assert error.value.code() == grpc.StatusCode.NOT_FOUND
     done = gpuobsctl(daemon.address, "steps", "--pid", "1")
     assert done.returncode != 0 and "1" in done.stderr
+
+
+def test_requests_device_time_adds_up_to_the_steps(start_synth, start_daemon) -> None:
+    """#33: each step's device span split among its requests by tokens; over the kept steps the
+    requests' device time is the steps' exactly, and each request's tokens are its steps'."""
+    synth = start_synth(
+        "--mode", "blocks", "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * REPLAYS),
+        "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18),
+    )  # fmt: skip
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    steps = daemon.stub.ListSteps(pb.ListStepsRequest(last=REPLAYS), timeout=10).steps
+    assert len(steps) == REPLAYS and all(s.device_span_ns for s in steps)
+    response = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1000), timeout=10)
+    assert response.steps_device_ns == sum(s.device_span_ns for s in steps)
+    for step, after in zip(steps, steps[1:], strict=False):  # per step: host time and busy ratio
+        assert step.host_step_ns == after.host_time_ns - step.host_time_ns > 0
+        assert step.busy_ratio == pytest.approx(step.device_span_ns / step.host_step_ns)
+    assert (steps[-1].host_step_ns, steps[-1].busy_ratio) == (0, 0.0)  # the newest: its end not known yet
+    assert sum(r.device_ns for r in response.requests) == response.steps_device_ns
+    every_id = {i for s in steps for i in s.request_ids}
+    assert {r.request for r in response.requests} == every_id
+    for row in response.requests:
+        mine = [s for s in steps if row.request in s.request_ids]
+        tokens = [expected_tokens(s.step)[list(s.request_ids).index(row.request)] for s in mine]
+        assert (row.steps, row.tokens, row.steps_untimed) == (len(mine), sum(tokens), 0)
+        assert row.kernel_launches == sum(s.kernel_launches for s in mine)
+        # its token share of each step's span, rounded: less than a nanosecond off per step
+        share = sum(s.device_span_ns * t / s.tokens for s, t in zip(mine, tokens, strict=True))
+        assert abs(row.device_ns - share) < len(mine)
+    one = daemon.stub.ListRequests(pb.ListRequestsRequest(request="cmpl-synth-9-0"), timeout=10).requests
+    assert [(r.request, r.first_step, r.last_step) for r in one] == [("cmpl-synth-9-0", 28, 30)]
+    for bad, code in [
+        (pb.ListRequestsRequest(request="no-such-request"), grpc.StatusCode.NOT_FOUND),
+        (pb.ListRequestsRequest(request="a\tb"), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.ListRequestsRequest(top=100_001), grpc.StatusCode.INVALID_ARGUMENT),
+    ]:
+        with pytest.raises(grpc.RpcError) as refused:
+            daemon.stub.ListRequests(bad, timeout=10)
+        assert refused.value.code() == code
+    done = gpuobsctl(daemon.address, "--output", "json", "request", "cmpl-synth-0-0")
+    assert done.returncode == 0, done.stderr
+    (found,) = json.loads(done.stdout)["requests"]
+    assert (found["request"], found["steps"], found["tokens"]) == ("cmpl-synth-0-0", 3, 3)
+    (second,) = daemon.stub.ListRequests(pb.ListRequestsRequest(request="cmpl-synth-1-1"), timeout=10).requests
+    assert second.tokens == 2 + 1 + 1  # its prefill of 2, two decodes
+    text = gpuobsctl(daemon.address, "requests", "--top", "2")
+    assert text.returncode == 0 and "DEVICE MS" in text.stdout and len(text.stdout.splitlines()) == 4

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gpuobs
 import pytest
+from gpuobs.daemon.request_split import parse_step_text
 from gpuobs.injector_functions import NOT_OBSERVING, InjectorAnnotations
 from gpuobs.segment import PROCESS_ROLES
 from gpuobs.vllm_plugin.engine_hook import install_step_hook
@@ -69,15 +70,39 @@ def fake_worker_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return module
 
 
-def test_steps_carry_requests_and_ids_only_when_they_change() -> None:
+def test_steps_carry_each_requests_tokens_only_when_they_change() -> None:
     sink = FakeAnnotations()
     record = StepRecorder(sink)
     record(worker(rank=1), scheduled(a=7, b=1))  # prefill of a, decode of b
-    record(worker(rank=1), scheduled(a=1, b=1))  # same requests
+    record(worker(rank=1), scheduled(a=1, b=1))  # same requests, a's count changed
+    record(worker(rank=1), scheduled(a=1, b=1))  # same requests and counts
     record(worker(rank=1), scheduled(b=1))  # a finished
-    assert sink.steps == [(1, 2, 8, b"a\nb", 0), (2, 2, 2, None, SAME_REQUESTS), (3, 1, 1, b"b", 0)]
+    assert sink.steps == [
+        (1, 2, 8, b"a\t7\nb\t1", 0),
+        (2, 2, 2, b"a\t1\nb\t1", 0),
+        (3, 2, 2, None, SAME_REQUESTS),
+        (4, 1, 1, b"b\t1", 0),
+    ]
     assert sink.labels == ["vllm engine rank 1 tiny"]  # once, at the first step
     assert sink.identities == [(PROCESS_ROLES["engine"], 1, 1, 0, "tiny")]  # no parallel config: one rank
+
+
+def test_a_vllm_shaped_scheduler_output_gives_tokens_that_add_up() -> None:
+    """vLLM's SchedulerOutput: num_scheduled_tokens a dict request id -> tokens in scheduling order,
+    total_num_scheduled_tokens their sum; an id with a tab or newline stays on its line."""
+
+    class SchedulerOutput:
+        def __init__(self, tokens: dict[str, int]) -> None:
+            self.num_scheduled_tokens = tokens
+            self.total_num_scheduled_tokens = sum(tokens.values())
+
+    sink = FakeAnnotations()
+    StepRecorder(sink)(worker(), SchedulerOutput({"cmpl-2\tx": 512, "cmpl-1": 1, "cmpl-3\n": 37}))
+    ((_, requests, tokens, text, flags),) = sink.steps
+    assert text is not None and flags == 0
+    ids, counts = parse_step_text(text.decode())
+    assert (ids, counts) == (["cmpl-2 x", "cmpl-1", "cmpl-3 "], [512, 1, 37])
+    assert (requests, tokens) == (3, sum(counts))
 
 
 def test_the_identity_has_the_workers_rank_world_size_and_local_rank() -> None:

@@ -10,7 +10,7 @@ from gpuobs._native import PROCESS_ROLES, STEP_SAME_REQUESTS
 
 log = logging.getLogger("gpuobs.vllm_plugin")
 
-SAME_REQUESTS = STEP_SAME_REQUESTS  # the request ids are those of the step before
+SAME_REQUESTS = STEP_SAME_REQUESTS  # the requests and their tokens are those of the step before
 MAX_ATTEMPTS = 1000  # steps to wait for CUDA to load the injector before giving up
 
 
@@ -30,7 +30,7 @@ class StepRecorder:
         self.step = 0
         self.attempts = 0
         self.labelled = False
-        self.last_ids: list[str] | None = None
+        self.last_scheduled: list[tuple[str, int]] | None = None
 
     def disable(self, why: str) -> None:
         self.enabled = False
@@ -49,19 +49,35 @@ class StepRecorder:
                 self.labelled = True
                 self.annotations.set_label(process_label(worker))
                 self.annotations.set_identity(*process_identity(worker))
-            scheduled = scheduler_output.num_scheduled_tokens
-            ids = list(scheduled)
+            scheduled = scheduled_tokens(scheduler_output.num_scheduled_tokens)
             tokens = int(scheduler_output.total_num_scheduled_tokens)
             self.step += 1
             # a dropped record is counted by the injector, in the segment: nothing to do here
-            if ids == self.last_ids:
-                self.annotations.record_step(self.step, len(ids), tokens, None, SAME_REQUESTS)
+            if scheduled == self.last_scheduled:  # decode steps: each request's count is unchanged
+                self.annotations.record_step(self.step, len(scheduled), tokens, None, SAME_REQUESTS)
             else:
-                text = "\n".join(ids).encode("utf-8", "replace")
-                self.annotations.record_step(self.step, len(ids), tokens, text, 0)
-                self.last_ids = ids
+                self.annotations.record_step(self.step, len(scheduled), tokens, step_text(scheduled), 0)
+                self.last_scheduled = scheduled
         except Exception as error:  # noqa: BLE001 - the engine must run on
             self.disable(f"{type(error).__name__}: {error}")
+
+
+def scheduled_tokens(num_scheduled_tokens: Any) -> list[tuple[str, int]]:
+    """(request id, tokens) in the scheduler's order, from vLLM's dict request id -> tokens: the
+    daemon splits a step's device time among its requests by these counts."""
+    return [(str(request), int(count)) for request, count in num_scheduled_tokens.items()]
+
+
+def step_text(scheduled: list[tuple[str, int]]) -> bytes:
+    """One 'id\ttokens' line per request (layout 7): a tab never occurs in a vLLM request id, and
+    the daemon reads a line without one as an id whose tokens are unknown."""
+    lines = (f"{one_line(request)}\t{count}" for request, count in scheduled)
+    return "\n".join(lines).encode("utf-8", "replace")
+
+
+def one_line(request: str) -> str:
+    """The id with no tab or newline, which would split its line."""
+    return request.replace("\t", " ").replace("\n", " ")
 
 
 def model_name(worker: Any) -> str:

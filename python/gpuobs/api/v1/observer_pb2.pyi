@@ -672,7 +672,7 @@ class StepReplay(_message.Message):
     def __init__(self, graph_exec: _Optional[int] = ..., replay: _Optional[int] = ..., node_executions: _Optional[int] = ..., nodes_matched: _Optional[int] = ..., blocks_observed: _Optional[int] = ..., joined: bool = ..., mode: _Optional[str] = ..., device_start_ns: _Optional[int] = ..., device_end_ns: _Optional[int] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ("pid", "label", "step", "host_time_ns", "thread", "requests", "tokens", "request_ids", "request_ids_complete", "kernel_launches", "blocks_expected", "replays", "device_span_ns")
+    __slots__ = ("pid", "label", "step", "host_time_ns", "thread", "requests", "tokens", "request_ids", "request_ids_complete", "kernel_launches", "blocks_expected", "replays", "device_span_ns", "host_step_ns", "busy_ratio")
     PID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -686,6 +686,8 @@ class Step(_message.Message):
     BLOCKS_EXPECTED_FIELD_NUMBER: _ClassVar[int]
     REPLAYS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_SPAN_NS_FIELD_NUMBER: _ClassVar[int]
+    HOST_STEP_NS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
     pid: int
     label: str
     step: int
@@ -699,7 +701,9 @@ class Step(_message.Message):
     blocks_expected: int
     replays: _containers.RepeatedCompositeFieldContainer[StepReplay]
     device_span_ns: int
-    def __init__(self, pid: _Optional[int] = ..., label: _Optional[str] = ..., step: _Optional[int] = ..., host_time_ns: _Optional[int] = ..., thread: _Optional[int] = ..., requests: _Optional[int] = ..., tokens: _Optional[int] = ..., request_ids: _Optional[_Iterable[str]] = ..., request_ids_complete: bool = ..., kernel_launches: _Optional[int] = ..., blocks_expected: _Optional[int] = ..., replays: _Optional[_Iterable[_Union[StepReplay, _Mapping]]] = ..., device_span_ns: _Optional[int] = ...) -> None: ...
+    host_step_ns: int
+    busy_ratio: float
+    def __init__(self, pid: _Optional[int] = ..., label: _Optional[str] = ..., step: _Optional[int] = ..., host_time_ns: _Optional[int] = ..., thread: _Optional[int] = ..., requests: _Optional[int] = ..., tokens: _Optional[int] = ..., request_ids: _Optional[_Iterable[str]] = ..., request_ids_complete: bool = ..., kernel_launches: _Optional[int] = ..., blocks_expected: _Optional[int] = ..., replays: _Optional[_Iterable[_Union[StepReplay, _Mapping]]] = ..., device_span_ns: _Optional[int] = ..., host_step_ns: _Optional[int] = ..., busy_ratio: _Optional[float] = ...) -> None: ...
 
 class StepTotals(_message.Message):
     __slots__ = ("pid", "steps", "launches_before_steps")
@@ -720,6 +724,48 @@ class ListStepsResponse(_message.Message):
     totals: _containers.RepeatedCompositeFieldContainer[StepTotals]
     next_page_token: str
     def __init__(self, steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., totals: _Optional[_Iterable[_Union[StepTotals, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListRequestsRequest(_message.Message):
+    __slots__ = ("pids", "top", "request")
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    pids: _containers.RepeatedScalarFieldContainer[int]
+    top: int
+    request: str
+    def __init__(self, pids: _Optional[_Iterable[int]] = ..., top: _Optional[int] = ..., request: _Optional[str] = ...) -> None: ...
+
+class RequestTime(_message.Message):
+    __slots__ = ("pid", "request", "steps", "tokens", "device_ns", "steps_untimed", "kernel_launches", "blocks", "first_step", "last_step")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_NS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_UNTIMED_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_LAUNCHES_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    request: str
+    steps: int
+    tokens: int
+    device_ns: int
+    steps_untimed: int
+    kernel_launches: int
+    blocks: int
+    first_step: int
+    last_step: int
+    def __init__(self, pid: _Optional[int] = ..., request: _Optional[str] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., device_ns: _Optional[int] = ..., steps_untimed: _Optional[int] = ..., kernel_launches: _Optional[int] = ..., blocks: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ...) -> None: ...
+
+class ListRequestsResponse(_message.Message):
+    __slots__ = ("requests", "steps_device_ns")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_DEVICE_NS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[RequestTime]
+    steps_device_ns: int
+    def __init__(self, requests: _Optional[_Iterable[_Union[RequestTime, _Mapping]]] = ..., steps_device_ns: _Optional[int] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ("pids", "top")

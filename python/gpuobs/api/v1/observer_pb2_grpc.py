@@ -69,6 +69,11 @@ class ObserverStub(object):
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.SerializeToString,
                 response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.FromString,
                 )
+        self.ListRequests = channel.unary_unary(
+                '/gpuobs.v1.Observer/ListRequests',
+                request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListRequestsRequest.SerializeToString,
+                response_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListRequestsResponse.FromString,
+                )
         self.ListOps = channel.unary_unary(
                 '/gpuobs.v1.Observer/ListOps',
                 request_serializer=gpuobs_dot_v1_dot_observer__pb2.ListOpsRequest.SerializeToString,
@@ -171,6 +176,16 @@ class ObserverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRequests(self, request, context):
+        """GPU time per request (#33), over the steps each process keeps: each step's device span split
+        among its requests by their scheduled tokens (the requests' times add up to the steps'
+        exactly), and the launches and blocks of the steps each took part in. The top requests by
+        device time, or the one request asked for.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListOps(self, request, context):
         """Framework ops (recorded by a plugin with the launch trace on) and the kernels each launched:
         per op label (module path, op, dtypes and shapes) and kernel, launches and blocks.
@@ -246,6 +261,11 @@ def add_ObserverServicer_to_server(servicer, server):
                     servicer.ListSteps,
                     request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.FromString,
                     response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.SerializeToString,
+            ),
+            'ListRequests': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRequests,
+                    request_deserializer=gpuobs_dot_v1_dot_observer__pb2.ListRequestsRequest.FromString,
+                    response_serializer=gpuobs_dot_v1_dot_observer__pb2.ListRequestsResponse.SerializeToString,
             ),
             'ListOps': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOps,
@@ -451,6 +471,23 @@ class Observer(object):
         return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListSteps',
             gpuobs_dot_v1_dot_observer__pb2.ListStepsRequest.SerializeToString,
             gpuobs_dot_v1_dot_observer__pb2.ListStepsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListRequests(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpuobs.v1.Observer/ListRequests',
+            gpuobs_dot_v1_dot_observer__pb2.ListRequestsRequest.SerializeToString,
+            gpuobs_dot_v1_dot_observer__pb2.ListRequestsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

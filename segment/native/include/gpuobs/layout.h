@@ -23,14 +23,16 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 6;              // 2: graph launch and graph exec records; 3: the launch census;
+constexpr uint32_t kLayoutVersion = 7;              // 2: graph launch and graph exec records; 3: the launch census;
                                         // 4: op records, a launch's thread, identity and GPUs in the header;
                                         // 5: graph nodes an op captured, the graph an exec was made from
                                         // moved to the device (launch events, kernel shapes section);
                                         // 6: sampled in the block set (block event flags), access hooks
                                         // for chosen kernels (kernel entry flags, a counter), a 1 KiB
                                         // header with start-up settings (the chosen kernels, the cubin
-                                        // directory), blocks exited per kernel
+                                        // directory), blocks exited per kernel;
+                                        // 7: step text lines carry each request's scheduled
+                                        // tokens ('id\ttokens'), sent when ids or counts change
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
 constexpr uint32_t kPageBytes = 4096;
@@ -181,7 +183,7 @@ enum class LaunchKind : uint32_t {
   GraphExecCreated = 4,    // GRAPHEXEC_CREATED: graph_exec
   GraphExecDestroyed = 5,  // GRAPHEXEC_DESTROYING: graph_exec
   Step = 6,                // a serving engine's step (StepRecord), written by a framework plugin
-  StepText = 7,            // request ids of the step before it (StepTextRecord)
+  StepText = 7,            // request ids and scheduled tokens of the step before it (StepTextRecord)
   Op = 8,                  // a framework op about to launch its kernels (OpRecord), from a plugin
   OpText = 9,              // the op's label (StepTextRecord's layout, `step` = the op's number)
   OpNodes = 10,            // graph nodes an op added to a graph being captured (OpNodesRecord)
@@ -334,7 +336,7 @@ struct alignas(64) StepRecord {
   uint64_t thread;        // OS thread id of the engine thread (its launches follow this record)
   uint32_t requests;      // requests scheduled in this step
   uint32_t tokens;        // tokens scheduled in this step
-  uint32_t text_bytes;    // bytes of request ids ('\n'-separated) in the StepText records that follow
+  uint32_t text_bytes;    // bytes of 'id\ttokens' lines ('\n'-separated) in the StepText records that follow
   uint32_t text_records;  // how many StepText records follow
   uint8_t unused[40];
   uint32_t kind;   // LaunchKind::Step
@@ -352,7 +354,7 @@ inline constexpr Field kStepRecordFields[] = {
     GPUOBS_FIELD(StepRecord, flags),        GPUOBS_RESERVED(StepRecord, reserved), GPUOBS_FIELD(StepRecord, seq),
 };
 static_assert(covers(kStepRecordFields, sizeof(StepRecord)), "kStepRecordFields lists every member");
-constexpr uint32_t kStepSameRequests = 0x2;  // the same requests as the step before: no text follows
+constexpr uint32_t kStepSameRequests = 0x2;  // the same requests and tokens each as the step before: no text
 
 // A framework op (a PyTorch op: its module path, op name, input dtypes and shapes, as one label)
 // about to launch its kernels on `thread`: the launch records whose `op` is its number are the

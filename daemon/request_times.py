@@ -1,0 +1,93 @@
+"""GPU time per request: the kept engine steps of a process, each with its measured device span,
+folded into one row per request (the ListRequests/`gpuobsctl requests` view).
+
+Each step's device span (first block's enter to last block's exit of its replays, where block
+events exist) is split among the step's requests by their scheduled tokens
+(`request_split.split_by_tokens`), so over any set of steps the requests' device times add up to
+the steps' exactly. A step's kernel launches and blocks are counted whole for each request that
+took part in it: the request shared those kernels, it did not run a token's share of them.
+
+Steps whose tokens per request are unknown (a producer older than layout 7) or that have no
+measured span (`counter` mode records no device timestamps) add steps and host time to their
+requests but no device time; they are counted so a reader sees what the figure leaves out.
+Memory is bounded by the steps StepAttribution keeps: the rows are made per query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from .request_split import split_by_tokens
+from .step_attribution import Step
+
+
+@dataclasses.dataclass
+class RequestTime:
+    request: str
+    steps: int = 0
+    tokens: int = 0
+    device_ns: int = 0
+    steps_untimed: int = 0  # steps it took part in with no device span or no tokens per request
+    kernel_launches: int = 0  # of the steps it took part in, whole
+    blocks: int = 0
+    first_step: int = 0
+    last_step: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTime:
+    """A step with what was measured of it: its device span (0 where unmeasured) and its host
+    time, up to the next step's start (0 for the newest, whose end is not known yet)."""
+
+    step: Step
+    device_ns: int
+    host_ns: int
+
+    @property
+    def split(self) -> bool:
+        """Whether its device time went to its requests (measured, and tokens per request known)."""
+        ids = self.step.request_ids
+        return bool(self.device_ns) and bool(ids) and len(self.step.request_tokens) == len(ids)
+
+    @property
+    def busy_ratio(self) -> float | None:
+        """Device span over host step time: how much of the step the GPU was working on it."""
+        return self.device_ns / self.host_ns if self.device_ns and self.host_ns else None
+
+
+def step_times(steps: list[Step], spans: list[int]) -> list[StepTime]:
+    """Steps in record order with their spans; host time from one step's start to the next's."""
+    if len(steps) != len(spans):
+        raise ValueError(f"{len(steps)} steps but {len(spans)} spans")
+    times = []
+    for index, (step, span) in enumerate(zip(steps, spans, strict=True)):
+        following = steps[index + 1].host_time_ns if index + 1 < len(steps) else 0
+        host = following - step.host_time_ns if following > step.host_time_ns else 0
+        times.append(StepTime(step, span, host))
+    return times
+
+
+def request_times(steps: Iterable[StepTime]) -> dict[str, RequestTime]:
+    """One row per request over `steps`; sum of device_ns == sum of the timed steps' spans."""
+    rows: dict[str, RequestTime] = {}
+    for timed in steps:
+        step = timed.step
+        ids = step.request_ids
+        known = len(step.request_tokens) == len(ids) and bool(ids)
+        parts = split_by_tokens(timed.device_ns, step.request_tokens) if timed.split else [0] * len(ids)
+        for index, request in enumerate(ids):
+            row = rows.get(request)
+            if row is None:
+                row = rows[request] = RequestTime(request, first_step=step.step)
+            row.steps += 1
+            row.last_step = step.step
+            row.kernel_launches += step.kernel_launches
+            row.blocks += step.blocks_expected
+            if known:
+                row.tokens += step.request_tokens[index]
+            if timed.split:
+                row.device_ns += parts[index]
+            else:
+                row.steps_untimed += 1
+    return rows

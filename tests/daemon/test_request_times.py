@@ -1,0 +1,111 @@
+"""GPU time per request (#33) on hand-made steps: the split of a step's device time by tokens
+is exact and conserved, the plugin's step text reads back with each request's tokens, and the
+per-request rows add up to the steps'."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from gpuobs.daemon.request_split import parse_step_text, split_by_tokens
+from gpuobs.daemon.request_times import request_times, step_times
+from gpuobs.daemon.step_attribution import Step, StepAttribution
+from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
+
+
+def test_a_split_is_proportional_and_adds_up_exactly() -> None:
+    assert split_by_tokens(100, [1, 3]) == [25, 75]
+    assert split_by_tokens(10, [1, 1, 1]) == [4, 3, 3]  # the remainder to the earliest of equals
+    assert split_by_tokens(11, [1, 2]) == [4, 7]  # 3.67 and 7.33: the larger remainder rounds up
+    assert split_by_tokens(7, [0, 0]) == [4, 3]  # no tokens: evenly, still conserved
+    rng = random.Random(33)
+    for _ in range(500):
+        tokens = [rng.randrange(0, 9000) for _ in range(rng.randrange(1, 40))]
+        total = rng.randrange(0, 10**12)
+        parts = split_by_tokens(total, tokens)
+        assert sum(parts) == total
+        whole = sum(tokens)
+        if whole:
+            assert all(abs(part * whole - total * count) < whole for part, count in zip(parts, tokens, strict=True))
+
+
+@pytest.mark.parametrize(("total", "tokens"), [(-1, [1]), (5, [1, -2]), (5, [])])
+def test_a_split_that_cannot_be_made_is_refused(total: int, tokens: list[int]) -> None:
+    with pytest.raises(ValueError):
+        split_by_tokens(total, tokens)
+
+
+def test_step_text_reads_back_ids_and_tokens() -> None:
+    assert parse_step_text("a\t7\nb\t1") == (["a", "b"], [7, 1])
+    assert parse_step_text("a b\t3") == (["a b"], [3])
+    assert parse_step_text("") == ([], [])
+    # an older producer's ids, or a count that is not one: ids kept, no tokens for the step
+    assert parse_step_text("a\nb") == (["a", "b"], [])
+    assert parse_step_text("a\t7\nb\t-1") == (["a", "b"], [])
+    assert parse_step_text("a\tx") == (["a"], [])
+
+
+def step_with_text(step: int, text: bytes | None) -> np.ndarray:
+    """A step record, then its text in StepText records (or the same-requests flag)."""
+    pieces = [] if text is None else [text[i : i + 56] for i in range(0, len(text), 56)]
+    rows = np.zeros(1 + len(pieces), dtype=LAUNCH_DTYPE)
+    record = rows[:1].view(STEP_DTYPE)
+    record["kind"] = LAUNCH_KINDS["step"]
+    record["step"] = step
+    record["host_time_ns"] = step * 1_000
+    record["text_bytes"] = 0 if text is None else len(text)
+    record["flags"] = STEP_SAME_REQUESTS if text is None else 0
+    for index, piece in enumerate(pieces):
+        part = rows[1 + index : 2 + index].view(STEP_TEXT_DTYPE)
+        part["kind"] = LAUNCH_KINDS["step_text"]
+        part["step"] = step
+        part["offset"] = index * 56
+        part["length"] = len(piece)
+        part["text"] = piece
+    return rows
+
+
+def test_step_attribution_keeps_each_requests_tokens_across_same_request_steps() -> None:
+    steps = StepAttribution()
+    long_id = "cmpl-" + "x" * 70  # the text spans records
+    steps.on_launches(step_with_text(1, f"{long_id}\t120\nb\t1".encode()))
+    steps.on_launches(step_with_text(2, b"a\t1\nb\t1"))
+    steps.on_launches(step_with_text(3, None))
+    kept = list(steps.steps.values())
+    assert [(s.request_ids, s.request_tokens) for s in kept] == [
+        ([long_id, "b"], [120, 1]),
+        (["a", "b"], [1, 1]),
+        (["a", "b"], [1, 1]),
+    ]
+
+
+def step(number: int, ids: dict[str, int], launches: int = 4, blocks: int = 100) -> Step:
+    made = Step(number, number * 1_000, 1, len(ids), sum(ids.values()), 0, False)
+    made.request_ids, made.request_tokens = list(ids), list(ids.values())
+    made.kernel_launches, made.blocks_expected = launches, blocks
+    return made
+
+
+def test_requests_device_time_adds_up_to_the_steps() -> None:
+    kept = [step(1, {"a": 7, "b": 1}), step(2, {"a": 1, "b": 1, "c": 5}), step(3, {"c": 1}), step(4, {"c": 1})]
+    spans = [801, 333, 0, 500]  # step 3 unmeasured
+    timed = step_times(kept, spans)
+    assert [t.host_ns for t in timed] == [1_000, 1_000, 1_000, 0]  # the newest's end is not known
+    assert [t.busy_ratio for t in timed] == [0.801, 0.333, None, None]
+    rows = request_times(timed)
+    assert sum(r.device_ns for r in rows.values()) == sum(spans)
+    a, b, c = rows["a"], rows["b"], rows["c"]
+    assert (a.device_ns, b.device_ns, c.device_ns) == (701 + 48, 100 + 47, 238 + 500)
+    assert (a.tokens, b.tokens, c.tokens) == (8, 2, 7)
+    assert (c.steps, c.steps_untimed, c.first_step, c.last_step) == (3, 1, 2, 4)
+    assert (a.kernel_launches, a.blocks) == (8, 200)  # the steps it took part in, whole
+
+
+def test_steps_without_tokens_per_request_give_no_device_time() -> None:
+    older = step(1, {"a": 1, "b": 1})
+    older.request_tokens = []  # a producer before layout 7
+    rows = request_times(step_times([older], [900]))
+    assert [(r.device_ns, r.steps_untimed) for r in rows.values()] == [(0, 1), (0, 1)]
+    with pytest.raises(ValueError):
+        step_times([older], [])
