@@ -59,11 +59,11 @@ case "$call" in
     export GPUOBS_VLLM_PAYLOAD=.vllm/c2 GPUOBS_REPORT_DIR="$out/r" GPUOBS_DECODE_MODEL_SIZE=${GPUOBS_DECODE_MODEL_SIZE:-host-bound}
     case "$call" in
       2) test=tests/gpu/test_vllm_decode.py ;;
-      3) test="tests/gpu/test_vllm_ops.py tests/gpu/test_vllm.py" ;;
+      3) test="tests/gpu/test_vllm_ops.py tests/gpu/test_vllm.py tests/gpu/test_vllm_requests.py" ;;
       3o) test=tests/gpu/test_vllm_ops.py ;;
     esac
     limit=$([ "$call" = 2 ] && echo 570 || echo 575)
-    # shellcheck disable=SC2086 # call 3 runs two test files
+    # shellcheck disable=SC2086 # call 3 runs three test files (two judge one vLLM run)
     timeout "$(left "$limit")" python3 -m pytest -v -p no:cacheprovider $test --junitxml="$out/junit-$call.xml" \
       > "$out/vllm-tests-$call.log" 2>&1
     echo "$test rc $? at $SECONDS s"

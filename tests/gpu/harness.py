@@ -175,14 +175,20 @@ def vllm_bench(
     """The folder of a vLLM benchmark's run for a test module to judge: the saved run `name` when
     there is one, else a run made now with the payload GPUOBS_VLLM_PAYLOAD names, into
     $GPUOBS_REPORT_DIR/`name` when that is set."""
-    saved = saved_run(name)
+    saved = saved_run(name) or _RUNS.get(name)
     if saved is not None:
         return saved
     payload = os.environ.get("GPUOBS_VLLM_PAYLOAD")
     assert payload, VLLM_SKIP_REASON
     report_dir = os.environ.get("GPUOBS_REPORT_DIR")
     out = Path(report_dir) / name if report_dir else tmp_path_factory.mktemp(name)
-    return run_bench(script, ["--payload", payload, *args], out, timeout_s)
+    _RUNS[name] = run_bench(script, ["--payload", payload, *args], out, timeout_s)
+    return _RUNS[name]
+
+
+# runs made in this session, by name: the test modules that judge one run (test_vllm.py and
+# test_vllm_requests.py judge "vllm") share it rather than run it twice
+_RUNS: dict[str, Path] = {}
 
 
 def run_bench(script: str, args: list[str], out: Path, timeout_s: int) -> Path:
