@@ -64,6 +64,7 @@ class Subscriber:
     put: Callable[[tuple[str, int, bytes, int]], bool]  # (kind, pid, bytes, count); False when full
     wants_launches: bool = False
     dropped: int = 0
+    dropped_of: dict[int, int] = dataclasses.field(default_factory=dict)  # the same, per pid: a recording's file each
     read_only: bool = False  # came through the read-only --listen address
 
 
@@ -486,8 +487,9 @@ class Registry:
                 kind == "launches" and not subscriber.wants_launches
             ):
                 continue
-            if not subscriber.put((kind, pid, payload, len(batch))):
-                subscriber.dropped += len(batch) if kind == "events" else 0
+            if not subscriber.put((kind, pid, payload, len(batch))) and kind == "events":
+                subscriber.dropped += len(batch)
+                subscriber.dropped_of[pid] = subscriber.dropped_of.get(pid, 0) + len(batch)
 
     def _check(self, process: ObservedProcess, now: float) -> None:
         process.last_check = now

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpuobs.op_labels import recording_prelude
-from gpuobs.recording import RecordingWriter
+from gpuobs.recording import RecordingWriter, process_of
 from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE
 
 from . import results
 from .errors import Busy, InvalidArgument, NotFound, RecordFailed, quoted
+from .identity import identity_of
 from .recording_budget import RecordingAllowance, RecordingBudget
 from .registry import ObservedProcess, Registry, Subscriber, SubscriberQueue, queue_subscriber
 from .service_targets import Targets
@@ -139,9 +140,13 @@ class Recordings:
         if existing:
             raise InvalidArgument(f"would overwrite {quoted(existing[0])}")
         writers: dict[int, RecordingWriter] = {}
+        by_pid = {p.pid: p for p in processes}
         try:
             for pid, file_path in paths.items():
-                writers[pid] = RecordingWriter(file_path, pid, time.time_ns())
+                header = by_pid[pid].segment.reader.header()
+                started = time.monotonic_ns(), time.time_ns()  # a host clock pair the file keeps
+                about = process_of(header, identity_of(header), started[0])
+                writers[pid] = RecordingWriter(file_path, pid, started[1], about)
         except FileExistsError as error:
             self._abort(writers)
             raise InvalidArgument(f"would overwrite {quoted(error.filename)}") from None
@@ -199,14 +204,15 @@ class Recordings:
         files = []
         try:
             for pid, writer in writers.items():
-                written = writer.finish(by_pid[pid].segment.kernels(), dropped=subscriber.dropped)
+                dropped = subscriber.dropped_of.get(pid, 0)  # this process's events the recording missed
+                written = writer.finish(by_pid[pid].segment.kernels(), dropped=dropped)
                 files.append(
                     results.RecordedFile(
                         pid,
                         str(written),
                         writer.event_count,
                         writer.launch_count,
-                        subscriber.dropped,
+                        dropped,
                         allowance.stopped,
                     )
                 )

@@ -1,4 +1,4 @@
-"""gpuobsctl export-parquet FILE [FILE ...] --out DIR: event files as Parquet tables."""
+"""gpuobsctl export-parquet FILE [FILE ...] --out DIR: event files added to a Parquet dataset."""
 
 from __future__ import annotations
 
@@ -8,19 +8,20 @@ from ..exporting import add_export_arguments, export_files
 from ..output import emit
 
 NAME = "export-parquet"
-HELP = "convert event files to Parquet tables (events, launches, steps, ops, kernels) for DuckDB, Spark, pandas"
+HELP = "add event files to a Hive-partitioned Parquet dataset (DuckDB, Spark, Trino, ClickHouse, Dask)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_export_arguments(
-        parser, "folder for events.parquet, launches.parquet, steps.parquet, ops.parquet, kernels.parquet"
+        parser,
+        "dataset folder (made if missing): TABLE/host=H/date=D/process=P/RECORDING.parquet, added, never overwritten",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = export_files("gpuobs.parquet_export", args.files, args.out)
+    rows = export_files("gpuobs.dataset_writer", args.files, args.out)
     if args.output == "json":
         emit("json", {"out": args.out, "rows": rows})
     else:
-        print(f"{args.out}: " + ", ".join(f"{name}.parquet {count} rows" for name, count in rows.items()))
+        print(f"{args.out}: added " + ", ".join(f"{name} {count} rows" for name, count in rows.items()))
     return 0

@@ -5,7 +5,15 @@ Layout (little endian), one file per process:
     offset 0     64-byte header (RECORDING_HEADER below)
     offset 64    event_count x 64-byte events   (gpuobs.segment.EVENT_DTYPE)
     then         launch_count x 128-byte launch records (gpuobs.segment.LAUNCH_DTYPE)
-    then         kernel table, UTF-8 JSON: [{"slot", "name", "mangled"}, ...]
+    then         the trailer, UTF-8 JSON (`trailer_bytes` of the header):
+                 format 2: {"kernels": [{"slot", "name", "mangled"}, ...], "process": {...}}
+                 format 1: the kernel list alone
+
+The trailer's "process" says where and what the recorded process was, as the daemon knew it when
+the recording began (PROCESS_FIELDS): the host, the process's start (its segment's name: pid and
+start ticks), its identity as the framework plugin set it (model, rank, world size...), and the
+daemon's CLOCK_MONOTONIC at the instant of `started_realtime_ns` (a host clock pair). A format 1
+file says none of it; it is still read (the trace export needs nothing of it).
 
 The launch records begin with what the daemon writes when the recording begins
 (gpuobs.op_labels.recording_prelude): op records with their labels, of the last ops it read (an
@@ -26,6 +34,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -35,7 +44,8 @@ import numpy as np
 from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE
 
 MAGIC = b"GPUOBSRC"
-VERSION = 1
+VERSION = 2  # what this writer writes
+VERSIONS = (1, 2)  # what the reader reads
 RECORDING_HEADER = np.dtype(
     [
         ("magic", "S8"),
@@ -45,7 +55,7 @@ RECORDING_HEADER = np.dtype(
         ("launch_bytes", "<u4"),
         ("event_count", "<u8"),
         ("launch_count", "<u8"),
-        ("kernel_table_bytes", "<u8"),
+        ("trailer_bytes", "<u8"),
         ("started_realtime_ns", "<u8"),
         ("dropped", "<u8"),
     ]
@@ -58,16 +68,53 @@ class RecordingError(ValueError):
     """Not a gpuobs event file, or a damaged one."""
 
 
+# The trailer's "process": each key with the type its value must have (a reader trusts them).
+PROCESS_FIELDS: dict[str, type] = {
+    "host": str,  # the host name of the daemon that recorded (the process's host)
+    "pid_start_ticks": int,  # /proc/PID/stat field 22: with the pid, names the process on its host
+    "process_started_realtime_ns": int,  # CLOCK_REALTIME when the process made its segment
+    "started_monotonic_ns": int,  # the daemon's CLOCK_MONOTONIC at the recording's started_realtime_ns
+    "identity_set": bool,  # whether a framework plugin set what follows (else it is unknown)
+    "role": str,
+    "rank": int,
+    "world_size": int,
+    "local_rank": int,
+    "model": str,
+    "label": str,
+    "gpu_uuids": list,  # of str: the GPUs of its contexts that its segment names
+}
+
+
+def process_of(header: dict, identity: dict, started_monotonic_ns: int) -> dict:
+    """The trailer's "process" of a recorded process, from its segment's header and its identity
+    (as daemon/identity.py reads it): what a dataset of many hosts partitions and groups by."""
+    return {
+        "host": socket.gethostname(),
+        "pid_start_ticks": int(header.get("pid_start_ticks", 0)),
+        "process_started_realtime_ns": int(header.get("start_realtime_ns", 0)),
+        "started_monotonic_ns": started_monotonic_ns,
+        "identity_set": bool(identity["identity_set"]),
+        "role": str(identity["role"]),
+        "rank": int(identity["rank"]),
+        "world_size": int(identity["world_size"]),
+        "local_rank": int(identity["local_rank"]),
+        "model": str(identity["model"]),
+        "label": str(header.get("label", "")),
+        "gpu_uuids": [str(gpu.uuid) for gpu in identity["gpus"]],
+    }
+
+
 class RecordingWriter:
     """Streams batches to disk; the header is written last, so a crash leaves a file that
     `Recording.open` rejects rather than misreads. Launch records go to an unlinked spool file
     beside it until the end (their section follows the events'): a recording of an hour holds
     nothing in memory. `abort` removes what was written."""
 
-    def __init__(self, path: Path, pid: int, started_realtime_ns: int) -> None:
+    def __init__(self, path: Path, pid: int, started_realtime_ns: int, process: dict | None = None) -> None:
         self.path = Path(path)
         self.pid = pid
         self.started_realtime_ns = started_realtime_ns
+        self.process = process or {}  # the trailer's "process" (PROCESS_FIELDS; {}: nothing known)
         self.events = open(self.path, "xb")  # never over a file that appeared since it was checked
         try:
             self.launches = tempfile.TemporaryFile(dir=self.path.parent)
@@ -101,7 +148,12 @@ class RecordingWriter:
             pass
 
     def finish(self, kernels: list[dict], dropped: int = 0) -> Path:
-        table = json.dumps([{"slot": k["slot"], "name": k["demangled"], "mangled": k["mangled"]} for k in kernels])
+        table = json.dumps(
+            {
+                "kernels": [{"slot": k["slot"], "name": k["demangled"], "mangled": k["mangled"]} for k in kernels],
+                "process": self.process,
+            }
+        )
         self.launches.seek(0)
         shutil.copyfileobj(self.launches, self.events)
         self.launches.close()
@@ -114,7 +166,7 @@ class RecordingWriter:
         header["pid"] = self.pid
         header["event_count"] = self.event_count
         header["launch_count"] = self.launch_count
-        header["kernel_table_bytes"] = len(table.encode())
+        header["trailer_bytes"] = len(table.encode())
         header["started_realtime_ns"] = self.started_realtime_ns
         header["dropped"] = dropped
         self.events.seek(0)
@@ -131,6 +183,8 @@ class Recording:
     kernels: dict[int, dict]
     dropped: int
     started_realtime_ns: int
+    process: dict = dataclasses.field(default_factory=dict)  # the trailer's "process" ({}: not said)
+    version: int = VERSION
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Recording:
@@ -143,31 +197,64 @@ class Recording:
         if header["magic"] != MAGIC:
             raise RecordingError(f"{path}: not a gpuobs event file (or never finished)")
         if (
-            header["version"] != VERSION
+            header["version"] not in VERSIONS
             or header["event_bytes"] != EVENT_DTYPE.itemsize
             or header["launch_bytes"] != LAUNCH_DTYPE.itemsize
         ):
             raise RecordingError(f"{path}: version {header['version']} or record sizes not understood")
         events_end = HEADER_BYTES + int(header["event_count"]) * EVENT_DTYPE.itemsize
         launches_end = events_end + int(header["launch_count"]) * LAUNCH_DTYPE.itemsize
-        table_end = launches_end + int(header["kernel_table_bytes"])
+        table_end = launches_end + int(header["trailer_bytes"])
         if table_end != len(data):
             raise RecordingError(f"{path}: sections add up to {table_end} bytes, the file has {len(data)}")
         events = np.frombuffer(data[HEADER_BYTES:events_end], dtype=EVENT_DTYPE)
         launches = np.frombuffer(data[events_end:launches_end], dtype=LAUNCH_DTYPE)
-        kernels = _kernel_table(path, data[launches_end:table_end])
+        version = int(header["version"])
+        kernels, process = _trailer(path, data[launches_end:table_end], version)
         return cls(
-            int(header["pid"]), events, launches, kernels, int(header["dropped"]), int(header["started_realtime_ns"])
+            int(header["pid"]),
+            events,
+            launches,
+            kernels,
+            int(header["dropped"]),
+            int(header["started_realtime_ns"]),
+            process,
+            version,
         )
 
 
-def _kernel_table(path: str | os.PathLike[str], text: bytes) -> dict[int, dict]:
-    """slot -> {"slot", "name", "mangled"}: the table a recording ends with, checked entry by
-    entry, since an exporter trusts its types."""
+def _trailer(path: str | os.PathLike[str], text: bytes, version: int) -> tuple[dict[int, dict], dict]:
+    """The kernel table (slot -> {"slot", "name", "mangled"}) and the process ({} in format 1,
+    or where the daemon knew nothing) a recording ends with, checked entry by entry, since an
+    exporter trusts their types."""
     try:
-        entries = json.loads(text or b"[]")
+        trailer = json.loads(text or (b"[]" if version == 1 else b"{}"))
     except ValueError as error:  # not JSON, or not UTF-8
         raise RecordingError(f"{path}: the kernel table is not JSON ({error})") from None
+    if version == 1:
+        return _kernel_table(path, trailer), {}
+    if not isinstance(trailer, dict):
+        raise RecordingError(f"{path}: the trailer is not a JSON object of kernels and process")
+    process = trailer.get("process", {})
+    if not isinstance(process, dict) or not all(
+        _valid(process[key], kind) for key, kind in PROCESS_FIELDS.items() if key in process
+    ):
+        raise RecordingError(f"{path}: the process record is not one of {sorted(PROCESS_FIELDS)} with their types")
+    return _kernel_table(path, trailer.get("kernels", [])), process
+
+
+def _valid(value: object, kind: type) -> bool:
+    """A process field's value: of its type, an int one that fits a uint64 column, a list one
+    of strings."""
+    if kind is int:
+        return type(value) is int and 0 <= value < 1 << 64
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    return type(value) is kind
+
+
+def _kernel_table(path: str | os.PathLike[str], entries: object) -> dict[int, dict]:
+    """slot -> {"slot", "name", "mangled"}: the kernel list of a trailer, checked entry by entry."""
 
     def valid(entry: object) -> bool:
         return (

@@ -5,14 +5,16 @@ are made here with the recording writer; none of this needs a producer."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from gpuobs.recording import RECORDING_HEADER, Recording, RecordingWriter
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS
+from gpuobs.recording import Recording
+from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, LAUNCH_DTYPE
 from gpuobs_testing.daemon import gpuobsctl
+from gpuobs_testing.event_files import process_record, replace_trailer, write_event_file
 
 NO_DAEMON = "unix:///nonexistent/gpuobsd.sock"
 
@@ -21,16 +23,9 @@ def event_file(path: Path, *, table: bytes | None = None, time_ns: int = 1000, p
     """A recording of two block enters of kernel 0; `table` replaces its kernel table's bytes."""
     events = np.zeros(2, dtype=EVENT_DTYPE)
     events["kind"], events["grid_id"], events["globaltimer_ns"] = EVENT_KINDS["block_enter"], 5, [time_ns, time_ns + 10]
-    writer = RecordingWriter(path, pid, 0)
-    writer.add_events(events.tobytes(), len(events))
-    writer.finish([{"slot": 0, "demangled": "k", "mangled": "_Z1kv"}])  # as the segment names kernels
+    write_event_file(path, events, np.zeros(0, dtype=LAUNCH_DTYPE), pid=pid)
     if table is not None:
-        data = bytearray(path.read_bytes())
-        header = np.frombuffer(bytes(data[: RECORDING_HEADER.itemsize]), dtype=RECORDING_HEADER).copy()
-        body_end = len(data) - int(header["kernel_table_bytes"][0])
-        header["kernel_table_bytes"] = len(table)
-        data[: RECORDING_HEADER.itemsize] = header.tobytes()
-        path.write_bytes(bytes(data[:body_end]) + table)
+        replace_trailer(path, b'{"kernels": ' + table + b', "process": ' + json.dumps(process_record()).encode() + b"}")
     return path
 
 
@@ -49,8 +44,8 @@ def test_an_output_that_is_there_is_not_written_over(tmp_path: Path) -> None:
     assert good.read_bytes() == before
     out = tmp_path / "tables"
     out.mkdir()
-    (out / "ops.parquet").write_bytes(b"mine")
-    assert "ops.parquet exists" in refused("export-parquet", str(good), "--out", str(out))
+    (out / "ops.parquet").write_bytes(b"mine")  # an export of the flat layout before datasets
+    assert "holds ops.parquet" in refused("export-parquet", str(good), "--out", str(out))
     assert sorted(p.name for p in out.iterdir()) == ["ops.parquet"] and (out / "ops.parquet").read_bytes() == b"mine"
     assert "no such folder" in refused("trace", "--duration", "1", "--out", str(tmp_path / "no" / "t.pftrace"))
     assert "exists: not written over" in refused("trace", "--duration", "1", "--out", str(good))
@@ -61,10 +56,15 @@ def test_each_input_once_and_each_recording_told_apart(tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
     namesake = event_file(tmp_path / "other" / "good.gpuobs", pid=8)
     assert "given twice" in refused("export-trace", str(good), str(good), "--out", str(tmp_path / "t.pftrace"))
-    assert "two event files named good.gpuobs" in refused(
-        "export-parquet", str(good), str(namesake), "--out", str(tmp_path / "tables")
+    copy = tmp_path / "other" / "copy.gpuobs"
+    copy.write_bytes(good.read_bytes())
+    assert "are the same recording" in refused(
+        "export-parquet", str(good), str(copy), "--out", str(tmp_path / "tables")
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.gpuobs", "other"]
+    # two files of one name are two recordings (a dataset names a recording by its bytes)
+    done = gpuobsctl(NO_DAEMON, "export-parquet", str(good), str(namesake), "--out", str(tmp_path / "tables"))
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(

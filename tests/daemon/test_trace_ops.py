@@ -234,3 +234,46 @@ def test_a_trace_puts_each_graph_node_execution_under_the_op_that_captured_it(
         assert op.name == LABELS[names.index(execution.name) // per_op % 3], (op, execution)
         assert ranks[op.track] < ranks[execution.track]
     assert op_of == {}  # no op without its execution
+
+
+def test_names_are_interned_once_per_trace_and_read_back(tmp_path: Path) -> None:
+    """Each slice name, category, argument name and string value is written once (Perfetto's
+    interned data on the trace's one sequence) however many slices carry it; the reader resolves
+    them as the trace processor does, and refuses a number used before it was interned."""
+    import pytest
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket
+
+    events = np.zeros(100, dtype=EVENT_DTYPE)
+    events["kind"] = [EVENT_KINDS["block_enter"], EVENT_KINDS["block_exit"]] * 50
+    events["grid_id"], events["block_x"] = 77, np.repeat(np.arange(50), 2)
+    events["globaltimer_ns"] = np.arange(100) * 1000
+    recording = Recording(
+        pid=9,
+        events=events,
+        launches=np.zeros(0, dtype=LAUNCH_DTYPE),
+        kernels={0: {"slot": 0, "name": "gemm_kernel_with_a_long_name"}},
+        dropped=0,
+        started_realtime_ns=0,
+    )
+    out = tmp_path / "interned.pftrace"
+    with out.open("wb") as file:
+        write_trace([recording], file)
+    data = out.read_bytes()
+    assert data.count(b"gemm_kernel_with_a_long_name") == 1 and data.count(b"grid_id") == 1
+    trace = read_trace(out)
+    blocks = [s for s in trace.slices if s.track.startswith("SM ")]
+    assert len(blocks) == 50 and {(s.name, tuple(s.categories)) for s in blocks} == {
+        ("gemm_kernel_with_a_long_name", ("block",))
+    }
+    assert {s.args["block"] for s in blocks} == {f"({x},0,0)" for x in range(50)}
+    kernels = [s for s in trace.slices if s.track.startswith("eager kernels")]
+    assert [(s.name, s.categories, s.args["events"]) for s in kernels] == [
+        ("gemm_kernel_with_a_long_name", ["kernel"], 100)
+    ]
+    parsed = Trace.FromString(data)
+    for packet in parsed.packet:
+        packet.sequence_flags &= ~TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    broken = tmp_path / "never-cleared.pftrace"
+    broken.write_bytes(parsed.SerializeToString())
+    with pytest.raises(AssertionError, match="before the sequence cleared its state"):
+        read_trace(broken)

@@ -170,3 +170,25 @@ def test_gpuobsd_never_opens_its_lock_through_a_link_nor_uses_a_folder_others_ma
     done = run_gpuobsd(runtime, tmp_path)
     assert done.returncode == 1 and "writable by other users" in done.stderr, done.stderr
     assert not (runtime / "gpuobsd.lock").exists()
+
+
+def test_a_parquet_dataset_another_user_planted_or_linked_is_refused_and_nothing_goes_through(
+    shared: Path, tmp_path: Path
+) -> None:
+    """The dataset folder in a shared place: another user made it (with a link inside where a
+    table goes), or planted a link by its name; export-parquet writes nothing anywhere."""
+    import numpy as np
+    from gpuobs.segment import EVENT_DTYPE, LAUNCH_DTYPE
+    from gpuobs_testing.daemon import gpuobsctl
+    from gpuobs_testing.event_files import write_event_file
+
+    victim = victim_file(tmp_path / "victims")
+    recording = write_event_file(tmp_path / "r.gpuobs", np.zeros(2, dtype=EVENT_DTYPE), np.zeros(0, dtype=LAUNCH_DTYPE))
+    as_hostile("mkdir", "-m", "0777", str(shared / "theirs"))
+    as_hostile("ln", "-s", str(victim.parent), str(shared / "theirs" / "events"))
+    as_hostile("ln", "-s", str(victim.parent), str(shared / "linked"))
+    for folder, why in (("theirs", f"owned by uid {HOSTILE_UID}"), ("linked", "a symbolic link: not followed")):
+        done = gpuobsctl("unix:///nonexistent.sock", "export-parquet", str(recording), "--out", str(shared / folder))
+        assert done.returncode == 1 and why in done.stderr, done.stderr
+    assert unchanged(victim) and sorted(p.name for p in victim.parent.iterdir()) == ["victim"]
+    assert sorted(p.name for p in (shared / "theirs").iterdir()) == ["events"]

@@ -1,6 +1,7 @@
 """The dependency floors pyproject.toml declares are true: in a fresh virtual environment with
 every dependency at its declared minimum (read from pyproject.toml, not copied), this build's
-wheel installs, and the daemon, the CLI, the metrics and the trace export work."""
+wheel installs, and the daemon, the CLI, the metrics, the trace export and the Parquet dataset
+with its queries work."""
 
 from __future__ import annotations
 
@@ -92,12 +93,15 @@ def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) ->
         name, version = pin.split("==")
         assert re.search(rf"^{re.escape(name)}=={re.escape(version)}(\.0)*$", versions, re.M | re.I), (pin, versions)
     # the daemon and CLI end to end on gpuobs-synth, the metrics through a real Prometheus, the
-    # Perfetto trace and the graph join: the parts each dependency serves
+    # Perfetto trace, the graph join, the Parquet dataset (pyarrow) and its queries (DuckDB): the
+    # parts each dependency serves
     tests = [
         "tests/client/test_conventions.py",
         "tests/daemon/test_metrics.py",
         "tests/daemon/test_recording.py",
         "tests/daemon/test_graphs.py",
+        "tests/daemon/test_parquet.py",
+        "tests/client/test_query.py",
     ]
     done = subprocess.run(
         [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
