@@ -15,6 +15,8 @@ import stat
 from pathlib import Path
 from typing import TextIO
 
+from gpuobs.trusted_folder import untrusted_problem
+
 
 class AlreadyRunning(RuntimeError):
     pass
@@ -42,18 +44,6 @@ def socket_path_problem(runtime_dir: Path) -> str:
     return ""
 
 
-def untrusted_problem(info: os.stat_result) -> str:
-    """Why a runtime directory is not this daemon's to use ("" when it is): it must be a
-    directory of this user (or root's) that no one else may write in."""
-    if not stat.S_ISDIR(info.st_mode):
-        return "not a directory"
-    if info.st_uid not in (os.geteuid(), 0):
-        return f"owned by uid {info.st_uid}, neither this user nor root"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"writable by other users (mode {stat.S_IMODE(info.st_mode):04o}): they could replace its socket"
-    return ""
-
-
 class RuntimeDir:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -69,7 +59,7 @@ class RuntimeDir:
         self.path.mkdir(mode=0o750, parents=True, exist_ok=True)
         directory = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            problem = untrusted_problem(os.fstat(directory))
+            problem = untrusted_problem(os.fstat(directory), "its socket")
             if problem:
                 raise Untrusted(f"{self.path} is {problem}")
             try:
@@ -118,7 +108,7 @@ def prepare_spool(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        problem = untrusted_problem(os.fstat(directory))
+        problem = untrusted_problem(os.fstat(directory), "the recordings spooled there")
         if problem:
             raise Untrusted(f"{path} is {problem}")
         for entry in os.scandir(directory):

@@ -23,16 +23,17 @@ class UntrustedFolder(OSError):
     others may write in."""
 
 
-def untrusted_problem(info: os.stat_result) -> str:
-    """Why a folder is not one to write in ("" when it is)."""
+def untrusted_problem(info: os.stat_result, risk: str = "what is written there") -> str:
+    """Why a folder is not one to write in ("" when it is): it must be a directory of this user
+    (or root's) that no one else may write in, or another user could replace `risk`. The daemon's
+    runtime and spool folders are held to the same rule (daemon/runtime_dir.py)."""
     if not stat.S_ISDIR(info.st_mode):
-        return "not a folder"
+        return "not a directory"
     if info.st_uid not in (os.geteuid(), 0):
         return f"owned by uid {info.st_uid}, neither this user nor root"
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return (
-            f"writable by other users (mode {stat.S_IMODE(info.st_mode):04o}): they could replace what is written"
-            " there (chmod go-w)"
+            f"writable by other users (mode {stat.S_IMODE(info.st_mode):04o}): they could replace {risk} (chmod go-w)"
         )
     return ""
 
