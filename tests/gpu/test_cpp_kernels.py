@@ -197,9 +197,12 @@ def test_mode_switches_while_a_loop_runs_keep_counts_consistent(geometry_program
     deadline = time.monotonic() + 30
     while run.segment is None and time.monotonic() < deadline:
         time.sleep(0.01)
+    switches = []  # (requested, applied) on CLOCK_MONOTONIC, the clock of the launch records
     for mode in ["blocks", "counter", "blocks", "off", "counter"]:
         time.sleep(0.4)
+        requested = time.monotonic_ns()
         wait_applied(run.segment, run.segment.request_control(mode))
+        switches.append((requested, time.monotonic_ns()))
     run.finish()
     events, launches = run.all_events(), run.all_launches()
     assert run.global_counters()["device_events_dropped"] == 0
@@ -208,13 +211,20 @@ def test_mode_switches_while_a_loop_runs_keep_counts_consistent(geometry_program
     in_blocks = set(events["grid_id"][events["kind"] == EVENT_KINDS["launch"]].tolist())
     enters = events[events["kind"] == EVENT_KINDS["block_enter"]]
     per_launch = dict(zip(*np.unique(enters["grid_id"], return_counts=True)))
-    agree = 0
+    # The host records the mode in force when a launch is made; a launch made while a switch's
+    # copies land, or queued behind the stream before it, can run in the other one (measured on an
+    # H100 at 0737875: 88 of 5,560 launches). Away from a switch the record is the mode it ran in.
+    margin = 50_000_000  # ns: launches queued on the program's stream ahead of a switch
+    disagree = []
     for launch in launches:
         grid = int(launch["grid_x"]) * int(launch["grid_y"]) * int(launch["grid_z"])
         expected = grid if int(launch["grid_id"]) in in_blocks else 0  # enter events (exits not hooked)
         assert per_launch.get(launch["grid_id"], 0) == expected, (launch["mode"], grid)
-        agree += (launch["mode"] == MODES["blocks"]) == (expected > 0)
-    assert agree >= 0.99 * len(launches)  # the host's record of the mode, around a switch
+        if (launch["mode"] == MODES["blocks"]) != (expected > 0):
+            disagree.append(int(launch["host_time_ns"]))
+    far = [t for t in disagree if not any(begin - margin <= t <= end + margin for begin, end in switches)]
+    assert not far, (len(far), len(disagree), switches)
+    assert len(disagree) <= 0.05 * len(launches), len(disagree)
     for name, row in run.kernel_table().items():
         assert row["blocks_observed"] + row["blocks_unobserved"] == row["blocks_expected"], name
         assert row["blocks_unobserved"] > 0, name  # the `off` phase
