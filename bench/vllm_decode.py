@@ -437,6 +437,11 @@ def main() -> int:
                 outcome = "ok" if "figures" in run else run.get("error", "")[:300]
                 print(f"{name} r{round_index}: {run['seconds']} s, {outcome}", flush=True)
             if upcoming is None:
+                # what the budget left out is said, not silently missing from the rounds
+                report["not_run"] = [
+                    {"config": later, "round": later_round, "why": "time budget spent"}
+                    for later_round, later in plan[index + 1 :]
+                ]
                 break
     finally:
         if upcoming is not None:

@@ -7,7 +7,9 @@
 # graph's third round no longer fitted call 1: give call 1 `none` and call 3 `decode` (call 3
 # 345 s + the decode graph ~180 s). At 5e8016a: call 1 391 s (the build 19 s), call 3 457 s (the
 # vLLM ops scene and serve tests grew: no room left for `decode` after it); a try that gets no
-# machine costs ~90 s of device time. Call 4 is a fourth that does not fit beside the other three:
+# machine costs ~90 s of device time. At 910cb9b on an H100: call 1 250 s, 1b 31 s, call 3 573 s
+# (its tests 561 s: 14 s from its limit, so nothing fits after it), call 2 527 s (its bench's 480 s
+# budget left the ninth process out). Call 4 is a fourth that does not fit beside the other three:
 # run it instead of call 2 (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after
 # call 1. The vLLM payload comes in two chunk folders that must be carried by calls back to back
 # on a warm machine (it stays warm ~30 s after a call): make the next call at once. Should the
