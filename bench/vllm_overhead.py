@@ -215,6 +215,14 @@ def ctl_json(daemon: DaemonProcess, into: Path, *args: str) -> None:
     into.write_text(done.stdout if done.returncode == 0 else json.dumps({"error": done.stderr}))
 
 
+def save_request_views(daemon: DaemonProcess, folder: Path, count: int = 3) -> None:
+    """`gpuobsctl request ID` of the first `count` requests the saved list has (most device time):
+    each one's kernels, the KV-cache write's among them."""
+    listed = json.loads((folder / "requests-load-blocks.json").read_text())
+    for index, row in enumerate(listed.get("requests", [])[:count]):
+        ctl_json(daemon, folder / f"request-load-blocks-{index}.json", "request", row["request"])
+
+
 def capture(daemon: DaemonProcess, into: Path, pid: int | None) -> None:
     """What an operator would look at: each view as text, and whole as JSON; the metrics."""
     into.mkdir(parents=True, exist_ok=True)
@@ -352,6 +360,7 @@ def main() -> int:
         "device": device[0] if device else "unknown",
         "vllm": "0.25.1",
         "model": "tiny random-weight Qwen3 (2 layers)",
+        "layers": json.loads((Path(args.model) / "config.json").read_text())["num_hidden_layers"],
         "serve_args": SERVE_ARGS,
         "load": {"requests": args.requests, "tokens": args.tokens, "concurrency": args.concurrency},
         "drop_in": str(DROP_IN.relative_to(ROOT)),
@@ -418,6 +427,7 @@ def main() -> int:
                             folder = args.out / "cli" / name
                             ctl_json(daemon, folder / "requests-load-blocks.json", "requests", "--top", "100000")
                             ctl_json(daemon, folder / "steps-load-blocks.json", "steps", "--last", "4096")
+                            save_request_views(daemon, folder)
                 for mode, measured in rounds.items():
                     result["modes"][mode] = {"server": name, **median_load(measured)}
                 if len(modes) > 1:

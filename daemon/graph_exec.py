@@ -130,6 +130,21 @@ class ReplayRecord:
     number: int = dataclasses.field(default_factory=lambda: next(_record_numbers))  # creation order
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class ReplayShape:
+    """What one replay of a graph exec runs, as far as its nodes are learned: its instance (which
+    tells apart execs whose handle the driver reused), kernel nodes, blocks, and per kernel slot
+    (node executions, blocks): what a step's requests share of it."""
+
+    instance: int
+    nodes: int
+    blocks: int
+    kernels: dict[int, tuple[int, int]]
+
+
+NO_REPLAY = ReplayShape(0, 0, 0, {})  # an exec the census does not count
+
+
 @dataclasses.dataclass
 class NodeCensus:
     node: int

@@ -64,6 +64,7 @@ from .analysis_budget import AnalysisBudget
 from .graph_exec import (
     MATCHED,
     MISMATCHED,
+    NO_REPLAY,
     SAMPLED,
     STATUSES,
     UNJOINED,
@@ -74,6 +75,7 @@ from .graph_exec import (
     NodeCensus,
     NodeExecution,
     ReplayRecord,
+    ReplayShape,
     span_parts,
 )
 from .time_budget import TimeBudget
@@ -85,6 +87,7 @@ EXEC_DESTROYED = LAUNCH_KINDS["graph_exec_destroyed"]
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
 LAUNCH_EVENT = EVENT_KINDS["launch"]
+MAX_SHAPES_CACHED = 1024  # replay shapes kept between batches (one per exec instance in use)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +136,7 @@ class GraphJoin(Analysis):
         self.span_replays: collections.Counter[int] = collections.Counter()  # low replay bits -> spans held
         self.grid_owner: dict[int, GraphExec] = {}  # node grid id -> its exec (not final ones)
         self._owners_version = 0  # bumped whenever grid_owner changes
+        self._shapes: dict[int, tuple[int, ReplayShape]] = {}  # instance -> (nodes_version, shape)
         self.unsettled: collections.deque[tuple[GraphExec, ReplayRecord]] = collections.deque()
         self.newest_replay = 0  # the highest replay number of a graph launch record read
         self.destroyed: collections.deque[GraphExec] = collections.deque()  # destroyed, not final yet
@@ -390,13 +394,24 @@ class GraphJoin(Analysis):
             if has_spans:
                 self._drop_span(execution.key(record.replay))
 
-    def replay_shape(self, graph_exec: int) -> tuple[int, int, int]:
-        """(instance, kernel nodes, blocks) of a replay of this exec now, as learned so far; (0,
-        0, 0) for an exec not counted."""
+    def replay_shape(self, graph_exec: int) -> ReplayShape:
+        """What a replay of this exec runs now, as learned so far: its instance, kernel nodes,
+        blocks, and (executions, blocks) per kernel slot; nothing for an exec not counted."""
         graph = self.by_handle.get(graph_exec)
         if graph is None:
-            return 0, 0, 0
-        return graph.instance, len(graph.nodes), sum(node.blocks_per_execution for node in graph.nodes.values())
+            return NO_REPLAY
+        cached = self._shapes.get(graph.instance)
+        if cached is not None and cached[0] == graph.nodes_version:
+            return cached[1]
+        kernels: dict[int, tuple[int, int]] = {}
+        for node in graph.nodes.values():
+            executions, blocks = kernels.get(node.slot, (0, 0))
+            kernels[node.slot] = (executions + 1, blocks + node.blocks_per_execution)
+        shape = ReplayShape(graph.instance, len(graph.nodes), sum(b for _, b in kernels.values()), kernels)
+        if len(self._shapes) >= MAX_SHAPES_CACHED:
+            self._shapes.clear()
+        self._shapes[graph.instance] = (graph.nodes_version, shape)
+        return shape
 
     def graph_exec_of(self, grid_id: int) -> int:
         """The graph exec a grid id is a node of (0: an eager launch, or an exec now final)."""

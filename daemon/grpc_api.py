@@ -152,7 +152,9 @@ class ObserverServicer(pb_grpc.ObserverServicer):
         return await self._guard(
             context,
             lambda: messages.requests_response(
-                self.service.requests(list(request.pids), request.top or 20, request.request)
+                self.service.requests(
+                    list(request.pids), request.top or 20, request.request, request.every, request.page_token
+                )
             ),
         )
 

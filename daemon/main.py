@@ -24,6 +24,7 @@ from .metrics import GpuobsCollector
 from .metrics_server import SharedExposition, serve
 from .recording_budget import RecordingBudget
 from .registry import Registry
+from .request_ledger import RequestRetention
 from .runtime_dir import AlreadyRunning, RuntimeDir, prepare_spool
 from .service import ObserverService
 
@@ -42,6 +43,7 @@ class Daemon:
             exited_max=config.exited_max,
             hang_threshold_s=config.hang_threshold_ms / 1000.0,
             analysis_share=config.analysis_share,
+            request_retention=RequestRetention(config.request_keep, float(config.request_keep_s)),
         )
         self.service = ObserverService(
             self.registry,

@@ -39,6 +39,7 @@ from .metric_identity import (
 )
 from .metric_series import DURATION_BUCKETS, DURATION_EDGES_NS, IdentitySeries, ProcessInput, SeriesBook
 from .registry import ObservedProcess
+from .request_ledger import HISTOGRAMS
 from .service import ObserverService
 
 log = structlog.get_logger("gpuobsd.metrics")
@@ -90,6 +91,20 @@ PROCESS_COUNTERS: dict[str, tuple[str, str]] = {
         "Profilers started in an observed process: each recorded no GPU activity (the driver admits one tool)",
     ),
 }
+# The histograms a process's request ledger keeps (request_ledger.HISTOGRAMS): their family and
+# help. Labelled by identity only (model and rank among it): never a request id.
+REQUEST_HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "request_device_seconds": (
+        "gpuobs_request_device_seconds",
+        "Device time per request (vLLM plugin): its token share of each settled step's device span, "
+        "observed once it leaves the batch",
+    ),
+    "step_busy_ratio": (
+        "gpuobs_step_busy_ratio",
+        "Per engine step, its device span over its host time (to the next step's start): "
+        "how busy its work kept the GPU",
+    ),
+}
 UNANALYSED = (
     "gpuobs_block_events_unanalysed",
     "Block events the daemon's analyses did not look at (its analysis share was spent): launches and "
@@ -116,6 +131,16 @@ def process_counts(view: results.Process) -> dict[str, float]:
     for callback in INJECTOR_CALLBACKS:
         counts[f"callback:{callback}"] = getattr(view.injector, f"{callback}_callback_seconds")
     return counts
+
+
+def histogram_of(totals: dict[str, float], key: str) -> tuple[list[tuple[str, float]], float]:
+    """(cumulative buckets, sum) of one request histogram from its flat counters."""
+    edges = HISTOGRAMS[key]
+    buckets, running = [], 0.0
+    for index, edge in enumerate([*map(str, edges), "+Inf"]):
+        running += totals.get(f"{key}:{index}", 0)
+        buckets.append((edge, running))
+    return buckets, totals.get(f"{key}:sum", 0.0)
 
 
 def counts_accesses(view: results.Process) -> bool:
@@ -209,7 +234,7 @@ class GpuobsCollector(Collector):
                     counters=counters,
                     durations=self.service.block_duration_histograms(process),
                     names=functools.partial(self.service.kernel_names, process),
-                    counts=process_counts(view),
+                    counts=process_counts(view) | self.service.request_histogram_counts(process),
                 )
             )
         for segment in [segment for segment in self.pods if segment not in views]:
@@ -258,6 +283,10 @@ class GpuobsCollector(Collector):
             key: CounterMetricFamily(name, documentation, labels=identity_labels)
             for key, (name, documentation) in PROCESS_COUNTERS.items()
         }
+        request_histograms = {
+            key: HistogramMetricFamily(name, documentation, labels=identity_labels)
+            for key, (name, documentation) in REQUEST_HISTOGRAMS.items()
+        }
         unanalysed = CounterMetricFamily(*UNANALYSED, labels=identity_labels)
         callbacks = CounterMetricFamily(
             "gpuobs_injector_callback_seconds",
@@ -291,6 +320,10 @@ class GpuobsCollector(Collector):
                     family.add_metric(labels, float(totals.get(key, 0)))
                 for callback in INJECTOR_CALLBACKS:
                     callbacks.add_metric([*labels, callback], float(totals.get(f"callback:{callback}", 0)))
+                for key, histogram in request_histograms.items():
+                    if totals.get(f"{key}:count", 0):  # only identities with steps: no empty histograms
+                        buckets, total = histogram_of(totals, key)
+                        histogram.add_metric(labels, buckets, total)
                 views = [m.view for m in series.members.values() if m.view is not None]
                 if totals.get("unanalysed", 0) or any(v.pid in evidence for v in views):
                     unanalysed.add_metric(labels, float(totals.get("unanalysed", 0)))
@@ -322,6 +355,7 @@ class GpuobsCollector(Collector):
             *kernel_counters.values(),
             durations,
             *counters.values(),
+            *request_histograms.values(),
             stream_dropped,
             in_flight,
             oldest,

@@ -18,6 +18,7 @@ GRAPH_TOKEN: TokenKind = ("g1", 1)  # graph exec instance (first-seen order)
 STEP_TOKEN: TokenKind = ("s1", 2)  # the first and last step keys of the walk
 HANG_TOKEN: TokenKind = ("h1", 2)  # grid id and replay of the next hung launch
 HOT_PC_TOKEN: TokenKind = ("p1", 1)  # (kernel, pc) pairs in the order first seen
+REQUEST_TOKEN: TokenKind = ("r1", 1)  # a kept request's begin number (request_ledger.LedgerRow.seq)
 
 # Takes one process's rows into a page from a position (() for its start) and says where that
 # process goes on (None: it has no more). It decides itself how many rows still fit.

@@ -33,6 +33,7 @@ from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
 from .kernel_stalls import KernelStalls
 from .op_attribution import OpAttribution
+from .request_ledger import RequestLedger, RequestRetention
 from .step_attribution import StepAttribution
 from .time_budget import TimeBudget
 
@@ -137,21 +138,30 @@ class ProcessAnalyses:
     steps: StepAttribution
     ops: OpAttribution
     hot_pcs: HotPcs
+    requests: RequestLedger  # after the steps and the graph join, whose settled results it folds
 
     @classmethod
-    def create(cls, budget: TimeBudget | None = None, *, exits_hooked: bool = False) -> ProcessAnalyses:
+    def create(
+        cls,
+        budget: TimeBudget | None = None,
+        *,
+        exits_hooked: bool = False,
+        retention: RequestRetention | None = None,
+    ) -> ProcessAnalyses:
         """Every analysis of a new process, sharing `budget` (all processes share one)."""
         budget = budget or AnalysisBudget()
         graph_join = GraphJoin(budget, exits_hooked=exits_hooked)
         ops = OpAttribution(
             graph_join.by_handle.get, graph_join.node_device_times, budget=budget, exits_hooked=exits_hooked
         )
+        steps = StepAttribution(graph_join.replay_shape)
         return cls(
             graph_join,
             BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
-            StepAttribution(graph_join.replay_shape),
+            steps,
             ops,
             HotPcs(budget),
+            RequestLedger(steps, graph_join.replay_summary, retention),
         )
 
     def __iter__(self) -> Iterator[Analysis]:
@@ -204,6 +214,7 @@ class Registry:
         clock: Callable[[], float] = time.monotonic,
         hang_threshold_s: float = 10.0,
         analysis_share: float = 0.3,
+        request_retention: RequestRetention | None = None,
     ) -> None:
         self.segment_dir = Path(segment_dir)
         self.owners = owners
@@ -222,6 +233,7 @@ class Registry:
         self.last_pass_at = clock()
         self.analysis_budget = AnalysisBudget(analysis_share)
         self.hang_threshold_s = hang_threshold_s
+        self.request_retention = request_retention or RequestRetention()
         self.last_hang_check = 0.0
         self.pass_fullest = self.last_pass_fullest = 0.0
         self.query_budget = TimeBudget(QUERY_SHARE, QUERY_BURST_S)
@@ -240,7 +252,9 @@ class Registry:
                 continue
             segment.reader.set_torn_timeout(self.torn_timeout_s)
             analyses = ProcessAnalyses.create(
-                self.analysis_budget, exits_hooked=bool(segment.header.get("block_exits_hooked"))
+                self.analysis_budget,
+                exits_hooked=bool(segment.header.get("block_exits_hooked")),
+                retention=self.request_retention,
             )
             process = ObservedProcess(path, segment, analyses=analyses)
             self._check(process, self.clock())  # a status seeing the process sees its accounting too

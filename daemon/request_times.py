@@ -10,7 +10,10 @@ took part in it: the request shared those kernels, it did not run a token's shar
 Steps whose tokens per request are unknown (a producer older than layout 7) or that have no
 measured span (`counter` mode records no device timestamps) add steps and host time to their
 requests but no device time; they are counted so a reader sees what the figure leaves out.
-Memory is bounded by the steps StepAttribution keeps: the rows are made per query.
+Per kernel, a request gets every execution of the steps it took part in (it shared them) and
+its token share of their blocks: exact for a kernel that runs one block per token, such as the
+KV-cache write (blocks = tokens x layers); a padded graph's spare blocks are shared out the same
+way. request_ledger.py folds settled steps into rows kept for a window and a count.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ class RequestTime:
     blocks: int = 0
     first_step: int = 0
     last_step: int = 0
+    # per kernel slot: [executions of the steps it took part in (whole), its token share of
+    # their blocks] (exact where a kernel runs a block per token: the cache write, tokens x layers)
+    kernels: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+    last_host_ns: int = 0  # the host time of its last step: when it was last scheduled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +63,13 @@ class StepTime:
         return self.device_ns / self.host_ns if self.device_ns and self.host_ns else None
 
 
+def device_span(replays: Iterable[tuple[int, int]]) -> int:
+    """The first start to the last end of a step's replays, (start, end) on the device clock; the
+    replays without events (start 0) leave it, and a step with none has no span (0)."""
+    timed = [(start, end) for start, end in replays if start]
+    return max(end for _, end in timed) - min(start for start, _ in timed) if timed else 0
+
+
 def step_times(steps: list[Step], spans: list[int]) -> list[StepTime]:
     """Steps in record order with their spans; host time from one step's start to the next's."""
     if len(steps) != len(spans):
@@ -72,22 +86,43 @@ def request_times(steps: Iterable[StepTime]) -> dict[str, RequestTime]:
     """One row per request over `steps`; sum of device_ns == sum of the timed steps' spans."""
     rows: dict[str, RequestTime] = {}
     for timed in steps:
-        step = timed.step
-        ids = step.request_ids
-        known = len(step.request_tokens) == len(ids) and bool(ids)
-        parts = split_by_tokens(timed.device_ns, step.request_tokens) if timed.split else [0] * len(ids)
-        for index, request in enumerate(ids):
-            row = rows.get(request)
-            if row is None:
-                row = rows[request] = RequestTime(request, first_step=step.step)
-            row.steps += 1
-            row.last_step = step.step
-            row.kernel_launches += step.kernel_launches
-            row.blocks += step.blocks_expected
-            if known:
-                row.tokens += step.request_tokens[index]
-            if timed.split:
-                row.device_ns += parts[index]
-            else:
-                row.steps_untimed += 1
+        fold_step(rows, timed)
     return rows
+
+
+def fold_step(rows: dict[str, RequestTime], timed: StepTime) -> list[RequestTime]:
+    """Adds one step to its requests' rows (made where new); returns them, in the step's order.
+    Its device time and each kernel's blocks are split by tokens (both conserved); executions,
+    launches and blocks of the whole step are counted whole for each of its requests."""
+    step = timed.step
+    ids = step.request_ids
+    known = len(step.request_tokens) == len(ids) and bool(ids)
+    parts = split_by_tokens(timed.device_ns, step.request_tokens) if timed.split else [0] * len(ids)
+    kernel_parts = (
+        {slot: split_by_tokens(blocks, step.request_tokens) for slot, (_, blocks) in step.kernels.items()}
+        if known
+        else {}
+    )
+    touched = []
+    for index, request in enumerate(ids):
+        row = rows.get(request)
+        if row is None:
+            row = rows[request] = RequestTime(request, first_step=step.step)
+        touched.append(row)
+        row.steps += 1
+        row.last_step = step.step
+        row.last_host_ns = step.host_time_ns
+        row.kernel_launches += step.kernel_launches
+        row.blocks += step.blocks_expected
+        for slot, (executions, _) in step.kernels.items():
+            counts = row.kernels.setdefault(slot, [0, 0])
+            counts[0] += executions
+            if known:
+                counts[1] += kernel_parts[slot][index]
+        if known:
+            row.tokens += step.request_tokens[index]
+        if timed.split:
+            row.device_ns += parts[index]
+        else:
+            row.steps_untimed += 1
+    return touched

@@ -219,8 +219,8 @@ class Step:
     blocks_expected: int
     replays: list[StepReplay]
     device_span_ns: int = 0  # first start to last end over its replays with events
-    host_step_ns: int = 0  # to the next kept step's start; 0 for the newest
-    busy_ratio: float = 0.0  # device_span_ns / host_step_ns; 0 where either is unknown
+    host_step_ns: int | None = None  # to the next kept step's start; None for the newest
+    busy_ratio: float | None = None  # device_span_ns / host_step_ns; None where either is unknown
 
 
 @dataclasses.dataclass
@@ -242,12 +242,26 @@ class RequestTime:
     blocks: int
     first_step: int
     last_step: int
+    kernels: list[RequestKernel] = dataclasses.field(default_factory=list)  # asked for one request
+
+
+@dataclasses.dataclass
+class RequestKernel:
+    kernel: str
+    executions: int
+    blocks: int
+    kv_cache: bool
 
 
 @dataclasses.dataclass
 class Requests:
     requests: list[RequestTime]
-    steps_device_ns: int  # the split steps' spans: the requests' device_ns add up to it
+    steps_device_ns: int  # the settled steps' split spans: kept rows + device_ns_let_go add up to it
+    next_page_token: str = ""
+    requests_let_go: int = 0
+    device_ns_let_go: int = 0
+    steps_settled: int = 0
+    steps_lost: int = 0
 
 
 @dataclasses.dataclass

@@ -124,6 +124,9 @@ class ObserverService:
     def block_duration_histograms(self, process: ObservedProcess) -> dict[int, tuple[np.ndarray, int]]:
         return self.kernel_queries.block_duration_histograms(process)
 
+    def request_histogram_counts(self, process: ObservedProcess) -> dict[str, float]:
+        return self.step_queries.request_histogram_counts(process)
+
     def cubin_path(self, process: ObservedProcess, entry: dict) -> str:
         return self.kernel_queries.cubin_path(process, entry)
 
@@ -150,8 +153,10 @@ class ObserverService:
     def steps(self, pids: list[int], last: int = 20, replay: int | None = None, page_token: str = "") -> results.Steps:
         return self.step_queries.steps(pids, last, replay, page_token)
 
-    def requests(self, pids: list[int], top: int = 20, request: str = "") -> results.Requests:
-        return self.step_queries.requests(pids, top, request)
+    def requests(
+        self, pids: list[int], top: int = 20, request: str = "", every: bool = False, page_token: str = ""
+    ) -> results.Requests:
+        return self.step_queries.requests(pids, top, request, every, page_token)
 
     # -- streams and recordings ---------------------------------------------------------------
     def open_stream(

@@ -4,20 +4,49 @@ launched (ListSteps), framework ops and the kernels each launched (ListOps)."""
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import re
 
 from gpuobs.segment import MODE_NAMES
 
 from . import results
 from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
-from .paging import STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
+from .paging import REQUEST_TOKEN, STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
 from .registry import ObservedProcess
-from .request_times import request_times, step_times
+from .request_times import RequestTime, device_span, step_times
 from .service_targets import MAX_TOP, Targets
 from .step_attribution import Step, StepAttribution
 
 MAX_REQUEST_ID = 1024  # longer than any id vLLM makes
 STEPS_PAGE = 256  # steps per ListSteps reply (a step of 256 requests carries their ids)
+REQUESTS_PAGE = 512  # requests per ListRequests reply when walking every request
+# the kernels that write the KV cache: vLLM's reshape_and_cache family (flash and MLA variants
+# too), and a Triton cache write by its name
+KV_CACHE_KERNEL = re.compile(r"reshape_and_cache|concat_and_cache|kv_cache_write|cache_write")
+
+
+def request_row(pid: int, row: RequestTime, names: dict[int, str]) -> results.RequestTime:
+    """A ledger row as the reply's; its kernels (where asked for) by name, most blocks first."""
+    kernels = [
+        results.RequestKernel(name, executions, blocks, bool(KV_CACHE_KERNEL.search(name)))
+        for slot, (executions, blocks) in row.kernels.items()
+        if (name := names.get(slot)) is not None
+    ]
+    kernels.sort(key=lambda k: (-k.blocks, -k.executions, k.kernel))
+    return results.RequestTime(
+        pid,
+        row.request,
+        row.steps,
+        row.tokens,
+        row.device_ns,
+        row.steps_untimed,
+        row.kernel_launches,
+        row.blocks,
+        row.first_step,
+        row.last_step,
+        kernels if names else [],
+    )
 
 
 @dataclasses.dataclass
@@ -50,11 +79,11 @@ class OpRow:
         )
 
 
-def busy(step: Step, span: int, following: Step | None) -> tuple[int, float]:
-    """The step's host time (to the next step's start) and the share of it its device span
-    covers: how busy the GPU kept on this step's work (request_times.StepTime's ratio)."""
+def busy(step: Step, span: int, following: Step | None) -> tuple[int | None, float | None]:
+    """The step's host time (to the next step's start; None for the newest) and the share of it
+    its device span covers: how busy the GPU kept on this step's work (None where unmeasured)."""
     timed = step_times([step] + ([following] if following else []), [span] + ([0] if following else []))[0]
-    return timed.host_ns, timed.busy_ratio or 0.0
+    return (timed.host_ns if following else None), timed.busy_ratio
 
 
 class StepQueries:
@@ -150,28 +179,64 @@ class StepQueries:
             raise NotFound(f"no step of the targeted processes launched replay {replay} (or it is no longer kept)")
         return results.Steps(rows, totals, token)
 
-    def requests(self, pids: list[int], top: int = 20, request: str = "") -> results.Requests:
-        """GPU time per request over each process's kept steps (request_times says the model); the
-        `top` by device time, or every process's row of `request`."""
+    def requests(
+        self, pids: list[int], top: int = 20, request: str = "", every: bool = False, page_token: str = ""
+    ) -> results.Requests:
+        """GPU time per request, from each process's ledger of settled steps (request_ledger.py
+        says when a step settles and how long a request is kept): the `top` by device time, every
+        process's row of `request` with its kernels, or `every` kept request a page at a time in
+        the order each began (the token holds a process and a row's begin number, which only grow)."""
         if not 0 < top <= MAX_TOP:
             raise InvalidArgument(f"top must be within 1..{MAX_TOP}")
         if len(request) > MAX_REQUEST_ID or "\n" in request or "\t" in request:
             raise InvalidArgument(f"a request id is at most {MAX_REQUEST_ID} characters, without a tab or newline")
-        rows: list[results.RequestTime] = []
-        split_ns = 0
+        if request and every:
+            raise InvalidArgument("ask for one request or for every request, not both")
+        if page_token and not every:
+            raise InvalidArgument("a page token goes with every (top and one request come in one reply)")
+        resume = parse_page_token(page_token, REQUEST_TOKEN)
+        reply = results.Requests([], 0)
         for process in sorted(self.targets.processes(pids, live_only=False), key=process_order):
             with process.lock:
-                kept = list(process.analyses.steps.steps.values())
-                spans = [self._step_row(process, step, "").device_span_ns for step in kept]
-            timed = step_times(kept, spans)
-            split_ns += sum(t.device_ns for t in timed if t.split)
-            for row in request_times(timed).values():
-                if not request or row.request == request:
-                    rows.append(results.RequestTime(process.pid, **dataclasses.asdict(row)))
-        if request and not rows:
-            raise NotFound(f"no kept step of the targeted processes scheduled request {request!r}")
-        rows.sort(key=lambda row: (-row.device_ns, row.pid, row.request))
-        return results.Requests(rows if request else rows[:top], split_ns)
+                ledger = process.analyses.requests
+                totals = ledger.report()
+                reply.steps_device_ns += totals.steps_device_ns
+                reply.requests_let_go += totals.requests_let_go
+                reply.device_ns_let_go += totals.device_ns_let_go
+                reply.steps_settled += totals.steps_settled
+                reply.steps_lost += totals.steps_lost
+                if every:
+                    at = position_in(process, resume)
+                    if reply.next_page_token or at is None:
+                        continue
+                    entries = [e for e in ledger.rows.values() if not at or e.seq >= at[0]]
+                    entries.sort(key=lambda e: e.seq)
+                    room = REQUESTS_PAGE - len(reply.requests)
+                    if len(entries) > room:
+                        reply.next_page_token = page_token_of(REQUEST_TOKEN, process, entries[room].seq)
+                        entries = entries[:room]
+                    rows = [e.row for e in entries]
+                elif request:
+                    entry = ledger.rows.get(request)
+                    rows = [entry.row] if entry else []
+                else:
+                    rows = heapq.nlargest(top, (e.row for e in ledger.rows.values()), key=lambda r: r.device_ns)
+                kernels = {slot: list(counts) for row in rows if request for slot, counts in row.kernels.items()}
+            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted(kernels))} if kernels else {}
+            reply.requests.extend(request_row(process.pid, row, names) for row in rows)
+        if request and not reply.requests:
+            raise NotFound(f"no kept request of the targeted processes is {request!r}")
+        if not every:
+            reply.requests.sort(key=lambda row: (-row.device_ns, row.pid, row.request))
+            reply.requests = reply.requests if request else reply.requests[:top]
+        return reply
+
+    @staticmethod
+    def request_histogram_counts(process: ObservedProcess) -> dict[str, float]:
+        """The process's device time per request and busy ratio per step histograms, as the flat
+        counters metrics carry per identity (request_ledger.RequestLedger.histogram_counts)."""
+        with process.lock:
+            return process.analyses.requests.histogram_counts()
 
     @staticmethod
     def _step_row(process: ObservedProcess, step: Step, label: str, following: Step | None = None) -> results.Step:
@@ -181,8 +246,7 @@ class StepQueries:
             if "mode" in summary:
                 summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
             replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **summary))
-        timed = [r for r in replays if r.device_start_ns]
-        span = max(r.device_end_ns for r in timed) - min(r.device_start_ns for r in timed) if timed else 0
+        span = device_span((r.device_start_ns, r.device_end_ns) for r in replays)
         host_ns, ratio = busy(step, span, following)
         return results.Step(
             pid=process.pid,

@@ -130,6 +130,19 @@ SETTINGS: tuple[Setting, ...] = (
         _count(0, 30 * 86400),
     ),
     Setting(
+        "request_keep",
+        4096,
+        "requests each process keeps (gpuobsctl requests, ListRequests) after their last step, "
+        "the least recently scheduled let go first",
+        _count(1, 1_000_000),
+    ),
+    Setting(
+        "request_keep_s",
+        3600,
+        "how long a request stays kept after its last step (host clock of its process's newest step)",
+        _count(1, 30 * 86400),
+    ),
+    Setting(
         "exited_max",
         32,
         "exited processes kept at most (the oldest forgotten first, before their retention is "

@@ -25,6 +25,7 @@ import numpy as np
 from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
 from .analysis import Analysis
+from .graph_exec import NO_REPLAY, ReplayShape
 from .request_split import parse_step_text
 
 STEP = LAUNCH_KINDS["step"]
@@ -32,9 +33,8 @@ STEP_TEXT = LAUNCH_KINDS["step_text"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 EAGER = LAUNCH_KINDS["eager"]
 KERNEL_LAUNCHES = (EAGER, LAUNCH_KINDS["graph_node"])
-# (exec instance, kernel nodes, blocks) of a replay of a graph exec, as far as the graph join
-# knows (the instance tells apart execs whose handle the driver reused)
-ReplayShape = Callable[[int], tuple[int, int, int]]
+# what one replay of a graph exec runs, as far as the graph join knows
+ReplayShapeOf = Callable[[int], ReplayShape]
 
 
 @dataclasses.dataclass
@@ -53,6 +53,8 @@ class Step:
     kernel_launches: int = 0
     blocks_expected: int = 0
     replays: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay, instance)
+    # per kernel slot: [executions, blocks] of its eager launches and replays' node executions
+    kernels: dict[int, list[int]] = dataclasses.field(default_factory=dict)
 
     @property
     def ids_complete(self) -> bool:
@@ -75,7 +77,7 @@ class StepAttribution(Analysis):
     KEEP_STEPS = 4096
     MAX_REPLAYS_PER_STEP = 64
 
-    def __init__(self, replay_shape: ReplayShape = lambda graph_exec: (0, 0, 0)) -> None:
+    def __init__(self, replay_shape: ReplayShapeOf = lambda graph_exec: NO_REPLAY) -> None:
         self.replay_shape = replay_shape
         self.steps: collections.OrderedDict[int, Step] = collections.OrderedDict()  # by record order
         self.steps_seen = 0
@@ -148,7 +150,7 @@ class StepAttribution(Analysis):
             step.request_ids, step.request_tokens = parse_step_text(step.text.decode("utf-8", "replace"))
             self._last_ids, self._last_tokens = step.request_ids, step.request_tokens
 
-    def _attribute(self, rows: np.ndarray, replay_shape: ReplayShape) -> None:
+    def _attribute(self, rows: np.ndarray, replay_shape: ReplayShapeOf) -> None:
         """Each launch to the last step that began before it: eager launch records one by one,
         a graph replay with all its nodes (node records are not counted apart)."""
         kinds = rows["kind"]
@@ -163,7 +165,8 @@ class StepAttribution(Analysis):
         launches = np.ones(len(relevant), dtype=np.uint64)
         blocks = relevant["grid_x"].astype(np.uint64) * relevant["grid_y"] * relevant["grid_z"]
         for index in np.flatnonzero(~is_kernel).tolist():
-            _, launches[index], blocks[index] = shapes[int(relevant["graph_exec"][index])]
+            shape = shapes[int(relevant["graph_exec"][index])]
+            launches[index], blocks[index] = shape.nodes, shape.blocks
         if not len(self._times):
             self.launches_before_steps += int(launches.sum())
             return
@@ -176,13 +179,23 @@ class StepAttribution(Analysis):
             step = self.steps[self._keys[position]]
             step.kernel_launches += int(launches[chosen].sum())
             step.blocks_expected += int(blocks[chosen].sum())
+        for index in np.flatnonzero(kept & is_kernel).tolist():
+            counts = self.steps[self._keys[int(positions[index])]].kernels.setdefault(
+                int(relevant["kernel_slot"][index]), [0, 0]
+            )
+            counts[0] += 1
+            counts[1] += int(blocks[index])
         for index in np.flatnonzero(kept & ~is_kernel).tolist():
             step_key = self._keys[int(positions[index])]
             step = self.steps[step_key]
             graph_exec = int(relevant["graph_exec"][index])
             replay = (graph_exec, int(relevant["replay"][index]))
+            for slot, (executions, node_blocks) in shapes[graph_exec].kernels.items():
+                counts = step.kernels.setdefault(slot, [0, 0])
+                counts[0] += executions
+                counts[1] += node_blocks
             if len(step.replays) < self.MAX_REPLAYS_PER_STEP:  # the rest: counted in the step, not named
-                step.replays.append((*replay, shapes[graph_exec][0]))
+                step.replays.append((*replay, shapes[graph_exec].instance))
                 self.replay_step[replay] = step_key
 
     def step_of_replay(self, replay: int) -> Step | None:

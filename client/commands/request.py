@@ -1,5 +1,6 @@
-"""gpuobsctl request ID: one request's GPU time (#33) in each process that scheduled it: its
-steps, tokens, device time, and the launches and blocks of its steps."""
+"""gpuobsctl request ID: one request's GPU time in each process that scheduled it: its steps,
+tokens, device time, the launches and blocks of its steps, and per kernel its executions and
+blocks (the KV-cache write's blocks: its tokens x layers)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""gpuobsctl requests: GPU time per request (#33), the top requests by device time over the
-engine steps each process keeps (each step's device span split by its requests' tokens)."""
+"""gpuobsctl requests: GPU time per request, the top requests by device time that each process
+keeps (each settled step's device span split by its requests' tokens), or every kept request."""
 
 from __future__ import annotations
 
@@ -24,16 +24,43 @@ COLUMNS = [
     ("blocks", "BLOCKS"),
     ("span", "STEPS SEEN"),
 ]
+KERNEL_COLUMNS = [("kernel", "KERNEL"), ("executions", "EXECUTIONS"), ("blocks", "BLOCKS"), ("kv", "KV CACHE")]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument("--top", type=number(1, 100_000), default=20, help="the N requests with the most device time")
+    parser.add_argument(
+        "--all", action="store_true", help="every kept request, in the order each began (all pages; --top ignored)"
+    )
+
+
+def kernel_row(kernel: pb.RequestKernel) -> dict:
+    return {
+        "kernel": kernel.kernel,
+        "executions": kernel.executions,
+        "blocks": kernel.blocks,
+        "kv": "yes" if kernel.kv_cache else "",
+    }
+
+
+def fetch(address: str, request: pb.ListRequestsRequest) -> pb.ListRequestsResponse:
+    """One reply, or with `every` all pages in one (the totals are the last page's)."""
+    response = call(address, "ListRequests", request)
+    rows = list(response.requests)
+    while request.every and response.next_page_token:
+        request.page_token = response.next_page_token
+        response = call(address, "ListRequests", request)
+        rows.extend(response.requests)
+    del response.requests[:]
+    response.requests.extend(rows)
+    return response
 
 
 def show(address: str, output: str, request: pb.ListRequestsRequest) -> int:
-    """One call, printed as a table (or JSON): shared with `gpuobsctl request ID`."""
-    response = call(address, "ListRequests", request)
+    """Printed as a table (or JSON): shared with `gpuobsctl request ID`, which adds each row's
+    kernels."""
+    response = fetch(address, request)
     if output == "json":
         emit("json", message_dict(response))
         return 0
@@ -51,11 +78,29 @@ def show(address: str, output: str, request: pb.ListRequestsRequest) -> int:
         }
         for r in response.requests
     ]
-    print(f"kept steps' device time split among their requests: {response.steps_device_ns / 1e6:.3f} ms")
+    print(
+        f"{response.steps_settled} settled steps' device time split among their requests: "
+        f"{response.steps_device_ns / 1e6:.3f} ms"
+        + (
+            f" ({response.requests_let_go} requests let go, {response.device_ns_let_go / 1e6:.3f} ms of it)"
+            if response.requests_let_go
+            else ""
+        )
+        + (f"; {response.steps_lost} steps let go before they settled" if response.steps_lost else "")
+    )
     if rows:
         emit("text", None, COLUMNS, rows)
+    for r in response.requests:
+        if r.kernels:
+            print(f"\nkernels of {r.request} (pid {r.pid}): executions of its steps, its token share of their blocks")
+            emit(
+                "text",
+                None,
+                KERNEL_COLUMNS,
+                [kernel_row(k) for k in r.kernels],
+            )
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    return show(args.address, args.output, pb.ListRequestsRequest(pids=args.pid, top=args.top))
+    return show(args.address, args.output, pb.ListRequestsRequest(pids=args.pid, top=args.top, every=args.all))

@@ -91,6 +91,6 @@ def test_launch_records_are_joined_while_a_ring_is_behind(tmp_path: Path) -> Non
         assert writer.write_launch(launches[index : index + 1])
     writer.publish()
     registry.drain_pass()
-    assert process.analyses.graph_join.replay_shape(0x7000)[1] == len(NODES)  # its nodes learned
+    assert process.analyses.graph_join.replay_shape(0x7000).nodes == len(NODES)  # its nodes learned
     graph = process.analyses.graph_join.by_handle[0x7000]
     assert sum(node.unjoined for node in graph.nodes.values()) == 0

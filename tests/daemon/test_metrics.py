@@ -181,3 +181,32 @@ def test_block_durations_are_a_histogram_per_kernel_that_agrees_with_the_api(sta
         assert abs(total / durations.count - durations.mean_ns * 1e-9) < 1e-12, kid
     every = sum(k.block_durations.count for k in kernels.values())
     assert sum(b["+Inf"] for b in series.values()) + float(other[0]) == every
+
+
+def test_request_and_step_histograms_agree_with_the_api_and_name_no_request(start_synth, start_daemon) -> None:
+    """A served model's steps (gpuobs-synth plays a vLLM engine): device time per request and busy
+    ratio per step are histograms keyed by the identity (model, rank among it), no request id;
+    their counts are the API's requests and timed steps, the sum the requests' device time."""
+    from gpuobs.api.v1 import observer_pb2 as pb
+
+    synth = start_synth(
+        "--mode", "blocks", "--graph-nodes", "5", "--steps", "--launches", "150", "--rate", "100000",
+        "--kernels", "8", "--rank", "0", "--world-size", "1", "--model", "synth/model",
+    )  # fmt: skip
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait(timeout=60) == 0
+    daemon.wait_all_gone(20)
+    text = scrape(daemon)
+    requests = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1000), timeout=10)
+    steps = daemon.stub.ListSteps(pb.ListStepsRequest(last=1000), timeout=10).steps
+    for family, count, total in [
+        ("gpuobs_request_device_seconds", len(requests.requests), requests.steps_device_ns / 1e9),
+        ("gpuobs_step_busy_ratio", sum(s.HasField("busy_ratio") for s in steps), sum(s.busy_ratio for s in steps)),
+    ]:
+        buckets = re.findall(rf"^{family}_bucket\{{([^}}]*)\}} (\S+)$", text, re.M)
+        assert buckets and all('model="synth/model"' in labels and 'rank="0"' in labels for labels, _ in buckets)
+        assert not any("request" in name for labels, _ in buckets for name in re.findall(r"(\w+)=", labels))
+        values = [float(value) for _, value in buckets]
+        assert values == sorted(values) and values[-1] == count > 0, family
+        found = re.search(rf"^{family}_sum\{{[^}}]*\}} (\S+)$", text, re.M)
+        assert float(found.group(1)) == pytest.approx(total, rel=1e-9), family

@@ -116,7 +116,9 @@ def test_requests_device_time_adds_up_to_the_steps(start_synth, start_daemon) ->
     for step, after in zip(steps, steps[1:], strict=False):  # per step: host time and busy ratio
         assert step.host_step_ns == after.host_time_ns - step.host_time_ns > 0
         assert step.busy_ratio == pytest.approx(step.device_span_ns / step.host_step_ns)
-    assert (steps[-1].host_step_ns, steps[-1].busy_ratio) == (0, 0.0)  # the newest: its end not known yet
+    # the newest: its end not known yet, so no host time and no ratio (unset, not 0)
+    assert not steps[-1].HasField("host_step_ns") and not steps[-1].HasField("busy_ratio")
+    assert (response.steps_settled, response.steps_lost, response.requests_let_go) == (REPLAYS, 0, 0)
     assert sum(r.device_ns for r in response.requests) == response.steps_device_ns
     every_id = {i for s in steps for i in s.request_ids}
     assert {r.request for r in response.requests} == every_id
@@ -146,3 +148,41 @@ def test_requests_device_time_adds_up_to_the_steps(start_synth, start_daemon) ->
     assert second.tokens == 2 + 1 + 1  # its prefill of 2, two decodes
     text = gpuobsctl(daemon.address, "requests", "--top", "2")
     assert text.returncode == 0 and "DEVICE MS" in text.stdout and len(text.stdout.splitlines()) == 4
+    # per kernel: every execution of its steps, and its token share of their blocks, which over
+    # a group's requests (steps 3g+1..3g+3 schedule exactly them) add up to the steps' blocks
+    for group in (0, 5, 9):
+        mine = [s for s in steps if (s.step - 1) // 3 == group]
+        rows = [
+            daemon.stub.ListRequests(pb.ListRequestsRequest(request=request), timeout=10).requests[0]
+            for request in expected_ids(mine[0].step)
+        ]
+        blocks: dict[str, int] = {}
+        for row in rows:
+            assert {k.kernel for k in row.kernels} and sum(k.executions for k in row.kernels) == row.kernel_launches
+            for kernel in row.kernels:
+                blocks[kernel.kernel] = blocks.get(kernel.kernel, 0) + kernel.blocks
+        assert sum(blocks.values()) == sum(s.blocks_expected for s in mine), group
+        cache = [k for k in rows[0].kernels if k.kv_cache]
+        assert [k.kernel.split("<")[0] for k in cache] == ["void vllm::reshape_and_cache_flash_kernel"]
+        assert cache[0].executions == 3  # one node a replay, a replay a step
+    top = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1000), timeout=10).requests
+    assert all(not r.kernels for r in top)  # kernels come with one request only
+    # every kept request, a page at a time in the order each began, each once
+    walked, token = [], ""
+    while True:
+        page = daemon.stub.ListRequests(pb.ListRequestsRequest(every=True, page_token=token), timeout=10)
+        walked.extend(r.request for r in page.requests)
+        token = page.next_page_token
+        if not token:
+            break
+    assert walked == [i for group in range(REPLAYS // 3) for i in expected_ids(3 * group + 1)]
+    every = gpuobsctl(daemon.address, "--output", "json", "requests", "--all")
+    assert every.returncode == 0 and len(json.loads(every.stdout)["requests"]) == len(walked)
+    for bad in [
+        pb.ListRequestsRequest(every=True, request="cmpl-synth-0-0"),
+        pb.ListRequestsRequest(page_token="r1.1.2.3"),
+        pb.ListRequestsRequest(every=True, page_token="s1.1.2.3.4"),
+    ]:
+        with pytest.raises(grpc.RpcError) as refused:
+            daemon.stub.ListRequests(bad, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

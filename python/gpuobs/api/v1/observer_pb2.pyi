@@ -726,17 +726,33 @@ class ListStepsResponse(_message.Message):
     def __init__(self, steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., totals: _Optional[_Iterable[_Union[StepTotals, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListRequestsRequest(_message.Message):
-    __slots__ = ("pids", "top", "request")
+    __slots__ = ("pids", "top", "request", "every", "page_token")
     PIDS_FIELD_NUMBER: _ClassVar[int]
     TOP_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
+    EVERY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     pids: _containers.RepeatedScalarFieldContainer[int]
     top: int
     request: str
-    def __init__(self, pids: _Optional[_Iterable[int]] = ..., top: _Optional[int] = ..., request: _Optional[str] = ...) -> None: ...
+    every: bool
+    page_token: str
+    def __init__(self, pids: _Optional[_Iterable[int]] = ..., top: _Optional[int] = ..., request: _Optional[str] = ..., every: bool = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class RequestKernel(_message.Message):
+    __slots__ = ("kernel", "executions", "blocks", "kv_cache")
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_FIELD_NUMBER: _ClassVar[int]
+    kernel: str
+    executions: int
+    blocks: int
+    kv_cache: bool
+    def __init__(self, kernel: _Optional[str] = ..., executions: _Optional[int] = ..., blocks: _Optional[int] = ..., kv_cache: bool = ...) -> None: ...
 
 class RequestTime(_message.Message):
-    __slots__ = ("pid", "request", "steps", "tokens", "device_ns", "steps_untimed", "kernel_launches", "blocks", "first_step", "last_step")
+    __slots__ = ("pid", "request", "steps", "tokens", "device_ns", "steps_untimed", "kernel_launches", "blocks", "first_step", "last_step", "kernels")
     PID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -747,6 +763,7 @@ class RequestTime(_message.Message):
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
     LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    KERNELS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     request: str
     steps: int
@@ -757,15 +774,26 @@ class RequestTime(_message.Message):
     blocks: int
     first_step: int
     last_step: int
-    def __init__(self, pid: _Optional[int] = ..., request: _Optional[str] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., device_ns: _Optional[int] = ..., steps_untimed: _Optional[int] = ..., kernel_launches: _Optional[int] = ..., blocks: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ...) -> None: ...
+    kernels: _containers.RepeatedCompositeFieldContainer[RequestKernel]
+    def __init__(self, pid: _Optional[int] = ..., request: _Optional[str] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., device_ns: _Optional[int] = ..., steps_untimed: _Optional[int] = ..., kernel_launches: _Optional[int] = ..., blocks: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., kernels: _Optional[_Iterable[_Union[RequestKernel, _Mapping]]] = ...) -> None: ...
 
 class ListRequestsResponse(_message.Message):
-    __slots__ = ("requests", "steps_device_ns")
+    __slots__ = ("requests", "steps_device_ns", "next_page_token", "requests_let_go", "device_ns_let_go", "steps_settled", "steps_lost")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     STEPS_DEVICE_NS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_LET_GO_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_NS_LET_GO_FIELD_NUMBER: _ClassVar[int]
+    STEPS_SETTLED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_LOST_FIELD_NUMBER: _ClassVar[int]
     requests: _containers.RepeatedCompositeFieldContainer[RequestTime]
     steps_device_ns: int
-    def __init__(self, requests: _Optional[_Iterable[_Union[RequestTime, _Mapping]]] = ..., steps_device_ns: _Optional[int] = ...) -> None: ...
+    next_page_token: str
+    requests_let_go: int
+    device_ns_let_go: int
+    steps_settled: int
+    steps_lost: int
+    def __init__(self, requests: _Optional[_Iterable[_Union[RequestTime, _Mapping]]] = ..., steps_device_ns: _Optional[int] = ..., next_page_token: _Optional[str] = ..., requests_let_go: _Optional[int] = ..., device_ns_let_go: _Optional[int] = ..., steps_settled: _Optional[int] = ..., steps_lost: _Optional[int] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ("pids", "top")

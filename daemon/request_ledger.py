@@ -1,0 +1,194 @@
+"""GPU time per request, kept: each process's engine steps folded into per-request rows as they
+settle, so a request outlives the steps StepAttribution keeps in detail, for a window and a
+count the operator sets (--request-keep-s, --request-keep), and feeds two histograms: device
+time per request and busy ratio per step.
+
+A step settles once it cannot change any more: the next step has begun (no later launch is its),
+and the device has begun a replay after its last (every event of its replays has been read, the
+registry's settle()). An exited process settles every step, its newest without a host time.
+A request is observed in the device-time histogram once, when a settled step with its full id
+list no longer schedules it (it finished, or was preempted: a request resumed later adds to its
+row but is not observed again), or when its row is let go, or at its process's exit.
+
+Conservation: the rows' device times plus those of the rows let go add up to the settled steps'
+split spans exactly; steps let go by StepAttribution before they settled are counted apart.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from .analysis import ALL_REPLAYS, Analysis
+from .request_times import RequestTime, StepTime, device_span, fold_step
+from .step_attribution import Step, StepAttribution
+
+# (instance, replay) -> the graph join's summary of a replay kept in detail (None when not)
+ReplaySummary = Callable[[int, int], "dict | None"]
+# device time per request, seconds: 2^16 ns (66 us) to 2^36 ns (69 s) by factors of 4 (a decode
+# token to a long generation)
+REQUEST_DEVICE_EDGES_S: tuple[float, ...] = tuple((1 << octave) / 1e9 for octave in range(16, 37, 2))
+# busy ratio per step: tenths up to 1 (above 1: the device ran a step past the next one's start)
+BUSY_EDGES: tuple[float, ...] = tuple(round(0.1 * tenth, 1) for tenth in range(1, 11))
+HISTOGRAMS: dict[str, tuple[float, ...]] = {
+    "request_device_seconds": REQUEST_DEVICE_EDGES_S,
+    "step_busy_ratio": BUSY_EDGES,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestRetention:
+    """How long and how many requests a process keeps after their last step."""
+
+    keep: int = 4096
+    keep_s: float = 3600.0
+
+
+@dataclasses.dataclass
+class Histogram:
+    """Counts per bucket (the last above every edge), their sum and count; never reset."""
+
+    edges: tuple[float, ...]
+    buckets: np.ndarray = dataclasses.field(init=False)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.buckets = np.zeros(len(self.edges) + 1, dtype=np.int64)
+
+    def observe(self, value: float) -> None:
+        self.buckets[int(np.searchsorted(self.edges, value, side="left"))] += 1
+        self.total += value
+        self.count += 1
+
+
+@dataclasses.dataclass
+class LedgerRow:
+    row: RequestTime
+    seq: int  # settle order of its first step: the position a page walk goes by
+    observed: bool = False  # in the device-time histogram already
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerTotals:
+    steps_settled: int
+    steps_device_ns: int  # the settled steps' spans that were split among their requests
+    steps_lost: int  # let go by StepAttribution before they settled: in no request's row
+    requests_let_go: int
+    device_ns_let_go: int  # of the rows let go: rows + this == steps_device_ns
+
+
+class RequestLedger(Analysis):
+    def __init__(
+        self, steps: StepAttribution, replay_summary: ReplaySummary, retention: RequestRetention | None = None
+    ) -> None:
+        self.step_source = steps
+        self.replay_summary = replay_summary
+        self.retention = retention or RequestRetention()
+        self.rows: collections.OrderedDict[str, LedgerRow] = collections.OrderedDict()  # least recent first
+        self.times: dict[str, RequestTime] = {}  # the same rows by request, as fold_step takes them
+        self.next_key = 0  # the next step (StepAttribution's key) to settle
+        self.next_seq = 0
+        self.last_ids: list[str] | None = None  # the last settled step's full id list
+        self.steps_settled = 0
+        self.steps_device_ns = 0
+        self.steps_lost = 0
+        self.requests_let_go = 0
+        self.device_ns_let_go = 0
+        self.histograms = {name: Histogram(edges) for name, edges in HISTOGRAMS.items()}
+
+    def span(self, step: Step) -> int:
+        """The step's device span from its replays the graph join still keeps in detail."""
+        pairs = []
+        for _, number, instance in step.replays:
+            summary = self.replay_summary(instance, number) or {}
+            pairs.append((summary.get("device_start_ns", 0), summary.get("device_end_ns", 0)))
+        return device_span(pairs)
+
+    def settle(self, replay_begun: int) -> None:
+        kept = self.step_source.steps
+        if kept:
+            first = next(iter(kept))
+            if self.next_key < first:
+                self.steps_lost += first - self.next_key
+                self.next_key = first
+        exited = replay_begun == ALL_REPLAYS
+        while self.next_key in kept:
+            step = kept[self.next_key]
+            following = kept.get(self.next_key + 1)
+            if not exited and (following is None or any(number >= replay_begun for _, number, _ in step.replays)):
+                break
+            host = following.host_time_ns - step.host_time_ns if following is not None else 0
+            self._fold(StepTime(step, self.span(step), max(host, 0)))
+            self.next_key += 1
+        if exited:
+            for entry in self.rows.values():
+                self._observe(entry)
+        self._let_go()
+
+    def _fold(self, timed: StepTime) -> None:
+        self.steps_settled += 1
+        if timed.split:
+            self.steps_device_ns += timed.device_ns
+        ratio = timed.busy_ratio
+        if ratio is not None:
+            self.histograms["step_busy_ratio"].observe(ratio)
+        for row in fold_step(self.times, timed):
+            if row.request not in self.rows:
+                self.rows[row.request] = LedgerRow(row, self.next_seq)
+                self.next_seq += 1
+            self.rows.move_to_end(row.request)
+        step = timed.step
+        if step.ids_complete or step.same_requests:
+            ids = step.request_ids
+            if self.last_ids is not None:
+                scheduled = set(ids)
+                for request in self.last_ids:
+                    entry = self.rows.get(request)
+                    if request not in scheduled and entry is not None:
+                        self._observe(entry)
+            self.last_ids = list(ids)
+        else:
+            self.last_ids = None  # a step whose ids were cut short says nothing of who left
+
+    def _observe(self, entry: LedgerRow) -> None:
+        """Once per request, and only one with a timed step: `counter` mode's requests have no
+        device time to show, and zeros would read as free requests."""
+        if not entry.observed:
+            entry.observed = True
+            if entry.row.steps > entry.row.steps_untimed:
+                self.histograms["request_device_seconds"].observe(entry.row.device_ns / 1e9)
+
+    def _let_go(self) -> None:
+        """The least recently scheduled rows beyond the count, or older than the window (host
+        clock of the newest settled step), go; each observed first if it was not yet."""
+        newest = next(reversed(self.rows.values())).row.last_host_ns if self.rows else 0
+        horizon = newest - int(self.retention.keep_s * 1e9)
+        while self.rows:
+            entry = next(iter(self.rows.values()))
+            if len(self.rows) <= self.retention.keep and entry.row.last_host_ns >= horizon:
+                break
+            self.rows.popitem(last=False)
+            del self.times[entry.row.request]
+            self._observe(entry)
+            self.requests_let_go += 1
+            self.device_ns_let_go += entry.row.device_ns
+
+    def report(self) -> LedgerTotals:
+        return LedgerTotals(
+            self.steps_settled, self.steps_device_ns, self.steps_lost, self.requests_let_go, self.device_ns_let_go
+        )
+
+    def histogram_counts(self) -> dict[str, float]:
+        """Both histograms as flat counters ("<name>:<bucket>", ":sum", ":count"), the form the
+        metrics' per-identity sums carry over a process's exit."""
+        counts: dict[str, float] = {}
+        for name, histogram in self.histograms.items():
+            for index, value in enumerate(histogram.buckets.tolist()):
+                counts[f"{name}:{index}"] = float(value)
+            counts[f"{name}:sum"] = histogram.total
+            counts[f"{name}:count"] = float(histogram.count)
+        return counts
