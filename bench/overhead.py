@@ -44,6 +44,7 @@ SILU: list[Config] = [
     ("off", "off", "block", 0, {}),
     ("noop", "noop", "block", 0, {}),
     ("counter", "counter", "block", 0, {}),
+    ("counter, launch times (GPUOBS_LAUNCH_TIMES=1)", "counter", "block", 0, {"GPUOBS_LAUNCH_TIMES": "1"}),
     ("blocks", "blocks", "block", 0, {}),
     ("blocks, exits hooked (GPUOBS_BLOCK_EXIT=1)", "blocks", "block", 0, {"GPUOBS_BLOCK_EXIT": "1"}),
     ("per-access hook floor (memory set, noop)", "noop", "memory", 0, {}),
@@ -103,6 +104,8 @@ DECODE: list[Config] = [
         {"GPUOBS_CONFIG_WORD": "bound"},
     ),
     ("counter, launch trace (GPUOBS_LAUNCH_TRACE=1)", "counter", "block", 0, {"GPUOBS_LAUNCH_TRACE": "1"}),
+    # a launch event per launch from block (0,0,0): engine steps' device spans in `counter`
+    ("counter, launch times (GPUOBS_LAUNCH_TIMES=1)", "counter", "block", 0, {"GPUOBS_LAUNCH_TIMES": "1"}),
     ("blocks", "blocks", "block", 0, {}),
     ("sampled", "sampled", "memory", 10, {}),
     ("sampled, block set (1 in 2^10 blocks)", "sampled", "block", 10, {}),

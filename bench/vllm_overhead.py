@@ -215,6 +215,12 @@ def ctl_json(daemon: DaemonProcess, into: Path, *args: str) -> None:
     into.write_text(done.stdout if done.returncode == 0 else json.dumps({"error": done.stderr}))
 
 
+def model_layers(model: Path) -> int | None:
+    """The model's decoder layers (its config.json), what a request's KV-cache writes scale by."""
+    config = model / "config.json"
+    return int(json.loads(config.read_text())["num_hidden_layers"]) if config.exists() else None
+
+
 def save_request_views(daemon: DaemonProcess, folder: Path, count: int = 3) -> None:
     """`gpuobsctl request ID` of the first `count` requests the saved list has (most device time):
     each one's kernels, the KV-cache write's among them."""
@@ -360,7 +366,7 @@ def main() -> int:
         "device": device[0] if device else "unknown",
         "vllm": "0.25.1",
         "model": "tiny random-weight Qwen3 (2 layers)",
-        "layers": json.loads((Path(args.model) / "config.json").read_text())["num_hidden_layers"],
+        "layers": model_layers(Path(args.model)),
         "serve_args": SERVE_ARGS,
         "load": {"requests": args.requests, "tokens": args.tokens, "concurrency": args.concurrency},
         "drop_in": str(DROP_IN.relative_to(ROOT)),

@@ -16,6 +16,7 @@ from gpuobs.segment import BLOCK_SAMPLED, EVENT_KINDS
 
 BLOCK_ENTER = EVENT_KINDS["block_enter"]
 BLOCK_EXIT = EVENT_KINDS["block_exit"]
+LAUNCH_EVENT = EVENT_KINDS["launch"]
 
 MATCHED, MISMATCHED, UNRECORDED, UNJOINED = "matched", "mismatched", "unrecorded", "unjoined"
 SAMPLED = "sampled"  # ran in `sampled` in a kernel without access hooks: events of 1 in 2^shift of its blocks
@@ -30,16 +31,18 @@ class DeviceSpan:
 
     enters: int = 0
     events: int = 0
-    first_ns: int = 0  # first block enter
+    first_ns: int = 0  # first block enter or launch event (block (0,0,0)'s, after its enter)
     last_ns: int = 0  # last block event of any kind
     exits: int = 0
     sampled: int = 0  # of its events, those of sampled blocks (BLOCK_SAMPLED): a sample, never whole
+    launches: int = 0  # launch events: alone (`counter` with launch times), its entry time only
 
     def merge(self, part: DeviceSpan) -> None:
         """More block events of the same launch (a later batch's part of it)."""
-        if part.enters:
-            self.first_ns = part.first_ns if not self.enters else min(self.first_ns, part.first_ns)
+        if part.enters or part.launches:
+            self.first_ns = part.first_ns if not self.enters + self.launches else min(self.first_ns, part.first_ns)
         self.enters += part.enters
+        self.launches += part.launches
         self.exits += part.exits
         self.events += part.events
         self.sampled += part.sampled
@@ -56,16 +59,25 @@ def span_parts(block: np.ndarray, starts: np.ndarray) -> list[DeviceSpan]:
     where each begins): one pass of reductions over the batch, whatever the number of launches."""
     times = block["globaltimer_ns"].astype(np.int64)
     is_enter = block["kind"] == BLOCK_ENTER
+    is_launch = block["kind"] == LAUNCH_EVENT
     enters = np.add.reduceat(is_enter.astype(np.int64), starts)
+    launches = np.add.reduceat(is_launch.astype(np.int64), starts)
     exits = np.add.reduceat((block["kind"] == BLOCK_EXIT).astype(np.int64), starts)
     sampled = np.add.reduceat(((block["flags"] & np.uint16(BLOCK_SAMPLED)) != 0).astype(np.int64), starts)
-    firsts = np.minimum.reduceat(np.where(is_enter, times, np.iinfo(np.int64).max), starts)
+    firsts = np.minimum.reduceat(np.where(is_enter | is_launch, times, np.iinfo(np.int64).max), starts)
     lasts = np.maximum.reduceat(times, starts)
     counts = np.diff(np.append(starts, len(block)))
     return [
-        DeviceSpan(enters=n_enters, events=n_events, first_ns=first, last_ns=last, exits=n_exits, sampled=n_sampled)
-        for n_enters, n_events, first, last, n_exits, n_sampled in zip(
-            enters.tolist(), counts.tolist(), firsts.tolist(), lasts.tolist(), exits.tolist(), sampled.tolist()
+        DeviceSpan(n_enters, n_events, first, last, n_exits, n_sampled, n_launches)
+        for n_enters, n_events, first, last, n_exits, n_sampled, n_launches in zip(
+            enters.tolist(),
+            counts.tolist(),
+            firsts.tolist(),
+            lasts.tolist(),
+            exits.tolist(),
+            sampled.tolist(),
+            launches.tolist(),
+            strict=True,
         )
     ]
 

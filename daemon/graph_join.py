@@ -603,8 +603,8 @@ class GraphJoin(Analysis):
         observed = span.enters if span else 0
         if record.tainted:
             return UNJOINED, observed
-        if span is None or not span.events:
-            return UNRECORDED, observed
+        if span is None or not span.events or span.launches == span.events:
+            return UNRECORDED, observed  # no block events (a launch event alone times it, no more)
         if span.sampled:
             return SAMPLED, observed
         return (MATCHED if observed == execution.blocks else MISMATCHED), observed
@@ -721,6 +721,7 @@ class GraphJoin(Analysis):
         events: its nodes then show no blocks); previous_end: the last event of the replay
         before it, for the gap."""
         blocks, matched, start, end = [], 0, 0, 0
+        launched: list[int] = []  # launch events' times, where no execution has block events
         executions = graph.executions(record)
         for execution, status, observed in judged:
             matched += status == MATCHED
@@ -729,6 +730,12 @@ class GraphJoin(Analysis):
             if span and span.enters and not span.sampled:  # a sample of blocks spans nothing
                 start = span.first_ns if not start else min(start, span.first_ns)
                 end = max(end, span.last_ns)
+            elif span and span.launches and not span.enters + span.exits:
+                launched.append(span.first_ns)
+        if not start and launched:
+            # `counter` with launch times: the first node's entry to the last node's, which leaves
+            # out the last node's own run (and counts the waits between nodes, as a span does)
+            start, end = min(launched), max(launched)
         if len(blocks) < len(executions):
             blocks = [0] * len(executions)
         return {

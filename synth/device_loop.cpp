@@ -130,7 +130,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     queued.pop_front();
     if (next.delayed) std::this_thread::sleep_for(std::chrono::microseconds(options.replay_delay_us));
     const DeviceConfig device_config{in_force.mode, in_force.shift, captured[next.index] != 0,
-                                     access_hooked[next.index] != 0};
+                                     access_hooked[next.index] != 0, options.launch_times};
     work_done += device.run(next.shape, catalog[next.index], device_config);
   };
   while (!stop.load(std::memory_order_relaxed)) {

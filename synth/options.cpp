@@ -100,6 +100,8 @@ void apply_environment(Options* o) {
   }
   if (const char* trace = std::getenv("GPUOBS_LAUNCH_TRACE"); trace && std::strcmp(trace, "1") == 0)
     o->launch_trace = true;
+  if (const char* times = std::getenv("GPUOBS_LAUNCH_TIMES"); times && std::strcmp(times, "1") == 0)
+    o->launch_times = true;
   if (const char* chosen = std::getenv("GPUOBS_MEMORY_KERNELS"); chosen && *chosen) o->memory_kernels = chosen;
 }
 

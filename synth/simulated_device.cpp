@@ -70,7 +70,8 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z),
                pack_block(launch.block_threads, 1, 1));
   // the patches' own decision, from the config word the injector would write for this kernel
-  const uint32_t flags = make_flags(make_config(mode, config.shift), config.captured, config.access_hooked);
+  const uint32_t flags =
+      make_flags(make_config(mode, config.shift), config.captured, config.access_hooked, config.launch_times);
   const BlockCapture capture = block_capture(flags);
   const bool observed = mode >= Mode::Counter;
   for (uint64_t block = 0; block < blocks; ++block) count_block(&counters, observed, uint32_t(block % kSmCount));

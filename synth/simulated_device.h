@@ -30,6 +30,7 @@ struct DeviceConfig {
   uint32_t shift = 0;
   bool captured = true;        // the kernel filter lets this kernel's events through
   bool access_hooked = false;  // the kernel's module has the access hooks (memory set, or chosen)
+  bool launch_times = false;   // GPUOBS_LAUNCH_TIMES=1: a launch event in `counter` too
 };
 
 class SimulatedDevice {

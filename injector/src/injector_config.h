@@ -29,6 +29,8 @@ struct InjectorConfig {
   bool exit_publish = true;              // GPUOBS_EXIT_PUBLISH: publish once more at exit (0: skip)
   bool step_aside_allowed = false;       // GPUOBS_STEP_ASIDE=1: gpuobs_step_aside() may unsubscribe (a probe:
                                          // on r580 it does not let CUPTI attach, and it ends observation)
+  bool launch_times = false;             // GPUOBS_LAUNCH_TIMES=1: in `counter`, a launch event from block (0,0,0)
+                                         // (device entry times: engine steps' spans without `blocks`)
   bool launch_trace = false;             // GPUOBS_LAUNCH_TRACE: a host record per kernel launch (opt-in:
                                          // each launch then costs a host callback)
   bool bound_config = false;             // GPUOBS_CONFIG_WORD: slot (patches read their kernel's config word

@@ -440,12 +440,13 @@ void bind_functions(py::module_& m) {
         py::arg("shift"), "0: a sampled block's exit is not recorded; 1: by its epoch; 2: by the epoch before");
   m.def(
       "block_capture",
-      [](uint32_t mode, uint32_t shift, bool captured, bool access_hooked, bool chosen_in_userdata) {
-        const uint32_t word = make_flags(make_config(Mode(mode), shift), captured, access_hooked);
+      [](uint32_t mode, uint32_t shift, bool captured, bool access_hooked, bool chosen_in_userdata,
+         bool launch_times) {
+        const uint32_t word = make_flags(make_config(Mode(mode), shift), captured, access_hooked, launch_times);
         return uint32_t(block_capture(slot_word_flags(chosen_in_userdata ? kUserdataAccessHooked : 0, word)));
       },
       py::arg("mode"), py::arg("shift"), py::arg("captured"), py::arg("access_hooked"),
-      py::arg("chosen_in_userdata") = false,
+      py::arg("chosen_in_userdata") = false, py::arg("launch_times") = false,
       "What a kernel's block leaders record (device_state.h's BlockCapture: 0 none, 1 launches, 2 sampled, 3 "
       "every), from its slot's word and the chosen bit of its userdata, as the patches read them");
   m.def(

@@ -186,3 +186,38 @@ def test_requests_device_time_adds_up_to_the_steps(start_synth, start_daemon) ->
         with pytest.raises(grpc.RpcError) as refused:
             daemon.stub.ListRequests(bad, timeout=10)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("launch_times", [True, False])
+def test_counter_mode_times_steps_by_launch_events_only_with_launch_times(
+    start_synth, start_daemon, launch_times: bool
+) -> None:
+    """`counter` records no block events; with GPUOBS_LAUNCH_TIMES=1 block (0,0,0) records each
+    launch, so a step has a span (its first node's entry to its last's) and its requests device
+    time, the blocks still only counted (no node judged mismatched); without it, nothing is timed."""
+    synth = start_synth(
+        "--mode", "counter", "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * REPLAYS),
+        "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18),
+        env={"GPUOBS_LAUNCH_TIMES": "1"} if launch_times else {},
+    )  # fmt: skip
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    steps = daemon.stub.ListSteps(pb.ListStepsRequest(last=REPLAYS), timeout=10).steps
+    requests = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1000), timeout=10)
+    (process,) = daemon.stub.GetStatus(pb.GetStatusRequest(), timeout=10).processes
+    assert process.accounting_errors == 0
+    (graph,) = daemon.stub.ListGraphs(pb.ListGraphsRequest(), timeout=10).graphs
+    assert graph.executions_mismatched == graph.executions_matched == 0 and graph.executions_unrecorded > 0
+    if not launch_times:
+        assert all(s.device_span_ns == 0 and not s.HasField("busy_ratio") for s in steps)
+        assert requests.steps_device_ns == 0 and all(r.steps_untimed == r.steps for r in requests.requests)
+        return
+    assert all(s.device_span_ns > 0 for s in steps)
+    for step in steps:
+        starts = [r.device_start_ns for r in step.replays]
+        ends = [r.device_end_ns for r in step.replays]
+        assert step.device_span_ns == max(ends) - min(starts)
+    split = requests.steps_device_ns
+    assert sum(r.device_ns for r in requests.requests) == split == sum(s.device_span_ns for s in steps)
+    assert all(r.steps_untimed == 0 for r in requests.requests)

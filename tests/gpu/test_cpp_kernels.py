@@ -45,6 +45,33 @@ def test_counter_mode_counts_every_launch_block_and_shape_on_the_device(geometry
     assert counters["modules_patched"] >= 1 and counters["patch_failures"] == 0
 
 
+@pytest.mark.parametrize("config", ["slot", "bound"])
+def test_counter_with_launch_times_records_one_launch_event_per_launch(geometry_program, shm_dir, config) -> None:
+    """GPUOBS_LAUNCH_TIMES=1: `counter` counts as before, and block (0,0,0) of every launch records
+    one launch event (its entry time: what gives an engine step a span in `counter`), no block
+    event, no host record."""
+    run = InjectedRun(
+        [geometry_program, "--rounds", "3"],
+        shm_dir,
+        mode="counter",
+        env={"GPUOBS_CONFIG_WORD": config, "GPUOBS_LAUNCH_TIMES": "1"},
+    )
+    out = run.finish()
+    table = run.kernel_table()
+    events = run.all_events()
+    assert set(events["kind"].tolist()) == {EVENT_KINDS["launch"]}, set(events["kind"].tolist())
+    assert len(np.unique(events["grid_id"])) == len(events) == 12  # one each, 4 kernels x 3 rounds
+    for name, spec in out["kernels"].items():
+        row = find_kernel(table, name)
+        grid = math.prod(spec["grid"])
+        assert row["launches"] == 3 and row["blocks_observed"] == 3 * grid, name
+        mine = events[events["kernel_slot"] == row["slot"]]
+        assert len(mine) == 3 and all(int(t) > 0 for t in mine["globaltimer_ns"]), name
+    counters = run.global_counters()
+    assert counters["device_events_dropped"] == 0 and counters["launch_callback_ns"] == 0
+    assert len(run.all_launches()) == 0
+
+
 @pytest.mark.parametrize("mode", ["off", "noop"])
 def test_off_and_noop_count_launches_and_leave_blocks_unobserved(geometry_program, shm_dir, mode) -> None:
     run = InjectedRun([geometry_program, "--rounds", "2"], shm_dir, mode=mode)

@@ -82,11 +82,16 @@ constexpr uint32_t kFlagsModeMask = 0x7;        // flags bits 0-2: Mode
 constexpr uint32_t kFlagsCaptured = 0x8;        // flags bit 3: the kernel filter lets it record
 constexpr uint32_t kFlagsShiftShift = 4;        // flags bits 4-8: sample shift
 constexpr uint32_t kFlagsAccessHooked = 0x200;  // flags bit 9: its module carries the access hooks
+// flags bit 10 (GPUOBS_LAUNCH_TIMES=1): in `counter`, block (0,0,0)'s leader records the launch as
+// an event (its entry time), the cheapest record that gives an engine step its device span
+constexpr uint32_t kFlagsLaunchTimes = 0x400;
 static_assert(kModeCount <= kFlagsModeMask + 1, "every mode fits the flags' mode bits");
 static_assert(kMaxShift <= 0x1f, "every shift fits the flags' shift bits");
-GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured, bool access_hooked) {
+GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured, bool access_hooked,
+                                        bool launch_times = false) {
   return (config_mode(config) & kFlagsModeMask) | (captured ? kFlagsCaptured : 0) |
-         ((config_shift(config) & 0x1f) << kFlagsShiftShift) | (access_hooked ? kFlagsAccessHooked : 0);
+         ((config_shift(config) & 0x1f) << kFlagsShiftShift) | (access_hooked ? kFlagsAccessHooked : 0) |
+         (launch_times ? kFlagsLaunchTimes : 0);
 }
 GPUOBS_HD constexpr uint32_t flags_mode(uint32_t flags) { return flags & kFlagsModeMask; }
 GPUOBS_HD constexpr uint32_t flags_shift(uint32_t flags) { return (flags >> kFlagsShiftShift) & 0x1f; }
@@ -97,7 +102,8 @@ GPUOBS_HD constexpr uint64_t bound_userdata(uint64_t slot_address, uint32_t flag
 // What a kernel's block leaders record, from its config word: the one decision of the block
 // patches (enter, exit) and gpuobs-synth. Kernels with access hooks record accesses in the
 // access modes (their leaders only the launch); the others record every block in `blocks`, 1 in
-// 2^shift blocks in `sampled` (block_sample_keep) and nothing in `memory`.
+// 2^shift blocks in `sampled` (block_sample_keep) and nothing in `memory`; in `counter` with
+// launch times, every kernel the launch alone.
 enum class BlockCapture : uint32_t {
   None = 0,      // counted only
   Launches = 1,  // the launch event from block (0,0,0); accesses are recorded by the access patch
@@ -110,7 +116,9 @@ inline constexpr Named<BlockCapture> kBlockCaptureNames[] = {{BlockCapture::None
                                                              {BlockCapture::Every, "every"}};
 static_assert(dense_from(kBlockCaptureNames, 0), "block captures in value order");
 GPUOBS_HD constexpr BlockCapture block_capture(uint32_t flags) {
-  return (flags_mode(flags) < uint32_t(Mode::Blocks) || !(flags & kFlagsCaptured)) ? BlockCapture::None
+  return !(flags & kFlagsCaptured) ? BlockCapture::None
+         : flags_mode(flags) == uint32_t(Mode::Counter) && (flags & kFlagsLaunchTimes) ? BlockCapture::Launches
+         : flags_mode(flags) < uint32_t(Mode::Blocks)                                ? BlockCapture::None
          : flags_mode(flags) == uint32_t(Mode::Blocks)                             ? BlockCapture::Every
          : (flags & kFlagsAccessHooked)                                            ? BlockCapture::Launches
          : flags_mode(flags) == uint32_t(Mode::Sampled)                            ? BlockCapture::Sampled
