@@ -93,6 +93,7 @@ class RequestLedger(Analysis):
         self.next_key = 0  # the next step (StepAttribution's key) to settle
         self.next_seq = 0
         self.last_ids: list[str] | None = None  # the last settled step's full id list
+        self.batch = 0  # the requests of the last settled step: never let go while scheduled
         self.steps_settled = 0
         self.steps_device_ns = 0
         self.steps_lost = 0
@@ -136,13 +137,14 @@ class RequestLedger(Analysis):
         ratio = timed.busy_ratio
         if ratio is not None:
             self.histograms["step_busy_ratio"].observe(ratio)
+        self.batch = len(timed.step.request_ids)
         for row in fold_step(self.times, timed):
             if row.request not in self.rows:
                 self.rows[row.request] = LedgerRow(row, self.next_seq)
                 self.next_seq += 1
             self.rows.move_to_end(row.request)
         step = timed.step
-        if step.ids_complete or step.same_requests:
+        if step.ids_complete:
             ids = step.request_ids
             if self.last_ids is not None:
                 scheduled = set(ids)
@@ -164,12 +166,14 @@ class RequestLedger(Analysis):
 
     def _let_go(self) -> None:
         """The least recently scheduled rows beyond the count, or older than the window (host
-        clock of the newest settled step), go; each observed first if it was not yet."""
+        clock of the newest settled step), go; each observed first if it was not yet. The count
+        is at least the last step's batch: a request still scheduled keeps its one row."""
         newest = next(reversed(self.rows.values())).row.last_host_ns if self.rows else 0
         horizon = newest - int(self.retention.keep_s * 1e9)
-        while self.rows:
+        keep = max(self.retention.keep, self.batch)
+        while len(self.rows) > self.batch:
             entry = next(iter(self.rows.values()))
-            if len(self.rows) <= self.retention.keep and entry.row.last_host_ns >= horizon:
+            if len(self.rows) <= keep and entry.row.last_host_ns >= horizon:
                 break
             self.rows.popitem(last=False)
             del self.times[entry.row.request]

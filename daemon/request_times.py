@@ -10,10 +10,11 @@ took part in it: the request shared those kernels, it did not run a token's shar
 Steps whose tokens per request are unknown (a producer older than layout 7) or that have no
 measured span (`counter` mode records no device timestamps) add steps and host time to their
 requests but no device time; they are counted so a reader sees what the figure leaves out.
-Per kernel, a request gets every execution of the steps it took part in (it shared them) and
-its token share of their blocks: exact for a kernel that runs one block per token, such as the
-KV-cache write (blocks = tokens x layers); a padded graph's spare blocks are shared out the same
-way. request_ledger.py folds settled steps into rows kept for a window and a count.
+Per kernel (request_kernels, over the steps still kept in detail), a request gets every execution
+of the steps it took part in (it shared them) and its token share of their blocks: exact for a
+kernel that runs one block per token, such as the KV-cache write (blocks = tokens x layers); a
+padded graph's spare blocks are shared out the same way. request_ledger.py folds settled steps
+into rows kept for a window and a count.
 """
 
 from __future__ import annotations
@@ -36,9 +37,6 @@ class RequestTime:
     blocks: int = 0
     first_step: int = 0
     last_step: int = 0
-    # per kernel slot: [executions of the steps it took part in (whole), its token share of
-    # their blocks] (exact where a kernel runs a block per token: the cache write, tokens x layers)
-    kernels: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     last_host_ns: int = 0  # the host time of its last step: when it was last scheduled
 
 
@@ -92,17 +90,12 @@ def request_times(steps: Iterable[StepTime]) -> dict[str, RequestTime]:
 
 def fold_step(rows: dict[str, RequestTime], timed: StepTime) -> list[RequestTime]:
     """Adds one step to its requests' rows (made where new); returns them, in the step's order.
-    Its device time and each kernel's blocks are split by tokens (both conserved); executions,
-    launches and blocks of the whole step are counted whole for each of its requests."""
+    Its device time is split by tokens (conserved); launches and blocks of the whole step are
+    counted whole for each of its requests (per kernel: request_kernels, when asked)."""
     step = timed.step
     ids = step.request_ids
     known = len(step.request_tokens) == len(ids) and bool(ids)
     parts = split_by_tokens(timed.device_ns, step.request_tokens) if timed.split else [0] * len(ids)
-    kernel_parts = (
-        {slot: split_by_tokens(blocks, step.request_tokens) for slot, (_, blocks) in step.kernels.items()}
-        if known
-        else {}
-    )
     touched = []
     for index, request in enumerate(ids):
         row = rows.get(request)
@@ -114,11 +107,6 @@ def fold_step(rows: dict[str, RequestTime], timed: StepTime) -> list[RequestTime
         row.last_host_ns = step.host_time_ns
         row.kernel_launches += step.kernel_launches
         row.blocks += step.blocks_expected
-        for slot, (executions, _) in step.kernels.items():
-            counts = row.kernels.setdefault(slot, [0, 0])
-            counts[0] += executions
-            if known:
-                counts[1] += kernel_parts[slot][index]
         if known:
             row.tokens += step.request_tokens[index]
         if timed.split:
@@ -126,3 +114,24 @@ def fold_step(rows: dict[str, RequestTime], timed: StepTime) -> list[RequestTime
         else:
             row.steps_untimed += 1
     return touched
+
+
+def request_kernels(steps: Iterable[Step], request: str) -> tuple[dict[int, list[int]], int]:
+    """Per kernel slot, [executions, blocks] of one request over `steps` (those kept in detail),
+    and how many of its steps that covers: every execution of its steps (it shared them) and its
+    token share of their blocks (exact for a kernel that runs one block per token, the KV-cache
+    write: its tokens x layers). Made per query, so that settling a step costs nothing per kernel."""
+    kernels: dict[int, list[int]] = {}
+    covered = 0
+    for step in steps:
+        if request not in step.request_ids:
+            continue
+        index = step.request_ids.index(request)
+        known = len(step.request_tokens) == len(step.request_ids)
+        covered += 1
+        for slot, (executions, blocks) in step.kernels.items():
+            counts = kernels.setdefault(slot, [0, 0])
+            counts[0] += executions
+            if known:
+                counts[1] += split_by_tokens(blocks, step.request_tokens)[index]
+    return kernels, covered

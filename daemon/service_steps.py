@@ -14,7 +14,7 @@ from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
 from .paging import REQUEST_TOKEN, STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
 from .registry import ObservedProcess
-from .request_times import RequestTime, device_span, step_times
+from .request_times import RequestTime, device_span, request_kernels, step_times
 from .service_targets import MAX_TOP, Targets
 from .step_attribution import Step, StepAttribution
 
@@ -26,14 +26,8 @@ REQUESTS_PAGE = 512  # requests per ListRequests reply when walking every reques
 KV_CACHE_KERNEL = re.compile(r"reshape_and_cache|concat_and_cache|kv_cache_write|cache_write")
 
 
-def request_row(pid: int, row: RequestTime, names: dict[int, str]) -> results.RequestTime:
-    """A ledger row as the reply's; its kernels (where asked for) by name, most blocks first."""
-    kernels = [
-        results.RequestKernel(name, executions, blocks, bool(KV_CACHE_KERNEL.search(name)))
-        for slot, (executions, blocks) in row.kernels.items()
-        if (name := names.get(slot)) is not None
-    ]
-    kernels.sort(key=lambda k: (-k.blocks, -k.executions, k.kernel))
+def request_row(pid: int, row: RequestTime) -> results.RequestTime:
+    """A ledger row as the reply's, copied (the row goes on changing under the drain)."""
     return results.RequestTime(
         pid,
         row.request,
@@ -45,8 +39,18 @@ def request_row(pid: int, row: RequestTime, names: dict[int, str]) -> results.Re
         row.blocks,
         row.first_step,
         row.last_step,
-        kernels if names else [],
     )
+
+
+def kernel_rows(kernels: dict[int, list[int]], names: dict[int, str]) -> list[results.RequestKernel]:
+    """A request's kernels by name, most blocks first, the KV-cache writers flagged."""
+    rows = [
+        results.RequestKernel(name, executions, blocks, bool(KV_CACHE_KERNEL.search(name)))
+        for slot, (executions, blocks) in kernels.items()
+        if (name := names.get(slot)) is not None
+    ]
+    rows.sort(key=lambda k: (-k.blocks, -k.executions, k.kernel))
+    return rows
 
 
 @dataclasses.dataclass
@@ -221,9 +225,14 @@ class StepQueries:
                     rows = [entry.row] if entry else []
                 else:
                     rows = heapq.nlargest(top, (e.row for e in ledger.rows.values()), key=lambda r: r.device_ns)
-                kernels = {slot: list(counts) for row in rows if request for slot, counts in row.kernels.items()}
-            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted(kernels))} if kernels else {}
-            reply.requests.extend(request_row(process.pid, row, names) for row in rows)
+                # copied under the lock: the drain folds steps into these rows
+                made = [request_row(process.pid, row) for row in rows]
+                kernels, covered = request_kernels(process.analyses.steps.steps.values(), request) if made else ({}, 0)
+            if made and request:
+                names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted(kernels))}
+                made[0].kernels = kernel_rows(kernels, names)
+                made[0].kernel_steps = covered
+            reply.requests.extend(made)
         if request and not reply.requests:
             raise NotFound(f"no kept request of the targeted processes is {request!r}")
         if not every:

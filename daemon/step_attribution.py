@@ -56,9 +56,11 @@ class Step:
     # per kernel slot: [executions, blocks] of its eager launches and replays' node executions
     kernels: dict[int, list[int]] = dataclasses.field(default_factory=dict)
 
+    ids_known: bool = True  # false: a same-requests step after a step whose id text was cut short
+
     @property
     def ids_complete(self) -> bool:
-        return self.text_received == self.text_bytes
+        return self.ids_known and self.text_received == self.text_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +90,7 @@ class StepAttribution(Analysis):
         self._next_key = 0
         self._last_ids: list[str] = []
         self._last_tokens: list[int] = []
+        self._last_known = True  # the last ids arrived whole (a same-requests step may repeat them)
 
     def on_launches(self, rows: np.ndarray) -> None:
         """One launch ring batch, in ring order (after the graph join has seen it)."""
@@ -122,9 +125,11 @@ class StepAttribution(Analysis):
             int(record["text_bytes"]),
             same,
         )
-        if same:
+        if same and self._last_known:
             step.request_ids = list(self._last_ids)
             step.request_tokens = list(self._last_tokens)
+        elif same:  # the ids it repeats never arrived whole: not those of an older step
+            step.ids_known = False
         key = self._next_key
         self._next_key += 1
         self.steps[key] = step
@@ -134,7 +139,9 @@ class StepAttribution(Analysis):
             for graph_exec, replay, _ in old.replays:
                 self.replay_step.pop((graph_exec, replay), None)
         if step.text_bytes == 0 and not same:
-            self._last_ids, self._last_tokens = [], []
+            self._last_ids, self._last_tokens, self._last_known = [], [], True
+        elif step.text_bytes:
+            self._last_known = False  # until its text arrives whole
 
     def _text(self, record: np.void) -> None:
         step = next((s for s in reversed(self.steps.values()) if s.step == int(record["step"])), None)
@@ -148,7 +155,7 @@ class StepAttribution(Analysis):
         step.text_received += length
         if step.ids_complete:
             step.request_ids, step.request_tokens = parse_step_text(step.text.decode("utf-8", "replace"))
-            self._last_ids, self._last_tokens = step.request_ids, step.request_tokens
+            self._last_ids, self._last_tokens, self._last_known = step.request_ids, step.request_tokens, True
 
     def _attribute(self, rows: np.ndarray, replay_shape: ReplayShapeOf) -> None:
         """Each launch to the last step that began before it: eager launch records one by one,

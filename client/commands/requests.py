@@ -92,7 +92,10 @@ def show(address: str, output: str, request: pb.ListRequestsRequest) -> int:
         emit("text", None, COLUMNS, rows)
     for r in response.requests:
         if r.kernels:
-            print(f"\nkernels of {r.request} (pid {r.pid}): executions of its steps, its token share of their blocks")
+            print(
+                f"\nkernels of {r.request} (pid {r.pid}) over {r.kernel_steps} of its {r.steps} steps (those still "
+                "kept in detail): executions of its steps, its token share of their blocks"
+            )
             emit(
                 "text",
                 None,

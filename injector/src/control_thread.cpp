@@ -41,7 +41,8 @@ void Injector::apply_config() {
   }
   // every slot, registered or not: a kernel registered later starts under the config in force
   const uint32_t slots = writer_->view().caps.kernel_slots;
-  std::vector<uint32_t> flags(slots, make_flags(config, true, patcher_.set() == PatchSet::Memory, config_.launch_times));
+  std::vector<uint32_t> flags(slots,
+                              make_flags(config, true, patcher_.set() == PatchSet::Memory, config_.launch_times));
   for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot) {
     const bool captured = captured_by(filter.get(), slot);
     slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);

@@ -440,8 +440,7 @@ void bind_functions(py::module_& m) {
         py::arg("shift"), "0: a sampled block's exit is not recorded; 1: by its epoch; 2: by the epoch before");
   m.def(
       "block_capture",
-      [](uint32_t mode, uint32_t shift, bool captured, bool access_hooked, bool chosen_in_userdata,
-         bool launch_times) {
+      [](uint32_t mode, uint32_t shift, bool captured, bool access_hooked, bool chosen_in_userdata, bool launch_times) {
         const uint32_t word = make_flags(make_config(Mode(mode), shift), captured, access_hooked, launch_times);
         return uint32_t(block_capture(slot_word_flags(chosen_in_userdata ? kUserdataAccessHooked : 0, word)));
       },

@@ -752,7 +752,7 @@ class RequestKernel(_message.Message):
     def __init__(self, kernel: _Optional[str] = ..., executions: _Optional[int] = ..., blocks: _Optional[int] = ..., kv_cache: bool = ...) -> None: ...
 
 class RequestTime(_message.Message):
-    __slots__ = ("pid", "request", "steps", "tokens", "device_ns", "steps_untimed", "kernel_launches", "blocks", "first_step", "last_step", "kernels")
+    __slots__ = ("pid", "request", "steps", "tokens", "device_ns", "steps_untimed", "kernel_launches", "blocks", "first_step", "last_step", "kernels", "kernel_steps")
     PID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -764,6 +764,7 @@ class RequestTime(_message.Message):
     FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
     LAST_STEP_FIELD_NUMBER: _ClassVar[int]
     KERNELS_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_STEPS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     request: str
     steps: int
@@ -775,7 +776,8 @@ class RequestTime(_message.Message):
     first_step: int
     last_step: int
     kernels: _containers.RepeatedCompositeFieldContainer[RequestKernel]
-    def __init__(self, pid: _Optional[int] = ..., request: _Optional[str] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., device_ns: _Optional[int] = ..., steps_untimed: _Optional[int] = ..., kernel_launches: _Optional[int] = ..., blocks: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., kernels: _Optional[_Iterable[_Union[RequestKernel, _Mapping]]] = ...) -> None: ...
+    kernel_steps: int
+    def __init__(self, pid: _Optional[int] = ..., request: _Optional[str] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., device_ns: _Optional[int] = ..., steps_untimed: _Optional[int] = ..., kernel_launches: _Optional[int] = ..., blocks: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., kernels: _Optional[_Iterable[_Union[RequestKernel, _Mapping]]] = ..., kernel_steps: _Optional[int] = ...) -> None: ...
 
 class ListRequestsResponse(_message.Message):
     __slots__ = ("requests", "steps_device_ns", "next_page_token", "requests_let_go", "device_ns_let_go", "steps_settled", "steps_lost")

@@ -87,8 +87,7 @@ constexpr uint32_t kFlagsAccessHooked = 0x200;  // flags bit 9: its module carri
 constexpr uint32_t kFlagsLaunchTimes = 0x400;
 static_assert(kModeCount <= kFlagsModeMask + 1, "every mode fits the flags' mode bits");
 static_assert(kMaxShift <= 0x1f, "every shift fits the flags' shift bits");
-GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured, bool access_hooked,
-                                        bool launch_times = false) {
+GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured, bool access_hooked, bool launch_times = false) {
   return (config_mode(config) & kFlagsModeMask) | (captured ? kFlagsCaptured : 0) |
          ((config_shift(config) & 0x1f) << kFlagsShiftShift) | (access_hooked ? kFlagsAccessHooked : 0) |
          (launch_times ? kFlagsLaunchTimes : 0);
@@ -116,13 +115,13 @@ inline constexpr Named<BlockCapture> kBlockCaptureNames[] = {{BlockCapture::None
                                                              {BlockCapture::Every, "every"}};
 static_assert(dense_from(kBlockCaptureNames, 0), "block captures in value order");
 GPUOBS_HD constexpr BlockCapture block_capture(uint32_t flags) {
-  return !(flags & kFlagsCaptured) ? BlockCapture::None
+  return !(flags & kFlagsCaptured)                                                     ? BlockCapture::None
          : flags_mode(flags) == uint32_t(Mode::Counter) && (flags & kFlagsLaunchTimes) ? BlockCapture::Launches
-         : flags_mode(flags) < uint32_t(Mode::Blocks)                                ? BlockCapture::None
-         : flags_mode(flags) == uint32_t(Mode::Blocks)                             ? BlockCapture::Every
-         : (flags & kFlagsAccessHooked)                                            ? BlockCapture::Launches
-         : flags_mode(flags) == uint32_t(Mode::Sampled)                            ? BlockCapture::Sampled
-                                                                                   : BlockCapture::None;
+         : flags_mode(flags) < uint32_t(Mode::Blocks)                                  ? BlockCapture::None
+         : flags_mode(flags) == uint32_t(Mode::Blocks)                                 ? BlockCapture::Every
+         : (flags & kFlagsAccessHooked)                                                ? BlockCapture::Launches
+         : flags_mode(flags) == uint32_t(Mode::Sampled)                                ? BlockCapture::Sampled
+                                                                                       : BlockCapture::None;
 }
 GPUOBS_HD constexpr uint32_t bound_flags(uint64_t userdata) { return uint32_t((userdata >> 48) & 0x7fff); }
 
