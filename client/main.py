@@ -1,9 +1,12 @@
-"""gpuobsctl: the command line of gpuobsd. Exit 0 on success, non-zero with a one-line reason."""
+"""gpuobsctl: the command line of gpuobsd. Exit 0 on success, 2 for a usage error (found before
+any call), 1 for a failure, 130 on Ctrl-C; every failure with a one-line reason."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import signal
 import sys
 
@@ -12,13 +15,28 @@ from gpuobs import version_line
 from .commands import COMMANDS
 from .connection import CommandError, address_of, configure_tcp
 
+USAGE_ERROR = 2  # as POSIX utilities and argparse: wrong usage, told apart from a failure (1)
+INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+def did_you_mean(message: str) -> str:
+    """The message of an invalid choice with the nearest valid one suggested (a typo of a
+    subcommand or mode), else the message as it was."""
+    found = INVALID_CHOICE.search(message)
+    if not found:
+        return message
+    choices = [choice.strip().strip("'") for choice in found["choices"].split(",")]
+    close = difflib.get_close_matches(found["given"], choices, n=1, cutoff=0.6)
+    return f"{message}; did you mean '{close[0]}'?" if close else message
+
 
 class Parser(argparse.ArgumentParser):
-    """Usage errors exit 1 with the one-line reason, as every other failure does."""
+    """Usage errors exit 2 with the one-line reason (and the nearest valid choice), before any
+    call to gpuobsd."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(1, f"gpuobsctl: {message}\n")
+        self.exit(USAGE_ERROR, f"gpuobsctl: {did_you_mean(message)}\n")
 
 
 def add_global_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import gpuobs
 import grpc
 from gpuobs.api.v1 import observer_pb2 as pb
-from gpuobs.segment import ACCESS_MODES, PATCH_SETS
+from gpuobs.segment import ACCESS_MODES, MODES, PATCH_SETS
 
 from ..arguments import uint32
 from ..connection import CommandError, stub
@@ -34,7 +34,7 @@ INJECTOR = gpuobs.injector_library()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", default="counter", help="initial mode (default counter)")
+    parser.add_argument("--mode", default="counter", choices=list(MODES), help="initial mode (default counter)")
     parser.add_argument("--shift", type=uint32, default=10, help="sample shift for sampled (default 10)")
     parser.add_argument(
         "--patch-set",

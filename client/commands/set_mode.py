@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpuobs.api.v1 import observer_pb2 as pb
+from gpuobs.segment import MODES
 
 from ..arguments import acknowledgement_timeout, pid, uint32
 from ..connection import CommandError, call
@@ -15,7 +16,7 @@ HELP = "switch mode, sample shift and kernel filter of running processes"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("mode", help="off | noop | counter | blocks | memory | sampled")
+    parser.add_argument("mode", choices=list(MODES), help="the mode to put in force")
     parser.add_argument("--shift", type=uint32, help="sampled: keep 1 in 2^SHIFT events (0..31)")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument(

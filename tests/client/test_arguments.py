@@ -35,15 +35,18 @@ def gpuobsctl(*args: str) -> subprocess.CompletedProcess:
         (["ops", "--record-steps", "2", "--timeout", "0.0001"], "at least 0.001"),
     ],
 )
-def test_bad_arguments_are_one_line_and_exit_1(args: list[str], reason: str) -> None:
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], reason: str) -> None:
+    """Usage errors, found before any call (no daemon runs here): exit 2, one line."""
     done = gpuobsctl(*args)
-    assert done.returncode == 1, done
+    assert done.returncode == 2, done
     assert "Traceback" not in done.stderr
     (line,) = [text for text in done.stderr.splitlines() if text.startswith("gpuobsctl:")]
     assert reason in line
 
 
-@pytest.mark.parametrize("args", [[b"set-mode", b"\xff\xfe"], [b"record", b"/tmp/\xff.gpuobs", b"--count", b"5"]])
+@pytest.mark.parametrize(
+    "args", [[b"set-mode", b"off", b"--kernel", b"\xff\xfe"], [b"record", b"/tmp/\xff.gpuobs", b"--count", b"5"]]
+)
 def test_an_argument_that_is_not_utf8_is_refused_by_name(args: list[bytes]) -> None:
     done = subprocess.run(
         [sys.executable.encode(), b"-m", b"gpuobs.client.main", b"--address", NOWHERE.encode(), *args],
@@ -51,13 +54,13 @@ def test_an_argument_that_is_not_utf8_is_refused_by_name(args: list[bytes]) -> N
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr  # a usage error
     assert "not valid UTF-8" in done.stderr
 
 
 def test_a_huge_argument_is_not_echoed_back_whole() -> None:
     done = gpuobsctl("kernels", "--top", "9" * 100_000 + "x")
-    assert done.returncode == 1 and len(done.stderr) < 4000
+    assert done.returncode == 2 and len(done.stderr) < 4000
 
 
 @pytest.mark.slow
@@ -99,3 +102,22 @@ def test_a_reply_over_four_mebibytes_arrives(start_synth, start_daemon) -> None:
     reader.stdout.close()
     assert reader.wait(timeout=120) == 0
     assert b"Traceback" not in reader.stderr.read()
+
+
+@pytest.mark.parametrize(
+    ("args", "suggestion"),
+    [
+        (["stauts"], "did you mean 'status'?"),
+        (["kernles"], "did you mean 'kernels'?"),
+        (["set-mode", "countr"], "did you mean 'counter'?"),
+        (["set-mode", "fast"], "invalid choice: 'fast'"),  # nothing near: no guess, still refused locally
+        (["--output", "jsno", "status"], "did you mean 'json'?"),
+    ],
+)
+def test_a_mistyped_subcommand_or_mode_is_refused_locally_with_the_nearest(args: list[str], suggestion: str) -> None:
+    done = gpuobsctl(*args)  # no daemon: a usage error is found before any call
+    assert done.returncode == 2 and "not running" not in done.stderr, done
+    (line,) = [text for text in done.stderr.splitlines() if text.startswith("gpuobsctl:")]
+    assert suggestion in line, line
+    if "fast" in args:
+        assert "did you mean" not in line

@@ -31,8 +31,9 @@ def event_file(path: Path, *, table: bytes | None = None, time_ns: int = 1000, p
 
 def refused(*args: str) -> str:
     done = gpuobsctl(NO_DAEMON, *args)
-    assert done.returncode == 1 and "Traceback" not in done.stderr, (args, done.stderr)
     lines = done.stderr.strip().splitlines()
+    usage = bool(lines) and lines[0].startswith("usage:")  # a usage error exits 2, a failure 1
+    assert done.returncode == (2 if usage else 1) and "Traceback" not in done.stderr, (args, done.stderr)
     assert len(lines) == 1 or lines[0].startswith("usage:"), done.stderr  # the reason, after the usage if a usage error
     return lines[-1]
 

@@ -81,4 +81,4 @@ def test_what_query_refuses_is_one_line(tmp_path: Path) -> None:
     code, _, said = query(str(empty), "SELECT 1")
     assert code == 1 and "not a gpuobs dataset" in said
     code, _, said = query(str(out), "--canonical", "nope")
-    assert code == 1 and "invalid choice" in said
+    assert code == 2 and "invalid choice" in said  # a usage error, found before the query

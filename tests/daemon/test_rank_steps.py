@@ -123,7 +123,7 @@ def test_counter_mode_has_no_spans_and_compares_host_starts(start_synth, start_d
 def test_ranks_refuses_what_it_cannot_align(start_synth, start_daemon) -> None:
     daemon = start_daemon()
     both = gpuobsctl(daemon.address, "steps", "--ranks", "--replay", "3")
-    assert both.returncode == 1 and "not allowed with argument" in both.stderr, both.stderr
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr  # usage
     assert "Traceback" not in both.stderr
     synth = start_synth("--mode", "counter", "--graph-nodes", "2", "--steps", "--launches", "20")
     assert synth.wait() == 0

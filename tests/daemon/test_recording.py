@@ -252,13 +252,14 @@ def test_trace_refuses_what_it_cannot_do(start_daemon, tmp_path: Path) -> None:
     daemon = start_daemon()
     folder = tmp_path / "traces"
     folder.mkdir()
-    for args, message in (
-        (["--duration", "0", "--out", str(folder / "t.pftrace")], "not within"),
-        (["--duration", "1", "--out", str(folder / "no" / "t.pftrace")], "no such folder"),
-        (["--duration", "0.2", "--out", str(folder / "t.pftrace")], "no live process"),
+    for args, message, code in (
+        (["--duration", "0", "--out", str(folder / "t.pftrace")], "not within", 2),  # usage: found locally
+        (["--duration", "1", "--out", str(folder / "no" / "t.pftrace")], "no such folder", 1),
+        (["--duration", "0.2", "--out", str(folder / "t.pftrace")], "no live process", 1),
     ):
         done = gpuobsctl(daemon.address, "trace", *args)
-        assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+        assert done.returncode == code and message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
     assert list(folder.iterdir()) == []
 
 
