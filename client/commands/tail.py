@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 
 import grpc
 import numpy as np
@@ -48,7 +50,12 @@ def run(args: argparse.Namespace) -> int:
     except grpc.RpcError as error:
         raise CommandError(f"{error.code().name.lower()}: {error.details()}") from None
     except KeyboardInterrupt:
-        pass
+        interrupted = True
+    else:
+        interrupted = False
     if dropped:
         print(f"# {dropped} events skipped: this terminal read slower than events arrived")
+    if interrupted:  # the usual way to end a tail, still told apart from reaching --count
+        print("gpuobsctl: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0

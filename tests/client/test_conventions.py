@@ -90,6 +90,26 @@ def test_ctrl_c_ends_a_command_without_a_traceback(start_synth, start_daemon, tm
     assert "Traceback" not in err
 
 
+def test_ctrl_c_ends_a_tail_with_130_after_what_it_printed(start_synth, start_daemon) -> None:
+    """Ctrl-C is how a tail usually ends: exit 130 (not 0, which says --count was reached), the
+    events printed before it kept, no traceback."""
+    start_synth("--mode", "blocks", "--rate", "20000")
+    daemon = start_daemon()
+    daemon.wait_processes(1)
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "tail"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first = tail.stdout.readline()  # events flow: the stream is open
+    assert first.strip(), tail.stderr.read()
+    tail.send_signal(signal.SIGINT)
+    out, err = tail.communicate(timeout=30)
+    assert tail.returncode == 128 + signal.SIGINT and err.strip() == "gpuobsctl: interrupted", err
+    assert "Traceback" not in err
+
+
 def test_an_unreachable_daemon_is_named_with_the_next_step(tmp_path: Path) -> None:
     missing = gpuobsctl("--address", f"unix://{tmp_path}/none.sock", "status")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
