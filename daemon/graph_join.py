@@ -57,11 +57,14 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay
-from gpuobs.segment import EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, field_names
+from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, field_names
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
 from .graph_exec import (
+    BLOCK_ENTER,
+    BLOCK_EXIT,
+    LAUNCH_EVENT,
     MATCHED,
     MISMATCHED,
     NO_REPLAY,
@@ -84,9 +87,6 @@ GRAPH_NODE = LAUNCH_KINDS["graph_node"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 EXEC_CREATED = LAUNCH_KINDS["graph_exec_created"]
 EXEC_DESTROYED = LAUNCH_KINDS["graph_exec_destroyed"]
-BLOCK_ENTER = EVENT_KINDS["block_enter"]
-BLOCK_EXIT = EVENT_KINDS["block_exit"]
-LAUNCH_EVENT = EVENT_KINDS["launch"]
 MAX_SHAPES_CACHED = 1024  # replay shapes kept between batches (one per exec instance in use)
 
 

@@ -80,14 +80,6 @@ def step_times(steps: list[Step], spans: list[int]) -> list[StepTime]:
     return times
 
 
-def request_times(steps: Iterable[StepTime]) -> dict[str, RequestTime]:
-    """One row per request over `steps`; sum of device_ns == sum of the timed steps' spans."""
-    rows: dict[str, RequestTime] = {}
-    for timed in steps:
-        fold_step(rows, timed)
-    return rows
-
-
 def fold_step(rows: dict[str, RequestTime], timed: StepTime) -> list[RequestTime]:
     """Adds one step to its requests' rows (made where new); returns them, in the step's order.
     Its device time is split by tokens (conserved); launches and blocks of the whole step are

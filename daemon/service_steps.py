@@ -227,7 +227,9 @@ class StepQueries:
                     rows = heapq.nlargest(top, (e.row for e in ledger.rows.values()), key=lambda r: r.device_ns)
                 # copied under the lock: the drain folds steps into these rows
                 made = [request_row(process.pid, row) for row in rows]
-                kernels, covered = request_kernels(process.analyses.steps.steps.values(), request) if made else ({}, 0)
+                kernels, covered = (
+                    request_kernels(process.analyses.steps.steps.values(), request) if made and request else ({}, 0)
+                )
             if made and request:
                 names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted(kernels))}
                 made[0].kernels = kernel_rows(kernels, names)

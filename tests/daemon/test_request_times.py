@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 from gpuobs.daemon.request_split import parse_step_text, split_by_tokens
-from gpuobs.daemon.request_times import request_times, step_times
+from gpuobs.daemon.request_times import RequestTime, StepTime, fold_step, step_times
 from gpuobs.daemon.step_attribution import Step, StepAttribution
 from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
@@ -78,6 +78,14 @@ def test_step_attribution_keeps_each_requests_tokens_across_same_request_steps()
         (["a", "b"], [1, 1]),
         (["a", "b"], [1, 1]),
     ]
+
+
+def request_times(steps: list[StepTime]) -> dict[str, RequestTime]:
+    """One row per request over `steps`, folded as the request ledger folds settled steps."""
+    rows: dict[str, RequestTime] = {}
+    for timed in steps:
+        fold_step(rows, timed)
+    return rows
 
 
 def step(number: int, ids: dict[str, int], launches: int = 4, blocks: int = 100) -> Step:
