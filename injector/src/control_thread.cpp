@@ -41,13 +41,11 @@ void Injector::apply_config() {
   }
   // every slot, registered or not: a kernel registered later starts under the config in force
   const uint32_t slots = writer_->view().caps.kernel_slots;
-  std::vector<uint32_t> flags(slots,
-                              make_flags(config, true, patcher_.set() == PatchSet::Memory, config_.launch_times));
+  std::vector<uint32_t> flags(slots, kernel_flags(config, true, patcher_.set() == PatchSet::Memory));
   for (uint32_t slot = 0; slot < slots && slot_names_[slot].load(std::memory_order_acquire); ++slot) {
     const bool captured = captured_by(filter.get(), slot);
     slot_captured_[slot].store(captured ? 1 : 0, std::memory_order_relaxed);
-    flags[slot] = make_flags(config, captured, slot_access_hooked_[slot].load(std::memory_order_relaxed) != 0,
-                             config_.launch_times);
+    flags[slot] = kernel_flags(config, captured, slot_access_hooked_[slot].load(std::memory_order_relaxed) != 0);
   }
   std::vector<std::pair<Binding, uint64_t>> rebind;
   if (config_.bound_config) {

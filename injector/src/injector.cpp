@@ -317,8 +317,8 @@ void Injector::on_context_created(const Sanitizer_ResourceContextData& data) {
   uint32_t initial_flags = 0;
   {
     std::lock_guard<std::mutex> config_lock(config_mutex_);
-    initial_flags = make_flags(make_config(in_force_.mode, in_force_.shift), true, patcher_.set() == PatchSet::Memory,
-                               config_.launch_times);
+    initial_flags =
+        kernel_flags(make_config(in_force_.mode, in_force_.shift), true, patcher_.set() == PatchSet::Memory);
   }
   auto state = DeviceContext::create(data.context, index, *writer_, initial_flags, &error);
   if (!state) {
@@ -508,8 +508,7 @@ int64_t Injector::register_function(CUcontext context, CUmodule module, CUfuncti
       // Bound to the function for its whole life: exact under graph replay (measured on the H200: a graph exec keeps
       // the userdata of its first launch).
       const Binding binding{function, module, uint32_t(slot), device, entry_flags != 0};
-      const uint32_t flags =
-          make_flags(make_config(in_force_.mode, in_force_.shift), captured, access_hooked, config_.launch_times);
+      const uint32_t flags = kernel_flags(make_config(in_force_.mode, in_force_.shift), captured, access_hooked);
       on_device =
           sanitizerSetCallbackData(function, reinterpret_cast<void*>(userdata_of(binding, flags))) == SANITIZER_SUCCESS;
       if (on_device) bindings_.push_back(binding);

@@ -103,6 +103,10 @@ class Injector : private ControlTarget {
   // What a function is bound to: its slot's address, and with GPUOBS_CONFIG_WORD=bound the config.
   struct Binding;
   uint64_t userdata_of(const Binding& binding, uint32_t flags) const;
+  // A kernel's config word under `config`: the process-wide options (GPUOBS_LAUNCH_TIMES) come from config_.
+  uint32_t kernel_flags(uint64_t config, bool captured, bool access_hooked) const {
+    return make_flags(config, captured, access_hooked, config_.launch_times);
+  }
 
   // control thread (control_thread.cpp)
   void control_loop();

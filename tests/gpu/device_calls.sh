@@ -9,8 +9,8 @@
 # vLLM ops scene and serve tests grew: no room left for `decode` after it); a try that gets no
 # machine costs ~90 s of device time. At 910cb9b on an H100: call 1 250 s, 1b 31 s, call 3 573 s
 # (its tests 561 s: 14 s from its limit, so nothing fits after it), call 2 527 s (its bench's 480 s
-# budget left the ninth process out). Call 4 is a fourth that does not fit beside the other three:
-# run it instead of call 2 (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after
+# budget left the ninth process out): call 3 is now split, 3o (the ops scene) then 3. Call 4 is
+# a fourth that does not fit beside the others: run it instead of call 2 (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after
 # call 1. The vLLM payload comes in two chunk folders that must be carried by calls back to back
 # on a warm machine (it stays warm ~30 s after a call): make the next call at once. Should the
 # machine go cold after call 1 all the same, call 1b (18 s at 13ef1c3) unpacks the first chunk
@@ -21,9 +21,9 @@
 #   call 1 (carry .whl .vllm/c1):  bash tests/gpu/device_calls.sh 1 COMMIT [overhead workloads: silu,gemm; none]
 #   call 1b (carry .whl .vllm/c1): bash tests/gpu/device_calls.sh 1b COMMIT   (only after a cold machine)
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
+#   call 3o (carry .vllm/c2):      bash tests/gpu/device_calls.sh 3o COMMIT  (the vLLM ops scene: ~100 s)
 #   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [overhead workloads after it]
-#   call 3o (carry .vllm/c2):      bash tests/gpu/device_calls.sh 3o COMMIT  (the vLLM ops scene alone:
-#                                  ~100 s, after 1b, where little device time is left)
+#                                  (serve and per-request tests, without the ops scene since 910cb9b)
 #   call 4 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 4 COMMIT   (the decode bench on the
 #                                  GPU-bound model, 3 rounds; not a test; call 2 runs it as the test
 #                                  with GPUOBS_DECODE_MODEL_SIZE=gpu-bound in the environment)
@@ -61,11 +61,11 @@ case "$call" in
     export GPUOBS_VLLM_PAYLOAD=.vllm/c2 GPUOBS_REPORT_DIR="$out/r" GPUOBS_DECODE_MODEL_SIZE=${GPUOBS_DECODE_MODEL_SIZE:-host-bound}
     case "$call" in
       2) test=tests/gpu/test_vllm_decode.py ;;
-      3) test="tests/gpu/test_vllm_ops.py tests/gpu/test_vllm.py tests/gpu/test_vllm_requests.py" ;;
+      3) test="tests/gpu/test_vllm.py tests/gpu/test_vllm_requests.py" ;;
       3o) test=tests/gpu/test_vllm_ops.py ;;
     esac
     limit=$([ "$call" = 2 ] && echo 570 || echo 575)
-    # shellcheck disable=SC2086 # call 3 runs three test files (two judge one vLLM run)
+    # shellcheck disable=SC2086 # call 3 runs two test files that judge one vLLM run
     timeout "$(left "$limit")" python3 -m pytest -v -p no:cacheprovider $test --junitxml="$out/junit-$call.xml" \
       > "$out/vllm-tests-$call.log" 2>&1
     echo "$test rc $? at $SECONDS s"
