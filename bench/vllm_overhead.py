@@ -222,10 +222,13 @@ def model_layers(model: Path) -> int | None:
 
 
 def save_request_views(daemon: DaemonProcess, folder: Path, count: int = 3) -> None:
-    """`gpuobsctl request ID` of the first `count` requests the saved list has (most device time):
-    each one's kernels, the KV-cache write's among them."""
+    """`gpuobsctl request ID` of the `count` requests of the saved list that began last: each one's
+    kernels, the KV-cache write's among them. The daemon keeps the last 4,096 steps in detail, so
+    a request of an earlier round (the list's top by device time, in the run at 344fd1a) has no
+    kernels left to show (kernel_steps 0)."""
     listed = json.loads((folder / "requests-load-blocks.json").read_text())
-    for index, row in enumerate(listed.get("requests", [])[:count]):
+    newest = sorted(listed.get("requests", []), key=lambda row: (-int(row["first_step"]), row["request"]))
+    for index, row in enumerate(newest[:count]):
         ctl_json(daemon, folder / f"request-load-blocks-{index}.json", "request", row["request"])
 
 

@@ -145,3 +145,20 @@ def test_the_decode_bench_interleaves_fresh_processes_and_reports_ratios_and_spr
     assert spread["min_over_median"] <= 1 <= spread["max_over_median"] and len(spread["per_round"]) == 3
     assert summary["tokens_identical"] and len(summary["token_groups"][0]) == 9
     assert set(summary["engine_ready"]) == {"none", "floor-patch", "floor-steady"}
+
+
+def test_request_views_are_of_the_requests_that_began_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon keeps the last steps in detail: the views must be of requests whose steps it still
+    holds (at 344fd1a the three with the most device time came from an earlier round and had none)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import vllm_overhead
+
+    rows = [{"request": f"r{step}", "first_step": step, "device_ns": 10_000 - step} for step in (5, 900, 40, 700, 3)]
+    (tmp_path / "requests-load-blocks.json").write_text(json.dumps({"requests": rows}))
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(vllm_overhead, "ctl_json", lambda daemon, into, *args: asked.append((into.name, *args)))
+    vllm_overhead.save_request_views(None, tmp_path, count=2)
+    assert asked == [
+        ("request-load-blocks-0.json", "request", "r900"),
+        ("request-load-blocks-1.json", "request", "r700"),
+    ]

@@ -9,10 +9,12 @@
 # vLLM ops scene and serve tests grew: no room left for `decode` after it); a try that gets no
 # machine costs ~90 s of device time. At 910cb9b on an H100: call 1 250 s, 1b 31 s, call 3 573 s
 # (its tests 561 s: 14 s from its limit, so nothing fits after it), call 2 527 s (its bench's 480 s
-# budget left the ninth process out): call 3 is now split, 3o (the ops scene) then 3. Call 4 is
-# a fourth that does not fit beside the others: run it instead of call 2 (or give call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after
-# call 1. The vLLM payload comes in two chunk folders that must be carried by calls back to back
-# on a warm machine (it stays warm ~30 s after a call): make the next call at once. Should the
+# budget left the ninth process out): call 3 is now split, 3o (the ops scene) then 3. At 344fd1a
+# on an H100: call 1 357 s, 1b 22 s, 3o 130 s, 3 336 s, call 2 462 s (1,425 s held with the cold
+# start). Call 4 is a fourth that does not fit beside the others: run it instead of call 2 (or give
+# call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after call 1. The vLLM payload comes in two
+# chunk folders that must be carried by calls back to back on a warm machine (it stays warm ~30 s
+# after a call): make the next call at once. Should the
 # machine go cold after call 1 all the same, call 1b (18 s at 13ef1c3) unpacks the first chunk
 # again and builds, and calls 2 and 3 follow it. Build the chunks with
 # `CHUNK_MB=42 build_payload.sh .vllm`: a 62 MiB chunk and this repository's tracked files pass
