@@ -62,6 +62,7 @@ SERVE_ARGS = [
     "512",
     "--compilation-config",
     '{"cudagraph_capture_sizes":[1,2,4]}',
+    "--enable-mfu-metrics",  # vLLM's FLOP estimate per step (every server alike): gpuobs divides it by device time
 ]
 REFERENCE_REQUESTS = 3
 ROUNDS = 2

@@ -56,6 +56,11 @@ def emit(fmt: str, data: Any, columns: Sequence[tuple[str, str]] | None = None, 
     table(columns, rows)
 
 
+def micros(ns: int) -> str:
+    """A duration in microseconds, one decimal: the unit goes in the column's name."""
+    return f"{ns / 1000:.1f}"
+
+
 def table(columns: Sequence[tuple[str, str]], rows: list[dict]) -> None:
     cells = [[str(row.get(key, "")) for key, _ in columns] for row in rows]
     widths = [max([len(title)] + [len(line[i]) for line in cells]) for i, (_, title) in enumerate(columns)]

@@ -82,6 +82,20 @@ def span_parts(block: np.ndarray, starts: np.ndarray) -> list[DeviceSpan]:
     ]
 
 
+def covered_ns(intervals: list[tuple[int, int]]) -> int:
+    """The time at least one of the (start, end) intervals covers: a replay's busy time, where
+    node executions on several streams overlap and waits between them count for nothing."""
+    total, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
 @dataclasses.dataclass
 class DeviceTime:
     """The device time of some launches (eager ones or node executions): the sum over those

@@ -79,6 +79,7 @@ from .graph_exec import (
     NodeExecution,
     ReplayRecord,
     ReplayShape,
+    covered_ns,
     span_parts,
 )
 from .time_budget import TimeBudget
@@ -711,6 +712,7 @@ class GraphJoin(Analysis):
                 "mode": row["mode"],
                 "device_start_ns": row["device_start_ns"],
                 "device_end_ns": row["device_end_ns"],
+                "device_busy_ns": row["busy_ns"],
             }
         )
 
@@ -722,6 +724,7 @@ class GraphJoin(Analysis):
         before it, for the gap."""
         blocks, matched, start, end = [], 0, 0, 0
         launched: list[int] = []  # launch events' times, where no execution has block events
+        runs: list[tuple[int, int]] | None = []  # each execution's own run; None once one is not whole
         executions = graph.executions(record)
         for execution, status, observed in judged:
             matched += status == MATCHED
@@ -732,6 +735,12 @@ class GraphJoin(Analysis):
                 end = max(end, span.last_ns)
             elif span and span.launches and not span.enters + span.exits:
                 launched.append(span.first_ns)
+            if runs is None:
+                continue
+            if span is not None and status == MATCHED and self.exits_recorded and span.whole(execution.blocks, True):
+                runs.append((span.first_ns, span.last_ns))
+            else:
+                runs = None
         if not start and launched:
             # `counter` with launch times: the first node's entry to the last node's, which leaves
             # out the last node's own run (and counts the waits between nodes, as a span does)
@@ -750,6 +759,10 @@ class GraphJoin(Analysis):
             "device_start_ns": start,
             "device_end_ns": end,
             "span_ns": end - start if start else 0,
+            # busy: the time some node execution ran, known only where every one ran whole with its
+            # blocks' exits recorded (`blocks` mode): in a replay's span, the gaps between nodes are
+            # idle (launch latency, a host wait for a conditional node) and do not count
+            "busy_ns": covered_ns(runs) if runs else None,
             "gap_ns": start - previous_end if start and previous_end else 0,
         }
 

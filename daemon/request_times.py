@@ -68,6 +68,23 @@ def device_span(replays: Iterable[tuple[int, int]]) -> int:
     return max(end for _, end in timed) - min(start for start, _ in timed) if timed else 0
 
 
+def device_busy(replays: list[tuple[int | None, int, int]]) -> int | None:
+    """A step's busy time from its replays' (busy, start, end): their sum, known only where every
+    replay's is and they do not overlap (the engine replays a step's graphs one after another on
+    its stream; were two to overlap, the sum would count some time twice, so it is not given)."""
+    if not replays or any(busy is None for busy, _, _ in replays):
+        return None
+    ordered = sorted((start, end) for _, start, end in replays)
+    if any(later[0] < earlier[1] for earlier, later in zip(ordered, ordered[1:], strict=False)):
+        return None
+    return sum(busy or 0 for busy, _, _ in replays)
+
+
+def per_second(amount: int, ns: int) -> float | None:
+    """`amount` over `ns` nanoseconds, per second; None where either is unknown (0)."""
+    return amount * 1e9 / ns if amount and ns else None
+
+
 def step_times(steps: list[Step], spans: list[int]) -> list[StepTime]:
     """Steps in record order with their spans; host time from one step's start to the next's."""
     if len(steps) != len(spans):

@@ -165,6 +165,7 @@ class Replay:
     span_ns: int
     gap_ns: int
     joined: bool
+    busy_ns: int | None = None  # the time some node execution ran; None unless every one ran whole
 
 
 @dataclasses.dataclass
@@ -202,6 +203,7 @@ class StepReplay:
     mode: str = ""
     device_start_ns: int = 0  # first block enter of its node executions; 0 without events
     device_end_ns: int = 0
+    device_busy_ns: int | None = None  # the time some node execution ran; None unless all ran whole
 
 
 @dataclasses.dataclass
@@ -221,6 +223,10 @@ class Step:
     device_span_ns: int = 0  # first start to last end over its replays with events
     host_step_ns: int | None = None  # to the next kept step's start; None for the newest
     busy_ratio: float | None = None  # device_span_ns / host_step_ns; None where either is unknown
+    device_busy_ns: int | None = None  # its replays' busy times, summed; None unless each is known
+    flops: int | None = None  # the engine's estimate for the step per GPU; None where it gives none
+    device_flops_per_s: float | None = None  # flops over the device span: the GPU's achieved rate
+    host_flops_per_s: float | None = None  # flops over the host step time: what the engine's own figure divides by
 
 
 @dataclasses.dataclass

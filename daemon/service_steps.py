@@ -14,7 +14,7 @@ from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
 from .paging import REQUEST_TOKEN, STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
 from .registry import ObservedProcess
-from .request_times import RequestTime, device_span, request_kernels, step_times
+from .request_times import RequestTime, device_busy, device_span, per_second, request_kernels, step_times
 from .service_targets import MAX_TOP, Targets
 from .step_attribution import Step, StepAttribution
 
@@ -259,6 +259,7 @@ class StepQueries:
             replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **summary))
         span = device_span((r.device_start_ns, r.device_end_ns) for r in replays)
         host_ns, ratio = busy(step, span, following)
+        busy_ns = device_busy([(r.device_busy_ns, r.device_start_ns, r.device_end_ns) for r in replays])
         return results.Step(
             pid=process.pid,
             label=label,
@@ -275,4 +276,8 @@ class StepQueries:
             device_span_ns=span,
             host_step_ns=host_ns,
             busy_ratio=ratio,
+            device_busy_ns=busy_ns,
+            flops=step.flops or None,
+            device_flops_per_s=per_second(step.flops, span),
+            host_flops_per_s=per_second(step.flops, host_ns or 0),
         )

@@ -46,6 +46,7 @@ class Step:
     tokens: int
     text_bytes: int
     same_requests: bool
+    flops: int = 0  # the engine's FLOP estimate per GPU (vLLM --enable-mfu-metrics); 0: none
     text: bytearray = dataclasses.field(default_factory=bytearray)
     text_received: int = 0
     request_ids: list[str] = dataclasses.field(default_factory=list)
@@ -124,6 +125,7 @@ class StepAttribution(Analysis):
             int(record["tokens"]),
             int(record["text_bytes"]),
             same,
+            int(record["flops"]),
         )
         if same and self._last_known:
             step.request_ids = list(self._last_ids)

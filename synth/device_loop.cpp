@@ -72,12 +72,13 @@ void write_capture(SegmentWriter& writer, uint64_t graph, uint32_t nodes, uint32
 // change every 3 steps (1 to 4 of them), as 'id\ttokens' lines (layout 7). A group's first step
 // is its prefill (request k schedules k + 1 tokens), the next ones decode (one token each): the
 // second step sends its counts again, the third is flagged as the same requests and tokens.
-void write_engine_step(SegmentWriter& writer, uint64_t step) {
+// `flops_per_token`: the engine's FLOP estimate per token scheduled (0: it gives none).
+void write_engine_step(SegmentWriter& writer, uint64_t step, uint64_t flops_per_token) {
   const uint64_t group = (step - 1) / 3;
   const uint64_t in_group = (step - 1) % 3;
   const uint32_t requests = uint32_t(1 + group % 4);
   if (in_group == 2) {
-    writer.write_step(step, requests, requests, nullptr, 0, kStepSameRequests);
+    writer.write_step(step, requests, requests, nullptr, 0, kStepSameRequests, flops_per_token * requests);
     return;
   }
   std::string ids;
@@ -88,7 +89,7 @@ void write_engine_step(SegmentWriter& writer, uint64_t step) {
     ids += "cmpl-synth-" + std::to_string(group) + "-" + std::to_string(k) + "\t" + std::to_string(scheduled);
     tokens += scheduled;
   }
-  writer.write_step(step, requests, tokens, ids.data(), uint32_t(ids.size()), 0);
+  writer.write_step(step, requests, tokens, ids.data(), uint32_t(ids.size()), 0, flops_per_token * tokens);
 }
 
 }  // namespace
@@ -167,7 +168,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
           writer.write_launch(created);
         }
         ++replay;
-        if (options.steps) write_engine_step(writer, replay);
+        if (options.steps) write_engine_step(writer, replay, options.step_flops);
         LaunchRecord graph_record = graph_event_record(LaunchKind::GraphLaunch, graph_exec);
         graph_record.stream = 0x1000;
         graph_record.replay = replay;

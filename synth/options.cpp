@@ -37,8 +37,8 @@ void print_usage(std::FILE* out) {
       "  [--mode %s] [--shift N] [--seed N] [--patch-set %s]\n"
       "  [--max-events N] [--launches N] [--contexts N] [--ring-records N] [--launch-ring-records N]\n"
       "  [--live-graphs N] [--crash-after N] [--publish-us N] [--control-poll-us N] [--label TEXT]\n"
-      "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps] [--replay-delay-us US]] [--hang-seconds S]\n"
-      "  [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
+      "  [--kernel REGEX] [--unlink-at-exit] [--graph-nodes N [--steps [--step-flops N]] [--replay-delay-us US]]\n"
+      "  [--hang-seconds S] [--cubin FILE --cubin-function MANGLED --cubin-offsets OFF,OFF,...] [--launch-trace]\n"
       "  [--device-lag LAUNCHES] [--profiler-starts N] [--ops N] [--memory-kernels REGEX]\n"
       "  [--rank R --world-size W [--local-rank L] [--model NAME]] [--gpu ORDINAL,PCI_BUS_ID,UUID ...]\n"
       "  [--help] [--version]\n",
@@ -133,6 +133,7 @@ Options parse_options(int argc, char** argv) {
     kReplayDelay,
     kHang,
     kSteps,
+    kStepFlops,
     kCubin,
     kCubinFunction,
     kCubinOffsets,
@@ -173,6 +174,7 @@ Options parse_options(int argc, char** argv) {
                                         {"replay-delay-us", required_argument, nullptr, kReplayDelay},
                                         {"hang-seconds", required_argument, nullptr, kHang},
                                         {"steps", no_argument, nullptr, kSteps},
+                                        {"step-flops", required_argument, nullptr, kStepFlops},
                                         {"cubin", required_argument, nullptr, kCubin},
                                         {"cubin-function", required_argument, nullptr, kCubinFunction},
                                         {"cubin-offsets", required_argument, nullptr, kCubinOffsets},
@@ -263,6 +265,9 @@ Options parse_options(int argc, char** argv) {
       case kSteps:
         o.steps = true;
         break;
+      case kStepFlops:
+        o.step_flops = parse_bounded(optarg, "--step-flops", 1, uint64_t(1) << 40);
+        break;
       case kLaunchTrace:
         o.launch_trace = true;
         break;
@@ -333,6 +338,7 @@ Options parse_options(int argc, char** argv) {
   for (const std::string& gpu : o.gpus)
     if (std::count(gpu.begin(), gpu.end(), ',') != 2) usage("--gpu is ORDINAL,PCI_BUS_ID,UUID");
   if (o.replay_delay_us && o.graph_nodes < 2) usage("--replay-delay-us needs --graph-nodes 2 or more");
+  if (o.step_flops && !o.steps) usage("--step-flops needs --steps");
   if (o.ops && !o.launch_trace && !o.graph_nodes) usage("--ops needs --launch-trace (eager launches) or --graph-nodes");
   const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
   if (!problem.empty()) usage(problem.c_str());

@@ -33,6 +33,8 @@ struct Options {
   bool steps = false;            // with --graph-nodes: an engine step record before each replay, as the vLLM
                                  // plugin writes them (requests change every 3 steps: a prefill
                                  // step, then two decode steps; tokens per request, layout 7)
+  uint64_t step_flops = 0;       // with --steps: each step's FLOP estimate is this many per token scheduled
+                                 // (as vLLM's --enable-mfu-metrics estimates one); 0: none
   double hang_seconds = 0;       // > 0: end with a launch of kernel 0 whose blocks enter and stay this long
   std::string cubin;             // kernel 0 is this cubin's function (--cubin-function): its cubin is kept
   std::string cubin_function;    // as the injector keeps a module's, and its accesses sit at --cubin-offsets

@@ -8,7 +8,7 @@ from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import every_page
-from ..output import emit, message_dict, table
+from ..output import emit, message_dict, micros, table
 
 NAME = "graphs"
 HELP = "per CUDA graph exec: nodes, replays, node executions, blocks per node and replay"
@@ -19,10 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replays", type=uint32, default=8, help="the last N replays of each graph in detail (1..1024)"
     )
-
-
-def micros(ns: int) -> str:
-    return f"{ns / 1000:.1f}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                     ("matched", "NODES MATCHED"),
                     ("blocks", "BLOCKS"),
                     ("span", "DEVICE SPAN us"),
+                    ("busy", "BUSY us"),
                     ("gap", "GAP us"),
                 ],
                 [
@@ -89,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
                         "matched": f"{r.nodes_matched}/{r.node_executions}",
                         "blocks": sum(r.node_blocks),
                         "span": micros(r.span_ns) if r.device_start_ns else "-",
+                        "busy": micros(r.busy_ns) if r.HasField("busy_ns") else "-",
                         "gap": micros(r.gap_ns) if r.gap_ns else "-",
                     }
                     for r in graph.recent_replays

@@ -9,7 +9,7 @@ from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32, uint64
 from ..connection import CommandError, all_pages, call
-from ..output import emit, message_dict, table
+from ..output import emit, message_dict, micros, table
 from ..rank_steps import DEVICE, AlignedStep, Job, LeftOut, align_steps, group_jobs, ranks_with_steps
 
 NAME = "steps"
@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the ranks of each job (model, world size) side by side by step number: each "
         "rank's device span, the slowest rank and the spread",
     )
+
+
+def tera(per_second: float) -> str:
+    return f"{per_second / 1e12:.3f}"
 
 
 def short_ids(ids: list[str], complete: bool) -> str:
@@ -70,11 +74,20 @@ def run(args: argparse.Namespace) -> int:
                 "tokens": step.tokens,
                 "launches": step.kernel_launches,
                 "blocks": step.blocks_expected,
+                "span": micros(step.device_span_ns) if step.device_span_ns else "-",
+                "busy": micros(step.device_busy_ns) if step.HasField("device_busy_ns") else "-",
+                "host": micros(step.host_step_ns) if step.HasField("host_step_ns") else "-",
+                "ratio": f"{step.busy_ratio:.2f}" if step.HasField("busy_ratio") else "-",
+                "device_tflops": tera(step.device_flops_per_s) if step.HasField("device_flops_per_s") else "-",
+                "host_tflops": tera(step.host_flops_per_s) if step.HasField("host_flops_per_s") else "-",
                 "replays": replays or "-",
                 "ids": short_ids(list(step.request_ids), step.request_ids_complete),
             }
         )
     if rows:
+        # the FLOP rates where the engine estimates its steps' FLOPs (vLLM --enable-mfu-metrics)
+        estimated = any(step.HasField("flops") for step in response.steps)
+        flop_columns = [("device_tflops", "DEVICE TFLOP/s"), ("host_tflops", "HOST TFLOP/s")] if estimated else []
         table(
             [
                 ("pid", "PID"),
@@ -83,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
                 ("tokens", "TOKENS"),
                 ("launches", "LAUNCHES"),
                 ("blocks", "BLOCKS"),
+                ("span", "DEVICE us"),
+                ("busy", "BUSY us"),
+                ("host", "HOST us"),
+                ("ratio", "DEVICE/HOST"),
+                *flop_columns,
                 ("replays", "REPLAYS"),
                 ("ids", "REQUEST IDS"),
             ],
@@ -102,8 +120,8 @@ def rank_cell(step: AlignedStep, rank: int) -> str:
     if found is None:
         return "-"
     if step.basis == DEVICE:
-        return f"{found.device_span_ns / 1000:.1f}"
-    return f"+{found.host_offset_ns / 1000:.1f}"
+        return micros(found.device_span_ns)
+    return "+" + micros(found.host_offset_ns)
 
 
 def job_dict(job: Job, aligned: list[AlignedStep]) -> dict:

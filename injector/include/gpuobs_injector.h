@@ -27,6 +27,11 @@ extern "C" {
 GPUOBS_EXPORT int gpuobs_record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
                                      uint32_t ids_bytes, uint32_t flags);
 
+/* The same with the engine's estimate of the step's floating-point operations per GPU (vLLM's
+   --enable-mfu-metrics figure): the daemon divides it by the step's measured device time. */
+GPUOBS_EXPORT int gpuobs_record_step_flops(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids,
+                                           uint32_t ids_bytes, uint32_t flags, uint64_t flops);
+
 /* Free text the daemon shows for the process. 0 set. */
 GPUOBS_EXPORT int gpuobs_set_label(const char* label);
 

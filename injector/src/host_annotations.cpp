@@ -33,10 +33,10 @@ thread_local CaptureSeen t_capture;
 uint64_t HostAnnotations::current_op() { return t_current_op; }
 
 int HostAnnotations::record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
-                                 uint32_t flags) {
+                                 uint32_t flags, uint64_t flops) {
   SegmentWriter* const writer = this->writer();
   if (writer == nullptr) return -1;
-  return writer->write_step(step, requests, tokens, ids, ids_bytes, flags) ? 0 : 1;
+  return writer->write_step(step, requests, tokens, ids, ids_bytes, flags, flops) ? 0 : 1;
 }
 
 int HostAnnotations::set_label(const char* label) {

@@ -27,7 +27,7 @@ class HostAnnotations {
 
   // The C interface's calls (gpuobs_injector.h says what each returns).
   int record_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
-                  uint32_t flags);
+                  uint32_t flags, uint64_t flops = 0);
   int set_label(const char* label);
   int set_identity(uint32_t role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const char* model);
   int record_op(const char* label, uint32_t label_bytes);

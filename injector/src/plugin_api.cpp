@@ -47,6 +47,13 @@ int gpuobs_record_step(uint64_t step, uint32_t requests, uint32_t tokens, const 
       [&](gpuobs::Injector& i) { return i.annotations().record_step(step, requests, tokens, ids, ids_bytes, flags); });
 }
 
+int gpuobs_record_step_flops(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
+                             uint32_t flags, uint64_t flops) {
+  return on_injector([&](gpuobs::Injector& i) {
+    return i.annotations().record_step(step, requests, tokens, ids, ids_bytes, flags, flops);
+  });
+}
+
 int gpuobs_set_identity(uint32_t role, uint32_t rank, uint32_t world_size, uint32_t local_rank, const char* model) {
   return on_injector(
       [&](gpuobs::Injector& i) { return i.annotations().set_identity(role, rank, world_size, local_rank, model); });

@@ -23,6 +23,15 @@ SIGNATURES = {
         ctypes.c_uint32,
         ctypes.c_uint32,
     ],
+    "gpuobs_record_step_flops": [
+        ctypes.c_uint64,
+        ctypes.c_uint32,
+        ctypes.c_uint32,
+        ctypes.c_char_p,
+        ctypes.c_uint32,
+        ctypes.c_uint32,
+        ctypes.c_uint64,
+    ],
     "gpuobs_set_label": [ctypes.c_char_p],
     "gpuobs_note_profiler": [ctypes.c_char_p],
     "gpuobs_record_op": [ctypes.c_char_p, ctypes.c_uint32],
@@ -70,7 +79,11 @@ class InjectorAnnotations:
         function = self._functions.get(name)
         return int(function(*args)) if function is not None else NOT_OBSERVING
 
-    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int:
+    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int, flops: int = 0) -> int:
+        """`flops`: the engine's estimate for the step (0: none); an injector older than
+        gpuobs_record_step_flops records the step without it."""
+        if flops and self._functions is not None and "gpuobs_record_step_flops" in self._functions:
+            return self._call("gpuobs_record_step_flops", step, requests, tokens, ids, len(ids or b""), flags, flops)
         return self._call("gpuobs_record_step", step, requests, tokens, ids, len(ids or b""), flags)
 
     def set_label(self, label: str) -> int:

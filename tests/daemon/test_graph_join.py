@@ -456,3 +456,42 @@ def test_censuses_of_destroyed_execs_make_room_for_new_ones() -> None:
     assert (join.graphs_forgotten, join.graphs_dropped) == (6, 0)
     assert [graph.instance for graph in join.execs.values()] == [7, 8, 9, 10]
     assert sum(graph.executions_of(node) for graph in join.execs.values() for node in graph.nodes.values()) == 16
+
+
+def test_a_replays_busy_time_is_what_its_node_executions_ran_not_the_gaps() -> None:
+    """Busy time counts each node execution's first enter to last exit, once where executions
+    overlap and not at all between them; a replay with a node not whole (an enter lost) has none."""
+    join = joining_everything()
+    join.on_launches(graph_launches(range(1, 3)))
+    (grid_a, blocks_a), (grid_b, blocks_b) = NODES.values()
+    join.on_events(
+        np.concatenate(
+            [
+                # replay 1: a runs 100..150 (enters 100.., exits 120..150), b 1000..1040: a gap of 850
+                block_events(grid_a, 1, blocks_a, slot=0, t0=100),
+                block_events(grid_a, 1, blocks_a, slot=0, t0=120, kind="block_exit"),
+                block_events(grid_b, 1, blocks_b, slot=1, t0=1000),
+                block_events(grid_b, 1, blocks_b, slot=1, t0=1020, kind="block_exit"),
+                # replay 2: a lost one enter; its span is still measured, its busy time is not known
+                block_events(grid_a, 2, blocks_a - 1, slot=0, t0=2100),
+                block_events(grid_a, 2, blocks_a, slot=0, t0=2120, kind="block_exit"),
+                block_events(grid_b, 2, blocks_b, slot=1, t0=2200),
+                block_events(grid_b, 2, blocks_b, slot=1, t0=2220, kind="block_exit"),
+            ]
+        )
+    )
+    first, second = join.exec_report(join.by_handle[EXEC], replays=2)["replays"]
+    assert (first["span_ns"], first["busy_ns"]) == (1040 - 100, (150 - 100) + (1040 - 1000))
+    assert join.replay_summary(join.by_handle[EXEC].instance, 1)["device_busy_ns"] == 90
+    assert second["span_ns"] == 2240 - 2100 and second["busy_ns"] is None
+
+
+def test_a_replay_without_exits_has_a_span_but_no_busy_time() -> None:
+    """Without block exits (enters only), the last event is an enter: a span, not a run time."""
+    join = joining_everything()
+    join.on_launches(graph_launches(range(1, 2)))
+    join.on_events(
+        np.concatenate([block_events(g, 1, b, slot=s, t0=100 * (s + 1)) for s, (g, b) in enumerate(NODES.values())])
+    )
+    (replay,) = join.exec_report(join.by_handle[EXEC], replays=1)["replays"]
+    assert replay["span_ns"] > 0 and replay["busy_ns"] is None

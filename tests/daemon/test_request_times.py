@@ -8,8 +8,9 @@ import random
 
 import numpy as np
 import pytest
+from gpuobs.daemon.graph_exec import covered_ns
 from gpuobs.daemon.request_split import parse_step_text, split_by_tokens
-from gpuobs.daemon.request_times import RequestTime, StepTime, fold_step, step_times
+from gpuobs.daemon.request_times import RequestTime, StepTime, device_busy, fold_step, step_times
 from gpuobs.daemon.step_attribution import Step, StepAttribution
 from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
@@ -117,3 +118,26 @@ def test_steps_without_tokens_per_request_give_no_device_time() -> None:
     assert [(r.device_ns, r.steps_untimed) for r in rows.values()] == [(0, 1), (0, 1)]
     with pytest.raises(ValueError):
         step_times([older], [])
+
+
+@pytest.mark.parametrize(
+    ("intervals", "covered"),
+    [
+        ([], 0),
+        ([(10, 20)], 10),
+        ([(10, 20), (30, 45)], 25),  # a gap counts for nothing
+        ([(30, 45), (10, 20)], 25),  # in any order
+        ([(10, 40), (20, 30)], 30),  # nested: once
+        ([(10, 30), (20, 50), (60, 61)], 41),  # overlapping, then apart
+        ([(10, 20), (20, 30)], 20),  # touching
+    ],
+)
+def test_covered_time_counts_overlaps_once_and_gaps_not(intervals: list[tuple[int, int]], covered: int) -> None:
+    assert covered_ns(intervals) == covered
+
+
+def test_a_steps_busy_time_is_its_replays_only_where_each_is_known_and_none_overlap() -> None:
+    assert device_busy([(40, 100, 200), (30, 300, 350)]) == 70
+    assert device_busy([(40, 100, 200), (None, 300, 350)]) is None  # one replay not whole
+    assert device_busy([]) is None  # no replay: nothing measured
+    assert device_busy([(40, 100, 200), (30, 150, 250)]) is None  # overlapping: the sum would count twice

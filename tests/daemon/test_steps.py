@@ -118,6 +118,14 @@ def test_requests_device_time_adds_up_to_the_steps(start_synth, start_daemon) ->
         assert step.busy_ratio == pytest.approx(step.device_span_ns / step.host_step_ns)
     # the newest: its end not known yet, so no host time and no ratio (unset, not 0)
     assert not steps[-1].HasField("host_step_ns") and not steps[-1].HasField("busy_ratio")
+    # busy time inside each span: the synth's nodes run one after another with gaps between them
+    assert all(s.HasField("device_busy_ns") and 0 < s.device_busy_ns < s.device_span_ns for s in steps)
+    for step in steps:
+        assert step.device_busy_ns == sum(r.device_busy_ns for r in step.replays)
+    assert not any(s.HasField("flops") or s.HasField("device_flops_per_s") for s in steps)  # no estimate sent
+    shown = gpuobsctl(daemon.address, "steps", "--last", "2")
+    assert shown.returncode == 0 and "BUSY us" in shown.stdout and "TFLOP/s" not in shown.stdout, shown.stderr
+    assert f"{steps[-1].device_busy_ns / 1000:.1f}" in shown.stdout.splitlines()[-1]
     assert (response.steps_settled, response.steps_lost, response.requests_let_go) == (REPLAYS, 0, 0)
     assert sum(r.device_ns for r in response.requests) == response.steps_device_ns
     every_id = {i for s in steps for i in s.request_ids}
@@ -188,6 +196,32 @@ def test_requests_device_time_adds_up_to_the_steps(start_synth, start_daemon) ->
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_a_steps_flop_estimate_gives_the_rate_achieved_over_device_and_host_time(start_synth, start_daemon) -> None:
+    """#33: where the engine estimates its steps' FLOPs (vLLM --enable-mfu-metrics; the synth's
+    --step-flops per token), each step carries it, divided by its device span (the rate the GPU
+    achieved) and by its host time (as vLLM's own figure divides it); absent where there is none."""
+    per_token = 10**9
+    synth = start_synth(
+        "--mode", "blocks", "--graph-nodes", str(NODES), "--steps", "--step-flops", str(per_token),
+        "--launches", str(NODES * REPLAYS), "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18),
+    )  # fmt: skip
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    steps = daemon.stub.ListSteps(pb.ListStepsRequest(last=REPLAYS), timeout=10).steps
+    assert len(steps) == REPLAYS
+    for step in steps:
+        assert step.flops == per_token * step.tokens
+        assert step.device_flops_per_s == pytest.approx(step.flops * 1e9 / step.device_span_ns)
+    for step in steps[:-1]:
+        assert step.host_flops_per_s == pytest.approx(step.flops * 1e9 / step.host_step_ns)
+        assert step.host_flops_per_s < step.device_flops_per_s  # the span is inside the host step
+    assert not steps[-1].HasField("host_flops_per_s")  # the newest: its host time is not known yet
+    shown = gpuobsctl(daemon.address, "steps", "--last", "1")
+    assert shown.returncode == 0 and "DEVICE TFLOP/s" in shown.stdout, shown.stderr
+    assert f"{steps[-1].device_flops_per_s / 1e12:.3f}" in shown.stdout.splitlines()[-1]
+
+
 @pytest.mark.parametrize("launch_times", [True, False])
 def test_counter_mode_times_steps_by_launch_events_only_with_launch_times(
     start_synth, start_daemon, launch_times: bool
@@ -209,6 +243,7 @@ def test_counter_mode_times_steps_by_launch_events_only_with_launch_times(
     assert process.accounting_errors == 0
     (graph,) = daemon.stub.ListGraphs(pb.ListGraphsRequest(), timeout=10).graphs
     assert graph.executions_mismatched == graph.executions_matched == 0 and graph.executions_unrecorded > 0
+    assert not any(s.HasField("device_busy_ns") for s in steps)  # launch times span, they do not time runs
     if not launch_times:
         assert all(s.device_span_ns == 0 and not s.HasField("busy_ratio") for s in steps)
         assert requests.steps_device_ns == 0 and all(r.steps_untimed == r.steps for r in requests.requests)

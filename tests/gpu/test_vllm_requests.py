@@ -64,6 +64,19 @@ def test_busy_ratio_of_each_step_is_within_0_and_1(bench: Path) -> None:
     assert all("busy_ratio" not in s for s in steps if not int(s["device_span_ns"]) or "host_step_ns" not in s)
 
 
+def test_steps_carry_vllms_flop_estimate_and_the_rate_the_gpu_achieved(bench: Path) -> None:
+    """With --enable-mfu-metrics the plugin records vLLM's own FLOP estimate of each step; over the
+    measured device span it is a rate at least the one over the step's host time (vLLM's figure)."""
+    steps = [s for s in saved(bench, "steps-load-blocks")["steps"] if int(s.get("tokens", 0))]
+    estimated = [s for s in steps if "flops" in s]
+    assert steps and len(estimated) == len(steps), f"{len(steps) - len(estimated)} of {len(steps)} steps unestimated"
+    measured = [s for s in estimated if "device_flops_per_s" in s and "host_flops_per_s" in s]
+    assert measured
+    for step in measured:
+        assert step["device_flops_per_s"] == pytest.approx(int(step["flops"]) * 1e9 / int(step["device_span_ns"]))
+        assert step["device_flops_per_s"] >= step["host_flops_per_s"] > 0
+
+
 def test_each_requests_kv_cache_writes_are_at_least_its_tokens_times_layers(bench: Path) -> None:
     """The KV-cache write runs a block per token per layer: a request's token share of its steps'
     cache-write blocks is its tokens x layers where the step ran unpadded, more where a CUDA graph

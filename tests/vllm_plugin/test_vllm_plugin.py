@@ -3,6 +3,7 @@ records it makes, and its behaviour when anything is missing (it must never stop
 
 from __future__ import annotations
 
+import functools
 import logging
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from gpuobs.daemon.request_split import parse_step_text
 from gpuobs.injector_functions import NOT_OBSERVING, InjectorAnnotations
 from gpuobs.segment import PROCESS_ROLES
 from gpuobs.vllm_plugin.engine_hook import install_step_hook
+from gpuobs.vllm_plugin.step_flops import flops_estimator
 from gpuobs.vllm_plugin.step_recorder import MAX_ATTEMPTS, SAME_REQUESTS, StepRecorder
 
 INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
@@ -25,16 +27,18 @@ class FakeAnnotations:
         self.is_available = available
         self.fail_on_step = fail_on_step
         self.steps: list[tuple[int, int, int, bytes | None, int]] = []
+        self.flops: list[int] = []  # each recorded step's FLOP estimate (0: none)
         self.labels: list[str] = []
         self.identities: list[tuple[int, int, int, int, str]] = []
 
     def available(self) -> bool:
         return self.is_available
 
-    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int:
+    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int, flops: int = 0) -> int:
         if step == self.fail_on_step:
             raise RuntimeError("boom")
         self.steps.append((step, requests, tokens, ids, flags))
+        self.flops.append(flops)
         return 0
 
     def set_label(self, label: str) -> int:
@@ -199,3 +203,107 @@ def test_the_plugin_is_an_entry_point_vllm_finds() -> None:
     (entry,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == "gpuobs"]
     assert entry.load() is __import__("gpuobs.vllm_plugin", fromlist=["register"]).register
     assert isinstance(InjectorAnnotations(str(INJECTOR)), InjectorAnnotations)
+
+
+class StandInModelMetrics:
+    """vLLM 0.25's vllm.v1.metrics.perf.ModelMetrics as the plugin uses it: built from the config,
+    is_enabled(), and a step's PerfStats (num_flops_per_gpu) from its scheduler output; here
+    2 x 1000 FLOPs per token scheduled, split over the tensor-parallel ranks."""
+
+    def __init__(self, config: types.SimpleNamespace) -> None:
+        self.ranks = config.parallel_config.tensor_parallel_size
+
+    def is_enabled(self) -> bool:
+        return True
+
+    def get_step_perf_stats_per_gpu(self, scheduler_output: types.SimpleNamespace) -> types.SimpleNamespace:
+        return types.SimpleNamespace(
+            num_flops_per_gpu=2 * 1000 * scheduler_output.total_num_scheduled_tokens // self.ranks
+        )
+
+
+def mfu_worker(enabled: bool) -> types.SimpleNamespace:
+    engine = worker()
+    engine.vllm_config = types.SimpleNamespace(
+        observability_config=types.SimpleNamespace(enable_mfu_metrics=enabled),
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=2),
+    )
+    return engine
+
+
+@pytest.fixture
+def stand_in_perf(monkeypatch: pytest.MonkeyPatch) -> str:
+    module = types.ModuleType("stand_in_vllm_perf")
+    module.ModelMetrics = StandInModelMetrics
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module.__name__
+
+
+def test_steps_carry_vllms_flop_estimate_where_its_mfu_metrics_are_on(stand_in_perf: str) -> None:
+    """Every step carries the estimate, the same-requests ones too (their context grows)."""
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, functools.partial(flops_estimator, module_name=stand_in_perf))
+    engine = mfu_worker(enabled=True)
+    for output in (scheduled(a=7, b=1), scheduled(a=1, b=1), scheduled(a=1, b=1)):
+        record(engine, output)
+    assert [flags for *_, flags in sink.steps] == [0, 0, SAME_REQUESTS]
+    assert sink.flops == [8 * 1000, 2 * 1000, 2 * 1000]  # 2 x 1000 a token, over 2 ranks
+
+
+def test_without_mfu_metrics_no_estimate_is_made() -> None:
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, functools.partial(flops_estimator, module_name="no_such_vllm.perf"))
+    record(mfu_worker(enabled=False), scheduled(a=3))
+    record(worker(), scheduled(a=1))  # no vllm_config at all
+    assert sink.flops == [0, 0] and len(sink.steps) == 2
+
+
+def test_a_failing_estimate_stops_estimating_not_recording(caplog: pytest.LogCaptureFixture) -> None:
+    calls = []
+
+    def estimate(scheduler_output: types.SimpleNamespace) -> int:
+        calls.append(scheduler_output)
+        if len(calls) == 2:
+            raise KeyError("a field this vLLM lacks")
+        return 5
+
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, lambda engine: estimate)
+    with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
+        for tokens in (1, 2, 3, 4):
+            record(worker(), scheduled(a=tokens))
+    assert sink.flops == [5, 0, 0, 0] and len(sink.steps) == 4 and len(calls) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "gpuobs: engine steps no longer carry a FLOP estimate (KeyError: 'a field this vLLM lacks')"
+    ]
+
+
+def test_an_estimator_that_cannot_be_made_leaves_the_steps_without_one(caplog: pytest.LogCaptureFixture) -> None:
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, functools.partial(flops_estimator, module_name="no_such_vllm.perf"))
+    with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
+        record(mfu_worker(enabled=True), scheduled(a=3))
+    assert sink.flops == [0] and record.enabled
+    assert "no FLOP estimate" in caplog.records[0].getMessage()
+
+
+def test_a_step_with_an_estimate_goes_to_the_injector_that_takes_one_else_without_it() -> None:
+    """gpuobs_record_step_flops came after gpuobs_record_step: an older injector records the
+    step without the estimate rather than not at all."""
+    calls: list[tuple[str, tuple]] = []
+
+    def function(name: str):  # noqa: ANN202 - stands in for a ctypes function
+        return lambda *args: calls.append((name, args)) or 0
+
+    newer = InjectorAnnotations("unused")
+    newer._functions = {name: function(name) for name in ("gpuobs_record_step", "gpuobs_record_step_flops")}
+    assert newer.record_step(7, 1, 3, b"a\t3", 0, flops=6000) == 0
+    assert newer.record_step(8, 1, 1, None, SAME_REQUESTS) == 0  # no estimate: the first function
+    older = InjectorAnnotations("unused")
+    older._functions = {"gpuobs_record_step": function("gpuobs_record_step")}
+    assert older.record_step(9, 1, 3, b"a\t3", 0, flops=6000) == 0
+    assert calls == [
+        ("gpuobs_record_step_flops", (7, 1, 3, b"a\t3", 3, 0, 6000)),
+        ("gpuobs_record_step", (8, 1, 1, None, 0, SAME_REQUESTS)),
+        ("gpuobs_record_step", (9, 1, 3, b"a\t3", 3, 0)),
+    ]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from gpuobs._native import PROCESS_ROLES, STEP_SAME_REQUESTS
+
+from .step_flops import FlopsOf, flops_estimator
 
 log = logging.getLogger("gpuobs.vllm_plugin")
 
@@ -16,7 +19,9 @@ MAX_ATTEMPTS = 1000  # steps to wait for CUDA to load the injector before giving
 
 class Annotations(Protocol):
     def available(self) -> bool: ...
-    def record_step(self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int) -> int: ...
+    def record_step(
+        self, step: int, requests: int, tokens: int, ids: bytes | None, flags: int, flops: int = 0
+    ) -> int: ...
     def set_label(self, label: str) -> int: ...
     def set_identity(self, role: int, rank: int, world_size: int, local_rank: int, model: str) -> int: ...
 
@@ -24,8 +29,12 @@ class Annotations(Protocol):
 class StepRecorder:
     """Called from the engine thread at each step; any failure disables it, with one log line."""
 
-    def __init__(self, annotations: Annotations) -> None:
+    def __init__(
+        self, annotations: Annotations, estimator_for: Callable[[Any], FlopsOf | None] = flops_estimator
+    ) -> None:
         self.annotations = annotations
+        self.estimator_for = estimator_for
+        self.flops_of: FlopsOf | None = None  # vLLM's FLOP estimate of a step, where its MFU metrics are on
         self.enabled = True
         self.step = 0
         self.attempts = 0
@@ -49,17 +58,37 @@ class StepRecorder:
                 self.labelled = True
                 self.annotations.set_label(process_label(worker))
                 self.annotations.set_identity(*process_identity(worker))
+                self.flops_of = self.estimate_with(worker)
             scheduled = scheduled_tokens(scheduler_output.num_scheduled_tokens)
             tokens = int(scheduler_output.total_num_scheduled_tokens)
+            flops = self.flops(scheduler_output)
             self.step += 1
             # a dropped record is counted by the injector, in the segment: nothing to do here
             if scheduled == self.last_scheduled:  # decode steps: each request's count is unchanged
-                self.annotations.record_step(self.step, len(scheduled), tokens, None, SAME_REQUESTS)
+                self.annotations.record_step(self.step, len(scheduled), tokens, None, SAME_REQUESTS, flops)
             else:
-                self.annotations.record_step(self.step, len(scheduled), tokens, step_text(scheduled), 0)
+                self.annotations.record_step(self.step, len(scheduled), tokens, step_text(scheduled), 0, flops)
                 self.last_scheduled = scheduled
         except Exception as error:  # noqa: BLE001 - the engine must run on
             self.disable(f"{type(error).__name__}: {error}")
+
+    def estimate_with(self, worker: Any) -> FlopsOf | None:
+        try:
+            return self.estimator_for(worker)
+        except Exception as error:  # noqa: BLE001 - steps are still recorded, without the estimate
+            log.warning("gpuobs: no FLOP estimate for engine steps (%s: %s)", type(error).__name__, error)
+            return None
+
+    def flops(self, scheduler_output: Any) -> int:
+        """The step's estimate (0: none); a failure stops estimating, with one log line, not recording."""
+        if self.flops_of is None:
+            return 0
+        try:
+            return self.flops_of(scheduler_output)
+        except Exception as error:  # noqa: BLE001 - the engine and its step records run on
+            self.flops_of = None
+            log.warning("gpuobs: engine steps no longer carry a FLOP estimate (%s: %s)", type(error).__name__, error)
+            return 0
 
 
 def scheduled_tokens(num_scheduled_tokens: Any) -> list[tuple[str, int]]:

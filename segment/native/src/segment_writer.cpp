@@ -108,7 +108,7 @@ uint64_t current_thread_id() {
 }
 
 bool SegmentWriter::write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
-                               uint32_t flags) {
+                               uint32_t flags, uint64_t flops) {
   if (flags & kStepSameRequests || ids == nullptr) ids_bytes = 0;
   StepRecord record{};
   record.host_time_ns = monotonic_ns();
@@ -118,6 +118,7 @@ bool SegmentWriter::write_step(uint64_t step, uint32_t requests, uint32_t tokens
   record.tokens = tokens;
   record.text_bytes = ids_bytes;
   record.text_records = (ids_bytes + kStepTextBytes - 1) / kStepTextBytes;
+  record.flops = flops;
   record.kind = uint32_t(LaunchKind::Step);
   record.flags = flags;
   const bool all = put_launch_ring(as_launch_record(record));

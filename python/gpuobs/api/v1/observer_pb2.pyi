@@ -422,7 +422,7 @@ class GraphNode(_message.Message):
     def __init__(self, node: _Optional[int] = ..., slot: _Optional[int] = ..., name: _Optional[str] = ..., grid: _Optional[_Iterable[int]] = ..., block: _Optional[_Iterable[int]] = ..., executions: _Optional[int] = ..., blocks_per_execution: _Optional[int] = ..., grid_ids: _Optional[_Iterable[int]] = ..., position: _Optional[int] = ..., executions_matched: _Optional[int] = ..., executions_mismatched: _Optional[int] = ..., executions_unrecorded: _Optional[int] = ..., blocks_observed: _Optional[int] = ..., executions_unjoined: _Optional[int] = ..., executions_sampled: _Optional[int] = ...) -> None: ...
 
 class Replay(_message.Message):
-    __slots__ = ("replay", "launch_id", "host_time_ns", "mode", "node_executions", "nodes_matched", "node_blocks", "device_start_ns", "device_end_ns", "span_ns", "gap_ns", "joined")
+    __slots__ = ("replay", "launch_id", "host_time_ns", "mode", "node_executions", "nodes_matched", "node_blocks", "device_start_ns", "device_end_ns", "span_ns", "gap_ns", "joined", "busy_ns")
     REPLAY_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_TIME_NS_FIELD_NUMBER: _ClassVar[int]
@@ -435,6 +435,7 @@ class Replay(_message.Message):
     SPAN_NS_FIELD_NUMBER: _ClassVar[int]
     GAP_NS_FIELD_NUMBER: _ClassVar[int]
     JOINED_FIELD_NUMBER: _ClassVar[int]
+    BUSY_NS_FIELD_NUMBER: _ClassVar[int]
     replay: int
     launch_id: int
     host_time_ns: int
@@ -447,7 +448,8 @@ class Replay(_message.Message):
     span_ns: int
     gap_ns: int
     joined: bool
-    def __init__(self, replay: _Optional[int] = ..., launch_id: _Optional[int] = ..., host_time_ns: _Optional[int] = ..., mode: _Optional[str] = ..., node_executions: _Optional[int] = ..., nodes_matched: _Optional[int] = ..., node_blocks: _Optional[_Iterable[int]] = ..., device_start_ns: _Optional[int] = ..., device_end_ns: _Optional[int] = ..., span_ns: _Optional[int] = ..., gap_ns: _Optional[int] = ..., joined: bool = ...) -> None: ...
+    busy_ns: int
+    def __init__(self, replay: _Optional[int] = ..., launch_id: _Optional[int] = ..., host_time_ns: _Optional[int] = ..., mode: _Optional[str] = ..., node_executions: _Optional[int] = ..., nodes_matched: _Optional[int] = ..., node_blocks: _Optional[_Iterable[int]] = ..., device_start_ns: _Optional[int] = ..., device_end_ns: _Optional[int] = ..., span_ns: _Optional[int] = ..., gap_ns: _Optional[int] = ..., joined: bool = ..., busy_ns: _Optional[int] = ...) -> None: ...
 
 class Graph(_message.Message):
     __slots__ = ("pid", "graph_exec", "replays", "first_launch_id", "last_launch_id", "node_executions", "order_stable", "blocks_per_replay", "nodes", "alive", "executions_matched", "executions_mismatched", "executions_unrecorded", "events_unmatched", "device_order_stable", "recent_replays", "executions_unjoined", "replays_nodes_unknown", "instance", "executions_sampled")
@@ -650,7 +652,7 @@ class ListStepsRequest(_message.Message):
     def __init__(self, pids: _Optional[_Iterable[int]] = ..., last: _Optional[int] = ..., replay: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class StepReplay(_message.Message):
-    __slots__ = ("graph_exec", "replay", "node_executions", "nodes_matched", "blocks_observed", "joined", "mode", "device_start_ns", "device_end_ns")
+    __slots__ = ("graph_exec", "replay", "node_executions", "nodes_matched", "blocks_observed", "joined", "mode", "device_start_ns", "device_end_ns", "device_busy_ns")
     GRAPH_EXEC_FIELD_NUMBER: _ClassVar[int]
     REPLAY_FIELD_NUMBER: _ClassVar[int]
     NODE_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -660,6 +662,7 @@ class StepReplay(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_START_NS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_END_NS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_BUSY_NS_FIELD_NUMBER: _ClassVar[int]
     graph_exec: int
     replay: int
     node_executions: int
@@ -669,10 +672,11 @@ class StepReplay(_message.Message):
     mode: str
     device_start_ns: int
     device_end_ns: int
-    def __init__(self, graph_exec: _Optional[int] = ..., replay: _Optional[int] = ..., node_executions: _Optional[int] = ..., nodes_matched: _Optional[int] = ..., blocks_observed: _Optional[int] = ..., joined: bool = ..., mode: _Optional[str] = ..., device_start_ns: _Optional[int] = ..., device_end_ns: _Optional[int] = ...) -> None: ...
+    device_busy_ns: int
+    def __init__(self, graph_exec: _Optional[int] = ..., replay: _Optional[int] = ..., node_executions: _Optional[int] = ..., nodes_matched: _Optional[int] = ..., blocks_observed: _Optional[int] = ..., joined: bool = ..., mode: _Optional[str] = ..., device_start_ns: _Optional[int] = ..., device_end_ns: _Optional[int] = ..., device_busy_ns: _Optional[int] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ("pid", "label", "step", "host_time_ns", "thread", "requests", "tokens", "request_ids", "request_ids_complete", "kernel_launches", "blocks_expected", "replays", "device_span_ns", "host_step_ns", "busy_ratio")
+    __slots__ = ("pid", "label", "step", "host_time_ns", "thread", "requests", "tokens", "request_ids", "request_ids_complete", "kernel_launches", "blocks_expected", "replays", "device_span_ns", "host_step_ns", "busy_ratio", "device_busy_ns", "flops", "device_flops_per_s", "host_flops_per_s")
     PID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -688,6 +692,10 @@ class Step(_message.Message):
     DEVICE_SPAN_NS_FIELD_NUMBER: _ClassVar[int]
     HOST_STEP_NS_FIELD_NUMBER: _ClassVar[int]
     BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_BUSY_NS_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FLOPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    HOST_FLOPS_PER_S_FIELD_NUMBER: _ClassVar[int]
     pid: int
     label: str
     step: int
@@ -703,7 +711,11 @@ class Step(_message.Message):
     device_span_ns: int
     host_step_ns: int
     busy_ratio: float
-    def __init__(self, pid: _Optional[int] = ..., label: _Optional[str] = ..., step: _Optional[int] = ..., host_time_ns: _Optional[int] = ..., thread: _Optional[int] = ..., requests: _Optional[int] = ..., tokens: _Optional[int] = ..., request_ids: _Optional[_Iterable[str]] = ..., request_ids_complete: bool = ..., kernel_launches: _Optional[int] = ..., blocks_expected: _Optional[int] = ..., replays: _Optional[_Iterable[_Union[StepReplay, _Mapping]]] = ..., device_span_ns: _Optional[int] = ..., host_step_ns: _Optional[int] = ..., busy_ratio: _Optional[float] = ...) -> None: ...
+    device_busy_ns: int
+    flops: int
+    device_flops_per_s: float
+    host_flops_per_s: float
+    def __init__(self, pid: _Optional[int] = ..., label: _Optional[str] = ..., step: _Optional[int] = ..., host_time_ns: _Optional[int] = ..., thread: _Optional[int] = ..., requests: _Optional[int] = ..., tokens: _Optional[int] = ..., request_ids: _Optional[_Iterable[str]] = ..., request_ids_complete: bool = ..., kernel_launches: _Optional[int] = ..., blocks_expected: _Optional[int] = ..., replays: _Optional[_Iterable[_Union[StepReplay, _Mapping]]] = ..., device_span_ns: _Optional[int] = ..., host_step_ns: _Optional[int] = ..., busy_ratio: _Optional[float] = ..., device_busy_ns: _Optional[int] = ..., flops: _Optional[int] = ..., device_flops_per_s: _Optional[float] = ..., host_flops_per_s: _Optional[float] = ...) -> None: ...
 
 class StepTotals(_message.Message):
     __slots__ = ("pid", "steps", "launches_before_steps")

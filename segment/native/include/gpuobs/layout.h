@@ -338,7 +338,9 @@ struct alignas(64) StepRecord {
   uint32_t tokens;        // tokens scheduled in this step
   uint32_t text_bytes;    // bytes of 'id\ttokens' lines ('\n'-separated) in the StepText records that follow
   uint32_t text_records;  // how many StepText records follow
-  uint8_t unused[40];
+  uint64_t flops;         // the engine's estimate of the step's floating-point operations per GPU
+                          // (vLLM with --enable-mfu-metrics); 0: it gives none (or an older writer)
+  uint8_t unused[32];
   uint32_t kind;   // LaunchKind::Step
   uint32_t flags;  // kStepSameRequests
   uint64_t reserved[4];
@@ -348,10 +350,11 @@ static_assert(sizeof(StepRecord) == kLaunchRecordBytes, "StepRecord is a launch 
 static_assert(offsetof(StepRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
 static_assert(offsetof(StepRecord, seq) == 120, "seq is the last word");
 inline constexpr Field kStepRecordFields[] = {
-    GPUOBS_FIELD(StepRecord, host_time_ns), GPUOBS_FIELD(StepRecord, step),        GPUOBS_FIELD(StepRecord, thread),
-    GPUOBS_FIELD(StepRecord, requests),     GPUOBS_FIELD(StepRecord, tokens),      GPUOBS_FIELD(StepRecord, text_bytes),
-    GPUOBS_FIELD(StepRecord, text_records), GPUOBS_RESERVED(StepRecord, unused),   GPUOBS_FIELD(StepRecord, kind),
-    GPUOBS_FIELD(StepRecord, flags),        GPUOBS_RESERVED(StepRecord, reserved), GPUOBS_FIELD(StepRecord, seq),
+    GPUOBS_FIELD(StepRecord, host_time_ns), GPUOBS_FIELD(StepRecord, step),   GPUOBS_FIELD(StepRecord, thread),
+    GPUOBS_FIELD(StepRecord, requests),     GPUOBS_FIELD(StepRecord, tokens), GPUOBS_FIELD(StepRecord, text_bytes),
+    GPUOBS_FIELD(StepRecord, text_records), GPUOBS_FIELD(StepRecord, flops),  GPUOBS_RESERVED(StepRecord, unused),
+    GPUOBS_FIELD(StepRecord, kind),         GPUOBS_FIELD(StepRecord, flags),  GPUOBS_RESERVED(StepRecord, reserved),
+    GPUOBS_FIELD(StepRecord, seq),
 };
 static_assert(covers(kStepRecordFields, sizeof(StepRecord)), "kStepRecordFields lists every member");
 constexpr uint32_t kStepSameRequests = 0x2;  // the same requests and tokens each as the step before: no text

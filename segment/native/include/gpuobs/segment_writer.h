@@ -55,9 +55,10 @@ class SegmentWriter {
   bool write_launch(const LaunchRecord& record);
 
   // Appends an engine step record and its request ids (text split over StepText records; empty
-  // when flags has kStepSameRequests). False when any record was dropped (each one counted).
+  // when flags has kStepSameRequests), with the engine's FLOP estimate (0: none). False when any
+  // record was dropped (each one counted).
   bool write_step(uint64_t step, uint32_t requests, uint32_t tokens, const char* ids, uint32_t ids_bytes,
-                  uint32_t flags);
+                  uint32_t flags, uint64_t flops = 0);
   // Appends an op record for the calling thread and its label (OpText records). False when any
   // record was dropped (each one counted).
   bool write_op(uint64_t op, const char* label, uint32_t label_bytes);
