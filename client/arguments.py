@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 UINT32_MAX = (1 << 32) - 1
@@ -43,15 +44,20 @@ MILLISECOND_S = 0.001  # requests carry whole milliseconds: less would be sent a
 MAX_RECORD_S = 3600  # what gpuobsd records at most in one window
 
 
+DURATION = re.compile(r"(?P<number>-?[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<unit>ms|s|m|h)?")
+UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}  # a bare number is seconds
+
+
 def seconds(high: float, within: str, allow_zero: bool = False) -> Callable[[str], float]:
-    """Seconds within [MILLISECOND_S, high] (or 0 where `allow_zero`), checked before the
-    request's milliseconds are built; `within` says the range in the refusal."""
+    """A duration with its unit (500ms, 30s, 2m, 1h; a bare number is seconds) within
+    [MILLISECOND_S, high] seconds (or 0 where `allow_zero`), checked before the request's
+    milliseconds are built; `within` says the range in the refusal."""
 
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+        found = DURATION.fullmatch(text.strip())
+        if not found:
+            raise argparse.ArgumentTypeError(f"not a duration (500ms, 30s, 2m, 1h): {text[:40]!r}")
+        value = float(found["number"]) * UNIT_S[found["unit"]]
         if allow_zero and value == 0:
             return 0.0
         if not (math.isfinite(value) and MILLISECOND_S <= value <= high):

@@ -16,7 +16,12 @@ RECEIVE_LIMIT_BYTES = 256 << 20
 
 
 class CommandError(Exception):
-    """A failure the CLI reports as one line and a non-zero exit."""
+    """A failure the CLI reports as one line and exit 1."""
+
+
+class UsageError(CommandError):
+    """Wrong usage found by a command before it calls anything (arguments that argparse alone
+    cannot check): one line and exit 2, as argparse's own usage errors."""
 
 
 def address_of(flag: str | None) -> str:

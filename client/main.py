@@ -10,10 +10,12 @@ import re
 import signal
 import sys
 
+import argcomplete
 from gpuobs import version_line
 
 from .commands import COMMANDS
-from .connection import CommandError, address_of, configure_tcp
+from .connection import CommandError, UsageError, address_of, configure_tcp
+from .output import show_full_names
 
 USAGE_ERROR = 2  # as POSIX utilities and argparse: wrong usage, told apart from a failure (1)
 INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
@@ -53,6 +55,12 @@ def add_global_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
         "--output", choices=["table", "json"], help="table for people, json for programs", **default("table")
     )
     parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="whole kernel names in tables (cut to their column on a terminal; whole when piped)",
+        **default(False),
+    )
+    parser.add_argument(
         "--tls-ca", help="a TCP address: the CA of gpuobsd's certificate [GPUOBS_TLS_CA]", **default(None)
     )
     parser.add_argument(
@@ -61,15 +69,25 @@ def add_global_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="gpuobsctl", description=__doc__.splitlines()[0])
+    parser = Parser(
+        prog="gpuobsctl",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog="Each subcommand's --help has an example; `gpuobsctl completion bash|zsh|fish` completes them.",
+    )
     add_global_flags(parser, defaults=True)
     parser.add_argument("--version", action="version", version=version_line("gpuobsctl"))
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
-        sub = commands.add_parser(command.NAME, help=command.HELP)
+        sub = commands.add_parser(
+            command.NAME,
+            help=command.HELP,
+            description=command.HELP,
+            epilog=getattr(command, "EXAMPLES", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         add_global_flags(sub, defaults=False)
         command.add_arguments(sub)
-        sub.set_defaults(run=command.run)
+        sub.set_defaults(run=command.run, subcommand=command, subparser=sub)
     return parser
 
 
@@ -87,14 +105,22 @@ def not_utf8(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argcomplete.autocomplete(parser)  # a shell asking for completions (gpuobsctl completion SHELL): answers, exits
     args = parser.parse_args(argv)
     bad = not_utf8(args)
     if bad:
         parser.error(f"argument {bad.replace('_', '-')}: not valid UTF-8")
+    if args.output == "json" and not getattr(args.subcommand, "JSON_OUTPUT", True):
+        parser.error(f"{args.subcommand.NAME} has no JSON output ({args.subcommand.HELP})")
+    show_full_names(args.wide or not sys.stdout.isatty())
     args.address = address_of(args.address)
     configure_tcp(args.tls_ca, args.token_file)
     try:
         return args.run(args)
+    except UsageError as error:  # as argparse's own: the usage, then the reason
+        args.subparser.print_usage(sys.stderr)
+        print(f"gpuobsctl: {error}", file=sys.stderr)
+        return USAGE_ERROR
     except CommandError as error:
         print(f"gpuobsctl: {error}", file=sys.stderr)
         return 1

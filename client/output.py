@@ -56,6 +56,30 @@ def emit(fmt: str, data: Any, columns: Sequence[tuple[str, str]] | None = None, 
     table(columns, rows)
 
 
+_full_names = False  # --wide, or output that is not a terminal (a pipe, a file): names are never cut
+
+
+def show_full_names(full: bool) -> None:
+    """Set once by the CLI's main: a terminal gets names cut to their column, anything else
+    (a pipe into grep, a file) and --wide the whole name, which a cut one would not match."""
+    global _full_names
+    _full_names = full
+
+
+def fit(text: str, width: int) -> str:
+    """`text` cut to `width` with '...' on a terminal; whole with --wide or when not on one."""
+    return text if _full_names or len(text) <= width else text[: width - 3] + "..."
+
+
+def uptime(seconds: float) -> str:
+    """A long duration in its two largest units: 45s, 12m 3s, 2h 5m, 3d 4h."""
+    whole = int(seconds)
+    parts = [(whole // 86400, "d"), (whole % 86400 // 3600, "h"), (whole % 3600 // 60, "m"), (whole % 60, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    return " ".join(f"{value}{unit}" for value, unit in parts[:2])
+
+
 def micros(ns: int) -> str:
     """A duration in microseconds, one decimal: the unit goes in the column's name."""
     return f"{ns / 1000:.1f}"

@@ -174,8 +174,23 @@ class Daemon:
             await asyncio.sleep(min(interval / 2, 1.0))
 
 
+EXAMPLES = """Every flag can also come from its GPUOBS_* variable (named after its help) or a --config
+TOML file; flags win, then the environment, then the file.
+
+examples:
+  gpuobsd                                   # as the systemd unit runs it: /run/gpuobs, /dev/shm, :9464
+  gpuobsd --runtime-dir /tmp/g --segment-dir /tmp/g/seg --metrics-address 127.0.0.1:19464
+  gpuobsd --listen 0.0.0.0:50051 --tls-cert cert.pem --tls-key key.pem --token-file token
+  GPUOBS_LOG_FORMAT=console gpuobsd --config /etc/gpuobs/gpuobsd.toml"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuobsd", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="gpuobsd",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=version_line("gpuobsd"))
     settings.add_arguments(parser)
     return parser

@@ -17,10 +17,13 @@ import time
 from pathlib import Path
 
 from ..arguments import pid
-from ..connection import CommandError
+from ..connection import CommandError, UsageError
+from ..output import emit
 
 NAME = "coredump"
 HELP = "trigger the driver's user-induced GPU core dump of a process (ends it; needs --yes)"
+EXAMPLES = """examples:
+  gpuobsctl coredump 4242 --yes       # ends the process"""
 TRIGGER_BYTES = 1 << 20  # the pipe reacted to 1 MiB on the H200; the driver reads and discards it
 
 
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         "CUDA_COREDUMP_FILE", "core_%t_%h_%p.nvcudmp (the driver's default, in its working directory)"
     )
     if not args.yes:
-        raise CommandError(f"a GPU core dump ends process {args.pid}; run again with --yes (pipe {pipe})")
+        raise UsageError(f"a GPU core dump ends process {args.pid}; run again with --yes (pipe {pipe})")
     try:
         fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as error:
@@ -94,5 +97,8 @@ def run(args: argparse.Namespace) -> int:
                 break  # the reader went away: the dump has started (or the process ended)
     finally:
         os.close(fd)
-    print(f"wrote {written} bytes to {pipe}; the driver writes the dump to {destination}")
+    if args.output == "json":
+        emit("json", {"pid": args.pid, "pipe": str(pipe), "bytes_written": written, "dump": destination})
+    else:
+        print(f"wrote {written} bytes to {pipe}; the driver writes the dump to {destination}")
     return 0

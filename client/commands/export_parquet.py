@@ -9,6 +9,8 @@ from ..output import emit
 
 NAME = "export-parquet"
 HELP = "add event files to a Hive-partitioned Parquet dataset (DuckDB, Spark, Trino, ClickHouse, Dask)"
+EXAMPLES = """examples:
+  gpuobsctl export-parquet /tmp/run*.gpuobs --out /tmp/dataset"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

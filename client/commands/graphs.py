@@ -8,10 +8,13 @@ from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import every_page
-from ..output import emit, message_dict, micros, table
+from ..output import emit, fit, message_dict, micros, table
 
 NAME = "graphs"
 HELP = "per CUDA graph exec: nodes, replays, node executions, blocks per node and replay"
+EXAMPLES = """examples:
+  gpuobsctl graphs --replays 4
+  gpuobsctl --output json graphs --pid 4242"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                     "sampled": n.executions_sampled,
                     "blocks": n.blocks_per_execution,
                     "grid": "x".join(map(str, n.grid)),
-                    "name": n.name if len(n.name) <= 60 else n.name[:57] + "...",
+                    "name": fit(n.name, 60),
                 }
                 for n in graph.nodes
             ],

@@ -16,10 +16,13 @@ from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import pid, uint32
 from ..connection import all_pages
-from ..output import emit, message_dict, table
+from ..output import emit, fit, message_dict, table
 
 NAME = "hangs"
 HELP = "launches whose blocks entered and have not exited (which kernel, which blocks, SMs, since when)"
+EXAMPLES = """examples:
+  gpuobsctl hangs
+  gpuobsctl hangs --min-age-ms 2000 --pid 4242"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                     "pid": pid,
                     "no_exit": f"{k.no_exit_ns / 1e9:.2f}",
                     "blocks": k.blocks_in_flight,
-                    "kernel": k.kernel if len(k.kernel) <= 70 else k.kernel[:67] + "...",
+                    "kernel": fit(k.kernel, 70),
                 }
                 for pid, k in sorted(stalled, key=lambda item: -item[1].no_exit_ns)
             ],
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                     + (
                         f" ({h.kernel_events_dropped} events of this kernel dropped)" if h.kernel_events_dropped else ""
                     ),
-                    "kernel": h.kernel if len(h.kernel) <= 60 else h.kernel[:57] + "...",
+                    "kernel": fit(h.kernel, 60),
                 }
                 for h in launches
             ],

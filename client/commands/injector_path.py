@@ -12,6 +12,8 @@ from ..output import emit
 
 NAME = "injector-path"
 HELP = "print the injector library's path (CUDA_INJECTION64_PATH for the programs to observe)"
+EXAMPLES = """examples:
+  export CUDA_INJECTION64_PATH=$(gpuobsctl injector-path)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

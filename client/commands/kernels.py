@@ -8,10 +8,13 @@ from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import kernel_id, pid, uint32
 from ..connection import call, every_kernel
-from ..output import emit, message_dict, table
+from ..output import emit, fit, message_dict, table
 
 NAME = "kernels"
 HELP = "per-kernel launches, blocks, accesses and events"
+EXAMPLES = """examples:
+  gpuobsctl kernels --top 20
+  gpuobsctl kernels --pid 4242 --kernel-id 237af43c39d4 --wide"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             "records": k.records or "-",
             "kernel_id": k.kernel_id,
             # asked for by id: the full name (what the id resolves), else one a line
-            "name": k.name if args.kernel_id or len(k.name) <= 60 else k.name[:57] + "...",
+            "name": k.name if args.kernel_id else fit(k.name, 60),
         }
         for k in kernels
     ]

@@ -8,12 +8,15 @@ import argparse
 from gpuobs.api.v1 import observer_pb2 as pb
 
 from ..arguments import acknowledgement_timeout, pid, uint32
-from ..connection import CommandError, call
+from ..connection import UsageError, call
 from ..output import emit, message_dict, table
 from .set_mode import acknowledgements
 
 NAME = "ops"
 HELP = "framework ops (module path, op, dtypes and shapes) and the kernels each launched"
+EXAMPLES = """examples:
+  gpuobsctl ops --top 30
+  gpuobsctl ops --record-steps 8 --rank 0     # record the op labels of 8 steps"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=acknowledgement_timeout,
         default=2.0,
-        help="with --record-steps: seconds to wait for acknowledgements",
+        help="with --record-steps: how long to wait for acknowledgements (500ms, 2s)",
     )
 
 
@@ -51,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.record_steps is not None:
         return open_window(args)
     if args.rank or args.gpu:
-        raise CommandError("--rank and --gpu select where --record-steps opens a window; ops shows processes by --pid")
+        raise UsageError("--rank and --gpu select where --record-steps opens a window; ops shows processes by --pid")
     response = call(args.address, "ListOps", pb.ListOpsRequest(pids=args.pid, top=args.top))
     if args.output == "json":
         data = message_dict(response)

@@ -9,11 +9,14 @@ from typing import Any
 
 from gpuobs.dataset_query import CANONICAL
 
-from ..connection import CommandError
+from ..connection import CommandError, UsageError
 from ..output import emit, table
 
 NAME = "query"
 HELP = "run SQL over a Parquet dataset that export-parquet wrote (DuckDB; a view per table)"
+EXAMPLES = """examples:
+  gpuobsctl query /tmp/dataset --canonical kernel-time
+  gpuobsctl query /tmp/dataset 'SELECT count(*) FROM events'"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +48,7 @@ def _plain(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     if (args.sql is None) == (args.canonical is None):
-        raise CommandError("give either SQL or --canonical NAME")
+        raise UsageError("give either SQL or --canonical NAME")
     from pathlib import Path
 
     from gpuobs.dataset_query import query

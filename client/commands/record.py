@@ -17,6 +17,9 @@ from ..output import emit, table
 
 NAME = "record"
 HELP = "record events, launches and kernel names to event files (one per process)"
+EXAMPLES = """examples:
+  gpuobsctl record /tmp/run.gpuobs --duration 30s
+  gpuobsctl record /var/tmp/x.gpuobs --on-daemon --count 1000000 --pid 4242"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--duration",
         type=record_seconds,
         default=0.0,
-        help="seconds to record (0: until --count events, at most an hour)",
+        help="how long to record (30s, 2m, 1h; a bare number is seconds; 0: until --count events)",
     )
     parser.add_argument("--count", type=uint64, default=0, help="events to record per process")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")

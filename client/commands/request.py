@@ -13,6 +13,8 @@ from .requests import show
 
 NAME = "request"
 HELP = "one request's GPU time (vLLM plugin): its steps, tokens, device time, launches and blocks"
+EXAMPLES = """examples:
+  gpuobsctl request cmpl-af327439bae1226f-0-91d5e375"""
 
 
 def request_id(text: str) -> str:

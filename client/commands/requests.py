@@ -13,6 +13,9 @@ from ..output import emit, message_dict
 
 NAME = "requests"
 HELP = "GPU time per request (vLLM plugin): device time, tokens, steps, launches and blocks"
+EXAMPLES = """examples:
+  gpuobsctl requests --top 10
+  gpuobsctl --output json requests --all"""
 COLUMNS = [
     ("pid", "PID"),
     ("request", "REQUEST"),

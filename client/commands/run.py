@@ -10,6 +10,7 @@ program can be observed (no driver, no GPU) it says so and runs nothing, except 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -21,21 +22,28 @@ from pathlib import Path
 
 import gpuobs
 import grpc
+from gpuobs import _native
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import ACCESS_MODES, MODES, PATCH_SETS
 
-from ..arguments import uint32
-from ..connection import CommandError, stub
-from ..output import table
+from ..arguments import number, uint32
+from ..connection import CommandError, UsageError, stub
+from ..output import SCHEMA_VERSION, fit, message_dict, table
 
 NAME = "run"
 HELP = "run a command under the injector and summarise its kernels at exit"
+EXAMPLES = """examples:
+  gpuobsctl run -- python train.py
+  gpuobsctl run --mode sampled --shift 8 -- python bench.py
+  gpuobsctl run -- gpuobs-synth --duration 5     # without a GPU: simulated kernels"""
 INJECTOR = gpuobs.injector_library()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="counter", choices=list(MODES), help="initial mode (default counter)")
-    parser.add_argument("--shift", type=uint32, default=10, help="sample shift for sampled (default 10)")
+    parser.add_argument(
+        "--shift", type=number(0, _native.MAX_SHIFT), default=10, help="sample shift for sampled (default 10)"
+    )
     parser.add_argument(
         "--patch-set",
         choices=list(PATCH_SETS),
@@ -148,7 +156,7 @@ def exit_status(returncode: int) -> int:
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        raise CommandError("nothing to run: gpuobsctl run [options] -- CMD ...")
+        raise UsageError("nothing to run: gpuobsctl run [options] -- CMD ...")
     if not INJECTOR.exists():
         raise CommandError(f"{INJECTOR} is missing: this gpuobs was built without the injector")
     if os.path.basename(command[0]) != SYNTH:
@@ -191,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
             returncode = child.wait()
         finally:
             signal.signal(signal.SIGINT, interrupt)
-        summarise(address, child.pid, private=daemon is not None, top=args.top)
+        summarise(address, child.pid, private=daemon is not None, top=args.top, as_json=args.output == "json")
         return exit_status(returncode)
     finally:
         if daemon is not None:
@@ -202,8 +210,9 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(segments, ignore_errors=True)
 
 
-def summarise(address: str, child_pid: int, *, private: bool, top: int) -> None:
-    """Waits for the daemon's final drain of the command's processes, then prints them."""
+def summarise(address: str, child_pid: int, *, private: bool, top: int, as_json: bool = False) -> None:
+    """Waits for the daemon's final drain of the command's processes, then prints them to stderr
+    (stdout is the command's): a table, or with --output json one JSON document."""
     observer = stub(address)
     deadline = time.monotonic() + 10
     mine: list[pb.Process] = []
@@ -218,6 +227,11 @@ def summarise(address: str, child_pid: int, *, private: bool, top: int) -> None:
         return
     pids = [p.pid for p in mine]
     kernels = observer.ListKernels(pb.ListKernelsRequest(pids=pids, top=top), timeout=5).kernels
+    if as_json:
+        summary = {"processes": [message_dict(p) for p in mine], "kernels": [message_dict(k) for k in kernels]}
+        json.dump({"schema_version": SCHEMA_VERSION, **summary}, sys.stderr, indent=2, sort_keys=True)
+        sys.stderr.write("\n")
+        return
     print(f"\ngpuobs summary: {len(mine)} process(es) {', '.join(map(str, pids))}", file=sys.stderr)
     for process in mine:
         stages = ", ".join(
@@ -238,7 +252,7 @@ def summarise(address: str, child_pid: int, *, private: bool, top: int) -> None:
             "expected": k.blocks_expected,
             "events": k.events_delivered,
             "dropped": k.events_dropped,
-            "name": k.name if len(k.name) <= 70 else k.name[:67] + "...",
+            "name": fit(k.name, 70),
         }
         for k in kernels
     ]

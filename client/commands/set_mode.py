@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import argparse
 
+from gpuobs import _native
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import MODES
 
-from ..arguments import acknowledgement_timeout, pid, uint32
+from ..arguments import acknowledgement_timeout, number, pid, uint32
 from ..connection import CommandError, call
 from ..output import emit, table
 
 NAME = "set-mode"
 HELP = "switch mode, sample shift and kernel filter of running processes"
+EXAMPLES = """examples:
+  gpuobsctl set-mode sampled --shift 10            # every observed process
+  gpuobsctl set-mode blocks --rank 0 --kernel 'flash|gemm'
+  gpuobsctl set-mode counter --pid 4242 --timeout 5s"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mode", choices=list(MODES), help="the mode to put in force")
-    parser.add_argument("--shift", type=uint32, help="sampled: keep 1 in 2^SHIFT events (0..31)")
+    parser.add_argument(
+        "--shift", type=number(0, _native.MAX_SHIFT), help=f"sampled: keep 1 in 2^SHIFT events (0..{_native.MAX_SHIFT})"
+    )
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument(
         "--rank",
@@ -34,7 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kernel", help="record events only for kernels matching this regex ('' for all)")
     parser.add_argument(
-        "--timeout", type=acknowledgement_timeout, default=2.0, help="seconds to wait for acknowledgements"
+        "--timeout",
+        type=acknowledgement_timeout,
+        default=2.0,
+        help="how long to wait for acknowledgements (500ms, 2s; a bare number is seconds)",
     )
 
 
@@ -43,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
         mode=args.mode, pids=args.pid, ranks=args.rank, gpus=args.gpu, timeout_ms=int(args.timeout * 1000)
     )
     if args.shift is not None:
-        if args.shift < 0:
-            raise CommandError(f"shift {args.shift} out of range 0..31")
         request.shift = args.shift
     if args.kernel is not None:
         request.kernel_regex = args.kernel

@@ -18,11 +18,15 @@ from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.symbolize import CubinSymbols, SymbolizeError, format_location
 
 from ..arguments import pid, uint32
-from ..connection import CommandError, all_pages, every_kernel
-from ..output import emit, table
+from ..connection import CommandError, UsageError, all_pages, every_kernel
+from ..output import emit, fit, table
 
 NAME = "source"
 HELP = "source line and inline chain of a PC (or a cubin offset); --top: hottest lines"
+EXAMPLES = """examples:
+  gpuobsctl source --pid 4242 0x7f3a2c001230
+  gpuobsctl source --pid 4242 --top 10 --kernel reshape_and_cache
+  gpuobsctl source --cubin kernel.cubin 0x1a0"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,11 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def number(text: str | None, what: str) -> int:
     if text is None:
-        raise CommandError(f"give the {what}")
+        raise UsageError(f"give the {what}")
     try:
         return int(text, 0)
     except ValueError:
-        raise CommandError(f"{what} {text!r} is not a number") from None
+        raise UsageError(f"{what} {text!r} is not a number") from None
 
 
 class Symbolizer:
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cubin:
         return offline(args)
     if args.pid is None:
-        raise CommandError("give --cubin FILE OFFSET, or --pid PID PC, or --pid PID --top N")
+        raise UsageError("give --cubin FILE OFFSET, or --pid PID PC, or --pid PID --top N")
     if args.top is not None:
         return hot_lines(args)
     pc = number(args.address_or_offset, "PC")
@@ -97,7 +101,7 @@ def offline(args: argparse.Namespace) -> int:
         symbols = CubinSymbols(args.cubin)
         names = [args.function] if args.function else list(symbols.functions)
         if len(names) != 1:
-            raise CommandError(f"the cubin has {len(names)} functions: name one with --function")
+            raise UsageError(f"the cubin has {len(names)} functions: name one with --function")
         location = symbols.lookup(names[0], offset)
     except SymbolizeError as error:
         raise CommandError(str(error)) from None
@@ -108,11 +112,11 @@ def offline(args: argparse.Namespace) -> int:
 
 def hot_lines(args: argparse.Namespace) -> int:
     if args.top <= 0:
-        raise CommandError("--top must be positive")
+        raise UsageError("--top must be positive")
     try:
         pattern = re.compile(args.kernel) if args.kernel else None
     except re.error as error:
-        raise CommandError(f"bad --kernel regex: {error}") from None
+        raise UsageError(f"bad --kernel regex: {error}") from None
     response = all_pages(args.address, "ListHotPcs", pb.ListHotPcsRequest(pids=[args.pid]), "pcs")
     symbolizer = Symbolizer()
     lines: collections.Counter = collections.Counter()
@@ -142,7 +146,7 @@ def hot_lines(args: argparse.Namespace) -> int:
             "share": f"{100 * events / total:.1f}%",
             "line": where,
             "inlined": chains[(kernel, where)] or "-",
-            "kernel": kernel if len(kernel) <= 50 else kernel[:47] + "...",
+            "kernel": fit(kernel, 50),
         }
         for (kernel, where), events in ranked
     ]

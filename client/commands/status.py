@@ -8,10 +8,13 @@ from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import SAMPLED_MODES
 
 from ..connection import call
-from ..output import emit, message_dict, table
+from ..output import emit, message_dict, table, uptime
 
 NAME = "status"
 HELP = "show the daemon and the processes it observes"
+EXAMPLES = """examples:
+  gpuobsctl status
+  gpuobsctl --output json status | jq '.processes[] | {pid, mode}'"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +26,11 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         emit("json", message_dict(response))
         return 0
+    alive = sum(1 for p in response.processes if p.alive)
     print(
-        f"gpuobsd {response.version}, up {response.uptime_ms / 1000:.0f} s, segments in {response.segment_dir}, "
-        f"{len(response.processes)} process(es)"
+        f"gpuobsd {response.version}, up {uptime(response.uptime_ms / 1000)}, segments in {response.segment_dir}, "
+        f"{alive} process(es) observed"
+        + (f", {len(response.processes) - alive} exited" if len(response.processes) > alive else "")
     )
     rows = []
     for p in response.processes:
@@ -68,8 +73,14 @@ def run(args: argparse.Namespace) -> int:
             ],
             rows,
         )
+    quiet = []  # processes whose injector has done nothing yet: one line for all of them
     for p in response.processes:
         i = p.injector
+        if not (
+            i.modules_loaded or i.patch_failures or i.cubins_kept or i.cubins_skipped or i.profiler_starts
+        ) and not (i.resource_callback_seconds or i.launch_callback_seconds or i.graph_callback_seconds):
+            quiet.append(p.pid)
+            continue
         print(
             f"pid {p.pid}: modules {i.modules_loaded} loaded, {i.modules_patched} patched, {i.patch_failures} "
             f"failed; cubins {i.cubins_kept} kept, {i.cubins_skipped} skipped; time in gpuobs callbacks: "
@@ -92,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
                 f"pid {p.pid}: {i.profiler_starts} profiler start(s) recorded no GPU activity: CUPTI cannot attach "
                 f"beside gpuobs (the driver admits one tool); `gpuobsctl trace` records this process's kernels"
             )
+    if quiet:
+        print(f"pid {', '.join(map(str, quiet))}: no CUDA module loaded, no time in gpuobs callbacks")
     for rejected in response.rejected_segments:
         print(f"rejected: {rejected}")
     if response.rejected_segments_total > len(response.rejected_segments):

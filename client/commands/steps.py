@@ -14,6 +14,10 @@ from ..rank_steps import DEVICE, AlignedStep, Job, LeftOut, align_steps, group_j
 
 NAME = "steps"
 HELP = "engine steps (vLLM plugin): requests and tokens, the graph replays and blocks of each step"
+EXAMPLES = """examples:
+  gpuobsctl steps --last 20
+  gpuobsctl steps --replay 9717          # the step that launched this replay
+  gpuobsctl steps --ranks                # tensor-parallel ranks side by side"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

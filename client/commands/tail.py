@@ -17,6 +17,9 @@ from ..connection import CommandError, stub
 
 NAME = "tail"
 HELP = "print live events as they are drained"
+EXAMPLES = """examples:
+  gpuobsctl tail --count 20
+  gpuobsctl --output json tail --pid 4242 | head"""
 KIND_NAMES = {value: name for name, value in EVENT_KINDS.items()}
 
 

@@ -20,10 +20,14 @@ HELP = (
     "record a window and write it as one Perfetto trace (kernels per stream and graph exec, the ops that launched "
     "them, blocks per SM, steps)"
 )
+EXAMPLES = """examples:
+  gpuobsctl trace --duration 5s --out /tmp/decode.pftrace    # open it in the Perfetto UI"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=window_seconds, required=True, help="seconds to record")
+    parser.add_argument(
+        "--duration", type=window_seconds, required=True, help="how long to record (30s, 2m; a bare number is seconds)"
+    )
     parser.add_argument("--out", required=True, help="Perfetto trace to write (.pftrace)")
     parser.add_argument("--count", type=uint64, default=0, help="stop a process's window after this many events")
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")

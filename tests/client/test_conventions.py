@@ -162,32 +162,61 @@ def test_injector_path_prints_the_library_a_drop_in_needs() -> None:
     assert as_json == {"schema_version": 1, "injector": str(library)}
 
 
-def test_bash_completion_knows_every_subcommand_and_its_flags() -> None:
-    done = gpuobsctl("completion", "bash")
-    assert done.returncode == 0, done.stderr
-    script = done.stdout
-
-    def complete(*words: str) -> list[str]:
-        line = " ".join(("gpuobsctl",) + words)
-        run = subprocess.run(
-            [
-                "bash",
-                "-c",
-                script + f"\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _gpuobsctl; "
-                "printf '%s\\n' \"${COMPREPLY[@]}\"",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
+def answer(line: str, shell: str = "bash") -> str:
+    """What gpuobsctl answers a shell asking for the completions of `line` (argcomplete's protocol:
+    the code `gpuobsctl completion SHELL` prints runs gpuobsctl with these variables)."""
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpuobsctl-complete-{os.getpid()}"
+    env = dict(os.environ, _ARGCOMPLETE="1", _ARGCOMPLETE_SHELL=shell, COMP_LINE=line, COMP_POINT=str(len(line)))
+    env["_ARGCOMPLETE_STDOUT_FILENAME"] = str(out)
+    if shell != "bash":  # as the zsh and fish code set them
+        env["_ARGCOMPLETE_SUPPRESS_SPACE"] = "1"
+    if shell == "fish":
+        env.update(_ARGCOMPLETE_DFS="\t", _ARGCOMPLETE_IFS="\n")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuobs.client.main"], env=env, capture_output=True, text=True, timeout=60
         )
-        assert run.returncode == 0, run.stderr
-        return run.stdout.split()
+        assert done.returncode == 0, done.stderr
+        return out.read_text()
+    finally:
+        out.unlink(missing_ok=True)
 
-    assert complete("ker") == ["kernels"]
-    assert set(complete("")) >= {"status", "set-mode", "kernels", "trace", "export-parquet", "run", "completion"}
-    assert "--top" in complete("kernels", "--") and "--output" in complete("kernels", "--")
-    assert complete("--output", "json", "tr") == ["trace"]  # a global flag's value is not the subcommand
-    assert complete("set-mode", "--sh") == ["--shift"]
+
+def complete(line: str, shell: str = "bash") -> list[str]:
+    """The words alone: bash gets them bare; zsh each with its help after a colon, fish after a tab."""
+    words = answer(line, shell).split("\v" if shell != "fish" else "\n")
+    return [word.split("\t" if shell == "fish" else ":")[0].strip() for word in words if word]
+
+
+def test_completion_knows_every_subcommand_flag_and_choice_in_bash_zsh_and_fish() -> None:
+    for shell in ("bash", "zsh", "fish"):
+        code = gpuobsctl("completion", shell)
+        assert code.returncode == 0 and "gpuobsctl" in code.stdout, code.stderr
+    assert complete("gpuobsctl ker") == ["kernels"]
+    assert set(complete("gpuobsctl ")) >= {"status", "set-mode", "kernels", "trace", "run", "completion", "steps"}
+    assert {"--top", "--output", "--wide"} <= set(complete("gpuobsctl kernels --"))
+    assert complete("gpuobsctl --output json tr") == ["trace"]  # a global flag's value is not the subcommand
+    assert complete("gpuobsctl set-mode --sh") == ["--shift"]
+    assert set(complete("gpuobsctl set-mode ")) >= {"off", "counter", "blocks", "sampled"}  # the modes
+    assert complete("gpuobsctl completion f", shell="fish") == ["fish"]
+    assert "kernels" in complete("gpuobsctl k", shell="zsh")
+    # zsh and fish show each word's help beside it
+    assert "kernels:per-kernel launches" in answer("gpuobsctl k", shell="zsh")
+    assert "--top\tmost launched first" in answer("gpuobsctl kernels --to", shell="fish")
+
+
+def test_bash_runs_the_completion_code_against_the_installed_gpuobsctl() -> None:
+    """The code as a user sources it: bash's completion function calls gpuobsctl on PATH."""
+    code = gpuobsctl("completion", "bash").stdout
+    script = code + (
+        "\nCOMP_LINE='gpuobsctl steps --la'; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(gpuobsctl steps --la); "
+        "COMP_CWORD=2; COMP_TYPE=9; complete=$(complete -p gpuobsctl); function=${complete##*-F }; "
+        "${function%% *} gpuobsctl; printf '%s\\n' \"${COMPREPLY[@]}\""
+    )
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["--last"], (done.stdout, done.stderr)
 
 
 def test_the_tcp_port_serves_tls_clients_with_the_token_and_only_them(
@@ -225,3 +254,116 @@ def test_the_tcp_port_serves_tls_clients_with_the_token_and_only_them(
         raise AssertionError("a stream without the token was answered")
     except grpc.RpcError as error:
         assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_every_subcommand_has_a_description_and_examples_that_parse() -> None:
+    """Each example in a subcommand's --help is a command line its parser takes as written."""
+    import argparse
+    import shlex
+
+    from gpuobs.client.commands import COMMANDS
+    from gpuobs.client.main import build_parser
+
+    parser = build_parser()
+    for command in COMMANDS:
+        shown = gpuobsctl(command.NAME, "--help")
+        assert shown.returncode == 0 and command.HELP.split(" (")[0] in " ".join(shown.stdout.split()), command.NAME
+        assert "examples:" in shown.stdout, command.NAME
+        for line in command.EXAMPLES.splitlines()[1:]:
+            words = shlex.split(line.split(" #")[0].split(" |")[0].split(" >")[0], comments=False)
+            words = [w for w in words if not w.startswith("$(")]
+            assert words[0] in ("gpuobsctl", "export", "source"), line
+            if words[0] == "gpuobsctl":
+                try:
+                    parser.parse_args(words[1:])
+                except SystemExit:
+                    raise AssertionError(f"{command.NAME}: the example does not parse: {line}") from None
+    assert isinstance(parser, argparse.ArgumentParser)
+
+
+def test_names_are_whole_when_piped_or_wide_and_cut_on_a_terminal(start_synth, start_daemon) -> None:
+    """A name cut to its column would not match a grep of the whole name: only a terminal gets it cut."""
+    import pty
+
+    synth = start_synth("--mode", "counter", "--rate", "20000", "--kernels", "8", "--launches", "200")
+    daemon = start_daemon()
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    names = [
+        k["name"]
+        for k in json.loads(gpuobsctl("--address", daemon.address, "--output", "json", "kernels").stdout)["kernels"]
+    ]
+    longest = max(names, key=len)
+    assert len(longest) > 60
+    piped = gpuobsctl("--address", daemon.address, "kernels")
+    assert piped.returncode == 0 and longest in piped.stdout
+    primary, secondary = pty.openpty()
+    try:
+        for flags, whole in (([], False), (["--wide"], True)):
+            on_terminal = subprocess.run(
+                [sys.executable, "-m", "gpuobs.client.main", "--address", daemon.address, "kernels", *flags],
+                stdout=secondary,
+                stderr=subprocess.PIPE,
+                timeout=60,
+            )
+            assert on_terminal.returncode == 0, on_terminal.stderr
+            text = b""
+            while True:
+                import select
+
+                ready, _, _ = select.select([primary], [], [], 0.5)
+                if not ready:
+                    break
+                text += os.read(primary, 65536)
+            shown = text.decode().replace("\r\n", "\n")
+            assert (longest in shown) is whole, (flags, shown[-500:])
+            if not whole:
+                assert longest[:57] + "..." in shown
+    finally:
+        os.close(primary)
+        os.close(secondary)
+
+
+def test_ctrl_c_while_gpuobsctl_starts_is_130_without_a_traceback() -> None:
+    """SIGINT while the entry point imports gRPC and protobuf (the first few hundred milliseconds)."""
+    script = Path(sys.executable).parent / "gpuobsctl"
+    for delay in (0.05, 0.15, 0.3):
+        started = subprocess.Popen(
+            [str(script), "--address", "unix:///nonexistent/gpuobsd.sock", "status"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(delay)
+        started.send_signal(signal.SIGINT)
+        _, stderr = started.communicate(timeout=30)
+        assert "Traceback" not in stderr, (delay, stderr)
+        # before Python's own handler is in place the signal ends it as a signal does; after, 130
+        assert started.returncode in (130, -signal.SIGINT, 1), (delay, started.returncode, stderr)
+
+
+def test_status_tells_observed_from_exited_and_says_an_idle_injector_once(start_synth, start_daemon) -> None:
+    first = start_synth("--mode", "counter", "--rate", "20000", "--kernels", "2", "--launches", "50")
+    second = start_synth("--mode", "counter", "--rate", "20000", "--kernels", "2", "--launches", "50")
+    daemon = start_daemon("--exited-retention-s", "600")
+    assert first.wait() == 0 and second.wait() == 0
+    daemon.wait_all_gone()
+    shown = gpuobsctl("--address", daemon.address, "status")
+    assert shown.returncode == 0, shown.stderr
+    header = shown.stdout.splitlines()[0]
+    assert header.endswith("0 process(es) observed, 2 exited"), header
+    assert " up " in header and header.split(" up ")[1].split(",")[0][-1] in "smhd"  # a unit, not bare seconds
+    idle = [line for line in shown.stdout.splitlines() if "no CUDA module loaded" in line]
+    assert len(idle) <= 1 and not [line for line in shown.stdout.splitlines() if "modules 0 loaded" in line]
+
+
+def test_long_durations_read_in_their_two_largest_units() -> None:
+    from gpuobs.client.output import uptime
+
+    assert [uptime(s) for s in (0, 45, 723, 7500, 3 * 86400 + 4 * 3600 + 59)] == [
+        "0s",
+        "45s",
+        "12m 3s",
+        "2h 5m",
+        "3d 4h",
+    ]

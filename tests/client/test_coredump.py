@@ -49,7 +49,7 @@ def test_the_pipe_is_found_and_fed_only_with_yes(tmp_path: Path) -> None:
     child = start(tmp_path, CUDA_ENABLE_USER_TRIGGERED_COREDUMP="1")
     try:
         refused = gpuobsctl("unix:///nonexistent.sock", "coredump", str(child.pid))
-        assert refused.returncode == 1 and "ends process" in refused.stderr and "--yes" in refused.stderr
+        assert refused.returncode == 2 and "ends process" in refused.stderr and "--yes" in refused.stderr
         time.sleep(0.2)
         assert child.poll() is None  # nothing was written: the process still waits
         done = gpuobsctl("unix:///nonexistent.sock", "coredump", str(child.pid), "--yes")

@@ -70,10 +70,10 @@ def test_what_query_refuses_is_one_line(tmp_path: Path) -> None:
     out = dataset(tmp_path)
     code, _, said = query(str(out), "SELECT nothing FROM events")
     assert code == 1 and len(said.splitlines()) == 1 and "nothing" in said
-    code, _, said = query(str(out))
-    assert code == 1 and "give either SQL or --canonical NAME" in said
+    code, _, said = query(str(out))  # usage: exit 2, the usage then the reason
+    assert code == 2 and said.splitlines()[-1] == "gpuobsctl: give either SQL or --canonical NAME"
     code, _, said = query(str(out), "SELECT 1", "--canonical", "kernel-time")
-    assert code == 1 and "give either SQL or --canonical NAME" in said
+    assert code == 2 and said.splitlines()[-1] == "gpuobsctl: give either SQL or --canonical NAME"
     code, _, said = query(str(tmp_path / "none"), "SELECT 1")
     assert code == 1 and "no such folder" in said
     empty = tmp_path / "empty"

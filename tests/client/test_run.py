@@ -113,4 +113,7 @@ def test_run_says_at_once_that_nothing_can_be_observed_without_a_driver() -> Non
 
 def test_run_without_a_command_is_a_one_line_error() -> None:
     done = gpuobsctl("run")
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "nothing to run" in done.stderr
+    assert (
+        done.returncode == 2
+        and done.stderr.splitlines()[-1] == "gpuobsctl: nothing to run: gpuobsctl run [options] -- CMD ..."
+    )
