@@ -44,6 +44,54 @@ void print_usage(std::FILE* out) {
       "  [--help] [--version]\n",
       choices(kModes).c_str(), choices(kPatchSetNames).c_str());
 }
+// What each flag does (--help): gpuobs-synth plays an injected CUDA process on the CPU, writing
+// its segment with the injector's own writer, so the daemon and CLI can be run without a GPU.
+void print_flags(std::FILE* out) {
+  std::fputs(
+      "\nPlays an injected CUDA process on the CPU: its segment written by the injector's own writer,\n"
+      "kernels run on a simulated device, so gpuobsd and gpuobsctl work without a GPU.\n"
+      "Defaults come from the injector's GPUOBS_* variables (GPUOBS_SEGMENT_DIR, GPUOBS_MODE,\n"
+      "GPUOBS_SHIFT, GPUOBS_PATCH_SET, GPUOBS_LABEL, GPUOBS_GROUP, GPUOBS_LAUNCH_TRACE,\n"
+      "GPUOBS_LAUNCH_TIMES, GPUOBS_MEMORY_KERNELS); flags override them.\n\n"
+      "  --segment-dir DIR        where the segment is made (default /dev/shm)\n"
+      "  --kernels K              kernels it plays (default 8)\n"
+      "  --rate N                 work units (events) a second; 0: as fast as it can (default)\n"
+      "  --duration S             stop after S seconds (0: at a signal or a limit below)\n"
+      "  --mode M, --shift N      the mode in force at start, and sampled's 1 in 2^N\n"
+      "  --seed N                 the seed of its choices (kernels, grids)\n"
+      "  --patch-set S            block or memory, as GPUOBS_PATCH_SET (fixed for the process)\n"
+      "  --max-events N           stop once N events were produced\n"
+      "  --launches N             stop after N launches\n"
+      "  --contexts N             CUDA contexts, each with its event ring\n"
+      "  --ring-records N         records per event ring; --launch-ring-records N: of the launch ring\n"
+      "  --live-graphs N          graph execs it says are alive (a patch-set switch is refused then)\n"
+      "  --crash-after N          write half a record after N events, then SIGKILL itself\n"
+      "  --publish-us N           how often its counters are published (default 2000)\n"
+      "  --control-poll-us N      how often it reads the daemon's control requests (default 500)\n"
+      "  --label TEXT             the process label gpuobsctl status shows\n"
+      "  --kernel REGEX           the kernel filter at start (only matching kernels record events)\n"
+      "  --unlink-at-exit         remove the segment when it exits\n"
+      "  --graph-nodes N          launches are replays of one CUDA graph of N kernel nodes\n"
+      "  --steps                  with --graph-nodes: an engine step record before each replay, as the\n"
+      "                           vLLM plugin writes them (1 to 4 requests, prefill then decode)\n"
+      "  --step-flops N           with --steps: each step's FLOP estimate, N a token scheduled\n"
+      "  --replay-delay-us US     with --graph-nodes: each replay's last node waits US (a slow rank)\n"
+      "  --hang-seconds S         end with a launch whose blocks enter and stay S seconds (a hang)\n"
+      "  --cubin FILE --cubin-function MANGLED --cubin-offsets OFF,...\n"
+      "                           kernel 0 is that cubin's function, its accesses at those offsets\n"
+      "  --launch-trace           a launch record per launch, as the injector's opt-in trace\n"
+      "  --device-lag N           the device runs N launches behind the host, as a GPU's queue\n"
+      "  --profiler-starts N      profiler starts the program reports (as the vLLM plugin notes them)\n"
+      "  --ops N                  a framework op record every N launches (--launch-trace) or N graph nodes\n"
+      "  --memory-kernels REGEX   in the block set, the kernels that get the access hooks\n"
+      "  --rank R --world-size W [--local-rank L] [--model NAME]\n"
+      "                           the identity a serving plugin sets (role engine)\n"
+      "  --gpu ORDINAL,PCI_BUS_ID,UUID   a context's GPU (repeatable, one per --contexts)\n"
+      "  --help, --version\n\n"
+      "example:\n"
+      "  gpuobs-synth --segment-dir /dev/shm --mode blocks --graph-nodes 5 --steps --launches 150\n",
+      out);
+}
 }  // namespace
 
 [[noreturn]] void usage(const char* message) {
@@ -300,6 +348,7 @@ Options parse_options(int argc, char** argv) {
         break;
       case kHelp:
         print_usage(stdout);
+        print_flags(stdout);
         std::exit(0);
       case kVersion:
         std::printf("gpuobs-synth %s (segment layout %u)\n", GPUOBS_VERSION, kLayoutVersion);
