@@ -106,6 +106,7 @@ def fold_step(rows: dict[str, RequestTime], timed: StepTime) -> list[RequestTime
     known = len(step.request_tokens) == len(ids) and bool(ids)
     parts = split_by_tokens(timed.device_ns, step.request_tokens) if timed.split else [0] * len(ids)
     touched = []
+    launches, blocks = step.kernel_launches, step.blocks_expected  # summed once, not per request
     for index, request in enumerate(ids):
         row = rows.get(request)
         if row is None:
@@ -114,8 +115,8 @@ def fold_step(rows: dict[str, RequestTime], timed: StepTime) -> list[RequestTime
         row.steps += 1
         row.last_step = step.step
         row.last_host_ns = step.host_time_ns
-        row.kernel_launches += step.kernel_launches
-        row.blocks += step.blocks_expected
+        row.kernel_launches += launches
+        row.blocks += blocks
         if known:
             row.tokens += step.request_tokens[index]
         if timed.split:

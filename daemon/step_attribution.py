@@ -51,13 +51,20 @@ class Step:
     text_received: int = 0
     request_ids: list[str] = dataclasses.field(default_factory=list)
     request_tokens: list[int] = dataclasses.field(default_factory=list)  # per id; empty where unknown
-    kernel_launches: int = 0
-    blocks_expected: int = 0
     replays: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay, instance)
     # per kernel slot: [executions, blocks] of its eager launches and replays' node executions
     kernels: dict[int, list[int]] = dataclasses.field(default_factory=dict)
 
     ids_known: bool = True  # false: a same-requests step after a step whose id text was cut short
+
+    @property
+    def kernel_launches(self) -> int:
+        """Its eager launches and node executions: the per-kernel counts summed (one tally)."""
+        return sum(executions for executions, _ in self.kernels.values())
+
+    @property
+    def blocks_expected(self) -> int:
+        return sum(blocks for _, blocks in self.kernels.values())
 
     @property
     def ids_complete(self) -> bool:
@@ -183,11 +190,6 @@ class StepAttribution(Analysis):
         before = positions < 0
         self.launches_before_steps += int(launches[before].sum())
         kept = ~before
-        for position in np.unique(positions[kept]).tolist():
-            chosen = kept & (positions == position)
-            step = self.steps[self._keys[position]]
-            step.kernel_launches += int(launches[chosen].sum())
-            step.blocks_expected += int(blocks[chosen].sum())
         for index in np.flatnonzero(kept & is_kernel).tolist():
             counts = self.steps[self._keys[int(positions[index])]].kernels.setdefault(
                 int(relevant["kernel_slot"][index]), [0, 0]

@@ -92,7 +92,7 @@ def request_times(steps: list[StepTime]) -> dict[str, RequestTime]:
 def step(number: int, ids: dict[str, int], launches: int = 4, blocks: int = 100) -> Step:
     made = Step(number, number * 1_000, 1, len(ids), sum(ids.values()), 0, False)
     made.request_ids, made.request_tokens = list(ids), list(ids.values())
-    made.kernel_launches, made.blocks_expected = launches, blocks
+    made.kernels = {0: [launches, blocks]}  # its launches and blocks are the per-kernel counts summed
     return made
 
 
