@@ -102,11 +102,17 @@ class RequestLedger(Analysis):
         self.histograms = {name: Histogram(edges) for name, edges in HISTOGRAMS.items()}
 
     def span(self, step: Step) -> int:
-        """The step's device span from its replays the graph join still keeps in detail."""
+        """The step's device span from its replays the graph join still keeps in detail; 0 (the
+        step untimed, and counted so) where one of them is not kept or not named (past
+        MAX_REPLAYS_PER_STEP): a span over some of its replays would be short by an unknown amount."""
+        if step.replays_launched > len(step.replays):
+            return 0
         pairs = []
         for _, number, instance in step.replays:
-            summary = self.replay_summary(instance, number) or {}
-            pairs.append((summary.get("device_start_ns", 0), summary.get("device_end_ns", 0)))
+            summary = self.replay_summary(instance, number)
+            if summary is None:
+                return 0
+            pairs.append((summary["device_start_ns"], summary["device_end_ns"]))
         return device_span(pairs)
 
     def settle(self, replay_begun: int) -> None:

@@ -252,12 +252,15 @@ class StepQueries:
     @staticmethod
     def _step_row(process: ObservedProcess, step: Step, label: str, following: Step | None = None) -> results.Step:
         replays = []
+        known = step.replays_launched <= len(step.replays)  # every replay named and still kept in detail
         for graph_exec, number, instance in step.replays:
-            summary = process.analyses.graph_join.replay_summary(instance, number) or {}
-            if "mode" in summary:
+            summary = process.analyses.graph_join.replay_summary(instance, number)
+            known = known and summary is not None
+            if summary and "mode" in summary:
                 summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
-            replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **summary))
-        span = device_span((r.device_start_ns, r.device_end_ns) for r in replays)
+            replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **(summary or {})))
+        # as the request ledger: a span over some of its replays would be short, so none is given
+        span = device_span((r.device_start_ns, r.device_end_ns) for r in replays) if known else 0
         host_ns, ratio = busy(step, span, following)
         busy_ns = device_busy([(r.device_busy_ns, r.device_start_ns, r.device_end_ns) for r in replays])
         return results.Step(

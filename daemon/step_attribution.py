@@ -52,6 +52,7 @@ class Step:
     request_ids: list[str] = dataclasses.field(default_factory=list)
     request_tokens: list[int] = dataclasses.field(default_factory=list)  # per id; empty where unknown
     replays: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)  # (graph exec, replay, instance)
+    replays_launched: int = 0  # its replays, those past MAX_REPLAYS_PER_STEP (not named in `replays`) too
     # per kernel slot: [executions, blocks] of its eager launches and replays' node executions
     kernels: dict[int, list[int]] = dataclasses.field(default_factory=dict)
 
@@ -205,6 +206,7 @@ class StepAttribution(Analysis):
                 counts = step.kernels.setdefault(slot, [0, 0])
                 counts[0] += executions
                 counts[1] += node_blocks
+            step.replays_launched += 1
             if len(step.replays) < self.MAX_REPLAYS_PER_STEP:  # the rest: counted in the step, not named
                 step.replays.append((*replay, shapes[graph_exec].instance))
                 self.replay_step[replay] = step_key

@@ -144,3 +144,20 @@ def test_histogram_counts_are_flat_counters_with_every_bucket() -> None:
     assert sum(counts[f"request_device_seconds:{i}"] for i in range(len(REQUEST_DEVICE_EDGES_S) + 1)) == 2
     assert counts["request_device_seconds:count"] == 2 and counts["step_busy_ratio:count"] == 1
     assert counts["step_busy_ratio:2"] == 1  # 0.3: in the bucket le="0.3" (edges 0.1, 0.2, 0.3, ...)
+
+
+def test_a_step_whose_replays_are_not_all_known_is_untimed_not_short() -> None:
+    """A replay the graph join no longer keeps in detail, or one past the replays a step names,
+    would leave the span short by an unknown amount: the step is counted untimed instead."""
+    steps = Steps()
+    whole = steps.add({"a": 1}, 4 * MS)
+    forgotten = steps.add({"a": 1}, 4 * MS)
+    crowded = steps.add({"a": 1}, 4 * MS)
+    steps.add({"a": 1}, 4 * MS)
+    forgotten.replays.append((0x70, 999, 1))  # a second replay, which left the join's window before the step settled
+    crowded.replays_launched = StepAttribution.MAX_REPLAYS_PER_STEP + 1
+    steps.ledger.settle(replay_begun=ALL_REPLAYS - 1)
+    row = steps.ledger.times["a"]
+    assert steps.ledger.steps_settled == 3 and (row.steps, row.steps_untimed) == (3, 2)
+    assert row.device_ns == steps.ledger.steps_device_ns == 4 * MS  # the whole step's alone
+    assert whole.replays_launched == 0  # hand-made: its one replay is named

@@ -256,3 +256,32 @@ def test_counter_mode_times_steps_by_launch_events_only_with_launch_times(
     split = requests.steps_device_ns
     assert sum(r.device_ns for r in requests.requests) == split == sum(s.device_span_ns for s in steps)
     assert all(r.steps_untimed == 0 for r in requests.requests)
+
+
+def test_a_step_whose_replay_left_the_detail_window_has_no_span_not_a_short_one(start_synth, start_daemon) -> None:
+    """The graph join keeps 1,024 replays an exec in detail: a step whose replay is older shows
+    it without node executions and gets no span (0), nor busy time; the requests' ledger, which
+    settled it while it was kept, still has its time."""
+    replays = 1024 + 60
+    synth = start_synth(
+        "--mode", "blocks", "--graph-nodes", "2", "--steps", "--launches", str(2 * replays),
+        "--rate", "200000", "--kernels", "4", "--ring-records", str(1 << 18),
+    )  # fmt: skip
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    steps, request = [], pb.ListStepsRequest(last=replays)
+    while True:  # 256 steps a reply
+        reply = daemon.stub.ListSteps(request, timeout=30)
+        steps.extend(reply.steps)
+        if not reply.next_page_token:
+            break
+        request.page_token = reply.next_page_token
+    assert len(steps) == replays
+    gone = [s for s in steps if s.replays and s.replays[0].node_executions == 0]
+    kept = [s for s in steps if s.replays and s.replays[0].node_executions]
+    assert len(gone) == replays - 1024 and len(kept) == 1024
+    assert all(s.device_span_ns == 0 and not s.HasField("device_busy_ns") for s in gone)
+    assert all(s.device_span_ns > 0 for s in kept)
+    requests = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1000), timeout=10)
+    assert requests.steps_settled == replays and requests.steps_lost == 0
