@@ -14,10 +14,9 @@ import structlog
 from gpuobs import version_line
 from gpuobs.api.v1 import observer_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from . import logging_setup, settings, systemd, tcp_access
+from . import logging_setup, reflection, settings, systemd, tcp_access
 from .drain_thread import DrainThread
 from .grpc_api import MAX_MESSAGE_BYTES, ObserverServicer, add_to_server
 from .metrics import GpuobsCollector
@@ -111,7 +110,8 @@ class Daemon:
         )
         add_to_server(ObserverServicer(self.service, read_only=read_only), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        # under grpc.reflection.v1 and v1alpha both (reflection.py): grpcurl asks v1 first
+        reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME], server)
         return server
 
     def _start_metrics(self) -> str:

@@ -4,6 +4,7 @@ run(args) -> int."""
 from . import (
     completion,
     coredump,
+    deploy,
     export_parquet,
     export_trace,
     graphs,
@@ -42,6 +43,7 @@ COMMANDS = (
     query,
     run,
     injector_path,
+    deploy,
     source,
     coredump,
     completion,

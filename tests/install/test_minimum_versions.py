@@ -30,13 +30,19 @@ def floors() -> list[str]:
 
 
 def assert_wheel_holds_the_package_only(wheel: Path) -> None:
-    """One package root (gpuobs, with its daemon, client, api, segment and vllm_plugin) and no
-    test helper or benchmark tool."""
+    """One package root (gpuobs, with its daemon, client, api, segment and vllm_plugin, and the
+    package data: every deployment file `gpuobsctl deploy` knows, every docs/*.md) and no test
+    helper or benchmark tool."""
+    from gpuobs.client.commands import deploy
+
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"gpuobs"}, tops
-    for package in ("daemon", "client", "api/v1", "segment", "vllm_plugin"):
+    for package in ("daemon", "client", "api/v1", "api/reflection/v1", "segment", "vllm_plugin"):
         assert f"gpuobs/{package}/__init__.py" in names, package
+    packaged = {f"gpuobs/deploy/{file.source}" for file in deploy.FILES}
+    packaged |= {f"gpuobs/docs/{doc.name}" for doc in (ROOT / "docs").glob("*.md")}
+    assert packaged <= set(names), sorted(packaged - set(names))
     assert not [name for name in names if "floor_tool" in name or "gpuobs_testing" in name]
 
 
@@ -93,8 +99,8 @@ def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) ->
         name, version = pin.split("==")
         assert re.search(rf"^{re.escape(name)}=={re.escape(version)}(\.0)*$", versions, re.M | re.I), (pin, versions)
     # the daemon and CLI end to end on gpuobs-synth, the metrics through a real Prometheus, the
-    # Perfetto trace, the graph join, the Parquet dataset (pyarrow) and its queries (DuckDB): the
-    # parts each dependency serves
+    # Perfetto trace, the graph join, the Parquet dataset (pyarrow) and its queries (DuckDB), gRPC
+    # reflection (grpcio-reflection): the parts each dependency serves
     tests = [
         "tests/client/test_conventions.py",
         "tests/daemon/test_metrics.py",
@@ -102,6 +108,7 @@ def test_the_package_works_with_every_dependency_at_its_floor(tmp_path: Path) ->
         "tests/daemon/test_graphs.py",
         "tests/daemon/test_parquet.py",
         "tests/client/test_query.py",
+        "tests/daemon/test_reflection.py",  # reflection v1 over the floor's grpcio-reflection (v1alpha)
     ]
     done = subprocess.run(
         [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
