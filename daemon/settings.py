@@ -286,6 +286,9 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] | None = None) 
                 values[setting.name] = setting.parse(text)
             except ValueError as error:
                 raise ValueError(f"{source}={text!r}: {error}") from error
+    for folder in ("runtime_dir", "segment_dir", "spool_dir", "cubin_dir"):  # a relative one: from where it started
+        if values.get(folder):
+            values[folder] = os.path.abspath(values[folder])
     problem = socket_path_problem(Path(values["runtime_dir"]))
     if problem:
         raise ValueError(f"--runtime-dir: {problem}")

@@ -2,7 +2,7 @@
 # The main job on a machine without a GPU: set up, start gpuobsd (unprivileged, in a temporary
 # runtime directory), let two gpuobs-synth processes play injected vLLM workers, then drive the
 # daemon with gpuobsctl and read its Prometheus metrics. On a GPU machine the producers are real
-# CUDA processes started with CUDA_INJECTION64_PATH (README, "Observing a CUDA program").
+# CUDA processes started with CUDA_INJECTION64_PATH (docs/user-guide.md, "Observing a CUDA program").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README walk-through on a GPU machine, recorded: starts gpuobsd, runs PyTorch workloads
+# The user guide's walk-through on a GPU machine, recorded: starts gpuobsd, runs PyTorch workloads
 # under the injector, and shows status, set-mode, kernels, graphs and the metrics as an operator
 # would type them. Writes every command and its output to OUT_DIR/walkthrough.txt.
 # Usage: bash scripts/gpu_walkthrough.sh OUT_DIR   (after gpuobs is installed, e.g. by the GPU suite)

@@ -76,18 +76,19 @@ def run(args: argparse.Namespace) -> int:
     quiet = []  # processes whose injector has done nothing yet: one line for all of them
     for p in response.processes:
         i = p.injector
-        if not (
-            i.modules_loaded or i.patch_failures or i.cubins_kept or i.cubins_skipped or i.profiler_starts
-        ) and not (i.resource_callback_seconds or i.launch_callback_seconds or i.graph_callback_seconds):
-            quiet.append(p.pid)
-            continue
-        print(
-            f"pid {p.pid}: modules {i.modules_loaded} loaded, {i.modules_patched} patched, {i.patch_failures} "
-            f"failed; cubins {i.cubins_kept} kept, {i.cubins_skipped} skipped; time in gpuobs callbacks: "
-            f"modules {i.resource_callback_seconds:.2f} s (patching {i.patch_seconds:.2f} s, cubins "
-            f"{i.cubin_seconds:.2f} s), launches {i.launch_callback_seconds:.2f} s, graphs "
-            f"{i.graph_callback_seconds:.2f} s"
+        idle = not (i.modules_loaded or i.patch_failures or i.cubins_kept or i.cubins_skipped) and not (
+            i.resource_callback_seconds or i.launch_callback_seconds or i.graph_callback_seconds
         )
+        if idle:
+            quiet.append(p.pid)  # its other lines (analysis, access hooks, profilers) still follow
+        else:
+            print(
+                f"pid {p.pid}: modules {i.modules_loaded} loaded, {i.modules_patched} patched, {i.patch_failures} "
+                f"failed; cubins {i.cubins_kept} kept, {i.cubins_skipped} skipped; time in gpuobs callbacks: "
+                f"modules {i.resource_callback_seconds:.2f} s (patching {i.patch_seconds:.2f} s, cubins "
+                f"{i.cubin_seconds:.2f} s), launches {i.launch_callback_seconds:.2f} s, graphs "
+                f"{i.graph_callback_seconds:.2f} s"
+            )
         if p.block_events_unanalysed:
             print(
                 f"pid {p.pid}: {p.block_events_unanalysed} block events not analysed (gpuobsd's analysis share was "

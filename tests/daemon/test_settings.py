@@ -158,3 +158,12 @@ def test_a_stale_notify_socket_is_logged_once_and_the_daemon_serves(
         assert daemon.stop() == 0
     assert daemon.log().count("sd_notify_failed") == 1, daemon.log()[-2000:]
     assert os.environ["NOTIFY_SOCKET"].endswith("gone.sock")
+
+
+def test_relative_folders_are_taken_from_where_gpuobsd_started(tmp_path, monkeypatch) -> None:
+    """`--runtime-dir w/run` crashed binding its socket (unix://w/run/...): folders are made absolute."""
+    from gpuobs.daemon.main import configured
+
+    monkeypatch.chdir(tmp_path)
+    config = configured(["--runtime-dir", "w/run", "--segment-dir", "w/seg"])
+    assert config.runtime_dir == str(tmp_path / "w" / "run") and config.segment_dir == str(tmp_path / "w" / "seg")

@@ -2,7 +2,7 @@
 # Builds gpuobs on the GPU machine and runs the whole GPU suite in one go; writes the log, the
 # JUnit XML and a summary (date, device, commit, command, pass/fail per test) into OUT_DIR.
 # Usage: bash tests/gpu/run_gpu_suite.sh OUT_DIR [pytest args...]
-# Also writes OUT_DIR.tgz with everything (GPUOBS_WALKTHROUGH=1 adds the README walk-through).
+# Also writes OUT_DIR.tgz with everything (GPUOBS_WALKTHROUGH=1 adds the user guide's walk-through).
 # The GPU machine has no network: the build uses the toolchain and packages already there.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,7 +31,7 @@ $python -m pytest -v -p no:cacheprovider tests/gpu --junitxml="$out/junit.xml" "
 status=${PIPESTATUS[0]}
 $python tests/gpu/summarize.py "$out/junit.xml" "$out/environment.txt" > "$out/summary.md"
 tail -40 "$out/summary.md"
-# GPUOBS_WALKTHROUGH=1: also record the README walk-through (scripts/gpu_walkthrough.sh)
+# GPUOBS_WALKTHROUGH=1: also record the user guide's walk-through (scripts/gpu_walkthrough.sh)
 if [ "${GPUOBS_WALKTHROUGH:-0}" = "1" ]; then
   timeout 180 bash scripts/gpu_walkthrough.sh "$out/walk" | tail -1
 fi

@@ -8,7 +8,7 @@ unsubscribing before the profiler starts (gpuobs_step_aside), both, and a bare s
 callback and no patch (is subscribing alone what excludes CUPTI?). What every case must keep,
 whatever the profiler gets: the program's results and exit, and the device census of the kernels
 patched before any step-aside. What the profiler got is written to
-$GPUOBS_REPORT_DIR/profiler-coexistence.json (the findings the README reports)."""
+$GPUOBS_REPORT_DIR/profiler-coexistence.json (the findings docs/user-guide.md reports)."""
 
 from __future__ import annotations
 

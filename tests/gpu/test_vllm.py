@@ -4,8 +4,8 @@ tool, with the drop-in deploy/systemd/vllm-gpuobs.conf (modes off, counter and b
 live) and with the memory patch set (sampled), then with no tool again; the tests below judge
 what it recorded.
 
-Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, README: The GPU
-suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk folder (skipped otherwise). Its reports go to
+Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, docs/internals.md:
+The GPU suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk folder (skipped otherwise). Its reports go to
 $GPUOBS_REPORT_DIR/vllm when that is set."""
 
 from __future__ import annotations

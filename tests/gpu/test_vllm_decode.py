@@ -3,10 +3,10 @@ the floor tool, gpuobs with its modes switched live; 3 rounds of fresh processes
 what must hold whatever the figures: the same greedy tokens everywhere, no host callback per
 launch, every block accounted for, and the graph replays that ran in `blocks` joined node by node
 (a switch made after vLLM launched its graphs must reach them). The figures themselves are the
-benchmark's (bench/results/vllm-overhead.json), never asserted here.
+benchmark's (bench/results/vllm-decode-*.json), never asserted here.
 
-Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, README: The GPU
-suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk folder (skipped otherwise). The run goes to
+Needs the vLLM payload (an offline vLLM 0.25.1 site folder in two chunk folders, docs/internals.md:
+The GPU suite): GPUOBS_VLLM_PAYLOAD names an unpacked chunk folder (skipped otherwise). The run goes to
 $GPUOBS_REPORT_DIR/vllm-decode when that is set."""
 
 from __future__ import annotations

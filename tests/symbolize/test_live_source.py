@@ -85,7 +85,7 @@ def test_source_refuses_a_pc_no_kernel_holds(start_synth, start_daemon) -> None:
     done = gpuobsctl(daemon.address, "source", "--pid", str(synth.pid), "0x10")
     assert done.returncode == 1 and "no kernel of this process starts at or below 0x10" in done.stderr
     done = gpuobsctl(daemon.address, "source", "--pid", str(synth.pid), "--top", "0")
-    assert done.returncode == 1 and "--top must be positive" in done.stderr
+    assert done.returncode == 2 and "--top must be positive" in done.stderr  # a usage error
 
 
 def test_cubins_are_stored_once_and_within_the_budget(tmp_path: Path, start_synth, cache_home: Path) -> None:
