@@ -14,24 +14,11 @@ log = logging.getLogger("gpuobs")
 
 # What each exported function takes. All but the first two came later: an older injector lacks them, and
 # a call then answers NOT_OBSERVING instead of failing (which would stop the caller's other records).
+# step, requests, tokens, ids, ids' bytes, flags
+STEP = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
 SIGNATURES = {
-    "gpuobs_record_step": [
-        ctypes.c_uint64,
-        ctypes.c_uint32,
-        ctypes.c_uint32,
-        ctypes.c_char_p,
-        ctypes.c_uint32,
-        ctypes.c_uint32,
-    ],
-    "gpuobs_record_step_flops": [
-        ctypes.c_uint64,
-        ctypes.c_uint32,
-        ctypes.c_uint32,
-        ctypes.c_char_p,
-        ctypes.c_uint32,
-        ctypes.c_uint32,
-        ctypes.c_uint64,
-    ],
+    "gpuobs_record_step": STEP,
+    "gpuobs_record_step_flops": [*STEP, ctypes.c_uint64],  # and the engine's FLOP estimate
     "gpuobs_set_label": [ctypes.c_char_p],
     "gpuobs_note_profiler": [ctypes.c_char_p],
     "gpuobs_record_op": [ctypes.c_char_p, ctypes.c_uint32],
