@@ -466,7 +466,8 @@ class Registry:
                 self.pass_fullest = 1.0  # the pass left records: the next follows at once
         if read:
             process.unsettled = True
-        if caught_up and (process.unsettled or replay_begun != process.settled_at):
+        # on a liveness tick too: an engine gone idle settles its newest step (RequestLedger.IDLE_NS)
+        if caught_up and (process.unsettled or replay_begun != process.settled_at or tick):
             with process.lock:
                 for analysis in process.analyses:
                     analysis.settle(replay_begun)

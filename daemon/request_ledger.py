@@ -5,7 +5,9 @@ time per request and busy ratio per step.
 
 A step settles once it cannot change any more: the next step has begun (no later launch is its),
 and the device has begun a replay after its last (every event of its replays has been read, the
-registry's settle()). An exited process settles every step, its newest without a host time.
+registry's settle()). An exited process settles every step, its newest without a host time; so
+does an idle engine, whose newest step began IDLE_NS ago with none after it: its requests then
+leave the batch (an engine with requests to serve steps every few milliseconds).
 A request is observed in the device-time histogram once, when a settled step with its full id
 list no longer schedules it (it finished, or was preempted: a request resumed later adds to its
 row but is not observed again), or when its row is let go, or at its process's exit.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -82,9 +85,18 @@ class LedgerTotals:
 
 
 class RequestLedger(Analysis):
+    # The newest step of an engine that began no step for this long (host clock) settles: its work
+    # (milliseconds of replays) is done and read, and its requests are observed as they leave.
+    IDLE_NS = 3_000_000_000
+
     def __init__(
-        self, steps: StepAttribution, replay_summary: ReplaySummary, retention: RequestRetention | None = None
+        self,
+        steps: StepAttribution,
+        replay_summary: ReplaySummary,
+        retention: RequestRetention | None = None,
+        clock_ns: Callable[[], int] = time.monotonic_ns,  # the producers' clock: CLOCK_MONOTONIC
     ) -> None:
+        self.clock_ns = clock_ns
         self.step_source = steps
         self.replay_summary = replay_summary
         self.retention = retention or RequestRetention()
@@ -126,7 +138,16 @@ class RequestLedger(Analysis):
         while self.next_key in kept:
             step = kept[self.next_key]
             following = kept.get(self.next_key + 1)
-            if not exited and (following is None or any(number >= replay_begun for _, number, _ in step.replays)):
+            if following is None and not exited:
+                if self.clock_ns() - step.host_time_ns >= self.IDLE_NS:  # no later replay will begin
+                    self._fold(StepTime(step, self.span(step), 0))
+                    self.next_key += 1
+                    for request in self.last_ids or []:  # the idle engine's last batch has left it
+                        entry = self.rows.get(request)
+                        if entry is not None:
+                            self._observe(entry)
+                break
+            if not exited and any(number >= replay_begun for _, number, _ in step.replays):
                 break
             host = following.host_time_ns - step.host_time_ns if following is not None else 0
             self._fold(StepTime(step, self.span(step), max(host, 0)))

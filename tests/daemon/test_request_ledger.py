@@ -20,7 +20,8 @@ class Steps:
     def __init__(self, retention: RequestRetention | None = None) -> None:
         self.source = StepAttribution()
         self.spans: dict[int, tuple[int, int]] = {}  # replay -> (start, end)
-        self.ledger = RequestLedger(self.source, self.summary, retention)
+        self.now_ns = 0  # the host clock the ledger reads: 0, long before any step, unless a test moves it
+        self.ledger = RequestLedger(self.source, self.summary, retention, clock_ns=lambda: self.now_ns)
         self.key = 0
 
     def summary(self, instance: int, replay: int) -> dict | None:
@@ -161,3 +162,24 @@ def test_a_step_whose_replays_are_not_all_known_is_untimed_not_short() -> None:
     assert steps.ledger.steps_settled == 3 and (row.steps, row.steps_untimed) == (3, 2)
     assert row.device_ns == steps.ledger.steps_device_ns == 4 * MS  # the whole step's alone
     assert whole.replays_launched == 0  # hand-made: its one replay is named
+
+
+def test_an_idle_engine_settles_its_newest_step_and_its_requests_leave() -> None:
+    """No step after the newest for IDLE_NS: it settles without a host time, and its requests are
+    observed in the histogram (they would otherwise wait for traffic that may not come)."""
+    steps = Steps()
+    steps.add({"a": 3, "b": 1}, 4 * MS)
+    last = steps.add({"a": 1, "b": 1}, 2 * MS)
+    steps.now_ns = last.host_time_ns + RequestLedger.IDLE_NS - 1
+    steps.ledger.settle(replay_begun=last.step + 1)
+    requests = steps.ledger.histograms["request_device_seconds"]
+    assert steps.ledger.steps_settled == 1 and requests.count == 0  # busy a moment ago: may go on
+    steps.now_ns += 1
+    steps.ledger.settle(replay_begun=last.step + 1)
+    assert steps.ledger.steps_settled == 2 and steps.ledger.steps_device_ns == 6 * MS
+    assert requests.count == 2 and requests.total == pytest.approx(0.006)
+    assert steps.ledger.histograms["step_busy_ratio"].count == 1  # the newest has no host time: no ratio
+    steps.add({"c": 4}, MS)  # traffic again: the next step settles as usual, after its own
+    steps.add({"c": 1}, MS)
+    steps.ledger.settle(replay_begun=last.step + 3)
+    assert steps.ledger.steps_settled == 3 and steps.ledger.times["c"].device_ns == MS

@@ -30,7 +30,7 @@ class Steps:
     def __init__(self, retention: RequestRetention | None = None) -> None:
         self.source = StepAttribution()
         self.spans: dict[int, tuple[int, int]] = {}
-        self.ledger = RequestLedger(self.source, self.summary, retention)
+        self.ledger = RequestLedger(self.source, self.summary, retention, clock_ns=lambda: 0)  # never idle
         self.key = 0
         self.at = 1_000_000 * MS
 

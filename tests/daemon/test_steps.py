@@ -285,3 +285,25 @@ def test_a_step_whose_replay_left_the_detail_window_has_no_span_not_a_short_one(
     assert all(s.device_span_ns > 0 for s in kept)
     requests = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1000), timeout=10)
     assert requests.steps_settled == replays and requests.steps_lost == 0
+
+
+def test_an_idle_engine_settles_its_newest_step_while_it_lives(start_synth, start_daemon) -> None:
+    """The synth steps, then hangs in one eager launch (alive, no more steps): within the idle
+    time and a liveness tick the newest step settles too, its requests with it."""
+    import time
+
+    from gpuobs.daemon.request_ledger import RequestLedger
+
+    synth = start_synth(
+        "--mode", "blocks", "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * REPLAYS),
+        "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18), "--hang-seconds", "30",
+    )  # fmt: skip
+    daemon = start_daemon("--analysis-share", "1")
+    deadline = time.monotonic() + RequestLedger.IDLE_NS / 1e9 + 15
+    settled = 0
+    while time.monotonic() < deadline and settled < REPLAYS:
+        time.sleep(0.5)
+        settled = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1), timeout=10).steps_settled
+    (process,) = daemon.stub.GetStatus(pb.GetStatusRequest(), timeout=10).processes
+    assert process.alive and synth.process.poll() is None  # still in its hang: not the exit's settling
+    assert settled == REPLAYS
