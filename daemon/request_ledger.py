@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .analysis import ALL_REPLAYS, Analysis
-from .request_times import RequestTime, StepTime, device_span, fold_step
+from .request_times import RequestTime, StepTime, fold_step, step_span
 from .step_attribution import Step, StepAttribution
 
 # (instance, replay) -> the graph join's summary of a replay kept in detail (None when not)
@@ -114,18 +114,9 @@ class RequestLedger(Analysis):
         self.histograms = {name: Histogram(edges) for name, edges in HISTOGRAMS.items()}
 
     def span(self, step: Step) -> int:
-        """The step's device span from its replays the graph join still keeps in detail; 0 (the
-        step untimed, and counted so) where one of them is not kept or not named (past
-        MAX_REPLAYS_PER_STEP): a span over some of its replays would be short by an unknown amount."""
-        if step.replays_launched > len(step.replays):
-            return 0
-        pairs = []
-        for _, number, instance in step.replays:
-            summary = self.replay_summary(instance, number)
-            if summary is None:
-                return 0
-            pairs.append((summary["device_start_ns"], summary["device_end_ns"]))
-        return device_span(pairs)
+        """The step's device span (request_times.step_span: 0, the step untimed and counted so,
+        where not all of its replays are known)."""
+        return step_span(step, [self.replay_summary(instance, number) for _, number, instance in step.replays])
 
     def settle(self, replay_begun: int) -> None:
         kept = self.step_source.steps

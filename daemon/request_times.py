@@ -20,7 +20,7 @@ into rows kept for a window and a count.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .request_split import split_by_tokens
 from .step_attribution import Step
@@ -66,6 +66,16 @@ def device_span(replays: Iterable[tuple[int, int]]) -> int:
     replays without events (start 0) leave it, and a step with none has no span (0)."""
     timed = [(start, end) for start, end in replays if start]
     return max(end for _, end in timed) - min(start for start, _ in timed) if timed else 0
+
+
+def step_span(step: Step, summaries: Sequence[dict | None]) -> int:
+    """A step's device span from its replays' summaries (the graph join's replay_summary, in the
+    order of step.replays); 0 where it is not known whole: one of its replays is no longer kept in
+    detail (None) or is not named (past MAX_REPLAYS_PER_STEP), since a span over some of them
+    would be short by an unknown amount."""
+    if step.replays_launched > len(step.replays) or any(summary is None for summary in summaries):
+        return 0
+    return device_span((s["device_start_ns"], s["device_end_ns"]) for s in summaries if s is not None)
 
 
 def device_busy(replays: list[tuple[int | None, int, int]]) -> int | None:

@@ -14,7 +14,7 @@ from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
 from .paging import REQUEST_TOKEN, STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
 from .registry import ObservedProcess
-from .request_times import RequestTime, device_busy, device_span, per_second, request_kernels, step_times
+from .request_times import RequestTime, device_busy, per_second, request_kernels, step_span, step_times
 from .service_targets import MAX_TOP, Targets
 from .step_attribution import Step, StepAttribution
 
@@ -251,16 +251,16 @@ class StepQueries:
 
     @staticmethod
     def _step_row(process: ObservedProcess, step: Step, label: str, following: Step | None = None) -> results.Step:
+        summaries = [
+            process.analyses.graph_join.replay_summary(instance, number) for _, number, instance in step.replays
+        ]
+        span = step_span(step, summaries)  # as the request ledger's: 0 unless every replay is known
         replays = []
-        known = step.replays_launched <= len(step.replays)  # every replay named and still kept in detail
-        for graph_exec, number, instance in step.replays:
-            summary = process.analyses.graph_join.replay_summary(instance, number)
-            known = known and summary is not None
-            if summary and "mode" in summary:
-                summary["mode"] = MODE_NAMES.get(summary["mode"], "unknown")
-            replays.append(results.StepReplay(graph_exec=graph_exec, replay=number, **(summary or {})))
-        # as the request ledger: a span over some of its replays would be short, so none is given
-        span = device_span((r.device_start_ns, r.device_end_ns) for r in replays) if known else 0
+        for (graph_exec, number, _), summary in zip(step.replays, summaries, strict=True):
+            shown = dict(summary or {}, graph_exec=graph_exec, replay=number)
+            if "mode" in shown:
+                shown["mode"] = MODE_NAMES.get(shown["mode"], "unknown")
+            replays.append(results.StepReplay(**shown))
         host_ns, ratio = busy(step, span, following)
         busy_ns = device_busy([(r.device_busy_ns, r.device_start_ns, r.device_end_ns) for r in replays])
         return results.Step(
