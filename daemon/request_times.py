@@ -68,12 +68,16 @@ def device_span(replays: Iterable[tuple[int, int]]) -> int:
     return max(end for _, end in timed) - min(start for start, _ in timed) if timed else 0
 
 
+def replays_known(step: Step, summaries: Sequence[dict | None]) -> bool:
+    """Whether every replay of the step is named and its summary (the graph join's
+    replay_summary, in the order of step.replays) still kept in detail: a span or busy time over
+    some of them would be short by an unknown amount."""
+    return step.replays_launched <= len(step.replays) and all(summary is not None for summary in summaries)
+
+
 def step_span(step: Step, summaries: Sequence[dict | None]) -> int:
-    """A step's device span from its replays' summaries (the graph join's replay_summary, in the
-    order of step.replays); 0 where it is not known whole: one of its replays is no longer kept in
-    detail (None) or is not named (past MAX_REPLAYS_PER_STEP), since a span over some of them
-    would be short by an unknown amount."""
-    if step.replays_launched > len(step.replays) or any(summary is None for summary in summaries):
+    """A step's device span from its replays' summaries; 0 unless every replay is known."""
+    if not replays_known(step, summaries):
         return 0
     return device_span((s["device_start_ns"], s["device_end_ns"]) for s in summaries if s is not None)
 

@@ -14,7 +14,7 @@ from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
 from .paging import REQUEST_TOKEN, STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
 from .registry import ObservedProcess
-from .request_times import RequestTime, device_busy, per_second, request_kernels, step_span, step_times
+from .request_times import RequestTime, device_busy, per_second, replays_known, request_kernels, step_span, step_times
 from .service_targets import MAX_TOP, Targets
 from .step_attribution import Step, StepAttribution
 
@@ -262,7 +262,11 @@ class StepQueries:
                 shown["mode"] = MODE_NAMES.get(shown["mode"], "unknown")
             replays.append(results.StepReplay(**shown))
         host_ns, ratio = busy(step, span, following)
-        busy_ns = device_busy([(r.device_busy_ns, r.device_start_ns, r.device_end_ns) for r in replays])
+        busy_ns = (
+            device_busy([(r.device_busy_ns, r.device_start_ns, r.device_end_ns) for r in replays])
+            if replays_known(step, summaries)
+            else None
+        )
         return results.Step(
             pid=process.pid,
             label=label,

@@ -307,3 +307,24 @@ def test_an_idle_engine_settles_its_newest_step_while_it_lives(start_synth, star
     (process,) = daemon.stub.GetStatus(pb.GetStatusRequest(), timeout=10).processes
     assert process.alive and synth.process.poll() is None  # still in its hang: not the exit's settling
     assert settled == REPLAYS
+
+
+def test_a_step_with_replays_past_those_it_names_has_neither_span_nor_busy_time() -> None:
+    """Past the replays a step names (MAX_REPLAYS_PER_STEP) its span and busy time would cover
+    only some of its work: ListSteps gives neither, as the request ledger counts it untimed."""
+    import types
+
+    from gpuobs.daemon.service_steps import StepQueries
+    from gpuobs.daemon.step_attribution import Step, StepAttribution
+
+    summary = {"device_start_ns": 100, "device_end_ns": 200, "device_busy_ns": 50, "mode": 3}
+    join = types.SimpleNamespace(replay_summary=lambda instance, replay: dict(summary))
+    process = types.SimpleNamespace(pid=7, analyses=types.SimpleNamespace(graph_join=join))
+    step = Step(1, 1_000, 1, 1, 1, 0, False)
+    step.replays = [(0x70, 1, 1)]
+    step.replays_launched = 1
+    whole = StepQueries._step_row(process, step, "")
+    assert (whole.device_span_ns, whole.device_busy_ns) == (100, 50)
+    step.replays_launched = StepAttribution.MAX_REPLAYS_PER_STEP + 1
+    crowded = StepQueries._step_row(process, step, "")
+    assert (crowded.device_span_ns, crowded.device_busy_ns) == (0, None)
