@@ -8,6 +8,8 @@ import math
 import re
 from collections.abc import Callable
 
+from gpuobs import _native
+
 UINT32_MAX = (1 << 32) - 1
 UINT64_MAX = (1 << 64) - 1
 
@@ -68,6 +70,8 @@ def seconds(high: float, within: str, allow_zero: bool = False) -> Callable[[str
     return parse
 
 
+# sampled's 1 in 2^SHIFT: what the config word holds
+sample_shift = number(0, _native.MAX_SHIFT)
 # how long to wait for processes to acknowledge a control request: what gpuobsd accepts
 acknowledgement_timeout = seconds(60, "(0, 60] seconds (at least 0.001)")
 # a recording window; 0: until --count events

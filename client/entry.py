@@ -8,11 +8,16 @@ import signal
 import sys
 
 
+def interrupted() -> int:
+    """What Ctrl-C ends every gpuobsctl command with: one line and 130, as a shell reports SIGINT."""
+    print("gpuobsctl: interrupted", file=sys.stderr)
+    return 128 + signal.SIGINT
+
+
 def main() -> int:
     try:
         from .main import main as run
 
         return run()
     except KeyboardInterrupt:
-        print("gpuobsctl: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return interrupted()

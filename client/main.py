@@ -7,7 +7,6 @@ import argparse
 import difflib
 import os
 import re
-import signal
 import sys
 
 import argcomplete
@@ -15,6 +14,7 @@ from gpuobs import version_line
 
 from .commands import COMMANDS
 from .connection import CommandError, UsageError, address_of, configure_tcp
+from .entry import interrupted
 from .output import show_full_names
 
 USAGE_ERROR = 2  # as POSIX utilities and argparse: wrong usage, told apart from a failure (1)
@@ -131,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         # Ctrl-C: the call in flight is cancelled with its channel as the process ends
-        print("gpuobsctl: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return interrupted()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
@@ -45,10 +45,18 @@ def _numbers(message: Message, data: dict) -> None:
                 _numbers(item, item_data)
 
 
-def emit(fmt: str, data: Any, columns: Sequence[tuple[str, str]] | None = None, rows: list[dict] | None = None) -> None:
+def emit(
+    fmt: str,
+    data: Any,
+    columns: Sequence[tuple[str, str]] | None = None,
+    rows: list[dict] | None = None,
+    to: TextIO | None = None,
+) -> None:
+    """`to`: where JSON goes (stdout unless given: `run` keeps stdout for its command's output)."""
     if fmt == "json":
-        json.dump({"schema_version": SCHEMA_VERSION, **data}, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
+        stream = to or sys.stdout
+        json.dump({"schema_version": SCHEMA_VERSION, **data}, stream, indent=2, sort_keys=True)
+        stream.write("\n")
         return
     if columns is None or rows is None:
         print(data)

@@ -10,7 +10,6 @@ program can be observed (no driver, no GPU) it says so and runs nothing, except 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -22,13 +21,12 @@ from pathlib import Path
 
 import gpuobs
 import grpc
-from gpuobs import _native
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import ACCESS_MODES, MODES, PATCH_SETS
 
-from ..arguments import number, uint32
+from ..arguments import sample_shift, uint32
 from ..connection import CommandError, UsageError, stub
-from ..output import SCHEMA_VERSION, fit, message_dict, table
+from ..output import emit, fit, message_dict, table
 
 NAME = "run"
 HELP = "run a command under the injector and summarise its kernels at exit"
@@ -41,9 +39,7 @@ INJECTOR = gpuobs.injector_library()
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="counter", choices=list(MODES), help="initial mode (default counter)")
-    parser.add_argument(
-        "--shift", type=number(0, _native.MAX_SHIFT), default=10, help="sample shift for sampled (default 10)"
-    )
+    parser.add_argument("--shift", type=sample_shift, default=10, help="sample shift for sampled (default 10)")
     parser.add_argument(
         "--patch-set",
         choices=list(PATCH_SETS),
@@ -229,8 +225,7 @@ def summarise(address: str, child_pid: int, *, private: bool, top: int, as_json:
     kernels = observer.ListKernels(pb.ListKernelsRequest(pids=pids, top=top), timeout=5).kernels
     if as_json:
         summary = {"processes": [message_dict(p) for p in mine], "kernels": [message_dict(k) for k in kernels]}
-        json.dump({"schema_version": SCHEMA_VERSION, **summary}, sys.stderr, indent=2, sort_keys=True)
-        sys.stderr.write("\n")
+        emit("json", summary, to=sys.stderr)
         return
     print(f"\ngpuobs summary: {len(mine)} process(es) {', '.join(map(str, pids))}", file=sys.stderr)
     for process in mine:

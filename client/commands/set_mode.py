@@ -8,7 +8,7 @@ from gpuobs import _native
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs.segment import MODES
 
-from ..arguments import acknowledgement_timeout, number, pid, uint32
+from ..arguments import acknowledgement_timeout, pid, sample_shift, uint32
 from ..connection import CommandError, call
 from ..output import emit, table
 
@@ -23,7 +23,7 @@ EXAMPLES = """examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mode", choices=list(MODES), help="the mode to put in force")
     parser.add_argument(
-        "--shift", type=number(0, _native.MAX_SHIFT), help=f"sampled: keep 1 in 2^SHIFT events (0..{_native.MAX_SHIFT})"
+        "--shift", type=sample_shift, help=f"sampled: keep 1 in 2^SHIFT events (0..{_native.MAX_SHIFT})"
     )
     parser.add_argument("--pid", type=pid, action="append", default=[], help="only this process (repeatable)")
     parser.add_argument(

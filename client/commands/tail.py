@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import sys
 
 import grpc
 import numpy as np
@@ -14,6 +12,7 @@ from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, field_names
 
 from ..arguments import pid, uint32
 from ..connection import CommandError, stub
+from ..entry import interrupted
 
 NAME = "tail"
 HELP = "print live events as they are drained"
@@ -53,12 +52,11 @@ def run(args: argparse.Namespace) -> int:
     except grpc.RpcError as error:
         raise CommandError(f"{error.code().name.lower()}: {error.details()}") from None
     except KeyboardInterrupt:
-        interrupted = True
+        stopped = True
     else:
-        interrupted = False
+        stopped = False
     if dropped:
         print(f"# {dropped} events skipped: this terminal read slower than events arrived")
-    if interrupted:  # the usual way to end a tail, still told apart from reaching --count
-        print("gpuobsctl: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+    if stopped:  # the usual way to end a tail, still told apart from reaching --count
+        return interrupted()
     return 0
