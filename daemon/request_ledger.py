@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -133,10 +133,7 @@ class RequestLedger(Analysis):
                 if self.clock_ns() - step.host_time_ns >= self.IDLE_NS:  # no later replay will begin
                     self._fold(StepTime(step, self.span(step), 0))
                     self.next_key += 1
-                    for request in self.last_ids or []:  # the idle engine's last batch has left it
-                        entry = self.rows.get(request)
-                        if entry is not None:
-                            self._observe(entry)
+                    self._leave(self.last_ids or [])  # the idle engine's last batch has left it
                 break
             if not exited and any(number >= replay_begun for _, number, _ in step.replays):
                 break
@@ -166,13 +163,17 @@ class RequestLedger(Analysis):
             ids = step.request_ids
             if self.last_ids is not None:
                 scheduled = set(ids)
-                for request in self.last_ids:
-                    entry = self.rows.get(request)
-                    if request not in scheduled and entry is not None:
-                        self._observe(entry)
+                self._leave(request for request in self.last_ids if request not in scheduled)
             self.last_ids = list(ids)
         else:
             self.last_ids = None  # a step whose ids were cut short says nothing of who left
+
+    def _leave(self, requests: Iterable[str]) -> None:
+        """These requests left the batch: each kept one observed (once)."""
+        for request in requests:
+            entry = self.rows.get(request)
+            if entry is not None:
+                self._observe(entry)
 
     def _observe(self, entry: LedgerRow) -> None:
         """Once per request, and only one with a timed step: `counter` mode's requests have no
