@@ -140,6 +140,14 @@ DECOMPOSE: list[Config] = (
     ]
 )
 
+# What engine steps' device spans cost in `counter` (GPUOBS_LAUNCH_TIMES=1: one event per launch from
+# block (0,0,0)), on the workload with the most launches per second, with the no-tool spread and
+# the floor beside it: the few rows that decide whether the vLLM drop-in turns it on.
+LAUNCH_TIMES: list[Config] = DECODE[:3] + [
+    ("counter", "counter", "block", 0, {}),
+    ("counter, launch times (GPUOBS_LAUNCH_TIMES=1)", "counter", "block", 0, {"GPUOBS_LAUNCH_TIMES": "1"}),
+]
+
 # The same question without any call in the patch (no frame for any thread): the thread index
 # alone, the leader's reduction alone, load + reduction, then production.
 INLINE_STEPS = ("tid_inline", "red_inline", "count_inline")
@@ -295,10 +303,14 @@ def check_targets(rows: list[dict]) -> list[str]:
     counter = ratio("decode_graph", "counter")
     if block_sampled and counter:
         check("(c) block-set sampled 10 / counter <= 1.01", block_sampled / counter, 1.01)
+    launch_times = ratio("decode_graph_launch_times", "counter, launch times (GPUOBS_LAUNCH_TIMES=1)")
+    counter_beside = ratio("decode_graph_launch_times", "counter")
+    if launch_times and counter_beside:
+        check("(d) counter with launch times / counter <= 1.01", launch_times / counter_beside, 1.01)
     return lines
 
 
-WORKLOADS = ("silu", "gemm", "decode", "decompose", "inline")
+WORKLOADS = ("silu", "gemm", "decode", "decompose", "inline", "launch-times")
 
 
 def write_report(out: Path, commit: str, device: str, rows: list[dict], workloads: list[str]) -> None:
@@ -409,11 +421,12 @@ def main() -> int:
             rows += measure(
                 "cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM, max(2, args.rounds - 1)
             )
-        else:  # decode, decompose, inline: the same graph, a run of its own each
+        else:  # decode, decompose, inline, launch-times: the same graph, a run of its own each
             workload, configs = {
                 "decode": ("decode_graph", DECODE),
                 "decompose": ("decode_graph_decomposed", DECOMPOSE),
                 "inline": ("decode_graph_inline", INLINE),
+                "launch-times": ("decode_graph_launch_times", LAUNCH_TIMES),
             }[name]
             rows += measure(
                 workload,
