@@ -7,8 +7,8 @@ at start); rounds interleave the configurations, and each ratio is the median ov
 (configuration time / uninstrumented time in the same round). Events are drained while they
 are produced, as the daemon would, so a full ring never makes a mode look cheap.
 
-    python bench/overhead.py --out bench/results/overhead.json [--commit SHA] [--workloads decode,silu,gemm]
-    python bench/overhead.py --merge part1.json part2.json --out bench/results/overhead.json
+    python bench/overhead.py --out overhead-DATE-COMMIT.json [--commit SHA] [--workloads decode,silu,gemm]
+    python bench/overhead.py --merge part1.json part2.json --out overhead-DATE-COMMIT.json
 """
 
 from __future__ import annotations
@@ -371,7 +371,8 @@ def print_report(rows: list[dict], targets: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(HERE / "results" / "overhead.json"))
+    # no default: a run's report is filed under a dated name of its own (bench/results/README.md)
+    parser.add_argument("--out", required=True, help="the report to write (JSON)")
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
