@@ -27,6 +27,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     unwind_on_signals()
+    # the code that runs: read now, not when the report is written (a commit during a 30-minute soak)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
     with scratch_folder("soak", shm=False) as tmp:
         segments = Path(tmp) / "segments"
         segments.mkdir(mode=0o700)
@@ -40,9 +44,6 @@ def main() -> int:
         "peak": max(rss),
         "last": rss[-1],
     }
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
-    ).stdout.strip()
     report = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit,
