@@ -8,6 +8,7 @@ at start); rounds interleave the configurations, and each ratio is the median ov
 are produced, as the daemon would, so a full ring never makes a mode look cheap.
 
     python bench/overhead.py --out overhead-DATE-COMMIT.json [--commit SHA] [--workloads decode,silu,gemm]
+    python bench/overhead.py --workloads floor --rounds 5 --out overhead-floor.json   (the floor of `off` taken apart)
     python bench/overhead.py --merge part1.json part2.json --out overhead-DATE-COMMIT.json
 """
 
@@ -111,6 +112,37 @@ DECODE: list[Config] = [
     ("sampled, block set (1 in 2^10 blocks)", "sampled", "block", 10, {}),
     ("sampled, block set, exits hooked (GPUOBS_BLOCK_EXIT=1)", "sampled", "block", 10, {"GPUOBS_BLOCK_EXIT": "1"}),
 ]
+# The floor of `off` taken apart: the floor tool adding one part of what gpuobs keeps in steady
+# state at a time (bench/floor_tool: subscribed only; + the steady resource callbacks, none of which
+# fires per launch; + the graph callbacks, one of which fires per replay; + the empty block-entry
+# patch, which is the floor under `off`), then the empty patch alone, gpuobs with empty patches
+# (its host side over that floor) and `off` and `counter` themselves. The names before the colon
+# are bench/vllm_decode.py's configurations of the same environment.
+FLOOR_STEPS = (
+    ("floor-subscribe: subscribed, no callback, no patch", "0", ""),
+    ("floor-resource: + the steady resource callbacks", "0", "steady-resource"),
+    ("floor-launch: + the graph callbacks (one per replay)", "0", "steady-resource,steady-graphs"),
+    ("floor-steady: + the empty block-entry patch", "1", "steady"),
+)
+FLOOR: list[Config] = (
+    DECODE[:2]
+    + [
+        (
+            f"{label} (floor tool)",
+            "off",
+            None,
+            0,
+            {
+                "CUDA_INJECTION64_PATH": str(FLOOR_TOOL),
+                "GPUOBS_FLOOR_PATCH": patch,
+                "GPUOBS_FLOOR_CALLBACKS": callbacks,
+            },
+        )
+        for label, patch, callbacks in FLOOR_STEPS
+    ]
+    + [DECODE[2], DECODE[4], DECODE[5], ("counter", "counter", "block", 0, {})]
+)
+
 # Block-entry patches that each do one part of a leader's work (GPUOBS_DEBUG_PATCHES=<step>,
 # exits unpatched; gpuobs_patches.cu says what each does): where the block set's cost over the
 # empty patch goes on the decode graph.
@@ -307,10 +339,15 @@ def check_targets(rows: list[dict]) -> list[str]:
     counter_beside = ratio("decode_graph_launch_times", "counter")
     if launch_times and counter_beside:
         check("(d) counter with launch times / counter <= 1.01", launch_times / counter_beside, 1.01)
+    # `off` over its floor (the floor tool with the same callbacks and an empty patch), same run
+    steady = ratio("decode_graph_floor", next(row[0] for row in FLOOR if row[0].startswith("floor-steady")))
+    off = ratio("decode_graph_floor", "off")
+    if steady and off:
+        check("(floor) off / floor-steady <= 1.01", off / steady, 1.01)
     return lines
 
 
-WORKLOADS = ("silu", "gemm", "decode", "decompose", "inline", "launch-times")
+WORKLOADS = ("silu", "gemm", "decode", "decompose", "inline", "floor", "launch-times")
 
 
 def write_report(out: Path, commit: str, device: str, rows: list[dict], workloads: list[str]) -> None:
@@ -422,11 +459,12 @@ def main() -> int:
             rows += measure(
                 "cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM, max(2, args.rounds - 1)
             )
-        else:  # decode, decompose, inline, launch-times: the same graph, a run of its own each
+        else:  # decode, decompose, inline, floor, launch-times: the same graph, a run of its own each
             workload, configs = {
                 "decode": ("decode_graph", DECODE),
                 "decompose": ("decode_graph_decomposed", DECOMPOSE),
                 "inline": ("decode_graph_inline", INLINE),
+                "floor": ("decode_graph_floor", FLOOR),
                 "launch-times": ("decode_graph_launch_times", LAUNCH_TIMES),
             }[name]
             rows += measure(

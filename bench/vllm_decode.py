@@ -4,8 +4,9 @@ the GPU machine: single-stream ms per token (1 request x 256 greedy tokens) and 
 each other so a reader sees what the method can resolve.
 
 Method: offline vLLM (the engine in the measured process), a random-weight Qwen3 of 24 layers,
-hidden 2048, vocabulary 8192, or with --model-size gpu-bound 32 layers of hidden 5120, copies of one (MODELS),
-FULL_AND_PIECEWISE CUDA graphs for batch sizes 1..64. One fresh process per configuration and
+hidden 2048, vocabulary 8192, or with --model-size gpu-bound 32 layers of hidden 5120, copies of
+one, or with --model-size 8b an 8B-class geometry (MODELS, GEOMETRY), FULL_AND_PIECEWISE CUDA
+graphs for batch sizes 1..64. One fresh process per configuration and
 round; configurations interleaved over ROUNDS rounds (the order rotates each round, so no
 configuration always runs in the same position); in each process every measurement REPEATS
 times, the modes of a gpuobs process interleaved within it (switched live with gpuobsctl, as an
@@ -24,14 +25,21 @@ Configurations:
   floor-patch   the floor tool: an empty block-entry patch on every module, no other callback
                 than the two that patching needs (what instrumented blocks cost)
   floor-steady  the floor tool: the same empty patch and the callback ids gpuobs keeps enabled
-                in steady state, with empty bodies (the floor under gpuobs's default)
+                in steady state, with empty bodies (the floor under gpuobs's default, `off`)
+  floor-subscribe, floor-resource, floor-launch
+                the floor of `off` taken apart, each adding a part of floor-steady: subscribed
+                with no callback and no patch; + the steady resource callbacks; + the steady
+                graph callbacks (one fires per replay); floor-steady then adds the empty patch
   floor-old     the floor tool: every callback of the four domains the first design enabled,
                 no patch (what the first design paid before doing anything)
   gpuobs        the vLLM drop-in (deploy/systemd/vllm-gpuobs.conf, its paths replaced): block
                 patch set, modes off, noop, counter and blocks switched live, a gpuobsd beside it
+                (--gpuobs-modes names others, `sampled --shift 10` as gpuobsctl set-mode takes it)
   gpuobs-trace  the same with the opt-in launch trace (a host record per launch), counter
 
     python bench/vllm_decode.py --payload .vllm/c2 --out DIR [--configs none,floor-steady,gpuobs]
+    python bench/vllm_decode.py --payload .vllm/c2 --out DIR --model-size 8b --configs none,floor-steady,gpuobs \
+        --gpuobs-modes "off,counter,sampled --shift 10,blocks"
 
 DIR gets vllm-overhead.json (every figure, ratios, spreads, tokens), logs/ and cli/ (gpuobsctl
 views of the last gpuobs process).
@@ -53,10 +61,12 @@ import time
 from pathlib import Path
 
 import gpuobs
+from gpuobs.segment import MODES
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd)
 from gpuobs_testing.phase_file import phases
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
 from vllm_overhead import DROP_IN
+from workloads.vllm_generate import mode_switch
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB = Path(gpuobs.__file__).parent / "lib"
@@ -69,16 +79,63 @@ WORKER = Path(__file__).resolve().parent / "workloads" / "vllm_generate.py"
 MODELS = {
     "host-bound": ["--layers", "24", "--hidden", "2048", "--vocab", "8192"],
     "gpu-bound": ["--layers", "32", "--hidden", "5120", "--vocab", "8192"],
+    # the 8B class (Llama 3 8B's geometry): make_tiny_qwen3.py makes one layer of hidden 4096, and
+    # GEOMETRY sets what it cannot
+    "8b": ["--layers", "32", "--hidden", "4096", "--vocab", "8192"],
 }
+# Config fields beyond make_tiny_qwen3.py's flags (it gives hidden/64 heads of 64, half as many KV
+# heads, an MLP twice the hidden size, tied embeddings): set on the one-layer model, every tensor
+# made afresh in its new shape and the tokenizer given a token for every id, before the layers
+# are copied (gpuobs_testing.deepen_model). 32 query heads of 128 over 8 KV heads, MLP 14336,
+# vocabulary 128256: ~7.5 B parameters, 15.0 GB of bf16 read per token (the embeddings stay tied,
+# which changes no step's time: the logits read the same 128256 x 4096 matrix either way).
+GEOMETRY: dict[str, dict[str, int]] = {
+    "8b": {
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+    },
+}
+# Made with one layer, then every layer a copy of it: seconds rather than minutes for 32 layers.
+BY_COPIES = {"gpu-bound", "8b"}
 # What each process generates per repeat: (single-stream tokens, batch, tokens per request). The
 # GPU-bound model's steps are ~6x longer, so it generates less to keep 9 processes in one call.
-WORKLOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64)}
+# The 8B class reads as many bytes per token as the GPU-bound model (15.0 GB against 15.1 GB), so
+# its steps take as long (~3.6 ms on the H200 by bandwidth, ~5 ms on the H100) and it generates the
+# same: per repeat and mode 32 + 128 single-stream steps and 64 batched ones, ~1.2 s on the H200
+# and ~1.7 s on the H100, so a no-tool process measures in ~9 s and a gpuobs process of four modes
+# in ~35 s. The rest is start-up (an import overlapped with the process before, ~25 s of engine
+# start with 15 GB of weights and the compile cache warm, ~40 s more for the first process that
+# compiles): ~40 s a no-tool or floor process, ~65 s a gpuobs one, so 9 processes of three
+# configurations (three rounds) take ~430 s, and 12 of five floor-only configurations ~480 s,
+# beside ~60 s to make the model where the run makes it.
+WORKLOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64), "8b": (128, 32, 64)}
+# The share of GPU memory vLLM may take: 15 GB of weights leave too little of a quarter of an
+# H100's 80 GB for the profile run's activations and a KV cache.
+GPU_MEMORY = {"host-bound": 0.25, "gpu-bound": 0.25, "8b": 0.35}
 GPUOBS_MODES = "off,noop,counter,blocks"
 
 # name -> (library, environment over the base, modes measured in the process)
 CONFIGS: dict[str, tuple[str | None, dict[str, str], str]] = {
     "none": (None, {}, "none"),
     "floor-patch": ("libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""}, "none"),
+    "floor-subscribe": (
+        "libgpuobs_floor_tool.so",
+        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": ""},
+        "none",
+    ),
+    "floor-resource": (
+        "libgpuobs_floor_tool.so",
+        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "steady-resource"},
+        "none",
+    ),
+    "floor-launch": (
+        "libgpuobs_floor_tool.so",
+        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "steady-resource,steady-graphs"},
+        "none",
+    ),
     "floor-steady": (
         "libgpuobs_floor_tool.so",
         {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"},
@@ -196,13 +253,23 @@ METRICS = (
 )
 
 
+def known_mode(token: str) -> bool:
+    """A mode a gpuobs process can be switched to: one of gpuobs's, or `sampled --shift N`."""
+    try:
+        mode, _ = mode_switch(token)
+    except ValueError:
+        return False
+    return mode in MODES
+
+
 def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarise(runs: list[dict], configs: list[str]) -> dict:
+def summarise(runs: list[dict], configs: list[str], modes: dict[str, str] | None = None) -> dict:
     """Per configuration and mode: per-round medians, ratios to no tool of the same round, and
-    the no-tool spread (each no-tool round's median over the median of all no-tool rounds)."""
+    the no-tool spread (each no-tool round's median over the median of all no-tool rounds).
+    `modes`: the modes each configuration's processes measured, where not CONFIGS's."""
     by_round: dict[int, dict[str, dict]] = {}
     for run in runs:
         if "figures" in run:
@@ -227,7 +294,7 @@ def summarise(runs: list[dict], configs: list[str]) -> dict:
                 ),
             }
         for config in configs:
-            for mode in CONFIGS[config][2].split(","):
+            for mode in (modes or {}).get(config, CONFIGS[config][2]).split(","):
                 label = config if mode == "none" else f"{config}:{mode}"
                 row = out["rows"].setdefault(label, {})
                 values, ratios, best_ratios = [], [], []
@@ -277,6 +344,11 @@ def main() -> int:
     parser.add_argument("--model-size", choices=sorted(MODELS), default="host-bound")
     parser.add_argument("--model", help="where the model is made (default /tmp/qwen3-<size>)")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
+    parser.add_argument(
+        "--gpuobs-modes",
+        help=f"the modes the gpuobs processes measure, in order (default {GPUOBS_MODES}; "
+        "`sampled --shift N` for a sample shift; blocks last, where the decode test looks for its replays)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no process after this")
@@ -293,6 +365,14 @@ def main() -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or "none" not in configs:
         raise SystemExit(f"configs must include none and be among {list(CONFIGS)}: {unknown}")
+    modes_of = {c: CONFIGS[c][2] for c in configs}
+    if args.gpuobs_modes is not None:
+        if "gpuobs" not in configs:
+            raise SystemExit("--gpuobs-modes without the gpuobs configuration")
+        modes_of["gpuobs"] = args.gpuobs_modes
+        wrong = [m for m in args.gpuobs_modes.split(",") if not known_mode(m)]
+        if wrong:
+            raise SystemExit(f"--gpuobs-modes: {wrong} not among {list(MODES)} (`sampled --shift N`)")
     libraries = {c: args.tool_dir / library for c in configs if (library := CONFIGS[c][0]) is not None}
     missing = sorted({str(path) for path in libraries.values() if not path.exists()})
     if missing:
@@ -306,8 +386,11 @@ def main() -> int:
         "TOKENIZERS_PARALLELISM": "false",
     }
     began = time.monotonic()
-    # the GPU-bound model's 32 layers are copies of one: made in seconds rather than minutes
-    if make_model(args.payload, Path(args.model), base_env, model_args, by_copies=args.model_size == "gpu-bound"):
+    # the GPU-bound and 8B models' 32 layers are copies of one: made in seconds rather than minutes
+    geometry = GEOMETRY.get(args.model_size)
+    if make_model(
+        args.payload, Path(args.model), base_env, model_args, by_copies=args.model_size in BY_COPIES, geometry=geometry
+    ):
         print(f"model made in {time.monotonic() - began:.0f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-"))
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-", dir="/dev/shm"))
@@ -342,7 +425,9 @@ def main() -> int:
         "commit": args.commit,
         "device": device[0] if device else "unknown",
         "vllm": "0.25.1",
-        "model": "random-weight Qwen3, make_tiny_qwen3.py " + " ".join(model_args),
+        "model": "random-weight Qwen3, make_tiny_qwen3.py "
+        + " ".join(model_args)
+        + (f", then {json.dumps(geometry)}" if geometry else ""),
         "model_size": args.model_size,
         "workload": dict(zip(("single_tokens", "batch", "batch_tokens"), WORKLOAD[args.model_size])),
         "command": "python bench/vllm_decode.py " + " ".join(sys.argv[1:]),
@@ -353,7 +438,7 @@ def main() -> int:
             c: {
                 "library": CONFIGS[c][0],
                 "environment": CONFIGS[c][1],
-                "modes": CONFIGS[c][2],
+                "modes": modes_of[c],
             }
             for c in configs
         },
@@ -368,7 +453,7 @@ def main() -> int:
     ]
 
     def start(round_index: int, name: str) -> Worker:
-        _, overrides, modes = CONFIGS[name]
+        _, overrides, _ = CONFIGS[name]
         library = libraries.get(name)
         env = dict(base_env)
         if library is not None:
@@ -383,7 +468,7 @@ def main() -> int:
             "--model",
             args.model,
             "--modes",
-            modes,
+            modes_of[name],
             "--repeats",
             str(args.repeats),
             "--single-tokens",
@@ -392,13 +477,15 @@ def main() -> int:
             str(batch),
             "--batch-tokens",
             str(batch_tokens),
+            "--gpu-memory-utilization",
+            str(GPU_MEMORY[args.model_size]),
         ]
         if name.startswith("gpuobs"):
             argv += ["--address", daemon.address]
         return Worker(name, round_index, logs, argv, env)
 
     def write() -> None:
-        report["summary"] = summarise(report["runs"], configs)
+        report["summary"] = summarise(report["runs"], configs, modes_of)
         report["elapsed_s"] = round(time.monotonic() - t0, 1)
         (args.out / "vllm-overhead.json").write_text(json.dumps(report, indent=1))
 
@@ -454,7 +541,7 @@ def main() -> int:
         write()
     summary = report["summary"]
     print(
-        f"{'configuration':<24} {'ms/token':>9} {'cost':>6} {'best':>6} {'tokens/s':>9} {'cost':>6} {'best':>6} "
+        f"{'configuration':<28} {'ms/token':>9} {'cost':>6} {'best':>6} {'tokens/s':>9} {'cost':>6} {'best':>6} "
         f"{'cpu cost 1':>10} {'cpu cost 64':>11}"
     )
     for label, row in summary["rows"].items():
@@ -462,7 +549,7 @@ def main() -> int:
         cpu_single, cpu_batch = row.get("single_cpu_ms_per_token", {}), row.get("batch_cpu_ms_per_token", {})
         fmt = lambda v, p: f"{v:{p}}" if v is not None else "-"  # noqa: E731
         print(
-            f"{label:<24} {fmt(median(single.get('per_round', [])), '9.3f')} {fmt(single.get('cost'), '6.3f')} "
+            f"{label:<28} {fmt(median(single.get('per_round', [])), '9.3f')} {fmt(single.get('cost'), '6.3f')} "
             f"{fmt(single.get('best_cost'), '6.3f')} {fmt(median(batch.get('per_round', [])), '9.0f')} "
             f"{fmt(batch.get('cost'), '6.3f')} {fmt(batch.get('best_cost'), '6.3f')} "
             f"{fmt(cpu_single.get('cost'), '10.3f')} {fmt(cpu_batch.get('cost'), '11.3f')}"

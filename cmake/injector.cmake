@@ -135,8 +135,9 @@ install(FILES ${_gpuobs_fatbin} DESTINATION gpuobs/lib)
 
 # The benchmarks' tools, never in a default build: the floor tool (bench/floor_tool: empty
 # callbacks and an empty patch, so a benchmark can show what the Sanitizer API itself costs beside
-# what gpuobs adds) and the diagnostic patches (injector/src/diagnostics.h), whose counts are
-# wrong by design. tests/gpu/install_on_device.sh builds with them.
+# what gpuobs adds), the repatch tool (below) and the diagnostic patches
+# (injector/src/diagnostics.h), whose counts are wrong by design. tests/gpu/install_on_device.sh
+# builds with them.
 if(GPUOBS_BENCH_TOOLS)
   add_library(gpuobs_floor_tool SHARED bench/floor_tool/floor_tool.cpp)
   target_include_directories(gpuobs_floor_tool PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE}
@@ -147,4 +148,26 @@ if(GPUOBS_BENCH_TOOLS)
     BUILD_RPATH "${_gpuobs_sanitizer_dir}"
     INSTALL_RPATH "$ORIGIN")
   install(TARGETS gpuobs_floor_tool LIBRARY DESTINATION gpuobs/lib)
+  # The repatch tool (bench/repatch_tool): unpatches and re-patches every module when the program
+  # asks, graph execs alive or not (gpuobs refuses to), so tests/gpu/test_graph_repatch.py can
+  # record what an exec runs afterwards; its counting patches are a fatbin of their own.
+  add_library(gpuobs_repatch_tool SHARED bench/repatch_tool/repatch_tool.cpp)
+  target_include_directories(gpuobs_repatch_tool PRIVATE ${GPUOBS_SANITIZER_INCLUDE} ${GPUOBS_CUDA_INCLUDE})
+  target_link_libraries(gpuobs_repatch_tool PRIVATE ${GPUOBS_SANITIZER_LIBRARY} ${CMAKE_DL_LIBS} Threads::Threads)
+  set_target_properties(gpuobs_repatch_tool PROPERTIES
+    CXX_VISIBILITY_PRESET hidden
+    BUILD_RPATH "${_gpuobs_sanitizer_dir}"
+    INSTALL_RPATH "$ORIGIN")
+  install(TARGETS gpuobs_repatch_tool LIBRARY DESTINATION gpuobs/lib)
+  set(_gpuobs_repatch_fatbin ${CMAKE_CURRENT_BINARY_DIR}/gpuobs_repatch_patches.fatbin)
+  add_custom_command(
+    OUTPUT ${_gpuobs_repatch_fatbin}
+    COMMAND ${GPUOBS_NVCC} ${_gpuobs_gencode} --fatbin --compile-as-tools-patch -O3 -std=c++17
+            -I${GPUOBS_SANITIZER_INCLUDE} -o ${_gpuobs_repatch_fatbin}
+            ${CMAKE_CURRENT_SOURCE_DIR}/bench/repatch_tool/repatch_patches.cu
+    DEPENDS bench/repatch_tool/repatch_patches.cu
+    COMMENT "nvcc --compile-as-tools-patch: gpuobs_repatch_patches.fatbin"
+    VERBATIM)
+  add_custom_target(gpuobs_repatch_patches ALL DEPENDS ${_gpuobs_repatch_fatbin})
+  install(FILES ${_gpuobs_repatch_fatbin} DESTINATION gpuobs/lib)
 endif()

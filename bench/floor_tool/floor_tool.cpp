@@ -7,7 +7,11 @@
 //                           resource, launch, graphs, synchronize, CBID the callback id number
 //                           of that domain (sanitizer_callbacks.h); a bare domain enables all
 //                           of its ids; `steady` the ids gpuobs keeps enabled in steady state
-//                           (injector/src/steady_callbacks.h). Empty: none.
+//                           (injector/src/steady_callbacks.h), `steady-DOMAIN` those of them in
+//                           DOMAIN only (steady-resource: the module and context ids, none of
+//                           which fires per launch; steady-graphs: the exec ids and the one that
+//                           fires per graph replay), so a benchmark can add them a part at a
+//                           time. Empty: none.
 //   GPUOBS_FLOOR_PATCH      1: put gpuobs_empty_block on every module's block entry (needs the
 //                           context-creation and module-loaded callbacks, enabled for it)
 //   GPUOBS_FLOOR_PATCH_FILE the patch fatbin (default: gpuobs_patches.fatbin beside this library)
@@ -67,9 +71,15 @@ void enable(const char* list) {
     const std::string item = items.substr(start, comma - start);
     start = comma + 1;
     if (item.empty()) continue;
-    if (item == "steady") {
+    if (item == "steady" || item.rfind("steady-", 0) == 0) {
+      const bool every = item == "steady";
+      Sanitizer_CallbackDomain only{};
+      if (!every && !domain_of(item.substr(std::strlen("steady-")), &only)) {
+        std::fprintf(stderr, "floor tool: unknown domain in %s\n", item.c_str());
+        continue;
+      }
       for (const gpuobs::CallbackId& id : gpuobs::kSteadyCallbacks)
-        sanitizerEnableCallback(1, g_subscriber, id.domain, id.cbid);
+        if (every || id.domain == only) sanitizerEnableCallback(1, g_subscriber, id.domain, id.cbid);
       continue;
     }
     const size_t colon = item.find(':');

@@ -52,14 +52,31 @@ def our_pids(address: str) -> list[int]:
     return mine
 
 
+SHIFT_FLAG = " --shift "
+
+
+def mode_switch(token: str) -> tuple[str, int | None]:
+    """(mode, sample shift or None) of a mode as the bench names it: a gpuobs mode, or `sampled
+    --shift N` as gpuobsctl set-mode takes it, so that the summary's row says which shift it
+    measured (the shift stays in force after it; no other mode reads it). ValueError otherwise."""
+    mode, flag, shift = token.partition(SHIFT_FLAG)
+    if flag and (mode != "sampled" or not shift.isdigit()):
+        raise ValueError(f"{token!r}: only `sampled{SHIFT_FLAG}N` names a shift")
+    return mode, int(shift) if flag else None
+
+
 def set_mode(address: str, mode: str, pids: list[int]) -> float:
     """A live switch through the daemon's SetMode, as gpuobsctl set-mode makes it, from this process
     (a gpuobsctl process per switch spent ~0.7 s starting Python, 20 times per gpuobs process)."""
     from gpuobs.api.v1 import observer_pb2 as pb
     from gpuobs.client.connection import call
 
+    name, shift = mode_switch(mode)
+    request = pb.SetModeRequest(mode=name, pids=pids, timeout_ms=2000)
+    if shift is not None:
+        request.shift = shift
     began = time.perf_counter()
-    response = call(address, "SetMode", pb.SetModeRequest(mode=mode, pids=pids, timeout_ms=2000), timeout=10)
+    response = call(address, "SetMode", request, timeout=10)
     if not response.results or not all(r.acknowledged and r.status == "ok" for r in response.results):
         raise SystemExit(f"set-mode {mode}: {response}")
     return time.perf_counter() - began
@@ -79,6 +96,7 @@ def main() -> int:
     parser.add_argument("--batch-tokens", type=int, default=128)
     parser.add_argument("--address", default="")
     parser.add_argument("--capture-sizes", default="1,2,4,8,16,24,32,40,48,56,64")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.25)
     args = parser.parse_args()
     log = PhaseLog(args.status, STARTED)
 
@@ -93,7 +111,7 @@ def main() -> int:
     llm = LLM(
         model=args.model,
         max_model_len=512,
-        gpu_memory_utilization=0.25,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_seqs=args.batch,
         seed=0,
         compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes},

@@ -30,13 +30,27 @@
 #   call 4 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 4 COMMIT   (the decode bench on the
 #                                  GPU-bound model, 3 rounds; not a test; call 2 runs it as the test
 #                                  with GPUOBS_DECODE_MODEL_SIZE=gpu-bound in the environment)
+#   call 5 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 5 COMMIT   (the decode bench on the
+#                                  8B-class model: no tool, floor-steady, gpuobs in off, counter,
+#                                  sampled --shift 10 and blocks; 3 rounds, 9 processes, ~560 s
+#                                  estimated with the model made in it)
+#   call 5f (carry .vllm/c2):      bash tests/gpu/device_calls.sh 5f COMMIT  (the 8B-class floor of
+#                                  `off` taken apart: no tool, floor-subscribe, floor-resource,
+#                                  floor-launch, floor-steady; two rounds and what fits of a third)
+#   call 6:                        bash tests/gpu/device_calls.sh 6 COMMIT   (graph execs across
+#                                  unpatch and re-patch, tests/gpu/test_graph_repatch.py, then the
+#                                  decode graph's floor taken apart, overhead.py --workloads floor,
+#                                  5 rounds; ~260 s estimated)
+# Calls 5, 5f and 6 follow call 1 or 1b (the build) on a warm machine; 5 and 5f carry the second
+# chunk like calls 2-4. The first of 5 and 5f makes the 8B-class model in /tmp (~60 s estimated,
+# 15 GB) and compiles it once in vLLM; the other finds both while the machine stays warm.
 #
 # Everything goes under $OUT; what lies deeper than the device returns is also in $OUT/*.tgz.
 # Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-call=${1:?usage: device_calls.sh 1|1b|2|3|3o|4 COMMIT}
-commit=${2:?usage: device_calls.sh 1|1b|2|3|3o|4 COMMIT}
+call=${1:?usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6 COMMIT}
+commit=${2:?usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6 COMMIT}
 out=${OUT:?OUT: the output folder of the device call}
 export PATH="/usr/local/cuda/bin:$PATH" GPUOBS_COMMIT="$commit"
 left() { echo $(( $1 - SECONDS )); }  # seconds left of a call that must end by $1
@@ -88,5 +102,32 @@ case "$call" in
     echo "gpu-bound decode bench rc $? at $SECONDS s"
     tail -12 "$out/vllm-decode-gpu-bound.txt"
     ;;
-  *) echo "usage: device_calls.sh 1|1b|2|3|3o|4 COMMIT" >&2; exit 2 ;;
+  5|5f)
+    payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
+    eval "$payload_env"
+    if [ "$call" = 5 ]; then
+      name=vllm-decode-8b configs=none,floor-steady,gpuobs
+      modes=(--gpuobs-modes "off,counter,sampled --shift 10,blocks")
+    else
+      name=vllm-decode-8b-floor configs=none,floor-subscribe,floor-resource,floor-launch,floor-steady
+      modes=()
+    fi
+    # no process starts after 430 s: the one measuring then and the one after it end by ~560 s
+    timeout "$(left 575)" python3 bench/vllm_decode.py --payload .vllm/c2 --model-size 8b --configs "$configs" \
+      ${modes[@]+"${modes[@]}"} --rounds 3 --budget-s 430 --out "$out/$name" --commit "$commit" > "$out/$name.txt" 2>&1
+    echo "8b decode bench ($configs) rc $? at $SECONDS s"
+    tail -12 "$out/$name.txt"
+    ;;
+  6)
+    # the answers: printed into the log, and $out/r/graph-repatch.json
+    GPUOBS_REPORT_DIR="$out/r" timeout 150 python3 -m pytest -v -s -p no:cacheprovider tests/gpu/test_graph_repatch.py \
+      --junitxml="$out/junit-6.xml" > "$out/graph-repatch.log" 2>&1
+    echo "graph repatch test rc $? at $SECONDS s"
+    timeout "$(left 575)" python3 bench/overhead.py --rounds 5 --workloads floor \
+      --out "$out/overhead-floor.json" --commit "$commit" > "$out/overhead-floor.txt" 2>&1
+    echo "overhead (floor) rc $? at $SECONDS s"
+    grep -E "passed|failed" "$out/graph-repatch.log" | tail -1
+    tail -12 "$out/overhead-floor.txt"
+    ;;
+  *) echo "usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6 COMMIT" >&2; exit 2 ;;
 esac

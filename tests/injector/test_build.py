@@ -74,6 +74,7 @@ def test_the_default_build_has_no_bench_tool_and_no_diagnostic_patch() -> None:
     if os.environ.get("GPUOBS_BENCH_TOOLS") == "1":
         pytest.skip("this install is a bench build (GPUOBS_BENCH_TOOLS=1)")
     assert not (LIB_DIR / "libgpuobs_floor_tool.so").exists()
+    assert not (LIB_DIR / "libgpuobs_repatch_tool.so").exists()
     diagnostic = patch_names("diagnostics.cpp")
     assert len(diagnostic) >= 10, diagnostic
     assert in_fatbin(diagnostic, FATBIN.read_bytes()) == []
@@ -81,8 +82,9 @@ def test_the_default_build_has_no_bench_tool_and_no_diagnostic_patch() -> None:
 
 @pytest.mark.slow
 def test_a_bench_build_has_the_floor_tool_and_every_diagnostic_patch(tmp_path: Path) -> None:
-    """GPUOBS_BENCH_TOOLS=ON, as tests/gpu/install_on_device.sh builds: the floor tool loads and
-    every patch function diagnostics.cpp names is in the fatbin (for sm_90 only, to be quick)."""
+    """GPUOBS_BENCH_TOOLS=ON, as tests/gpu/install_on_device.sh builds: the floor tool and the
+    repatch tool load, every patch function diagnostics.cpp names is in the fatbin, and every one
+    the repatch tool names is in its own (for sm_90 only, to be quick)."""
     import pybind11
 
     cmake = shutil.which("cmake")
@@ -107,7 +109,16 @@ def test_a_bench_build_has_the_floor_tool_and_every_diagnostic_patch(tmp_path: P
     )
     assert configured.returncode == 0, configured.stdout[-3000:] + configured.stderr[-3000:]
     built = subprocess.run(
-        [cmake, "--build", str(build), "--target", "gpuobs_patches", "gpuobs_floor_tool"],
+        [
+            cmake,
+            "--build",
+            str(build),
+            "--target",
+            "gpuobs_patches",
+            "gpuobs_floor_tool",
+            "gpuobs_repatch_tool",
+            "gpuobs_repatch_patches",
+        ],
         capture_output=True,
         text=True,
         timeout=900,
@@ -116,6 +127,12 @@ def test_a_bench_build_has_the_floor_tool_and_every_diagnostic_patch(tmp_path: P
     assert ctypes.CDLL(str(build / "libgpuobs_floor_tool.so")).InitializeInjection is not None
     diagnostic = patch_names("diagnostics.cpp")
     assert in_fatbin(diagnostic, (build / "gpuobs_patches.fatbin").read_bytes()) == sorted(diagnostic)
+    repatch = ctypes.CDLL(str(build / "libgpuobs_repatch_tool.so"))
+    assert repatch.InitializeInjection is not None and repatch.gpuobs_repatch_bind is not None
+    assert repatch.gpuobs_repatch(b"no such action") == -1  # (no module loaded: no Sanitizer call made)
+    named = set(re.findall(r'"(gpuobs_[a-z_]+)"', (ROOT / "bench" / "repatch_tool" / "repatch_tool.cpp").read_text()))
+    assert len(named) == 3, named
+    assert in_fatbin(named, (build / "gpuobs_repatch_patches.fatbin").read_bytes()) == sorted(named)
 
 
 def fatbin_cubins(data: bytes) -> list[bytes]:

@@ -43,7 +43,7 @@ def assert_wheel_holds_the_package_only(wheel: Path) -> None:
     packaged = {f"gpuobs/deploy/{file.source}" for file in deploy.FILES}
     packaged |= {f"gpuobs/docs/{doc.name}" for doc in (ROOT / "docs").glob("*.md")}
     assert packaged <= set(names), sorted(packaged - set(names))
-    assert not [name for name in names if "floor_tool" in name or "gpuobs_testing" in name]
+    assert not [name for name in names if "floor_tool" in name or "repatch" in name or "gpuobs_testing" in name]
 
 
 @pytest.mark.slow

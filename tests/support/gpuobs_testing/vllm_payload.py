@@ -56,17 +56,25 @@ def drop_in_environment(path: Path) -> dict[str, str]:
 
 
 def make_model(
-    payload: Path, where: Path, env: dict[str, str], shape: list[str] | None = None, *, by_copies: bool = False
+    payload: Path,
+    where: Path,
+    env: dict[str, str],
+    shape: list[str] | None = None,
+    *,
+    by_copies: bool = False,
+    geometry: dict[str, int] | None = None,
 ) -> bool:
     """A random-weight Qwen3 at `where` (make_tiny_qwen3.py's --layers/--hidden/--vocab in
     `shape`), unless one is there already; True when it was made now. `by_copies`: made with one
-    layer, then every layer a copy of it (deepen_model.py: minutes less for 32 x 5120). A failure
-    leaves nothing."""
+    layer, then every layer a copy of it (deepen_model.py: minutes less for 32 x 5120). `geometry`:
+    config fields that make_tiny_qwen3.py has no flag for (heads, KV heads, head size, MLP width,
+    vocabulary), set on that one layer with its tensors made afresh before it is copied (a
+    production model's shape; implies by_copies). A failure leaves nothing."""
     if where.exists():
         return False
     shape = list(shape or [])
     layers = int(shape[shape.index("--layers") + 1]) if "--layers" in shape else 0
-    deepen = by_copies and layers > 1
+    deepen = (by_copies or bool(geometry)) and layers > 1
     made = list(shape)
     if deepen:
         made[shape.index("--layers") + 1] = "1"
@@ -78,9 +86,11 @@ def make_model(
             capture_output=True,
             timeout=300,
         )
-        if deepen:
+        if deepen or geometry:
+            fields = [f"{field}={value}" for field, value in (geometry or {}).items()]
+            depth = str(layers if deepen else 1)
             subprocess.run(
-                [sys.executable, "-m", "gpuobs_testing.deepen_model", str(where), str(layers)],
+                [sys.executable, "-m", "gpuobs_testing.deepen_model", str(where), depth, *fields],
                 env=env,
                 check=True,
                 capture_output=True,
