@@ -23,6 +23,7 @@
 #include <cstring>
 #include <string>
 
+#include "../tool_library.h"
 #include "steady_callbacks.h"
 
 namespace {
@@ -31,13 +32,7 @@ Sanitizer_SubscriberHandle g_subscriber = nullptr;
 bool g_patch = false;
 std::string g_patch_file;
 
-std::string library_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&library_directory), &info) == 0 || !info.dli_fname) return ".";
-  std::string path(info.dli_fname);
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
+using gpuobs_bench::library_directory;
 
 void SANITIZERAPI on_callback(void*, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, const void* data) {
   if (!g_patch || domain != SANITIZER_CB_DOMAIN_RESOURCE) return;

@@ -31,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "../tool_library.h"
+
 namespace {
 
 struct Hook {
@@ -51,13 +53,7 @@ std::vector<CUfunction> g_functions;
 void* g_counters = nullptr;
 char g_set = 'a';  // the set in force: 'a', 'b', or 0 (unpatched)
 
-std::string library_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&library_directory), &info) == 0 || !info.dli_fname) return ".";
-  std::string path(info.dli_fname);
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
+using gpuobs_bench::library_directory;
 
 // Patches `module` with `set`; returns the calls that failed.
 int patch(CUmodule module, char set) {
