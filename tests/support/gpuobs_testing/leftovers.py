@@ -1,8 +1,9 @@
 """What a test run must not leave on the machine: folders in /dev/shm (segments are memory), gpuobs
 folders in /tmp, and gpuobs processes (a producer or a daemon that outlived its test). The run's
 start is snapshotted; at its end what is new is named, removed or killed, and the run fails.
-What is new is anything that appeared, whoever made it, so two runs on one machine take turns
-(`take_turn`): one would otherwise kill the other's daemons as its own leftovers."""
+Two runs on one machine take turns (`take_turn`): a folder is new whoever made it. A process is
+the run's own only where its environment carries the turn's mark (every process a test starts
+inherits it), so a daemon someone started by hand beside the run is neither killed nor named."""
 
 from __future__ import annotations
 
@@ -34,17 +35,23 @@ def _entries() -> set[Path]:
     return found
 
 
+MARK = f"{HOLDER}=1".encode()
+
+
 def _processes() -> dict[int, str]:
-    """gpuobs processes of this machine: pid -> command line."""
+    """gpuobs processes of this machine started under a test run's turn: pid -> command line."""
     out = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             command = (entry / "cmdline").read_bytes().replace(b"\x00", b" ").decode(errors="replace")
-        except OSError:
+            if not any(program in command for program in PROGRAMS):
+                continue
+            marked = MARK in (entry / "environ").read_bytes().split(b"\x00")
+        except OSError:  # gone, or another user's: not this run's
             continue
-        if any(program in command for program in PROGRAMS) and int(entry.name) != os.getpid():
+        if marked:
             out[int(entry.name)] = command.strip()
     return out
 
