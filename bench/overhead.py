@@ -27,12 +27,13 @@ import threading
 import time
 from pathlib import Path
 
+import floor_steps
 import gpuobs
 from gpuobs.segment import Segment, SegmentError, segment_paths
 
 HERE = Path(__file__).parent
 INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
-FLOOR_TOOL = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_floor_tool.so"  # bench/floor_tool
+FLOOR_TOOL = Path(gpuobs.__file__).parent / "lib" / floor_steps.LIBRARY  # bench/floor_tool
 
 # (label, mode, patch set, shift, extra environment); mode None = no injector at all
 Config = tuple[str, str | None, str | None, int, dict]
@@ -118,27 +119,17 @@ DECODE: list[Config] = [
 # patch, which is the floor under `off`), then the empty patch alone, gpuobs with empty patches
 # (its host side over that floor) and `off` and `counter` themselves. The names before the colon
 # are bench/vllm_decode.py's configurations of the same environment.
-FLOOR_STEPS = (
-    ("floor-subscribe: subscribed, no callback, no patch", "0", ""),
-    ("floor-resource: + the steady resource callbacks", "0", "steady-resource"),
-    ("floor-launch: + the graph callbacks (one per replay)", "0", "steady-resource,steady-graphs"),
-    ("floor-steady: + the empty block-entry patch", "1", "steady"),
-)
 FLOOR: list[Config] = (
     DECODE[:2]
     + [
         (
-            f"{label} (floor tool)",
+            f"{name}: {floor_steps.FLOORS[name][0]} (floor tool)",
             "off",
             None,
             0,
-            {
-                "CUDA_INJECTION64_PATH": str(FLOOR_TOOL),
-                "GPUOBS_FLOOR_PATCH": patch,
-                "GPUOBS_FLOOR_CALLBACKS": callbacks,
-            },
+            {"CUDA_INJECTION64_PATH": str(FLOOR_TOOL), **floor_steps.environment(name)},
         )
-        for label, patch, callbacks in FLOOR_STEPS
+        for name in floor_steps.DECOMPOSITION
     ]
     + [DECODE[2], DECODE[4], DECODE[5], ("counter", "counter", "block", 0, {})]
 )

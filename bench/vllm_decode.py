@@ -5,7 +5,7 @@ each other so a reader sees what the method can resolve.
 
 Method: offline vLLM (the engine in the measured process), a random-weight Qwen3 of 24 layers,
 hidden 2048, vocabulary 8192, or with --model-size gpu-bound 32 layers of hidden 5120, copies of
-one, or with --model-size 8b an 8B-class geometry (MODELS, GEOMETRY), FULL_AND_PIECEWISE CUDA
+one, or with --model-size 8b an 8B-class geometry (vllm_models.py), FULL_AND_PIECEWISE CUDA
 graphs for batch sizes 1..64. One fresh process per configuration and
 round; configurations interleaved over ROUNDS rounds (the order rotates each round, so no
 configuration always runs in the same position); in each process every measurement REPEATS
@@ -60,46 +60,19 @@ import tempfile
 import time
 from pathlib import Path
 
+import floor_steps
 import gpuobs
 from gpuobs.segment import MODES
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd)
 from gpuobs_testing.phase_file import phases
-from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
+from gpuobs_testing.vllm_payload import drop_in_environment, offline_environment
+from vllm_models import GPU_MEMORY, MODELS, describe, make, model_folder
 from vllm_overhead import DROP_IN
 from workloads.vllm_generate import mode_switch
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB = Path(gpuobs.__file__).parent / "lib"
 WORKER = Path(__file__).resolve().parent / "workloads" / "vllm_generate.py"
-# The model, by what bounds its single-stream decode on the H200: the issue's 24 x 2048 model reads
-# 2.4 GB of weights per token (~0.6 ms of GPU) against ~2 ms of host work per step, so its wall
-# time follows the host's speed, which varied 1.5x inside one process (no-tool CPU time per token
-# tracked wall time within 3%); 32 x 5120 reads ~15 GB per token (~3.6 ms), so the GPU sets the
-# pace and a device-side cost shows in wall time.
-MODELS = {
-    "host-bound": ["--layers", "24", "--hidden", "2048", "--vocab", "8192"],
-    "gpu-bound": ["--layers", "32", "--hidden", "5120", "--vocab", "8192"],
-    # the 8B class (Llama 3 8B's geometry): make_tiny_qwen3.py makes one layer of hidden 4096, and
-    # GEOMETRY sets what it cannot
-    "8b": ["--layers", "32", "--hidden", "4096", "--vocab", "8192"],
-}
-# Config fields beyond make_tiny_qwen3.py's flags (it gives hidden/64 heads of 64, half as many KV
-# heads, an MLP twice the hidden size, tied embeddings): set on the one-layer model, every tensor
-# made afresh in its new shape and the tokenizer given a token for every id, before the layers
-# are copied (gpuobs_testing.deepen_model). 32 query heads of 128 over 8 KV heads, MLP 14336,
-# vocabulary 128256: ~7.5 B parameters, 15.0 GB of bf16 read per token (the embeddings stay tied,
-# which changes no step's time: the logits read the same 128256 x 4096 matrix either way).
-GEOMETRY: dict[str, dict[str, int]] = {
-    "8b": {
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "intermediate_size": 14336,
-        "vocab_size": 128256,
-    },
-}
-# Made with one layer, then every layer a copy of it: seconds rather than minutes for 32 layers.
-BY_COPIES = {"gpu-bound", "8b"}
 # What each process generates per repeat: (single-stream tokens, batch, tokens per request). The
 # GPU-bound model's steps are ~6x longer, so it generates less to keep 9 processes in one call.
 # The 8B class reads as many bytes per token as the GPU-bound model (15.0 GB against 15.1 GB), so
@@ -112,40 +85,12 @@ BY_COPIES = {"gpu-bound", "8b"}
 # configurations (three rounds) take ~430 s, and 12 of five floor-only configurations ~480 s,
 # beside ~60 s to make the model where the run makes it.
 WORKLOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64), "8b": (128, 32, 64)}
-# The share of GPU memory vLLM may take: 15 GB of weights leave too little of a quarter of an
-# H100's 80 GB for the profile run's activations and a KV cache.
-GPU_MEMORY = {"host-bound": 0.25, "gpu-bound": 0.25, "8b": 0.35}
 GPUOBS_MODES = "off,noop,counter,blocks"
 
 # name -> (library, environment over the base, modes measured in the process)
 CONFIGS: dict[str, tuple[str | None, dict[str, str], str]] = {
     "none": (None, {}, "none"),
-    "floor-patch": ("libgpuobs_floor_tool.so", {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": ""}, "none"),
-    "floor-subscribe": (
-        "libgpuobs_floor_tool.so",
-        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": ""},
-        "none",
-    ),
-    "floor-resource": (
-        "libgpuobs_floor_tool.so",
-        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "steady-resource"},
-        "none",
-    ),
-    "floor-launch": (
-        "libgpuobs_floor_tool.so",
-        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "steady-resource,steady-graphs"},
-        "none",
-    ),
-    "floor-steady": (
-        "libgpuobs_floor_tool.so",
-        {"GPUOBS_FLOOR_PATCH": "1", "GPUOBS_FLOOR_CALLBACKS": "steady"},
-        "none",
-    ),
-    "floor-old": (
-        "libgpuobs_floor_tool.so",
-        {"GPUOBS_FLOOR_PATCH": "0", "GPUOBS_FLOOR_CALLBACKS": "resource,launch,graphs,synchronize"},
-        "none",
-    ),
+    **{name: (floor_steps.LIBRARY, floor_steps.environment(name), "none") for name in floor_steps.FLOORS},
     "gpuobs": ("libgpuobs_injector.so", {}, GPUOBS_MODES),
     "gpuobs-trace": ("libgpuobs_injector.so", {"GPUOBS_LAUNCH_TRACE": "1"}, "counter"),
 }
@@ -359,8 +304,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     t0 = time.monotonic()
-    model_args = MODELS[args.model_size]
-    args.model = args.model or f"/tmp/qwen3-{args.model_size}"
+    args.model = args.model or model_folder(args.model_size)
     configs = args.configs.split(",")
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or "none" not in configs:
@@ -387,10 +331,7 @@ def main() -> int:
     }
     began = time.monotonic()
     # the GPU-bound and 8B models' 32 layers are copies of one: made in seconds rather than minutes
-    geometry = GEOMETRY.get(args.model_size)
-    if make_model(
-        args.payload, Path(args.model), base_env, model_args, by_copies=args.model_size in BY_COPIES, geometry=geometry
-    ):
+    if make(args.payload, Path(args.model), base_env, args.model_size):
         print(f"model made in {time.monotonic() - began:.0f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-"))
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-decode-", dir="/dev/shm"))
@@ -425,9 +366,7 @@ def main() -> int:
         "commit": args.commit,
         "device": device[0] if device else "unknown",
         "vllm": "0.25.1",
-        "model": "random-weight Qwen3, make_tiny_qwen3.py "
-        + " ".join(model_args)
-        + (f", then {json.dumps(geometry)}" if geometry else ""),
+        "model": describe(args.model_size),
         "model_size": args.model_size,
         "workload": dict(zip(("single_tokens", "batch", "batch_tokens"), WORKLOAD[args.model_size])),
         "command": "python bench/vllm_decode.py " + " ".join(sys.argv[1:]),

@@ -6,18 +6,34 @@ Servers, one after another (each injected one takes its environment from the vLL
 deploy/systemd/vllm-gpuobs.conf, only its three paths replaced by this machine's):
   none-cold      no tool, first start: fills the torch.compile cache (its start is not compared)
   gpuobs-block   the drop-in as deployed (patch set block, counter at start); the load is run in
-                 off, counter and blocks, switched live with set-mode, ROUNDS times interleaved
+                 off, counter and blocks (--block-modes names others, `sampled --shift N` as
+                 set-mode takes it), switched live with set-mode, ROUNDS times interleaved
                  (a process keeps one patch set; modes are a config word, so this is how an
                  operator changes them); then the mode is switched back and forth while requests
                  stream in (every request and every switch must succeed)
   gpuobs-memory  the drop-in with GPUOBS_PATCH_SET=memory, sampled, shift 10
   none           no tool, compile cache warm: the baseline of every ratio
+  floor-steady   (not by default) the floor tool, a bench build's: an empty block-entry patch on
+                 every module and the callbacks gpuobs keeps enabled in steady state, with empty
+                 bodies (the floor under `off`, vllm_decode.py's floor-steady)
+--servers names them in any order; a name given again is a fresh server of it (`none-2`,
+`none-3`, ... in the figures).
 A gpuobsd runs throughout, as it would beside a service. In every mode, REFERENCE_REQUESTS greedy
 requests are answered one at a time (temperature 0, ignore_eos) before the load: their tokens
 must be the same everywhere. Figures are written after every server, so a run cut short keeps
 what it measured.
 
+The cost of gpuobs to a service of a production-shaped model: --model-size (vllm_models.py; by
+default the tiny 2-layer model above) serves a model of that size, its share of GPU memory and
+graphs up to the batch it serves, and runs COST_SERVERS: no tool started fresh three times,
+interleaved with the drop-in in off, counter, `sampled --shift 10` and blocks, and with the
+floor tool. In every mode a single-stream load (requests one at a time: ms per token) comes
+beside the batch load (concurrency = the batch); `cost` in the figures gives each mode's figures
+over the median of the no-tool servers of the run, and the no-tool spread (each no-tool server
+over that median), what the method can resolve.
+
     python bench/vllm_overhead.py --payload .vllm/c2 --out DIR [--commit SHA]
+    python bench/vllm_overhead.py --payload .vllm/c2 --out DIR --model-size 8b [--servers none,gpuobs-block,...]
 
 DIR gets vllm-overhead.json (figures, ratios), cli/<server>/... (gpuobsctl outputs, /metrics)
 and logs/<server>.log. The vLLM payload is an offline vLLM 0.25.1 site folder in two chunk folders (.vllm/c1,
@@ -27,6 +43,7 @@ and logs/<server>.log. The vLLM payload is an offline vLLM 0.25.1 site folder in
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import datetime
 import json
@@ -44,13 +61,19 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import floor_steps
 import gpuobs
+from gpuobs.segment import MODES
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd, as daemon_drain.py)
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
+from vllm_models import GPU_MEMORY, MODELS, describe, make, model_folder
+from workloads.vllm_generate import mode_switch
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP_IN = ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"
-INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
+LIB = Path(gpuobs.__file__).parent / "lib"
+INJECTOR = LIB / "libgpuobs_injector.so"
+FLOOR_TOOL = floor_steps.LIBRARY
 SERVE_ARGS = [
     "--max-model-len",
     "512",
@@ -66,17 +89,53 @@ SERVE_ARGS = [
 ]
 REFERENCE_REQUESTS = 3
 ROUNDS = 2
-# server -> (inject?, environment over the drop-in's, modes its load runs in)
-SERVERS: dict[str, tuple[bool, dict[str, str], list[str]]] = {
-    "none-cold": (False, {}, ["none-cold"]),
-    "gpuobs-block": (True, {}, ["off", "counter", "blocks"]),
+# server -> (tool: "gpuobs" the drop-in, "floor" the floor tool, None no tool; environment over the
+# drop-in's or the floor tool's; modes its load runs in)
+SERVERS: dict[str, tuple[str | None, dict[str, str], list[str]]] = {
+    "none-cold": (None, {}, ["none-cold"]),
+    "gpuobs-block": ("gpuobs", {}, ["off", "counter", "blocks"]),
     "gpuobs-memory": (
-        True,
+        "gpuobs",
         {"GPUOBS_PATCH_SET": "memory", "GPUOBS_MODE": "sampled", "GPUOBS_SHIFT": "10"},
         ["sampled"],
     ),
-    "none": (False, {}, ["none"]),
+    "none": (None, {}, ["none"]),
+    "floor-steady": ("floor", floor_steps.environment("floor-steady"), ["floor-steady"]),
 }
+DEFAULT_SERVERS = "none-cold,gpuobs-block,gpuobs-memory,none"
+TINY = "tiny"  # the default model: make_tiny_qwen3.py's own, 2 layers, served with SERVE_ARGS
+
+# A cost run on a model of vllm_models.py's sizes: how many servers one device call holds. The
+# tiny model's server is healthy ~50 s after its start with the compile cache warm, ~80 s cold
+# (the H100 at 344fd1a): ~45 s of it is the two imports of vLLM, the API server's and the
+# engine's, and its engine init only ~5 s. An 8B-class server adds its 15 GB of weights (from the
+# page cache), the profile run and graph capture of 7 sizes of 32 layers: ~60-90 s warm, the first
+# ~40 s more for torch.compile; it stops in ~5 s. Measured: a no-tool or floor server ~10 s (the
+# reference requests, one round of the loads), the drop-in's ~50 s (four modes x two rounds of
+# the loads, a set-mode before each, gpuobsctl's views). So ~135 s the first no-tool server,
+# ~130 s the drop-in's, ~85-95 s each other: ~530 s for these five servers, what one 570 s
+# device call holds, with the model already made (the decode bench's call makes it in the same
+# folder; ~60 s more where this run makes it, and then --budget-s leaves the last no-tool server
+# out, as the figures say). A sixth (a second drop-in, say) does not fit; nor does the live
+# switching (~15 s; the tiny model's run checks it), which a cost run leaves out.
+COST_SERVERS = "none,gpuobs-block,none,floor-steady,none"
+COST_BLOCK_MODES = "off,counter,sampled --shift 10,blocks"
+# A big size's load: (single-stream tokens, batch, tokens per request of the batch load), the
+# shape of vllm_decode.py's WORKLOAD for the same size, so that an offline figure and a served
+# one are of the same work. The batch is the server's most sequences and the load's concurrency;
+# the load has twice as many requests, so the batch stays full most of the time. At ~5 ms a step
+# on the H100 a mode's round takes ~3 s: SINGLE_REQUESTS x 128 tokens, then 64 x 64 tokens.
+SERVED_LOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64), "8b": (128, 32, 64)}
+SINGLE_REQUESTS = 2
+# CUDA graph sizes of a big size's server, those up to its batch (vllm_generate.py's list)
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+# What the cost summary compares, and which way is better
+COST_METRICS = (
+    ("tokens_per_s", "higher"),
+    ("p50_ms", "lower"),
+    ("p99_ms", "lower"),
+    ("single_ms_per_token", "lower"),
+)
 SWITCHES = ["counter", "off", "blocks", "noop", "counter", "blocks"]
 
 
@@ -113,7 +172,7 @@ def completion(port: int, prompt: str, tokens: int) -> tuple[int, dict, float]:
 class Server:
     """One `vllm serve` in a session of its own, stopped as a group."""
 
-    def __init__(self, model: str, env: dict[str, str], log: Path, port: int) -> None:
+    def __init__(self, model: str, env: dict[str, str], log: Path, port: int, serve_args: list[str]) -> None:
         self.port = port
         self.started = time.perf_counter()
         self.log = log
@@ -130,7 +189,7 @@ class Server:
                 str(port),
                 "--served-model-name",
                 "tiny",
-                *SERVE_ARGS,
+                *serve_args,
             ],
             env=env,
             stdout=log.open("w"),
@@ -321,26 +380,202 @@ def median_load(rounds: list[dict]) -> dict:
     return chosen
 
 
+def single_stream(port: int, requests: int, tokens: int) -> dict:
+    """Requests one at a time (the engine's batch of one, its decode graph of size 1): the median
+    ms per output token, what one user waits per token. One untimed request first: the first
+    replays after a set-mode (the device reads the new mode word) stay out of the figure."""
+    completion(port, "Single: warm up.", 16)
+    per_token, failed = [], 0
+    for i in range(requests):
+        code, body, seconds = completion(port, f"Single {i}: the quick brown fox jumps over the lazy dog, and", tokens)
+        produced = int(body.get("usage", {}).get("completion_tokens", 0)) if code == 200 else 0
+        if produced:
+            per_token.append(seconds * 1000 / produced)
+        else:
+            failed += 1
+    return {
+        "single_ms_per_token": round(statistics.median(per_token), 4) if per_token else None,
+        "single_ms_per_token_all": [round(value, 4) for value in per_token],
+        "single_requests_failed": failed,
+    }
+
+
+def set_mode_args(mode: str) -> list[str]:
+    """gpuobsctl's arguments for a mode as the bench names it (`sampled --shift 10` takes two more)."""
+    name, shift = mode_switch(mode)
+    return ["set-mode", name, *(["--shift", str(shift)] if shift is not None else [])]
+
+
+def file_part(mode: str) -> str:
+    """A mode as part of a file name: `sampled --shift 10` -> `sampled-shift-10` (no space in a
+    name that comes back from the GPU machine)."""
+    return re.sub(r"[^\w.]+", "-", mode).strip("-")
+
+
+def serve_args(size: str) -> list[str]:
+    """`vllm serve`'s arguments for a model size: SERVE_ARGS for the tiny model; for a big one its
+    share of GPU memory (vllm_models.GPU_MEMORY), as many sequences as its load's batch and a
+    CUDA graph for every capture size up to it, FULL_AND_PIECEWISE as vLLM serves by default."""
+    if size == TINY:
+        return SERVE_ARGS
+    _, batch, _ = SERVED_LOAD[size]
+    return [
+        "--max-model-len",
+        "512",
+        "--gpu-memory-utilization",
+        str(GPU_MEMORY[size]),
+        "--max-num-seqs",
+        str(batch),
+        "--max-num-batched-tokens",
+        "512",
+        "--compilation-config",
+        json.dumps({"cudagraph_capture_sizes": [n for n in CAPTURE_SIZES if n <= batch]}),
+        "--enable-mfu-metrics",
+    ]
+
+
+def server_labels(names: list[str]) -> list[str]:
+    """Each server's name in the figures: its own the first time, `NAME-2`, `NAME-3`, ... after."""
+    seen: collections.Counter[str] = collections.Counter()
+    labels = []
+    for name in names:
+        seen[name] += 1
+        labels.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return labels
+
+
+def cost_summary(servers: dict[str, dict]) -> dict:
+    """Per row (a server's name, or NAME:MODE of one that runs several modes), each metric of
+    COST_METRICS per server (the median over its rounds that failed no request) and over the
+    median of the no-tool servers of the run (`none`, `none-2`, ...; started fresh, interleaved
+    with the others): `ratio` the median over servers of that, `cost` the same as a cost (> 1 is
+    slower). `no_tool_spread`: each no-tool server over their median, what the method can
+    resolve. `start`: time to healthy over the no-tool servers' median (the first no-tool server
+    also fills the compile cache; the median of three leaves it out)."""
+
+    def value(rounds: list[dict], metric: str) -> float | None:
+        values = [
+            r[metric]
+            for r in rounds
+            if r.get(metric) and not r.get("requests_failed") and not r.get("single_requests_failed")
+        ]
+        return statistics.median(values) if values else None
+
+    baseline = {label: row for label, row in servers.items() if row.get("server") == "none" and row.get("loads")}
+    out: dict = {"baseline": list(baseline), "no_tool_spread": {}, "rows": {}, "start": {}}
+    centre: dict[str, float] = {}
+    for metric, _ in COST_METRICS:
+        per = {label: v for label, row in baseline.items() if (v := value(row["loads"]["none"], metric)) is not None}
+        if not per:
+            continue
+        centre[metric] = statistics.median(per.values())
+        over = {label: round(v / centre[metric], 4) for label, v in per.items()}
+        out["no_tool_spread"][metric] = {
+            "per_server": per,
+            "median": centre[metric],
+            "over_median": over,
+            "min_over_median": min(over.values()),
+            "max_over_median": max(over.values()),
+        }
+    for label, row in servers.items():
+        name = row.get("server", label)
+        for mode, rounds in row.get("loads", {}).items():
+            entry = out["rows"].setdefault(name if mode in ("none", name) else f"{name}:{mode}", {})
+            for metric, _ in COST_METRICS:
+                v = value(rounds, metric)
+                if v is None or metric not in centre:
+                    continue
+                figure = entry.setdefault(metric, {"per_server": {}, "ratio_per_server": {}})
+                figure["per_server"][label] = v
+                figure["ratio_per_server"][label] = round(v / centre[metric], 4)
+    better = dict(COST_METRICS)
+    for entry in out["rows"].values():
+        for metric, figure in entry.items():
+            figure["ratio"] = round(statistics.median(figure["ratio_per_server"].values()), 4)
+            as_cost = [r if better[metric] == "lower" else 1 / r for r in figure["ratio_per_server"].values()]
+            figure["cost"] = round(statistics.median(as_cost), 4)
+    starts = [row["start_s"] for row in baseline.values() if row.get("start_s")]
+    for label, row in servers.items():
+        if row.get("start_s") and starts:
+            start = out["start"].setdefault(row.get("server", label), {"start_s": {}})
+            start["start_s"][label] = row["start_s"]
+            start["ratio"] = round(statistics.median(start["start_s"].values()) / statistics.median(starts), 3)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--payload", type=Path, required=True, help="a vllm-device chunk folder (device_unpack.sh)")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--model", default="/tmp/tinyqwen3")
-    parser.add_argument("--servers", default=",".join(SERVERS))
+    parser.add_argument(
+        "--model-size",
+        choices=[TINY, *sorted(MODELS)],
+        default=TINY,
+        help="the model served (vllm_models.py; a size other than tiny makes a cost run's defaults)",
+    )
+    parser.add_argument("--model", help="where the model is made (default /tmp/tinyqwen3, /tmp/qwen3-<size>)")
+    parser.add_argument(
+        "--servers", help=f"in order, a name again for a fresh server of it (default {DEFAULT_SERVERS}; {COST_SERVERS})"
+    )
+    parser.add_argument(
+        "--block-modes",
+        help="the modes gpuobs-block's load runs in, switched live, in order (default off,counter,blocks; "
+        f"{COST_BLOCK_MODES}); `sampled --shift N` for a sample shift",
+    )
+    parser.add_argument(
+        "--live-switching",
+        action=argparse.BooleanOptionalAction,
+        help="switch modes while requests stream in, after a server's loads (default: the tiny model's run only)",
+    )
     parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--requests", type=int, default=64)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--requests", type=int, help="requests of the load (default 64; twice the batch)")
+    parser.add_argument("--tokens", type=int, help="tokens per request of the load (default 64; the size's)")
+    parser.add_argument("--concurrency", type=int, help="requests at once (default 4; the batch)")
+    parser.add_argument("--single-tokens", type=int, help="tokens per single-stream request (default none; the size's)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no configuration after this")
     parser.add_argument("--port-base", type=int, default=8100, help="servers listen on consecutive ports from here")
     parser.add_argument("--metrics-port", type=int, default=9464)
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
+    parser.add_argument("--tool-dir", type=Path, default=LIB, help="where the floor tool is (default: the package's)")
     args = parser.parse_args()
     t0 = time.perf_counter()
+    tiny = args.model_size == TINY
+    single_tokens, batch, batch_tokens = (0, 4, 64) if tiny else SERVED_LOAD[args.model_size]
+    args.model = args.model or ("/tmp/tinyqwen3" if tiny else model_folder(args.model_size))
+    args.servers = args.servers or (DEFAULT_SERVERS if tiny else COST_SERVERS)
+    args.block_modes = args.block_modes or (",".join(SERVERS["gpuobs-block"][2]) if tiny else COST_BLOCK_MODES)
+    args.live_switching = tiny if args.live_switching is None else args.live_switching
+    args.concurrency = args.concurrency or batch
+    args.requests = args.requests or (64 if tiny else 2 * batch)
+    args.tokens = args.tokens or batch_tokens
+    args.single_tokens = single_tokens if args.single_tokens is None else args.single_tokens
+    names = args.servers.split(",")
+    unknown = [name for name in names if name not in SERVERS]
+    if unknown:
+        raise SystemExit(f"--servers: {unknown} not among {list(SERVERS)}")
+    block_modes = args.block_modes.split(",")
+    wrong = []
+    for mode in block_modes:
+        try:
+            known = mode_switch(mode)[0] in MODES
+        except ValueError:
+            known = False
+        if not known:
+            wrong.append(mode)
+    if wrong:
+        raise SystemExit(f"--block-modes: {wrong} not among {list(MODES)} (`sampled --shift N`)")
+    floor_tool = args.tool_dir / FLOOR_TOOL
+    if any(SERVERS[name][0] == "floor" for name in names) and not floor_tool.exists():
+        raise SystemExit(f"{floor_tool} missing: the floor tool is a bench build's (GPUOBS_BENCH_TOOLS=ON)")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
     base_env = offline_environment(args.payload)
-    make_model(args.payload, Path(args.model), base_env)
+    began = time.perf_counter()
+    if tiny:
+        make_model(args.payload, Path(args.model), base_env)
+    elif make(args.payload, Path(args.model), base_env, args.model_size):
+        print(f"model made in {time.perf_counter() - began:.0f} s", flush=True)
+    arguments = serve_args(args.model_size)
     work = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-"))
     segments = Path(tempfile.mkdtemp(prefix="gpuobs-vllm-", dir="/dev/shm"))
     drop_in = drop_in_environment(DROP_IN)
@@ -369,9 +604,10 @@ def main() -> int:
         "commit": args.commit,
         "device": device[0] if device else "unknown",
         "vllm": "0.25.1",
-        "model": "tiny random-weight Qwen3 (2 layers)",
+        "model": "tiny random-weight Qwen3 (2 layers)" if tiny else describe(args.model_size),
+        "model_size": args.model_size,
         "layers": model_layers(Path(args.model)),
-        "serve_args": SERVE_ARGS,
+        "serve_args": arguments,
         "load": {"requests": args.requests, "tokens": args.tokens, "concurrency": args.concurrency},
         "drop_in": str(DROP_IN.relative_to(ROOT)),
         "drop_in_environment": drop_in,
@@ -380,21 +616,33 @@ def main() -> int:
         "modes": {},
         "reference_tokens": {},
     }
+    if args.single_tokens:
+        result["load"]["single"] = {"requests": SINGLE_REQUESTS, "tokens": args.single_tokens}
     seen_pids: set[int] = set()
     try:
-        for port, name in enumerate(args.servers.split(","), start=args.port_base):
+        for port, (name, label) in enumerate(zip(names, server_labels(names)), start=args.port_base):
             if time.perf_counter() - t0 > args.budget_s:
-                result["servers"][name] = {"skipped": "time budget spent"}
+                result["servers"][label] = {"server": name, "skipped": "time budget spent"}
                 continue
-            inject, overrides, modes = SERVERS[name]
+            tool, overrides, modes = SERVERS[name]
+            if name == "gpuobs-block":
+                modes = block_modes
+            inject = tool == "gpuobs"
             env = dict(base_env)
             if inject:
                 env.update(drop_in)
                 env.update(local_paths)
                 env.update(overrides)
-            log = args.out / "logs" / f"{name}.log"
-            server = Server(args.model, env, log, port)
-            row: dict = {"injected": inject, "environment": overrides}
+            elif tool == "floor":
+                env.update({"CUDA_INJECTION64_PATH": str(floor_tool), **overrides})
+            log = args.out / "logs" / f"{label}.log"
+            server = Server(args.model, env, log, port, arguments)
+            row: dict = {"server": name, "injected": inject, "environment": overrides}
+            if tool == "floor":
+                row["tool"] = FLOOR_TOOL
+            # a mode's figures under its own name the first time, and under "MODE (LABEL)" in a
+            # server given again
+            key = {mode: mode if label == name else f"{mode} ({label})" for mode in modes}
             try:
                 start = server.wait_healthy(timeout=240)
                 row["healthy"] = start is not None
@@ -411,7 +659,7 @@ def main() -> int:
                 for _ in range(args.rounds if len(modes) > 1 else 1):
                     for mode in modes:
                         if len(modes) > 1:
-                            switched = gpuobsctl(daemon.address, "set-mode", mode, timeout=60)
+                            switched = gpuobsctl(daemon.address, *set_mode_args(mode), timeout=60)
                             if switched.returncode != 0:
                                 rounds[mode].append(
                                     {
@@ -421,40 +669,46 @@ def main() -> int:
                                     }
                                 )
                                 continue
-                        if mode not in result["reference_tokens"]:
-                            result["reference_tokens"][mode] = reference_tokens(server.port, 32)
+                        if key[mode] not in result["reference_tokens"]:
+                            result["reference_tokens"][key[mode]] = reference_tokens(server.port, 32)
                             if inject:  # the steps of the requests that ran alone, before the load evicts them
                                 ctl_json(
                                     daemon,
-                                    args.out / "cli" / name / f"steps-reference-{mode}.json",
+                                    args.out / "cli" / label / f"steps-reference-{file_part(mode)}.json",
                                     "steps",
                                     *(["--pid", str(pid)] if pid else []),
                                     "--last",
                                     "160",
                                 )
-                        rounds[mode].append(load(server.port, args.requests, args.tokens, args.concurrency))
+                        figures = (
+                            single_stream(server.port, SINGLE_REQUESTS, args.single_tokens)
+                            if args.single_tokens
+                            else {}
+                        )
+                        figures.update(load(server.port, args.requests, args.tokens, args.concurrency))
+                        rounds[mode].append(figures)
                         if inject and mode == "blocks":  # GPU time per request (#33) of the concurrent load
-                            folder = args.out / "cli" / name
+                            folder = args.out / "cli" / label
                             ctl_json(daemon, folder / "requests-load-blocks.json", "requests", "--top", "100000")
                             ctl_json(daemon, folder / "steps-load-blocks.json", "steps", "--last", "4096")
                             save_request_views(daemon, folder)
                 for mode, measured in rounds.items():
-                    result["modes"][mode] = {"server": name, **median_load(measured)}
-                if len(modes) > 1:
+                    result["modes"][key[mode]] = {"server": label, **median_load(measured)}
+                row["loads"] = rounds
+                if len(modes) > 1 and args.live_switching:
                     row["live_switching"] = switch_while_serving(daemon, server.port)
                 if inject:
                     time.sleep(1.5)  # one more drain pass and publish
-                    capture(daemon, args.out / "cli" / name, pid)
+                    capture(daemon, args.out / "cli" / label, pid)
             finally:
                 server.stop()
-                result["servers"][name] = row
+                result["servers"][label] = row
                 result["ratios_to_none"] = ratios(result["modes"], result["servers"])
+                result["cost"] = cost_summary(result["servers"])
                 result["elapsed_s"] = round(time.perf_counter() - t0, 1)
                 (args.out / "vllm-overhead.json").write_text(json.dumps(result, indent=1))
-                print(
-                    f"{name}: {json.dumps({k: v for k, v in row.items() if k not in ('log_tail', 'environment')})}",
-                    flush=True,
-                )
+                shown = {k: v for k, v in row.items() if k not in ("log_tail", "environment", "loads")}
+                print(f"{label}: {json.dumps(shown)}", flush=True)
     finally:
         daemon.stop()
         # the daemon's log stays with the results; its socket and the segments go
@@ -474,6 +728,17 @@ def main() -> int:
             indent=1,
         )
     )
+    cost = result["cost"]
+    print(json.dumps({"no_tool_spread": cost["no_tool_spread"], "start": cost["start"]}, indent=1))
+    print(f"{'server:mode':<36} {'ms/token':>9} {'cost':>6} {'tokens/s':>9} {'cost':>6} {'p50 ms':>8} {'cost':>6}")
+    for label, row in cost["rows"].items():
+        cells = []
+        for metric, width in (("single_ms_per_token", "9.3f"), ("tokens_per_s", "9.1f"), ("p50_ms", "8.1f")):
+            figure = row.get(metric)
+            values = list(figure["per_server"].values()) if figure else []
+            cells.append(f"{statistics.median(values):{width}}" if values else f"{'-':>{width.split('.')[0]}}")
+            cells.append(f"{figure['cost']:6.3f}" if figure else f"{'-':>6}")
+        print(f"{label:<36} {' '.join(cells)}")
     return 0
 
 

@@ -1,15 +1,20 @@
 """bench/vllm_overhead.py driven end to end against a stand-in vLLM server (CPU only): every
 server started and stopped, the reference requests and the load made, a real gpuobsd asked to
-switch modes, figures and ratios written. The real server runs in tests/gpu/test_vllm.py."""
+switch modes, figures and ratios written; and its cost run of a big model size, which takes
+minutes of device time per server and so is checked here first. The real server runs in
+tests/gpu/test_vllm.py."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from gpuobs_testing import vllm_payload
 from gpuobs_testing.daemon import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,3 +167,216 @@ def test_request_views_are_of_the_requests_that_began_last(tmp_path: Path, monke
         ("request-load-blocks-0.json", "request", "r900"),
         ("request-load-blocks-1.json", "request", "r700"),
     ]
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """bench/vllm_overhead.py, imported as the scripts import their neighbours."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    return importlib.import_module("vllm_overhead")
+
+
+@pytest.mark.slow
+def test_a_cost_run_interleaves_fresh_no_tool_servers_with_the_tools(tmp_path: Path) -> None:
+    """--model-size 8b against the stand-in: the default cost list (three no-tool servers, the
+    drop-in in four modes, the floor tool), each given the size's arguments and its tool's
+    environment, a single-stream load beside the batch one, and every mode's figures over the
+    no-tool servers' median with their spread. The model is there already (the stand-in's maker
+    cannot make the 8B class: its reshape needs torch), as the decode bench's call leaves it."""
+    out = tmp_path / "out"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 32}))
+    tools = tmp_path / "tools"  # the stand-in loads no tool library: the floor tool need only be named
+    tools.mkdir()
+    (tools / "libgpuobs_floor_tool.so").touch()
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "vllm_overhead.py"),
+            "--payload",
+            str(STAND_IN / "payload"),
+            "--out",
+            str(out),
+            "--model",
+            str(model),
+            "--model-size",
+            "8b",
+            "--tool-dir",
+            str(tools),
+            "--requests",
+            "8",
+            "--tokens",
+            "8",
+            "--single-tokens",
+            "8",
+            "--port-base",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+            "--commit",
+            "test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((out / "vllm-overhead.json").read_text())
+    assert list(data["servers"]) == ["none", "gpuobs-block", "none-2", "floor-steady", "none-3"]
+    assert [row["server"] for row in data["servers"].values()] == [
+        "none",
+        "gpuobs-block",
+        "none",
+        "floor-steady",
+        "none",
+    ]
+    assert data["model_size"] == "8b" and data["layers"] == 32 and "vocab_size" in data["model"]
+    assert data["load"] == {
+        "requests": 8,
+        "tokens": 8,
+        "concurrency": 32,
+        "single": {"requests": 2, "tokens": 8},
+    }
+    for label, row in data["servers"].items():
+        assert row["healthy"] and "live_switching" not in row, (label, row)
+        log = (out / "logs" / f"{label}.log").read_text()
+        arguments = json.loads(log.split("INFO stand-in arguments: ", 1)[1].splitlines()[0])
+        assert arguments[-len(data["serve_args"]) :] == data["serve_args"], label
+        tool = json.loads(log.split("INFO stand-in tool environment: ", 1)[1].splitlines()[0])
+        if row["server"] == "floor-steady":
+            assert row["tool"] == "libgpuobs_floor_tool.so"
+            assert tool == {
+                "CUDA_INJECTION64_PATH": str(tools / "libgpuobs_floor_tool.so"),
+                "GPUOBS_FLOOR_CALLBACKS": "steady",
+                "GPUOBS_FLOOR_PATCH": "1",
+            }
+        elif row["server"] == "gpuobs-block":
+            assert tool["CUDA_INJECTION64_PATH"].endswith("libgpuobs_injector.so") and len(tool) == 1, tool
+        else:
+            assert tool == {}, (label, tool)
+    serve = data["serve_args"]
+    assert serve[serve.index("--gpu-memory-utilization") + 1] == "0.35"
+    assert serve[serve.index("--max-num-seqs") + 1] == "32"
+    capture = json.loads(serve[serve.index("--compilation-config") + 1])["cudagraph_capture_sizes"]
+    assert capture[0] == 1 and capture[-1] == 32
+    # every mode's figures, a server given again under "MODE (LABEL)"
+    modes = data["modes"]
+    no_tool = ("none", "none (none-2)", "floor-steady", "none (none-3)")
+    assert set(modes) == {*no_tool, "off", "counter", "sampled --shift 10", "blocks"}
+    for key in no_tool:
+        row = modes[key]
+        assert row["requests_ok"] == 8 and row["single_requests_failed"] == 0 and row["single_ms_per_token"] > 0, key
+    assert modes["none (none-3)"]["server"] == "none-3"
+    # no CUDA, so no process to switch: the shift reached gpuobsctl as its own flag, and failed there
+    for mode in ("off", "counter", "sampled --shift 10", "blocks"):
+        assert "no process to switch" in modes[mode]["set_mode_error"], (mode, modes[mode]["set_mode_error"])
+    assert data["tokens_identical"] and set(data["reference_tokens"]) == set(no_tool)
+    cost = data["cost"]
+    assert cost["baseline"] == ["none", "none-2", "none-3"]
+    for metric in ("tokens_per_s", "p50_ms", "p99_ms", "single_ms_per_token"):
+        spread = cost["no_tool_spread"][metric]
+        assert set(spread["per_server"]) == set(cost["baseline"]), metric
+        assert spread["min_over_median"] <= 1 <= spread["max_over_median"], spread
+        assert cost["rows"]["none"][metric]["ratio"] == 1.0  # the median of three over their median
+        floor = cost["rows"]["floor-steady"][metric]
+        assert list(floor["ratio_per_server"]) == ["floor-steady"] and 0.2 < floor["cost"] < 5, floor
+    # the drop-in's rows are there, empty: every round of theirs failed its switch
+    for mode in ("off", "counter", "sampled --shift 10", "blocks"):
+        assert cost["rows"][f"gpuobs-block:{mode}"] == {}, mode
+    assert set(cost["start"]) == {"none", "gpuobs-block", "floor-steady"} and len(cost["start"]["none"]["start_s"]) == 3
+    # the console ends with the cost table, what the device call's tail shows
+    table = done.stdout.splitlines()[-7:]
+    assert table[0].startswith("server:mode") and [line.split()[0] for line in table[1:3]] == [
+        "none",
+        "gpuobs-block:off",
+    ]
+
+
+def test_the_served_sizes_are_the_decode_benchs_and_the_tiny_run_is_unchanged(served: ModuleType) -> None:
+    """The sizes' loads are vllm_decode.py's WORKLOAD (offline and served figures of the same
+    work), their servers get the size's share of GPU memory and a graph up to their batch; the
+    floor server is vllm_decode.py's floor-steady; the cost list puts a fresh no-tool server on
+    both sides of every tool's; the tiny model's run keeps its arguments and servers."""
+    import vllm_decode
+    import vllm_models
+
+    assert served.SERVE_ARGS == served.serve_args(served.TINY)
+    assert served.DEFAULT_SERVERS == "none-cold,gpuobs-block,gpuobs-memory,none"
+    assert served.SERVERS["gpuobs-block"][2] == ["off", "counter", "blocks"]
+    assert set(served.SERVED_LOAD) == set(vllm_models.MODELS)
+    for size, (single, batch, tokens) in served.SERVED_LOAD.items():
+        assert (single, batch, tokens) == vllm_decode.WORKLOAD[size], size
+        arguments = served.serve_args(size)
+        assert arguments[arguments.index("--gpu-memory-utilization") + 1] == str(vllm_models.GPU_MEMORY[size])
+        assert arguments[arguments.index("--max-num-seqs") + 1] == str(batch)
+        sizes = json.loads(arguments[arguments.index("--compilation-config") + 1])["cudagraph_capture_sizes"]
+        assert sizes[-1] == batch and sizes == sorted(sizes), (size, sizes)
+        assert 1 + single + 16 <= int(arguments[arguments.index("--max-model-len") + 1]), size
+    tool, environment, _ = served.SERVERS["floor-steady"]
+    assert tool == "floor" and environment == vllm_decode.CONFIGS["floor-steady"][1]
+    assert vllm_decode.CONFIGS["floor-steady"][0] == served.FLOOR_TOOL
+    names = served.COST_SERVERS.split(",")
+    assert names.count("none") >= 3 and names[0] == names[-1] == "none"
+    assert all(names[i - 1] == names[i + 1] == "none" for i, name in enumerate(names) if name != "none")
+    assert {served.SERVERS[name][0] for name in names} == {None, "gpuobs", "floor"}
+    labels = served.server_labels(["none", "gpuobs-block", "none", "none"])
+    assert labels == ["none", "gpuobs-block", "none-2", "none-3"]
+    assert [served.set_mode_args(m) for m in served.COST_BLOCK_MODES.split(",")] == [
+        ["set-mode", "off"],
+        ["set-mode", "counter"],
+        ["set-mode", "sampled", "--shift", "10"],
+        ["set-mode", "blocks"],
+    ]
+    assert served.file_part("sampled --shift 10") == "sampled-shift-10" and served.file_part("off") == "off"
+
+
+def test_both_benches_make_a_size_one_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm_models.make: the maker's flags of the size, then (8B class) its layer reshaped and
+    copied; nothing made where a model is already."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import vllm_models
+
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **_: object) -> subprocess.CompletedProcess:
+        calls.append([str(a) for a in argv])
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(vllm_payload.subprocess, "run", run)
+    assert vllm_models.make(tmp_path, tmp_path / "8b", {}, "8b")
+    assert calls[0][3:] == ["--layers", "1", "--hidden", "4096", "--vocab", "8192"]
+    assert calls[1][3:5] == [str(tmp_path / "8b"), "32"] and "vocab_size=128256" in calls[1]
+    calls.clear()
+    assert vllm_models.make(tmp_path, tmp_path / "host", {}, "host-bound") and len(calls) == 1
+    (tmp_path / "there").mkdir()
+    assert not vllm_models.make(tmp_path, tmp_path / "there", {}, "8b") and len(calls) == 1
+
+
+def test_the_cost_summary_divides_by_the_median_no_tool_server(served: ModuleType) -> None:
+    def server(name: str, mode: str, *tokens_per_s: float, start: float = 60.0) -> dict:
+        rounds = [{"tokens_per_s": t, "p50_ms": 1000 / t, "requests_failed": 0} for t in tokens_per_s]
+        return {"server": name, "start_s": start, "loads": {mode: rounds}}
+
+    servers = {
+        "none": server("none", "none", 100.0, start=120.0),
+        "gpuobs-block": {
+            "server": "gpuobs-block",
+            "start_s": 70.0,
+            "loads": {
+                "off": [{"tokens_per_s": 95.0, "requests_failed": 0}, {"tokens_per_s": 85.0, "requests_failed": 0}],
+                "blocks": [{"tokens_per_s": 0.0, "requests_failed": 8, "set_mode_error": "x"}],
+            },
+        },
+        "none-2": server("none", "none", 90.0),
+        "floor-steady": server("floor-steady", "floor-steady", 99.0),
+        "none-3": server("none", "none", 110.0),
+    }
+    cost = served.cost_summary(servers)
+    spread = cost["no_tool_spread"]["tokens_per_s"]
+    assert spread["median"] == 100.0 and spread["min_over_median"] == 0.9 and spread["max_over_median"] == 1.1
+    off = cost["rows"]["gpuobs-block:off"]["tokens_per_s"]
+    assert off["per_server"] == {"gpuobs-block": 90.0} and off["ratio"] == 0.9 and off["cost"] == 1.1111
+    assert cost["rows"]["gpuobs-block:blocks"] == {}  # a failed switch is no figure
+    assert cost["rows"]["floor-steady"]["p50_ms"]["cost"] == pytest.approx(10 / 9.9, abs=1e-4)
+    assert cost["start"]["none"]["ratio"] == 1.0 and cost["start"]["gpuobs-block"]["ratio"] == round(70 / 60, 3)

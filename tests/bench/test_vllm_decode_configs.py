@@ -44,6 +44,12 @@ def benches() -> Benches:
         sys.path.remove(str(ROOT / "bench"))
 
 
+@pytest.fixture(scope="module")
+def models(benches: Benches) -> ModuleType:
+    """bench/vllm_models.py, the model sizes of both vLLM benches (imported with them)."""
+    return importlib.import_module("vllm_models")
+
+
 def enabled(callbacks: str) -> set[tuple[str, str]]:
     """The steady ids a GPUOBS_FLOOR_CALLBACKS list enables; fails on a token the floor tool
     would reject (it only says so on the device's stderr) or that enables no steady id."""
@@ -107,18 +113,18 @@ def test_the_decode_graph_floor_rows_are_the_vllm_benchs_configurations(benches:
     assert "floor" in overhead.WORKLOADS and "off" in labels
 
 
-def test_the_8b_model_size_has_the_geometry_it_claims(benches: Benches) -> None:
+def test_the_8b_model_size_has_the_geometry_it_claims(benches: Benches, models: ModuleType) -> None:
     vllm_decode, _ = benches
-    for size, flags in vllm_decode.MODELS.items():
+    for size, flags in models.MODELS.items():
         assert set(flags[::2]) <= MAKER_FLAGS and all(value.isdigit() for value in flags[1::2]), size
-        assert size in vllm_decode.WORKLOAD and 0 < vllm_decode.GPU_MEMORY[size] < 1, size
-    assert set(vllm_decode.GEOMETRY) <= vllm_decode.BY_COPIES <= set(vllm_decode.MODELS)
-    flags = dict(zip(vllm_decode.MODELS["8b"][::2], vllm_decode.MODELS["8b"][1::2]))
+        assert size in vllm_decode.WORKLOAD and 0 < models.GPU_MEMORY[size] < 1, size
+    assert set(models.GEOMETRY) <= models.BY_COPIES <= set(models.MODELS)
+    flags = dict(zip(models.MODELS["8b"][::2], models.MODELS["8b"][1::2]))
     config = {
         "hidden_size": int(flags["--hidden"]),
         "vocab_size": int(flags["--vocab"]),
         "num_hidden_layers": 1,
-        **vllm_decode.GEOMETRY["8b"],
+        **models.GEOMETRY["8b"],
     }
     assert (int(flags["--layers"]), config["hidden_size"], config["vocab_size"]) == (32, 4096, 128256)
     assert config["num_attention_heads"] * config["head_dim"] == config["hidden_size"]

@@ -41,16 +41,23 @@
 #                                  unpatch and re-patch, tests/gpu/test_graph_repatch.py, then the
 #                                  decode graph's floor taken apart, overhead.py --workloads floor,
 #                                  5 rounds; ~260 s estimated)
-# Calls 5, 5f and 6 follow call 1 or 1b (the build) on a warm machine; 5 and 5f carry the second
-# chunk like calls 2-4. The first of 5 and 5f makes the 8B-class model in /tmp (~60 s estimated,
-# 15 GB) and compiles it once in vLLM; the other finds both while the machine stays warm.
+#   call 7 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 7 COMMIT   (the served 8B-class cost:
+#                                  vllm_overhead.py --model-size 8b, five fresh servers: no tool,
+#                                  the drop-in in off, counter, sampled --shift 10 and blocks, no
+#                                  tool, the floor tool (floor-steady), no tool; ~530 s estimated
+#                                  with the model already made)
+# Calls 5, 5f, 6 and 7 follow call 1 or 1b (the build) on a warm machine; 5, 5f and 7 carry the
+# second chunk like calls 2-4. The first of 5, 5f and 7 makes the 8B-class model in /tmp (~60 s
+# estimated, 15 GB) and compiles it once in vLLM; the others find the model while the machine
+# stays warm. Call 7 has no room for making it: run it after 5 or 5f (made there, it leaves
+# call 7 its five servers; made in call 7, the last no-tool server falls to its budget).
 #
 # Everything goes under $OUT; what lies deeper than the device returns is also in $OUT/*.tgz.
 # Afterwards, here: python bench/overhead.py --merge overhead-kernels.json overhead-decode.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-call=${1:?usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6 COMMIT}
-commit=${2:?usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6 COMMIT}
+call=${1:?usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6|7 COMMIT}
+commit=${2:?usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6|7 COMMIT}
 out=${OUT:?OUT: the output folder of the device call}
 export PATH="/usr/local/cuda/bin:$PATH" GPUOBS_COMMIT="$commit"
 left() { echo $(( $1 - SECONDS )); }  # seconds left of a call that must end by $1
@@ -129,5 +136,14 @@ case "$call" in
     grep -E "passed|failed" "$out/graph-repatch.log" | tail -1
     tail -12 "$out/overhead-floor.txt"
     ;;
-  *) echo "usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6 COMMIT" >&2; exit 2 ;;
+  7)
+    payload_env=$(bash .vllm/c2/device_unpack.sh .vllm/c2 --env) || { echo "payload incomplete: redo call 1"; exit 1; }
+    eval "$payload_env"
+    # no server starts after 470 s: the last, a no-tool one (~85-95 s), ends by ~565 s
+    timeout "$(left 575)" python3 bench/vllm_overhead.py --payload .vllm/c2 --model-size 8b --budget-s 470 \
+      --out "$out/vllm-serve-8b" --commit "$commit" > "$out/vllm-serve-8b.txt" 2>&1
+    echo "8b serve bench rc $? at $SECONDS s"
+    tail -12 "$out/vllm-serve-8b.txt"
+    ;;
+  *) echo "usage: device_calls.sh 1|1b|2|3|3o|4|5|5f|6|7 COMMIT" >&2; exit 2 ;;
 esac

@@ -1,9 +1,11 @@
 """A stand-in for `python -m vllm.entrypoints.cli.main serve`: the OpenAI endpoints the vLLM bench
-uses, greedy 'tokens' derived from the prompt, and vLLM's start-up log lines. CPU only."""
+uses, greedy 'tokens' derived from the prompt, and vLLM's start-up log lines. CPU only. It loads
+no tool: it logs the tool variables it was given and its arguments, for the tests to check."""
 
 import argparse
 import hashlib
 import json
+import os
 import signal
 import sys
 import time
@@ -51,6 +53,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     args, _ = parser.parse_known_args()
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+    tool = {k: v for k, v in os.environ.items() if k == "CUDA_INJECTION64_PATH" or k.startswith("GPUOBS_FLOOR_")}
+    print(f"INFO stand-in tool environment: {json.dumps(tool, sort_keys=True)}", flush=True)
+    print(f"INFO stand-in arguments: {json.dumps(sys.argv[1:])}", flush=True)
     time.sleep(0.5)
     print("INFO init engine (profile, create kv cache, warmup model) took 1.25 s (compilation: 0.50 s)", flush=True)
     print("INFO Graph capturing finished in 1 secs, took 0.07 GiB", flush=True)
