@@ -21,35 +21,29 @@ ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).parent / "stand_in"
 
 
-@pytest.mark.slow
-def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+def run_bench(out: Path, model: Path, *extra: str) -> str:
+    """bench/vllm_overhead.py against the stand-in, a small load, on ports of its own."""
     done = subprocess.run(
         [
             sys.executable,
             str(ROOT / "bench" / "vllm_overhead.py"),
-            "--payload",
-            str(STAND_IN / "payload"),
-            "--out",
-            str(out),
-            "--model",
-            str(tmp_path / "model"),
-            "--requests",
-            "8",
-            "--tokens",
-            "8",
-            "--port-base",
-            str(free_port()),
-            "--metrics-port",
-            str(free_port()),
-            "--commit",
-            "test",
+            *("--payload", str(STAND_IN / "payload"), "--out", str(out), "--model", str(model)),
+            *("--requests", "8", "--tokens", "8", "--commit", "test"),
+            *("--port-base", str(free_port()), "--metrics-port", str(free_port())),
+            *extra,
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_bench(out, tmp_path / "model")
     data = json.loads((out / "vllm-overhead.json").read_text())
     assert list(data["servers"]) == ["none-cold", "gpuobs-block", "gpuobs-memory", "none"]
     for name, row in data["servers"].items():
@@ -190,38 +184,7 @@ def test_a_cost_run_interleaves_fresh_no_tool_servers_with_the_tools(tmp_path: P
     tools = tmp_path / "tools"  # the stand-in loads no tool library: the floor tool need only be named
     tools.mkdir()
     (tools / "libgpuobs_floor_tool.so").touch()
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "vllm_overhead.py"),
-            "--payload",
-            str(STAND_IN / "payload"),
-            "--out",
-            str(out),
-            "--model",
-            str(model),
-            "--model-size",
-            "8b",
-            "--tool-dir",
-            str(tools),
-            "--requests",
-            "8",
-            "--tokens",
-            "8",
-            "--single-tokens",
-            "8",
-            "--port-base",
-            str(free_port()),
-            "--metrics-port",
-            str(free_port()),
-            "--commit",
-            "test",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    stdout = run_bench(out, model, "--model-size", "8b", "--tool-dir", str(tools), "--single-tokens", "8")
     data = json.loads((out / "vllm-overhead.json").read_text())
     assert list(data["servers"]) == ["none", "gpuobs-block", "none-2", "floor-steady", "none-3"]
     assert [row["server"] for row in data["servers"].values()] == [
@@ -286,7 +249,7 @@ def test_a_cost_run_interleaves_fresh_no_tool_servers_with_the_tools(tmp_path: P
         assert cost["rows"][f"gpuobs-block:{mode}"] == {}, mode
     assert set(cost["start"]) == {"none", "gpuobs-block", "floor-steady"} and len(cost["start"]["none"]["start_s"]) == 3
     # the console ends with the cost table, what the device call's tail shows
-    table = done.stdout.splitlines()[-7:]
+    table = stdout.splitlines()[-7:]
     assert table[0].startswith("server:mode") and [line.split()[0] for line in table[1:3]] == [
         "none",
         "gpuobs-block:off",
