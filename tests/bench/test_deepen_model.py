@@ -38,6 +38,16 @@ def test_every_layer_takes_layer_zeros_tensors(tmp_path: Path) -> None:
     assert torch.equal(deep["model.embed_tokens.weight"], made["model.embed_tokens.weight"])
     config = json.loads((tmp_path / "config.json").read_text())
     assert config == {"num_hidden_layers": 5, "hidden_size": 8}
+
+
+def test_each_layer_gets_a_layer_type_where_the_config_lists_them(tmp_path: Path) -> None:
+    """transformers refuses a config whose layer_types are not one per layer."""
+    one_layer(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {"layer_types": ["full_attention"]}))
+    deepen(tmp_path, 3)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["num_hidden_layers"] == 3 and config["layer_types"] == ["full_attention"] * 3
     assert not list(tmp_path.glob("*.partial"))
 
 

@@ -39,6 +39,8 @@ def deepen(directory: Path, layers: int) -> None:
     save_file(tensors, str(partial), metadata={"format": "pt"})
     os.replace(partial, weights)
     config["num_hidden_layers"] = layers
+    if isinstance(config.get("layer_types"), list):  # one per layer, or transformers refuses the config
+        config["layer_types"] = config["layer_types"][:1] * layers
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
