@@ -11,7 +11,8 @@
 # (its tests 561 s: 14 s from its limit, so nothing fits after it), call 2 527 s (its bench's 480 s
 # budget left the ninth process out): call 3 is now split, 3o (the ops scene) then 3. At 344fd1a
 # on an H100: call 1 357 s, 1b 22 s, 3o 130 s, 3 336 s, call 2 462 s (1,425 s held with the cold
-# start). Call 4 is a fourth that does not fit beside the others: run it instead of call 2 (or give
+# start). At 31c9147 on an H100: call 1 with `launch-times` 361 s (the suite 300 s), 3o 101 s.
+# Call 4 is a fourth that does not fit beside the others: run it instead of call 2 (or give
 # call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after call 1. The vLLM payload comes in two
 # chunk folders that must be carried by calls back to back on a warm machine (it stays warm ~30 s
 # after a call): make the next call at once. Should the
