@@ -1,9 +1,10 @@
 // What the benchmarks' injected tools (bench/floor_tool, bench/repatch_tool) share: each finds its
-// patch fatbin beside its own library, wherever the wheel installed it.
+// patch fatbin beside its own library, wherever the wheel installed it, unless told another.
 #pragma once
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace gpuobs_bench {
@@ -15,6 +16,13 @@ inline std::string library_directory() {
   std::string path(info.dli_fname);
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// The patch fatbin a tool loads: the file the environment variable `variable` names, else
+// `name` beside the tool's own library.
+inline std::string patch_file(const char* variable, const char* name) {
+  const char* file = std::getenv(variable);
+  return file && *file ? file : library_directory() + "/" + name;
 }
 
 }  // namespace gpuobs_bench

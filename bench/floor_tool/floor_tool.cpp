@@ -32,8 +32,6 @@ Sanitizer_SubscriberHandle g_subscriber = nullptr;
 bool g_patch = false;
 std::string g_patch_file;
 
-using gpuobs_bench::library_directory;
-
 void SANITIZERAPI on_callback(void*, Sanitizer_CallbackDomain domain, Sanitizer_CallbackId cbid, const void* data) {
   if (!g_patch || domain != SANITIZER_CB_DOMAIN_RESOURCE) return;
   if (cbid == SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED) {
@@ -103,8 +101,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   const char* patch = std::getenv("GPUOBS_FLOOR_PATCH");
   g_patch = patch && std::strcmp(patch, "1") == 0;
-  const char* file = std::getenv("GPUOBS_FLOOR_PATCH_FILE");
-  g_patch_file = file && *file ? file : library_directory() + "/gpuobs_patches.fatbin";
+  g_patch_file = gpuobs_bench::patch_file("GPUOBS_FLOOR_PATCH_FILE", "gpuobs_patches.fatbin");
   enable(std::getenv("GPUOBS_FLOOR_CALLBACKS"));
   if (g_patch) {
     sanitizerEnableCallback(1, g_subscriber, SANITIZER_CB_DOMAIN_RESOURCE,

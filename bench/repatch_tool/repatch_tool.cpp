@@ -53,8 +53,6 @@ std::vector<CUfunction> g_functions;
 void* g_counters = nullptr;
 char g_set = 'a';  // the set in force: 'a', 'b', or 0 (unpatched)
 
-using gpuobs_bench::library_directory;
-
 // Patches `module` with `set`; returns the calls that failed.
 int patch(CUmodule module, char set) {
   int failed = 0;
@@ -134,8 +132,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     std::fprintf(stderr, "repatch tool: cannot subscribe\n");
     return 1;
   }
-  const char* file = std::getenv("GPUOBS_REPATCH_FILE");
-  g_patch_file = file && *file ? file : library_directory() + "/gpuobs_repatch_patches.fatbin";
+  g_patch_file = gpuobs_bench::patch_file("GPUOBS_REPATCH_FILE", "gpuobs_repatch_patches.fatbin");
   for (Sanitizer_CallbackId cbid :
        {SANITIZER_CBID_RESOURCE_CONTEXT_CREATION_FINISHED, SANITIZER_CBID_RESOURCE_MODULE_LOADED,
         SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING, SANITIZER_CBID_RESOURCE_FUNCTIONS_LAZY_LOADED})
