@@ -66,25 +66,13 @@ from gpuobs.segment import MODES
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd)
 from gpuobs_testing.phase_file import phases
 from gpuobs_testing.vllm_payload import drop_in_environment, offline_environment
-from vllm_models import GPU_MEMORY, MODELS, describe, make, model_folder
+from vllm_models import GPU_MEMORY, MODELS, WORKLOAD, describe, make, model_folder
 from vllm_overhead import DROP_IN
-from workloads.vllm_generate import mode_switch
+from workloads.vllm_generate import known_mode
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB = Path(gpuobs.__file__).parent / "lib"
 WORKER = Path(__file__).resolve().parent / "workloads" / "vllm_generate.py"
-# What each process generates per repeat: (single-stream tokens, batch, tokens per request). The
-# GPU-bound model's steps are ~6x longer, so it generates less to keep 9 processes in one call.
-# The 8B class reads as many bytes per token as the GPU-bound model (15.0 GB against 15.1 GB), so
-# its steps take as long (~3.6 ms on the H200 by bandwidth, ~5 ms on the H100) and it generates the
-# same: per repeat and mode 32 + 128 single-stream steps and 64 batched ones, ~1.2 s on the H200
-# and ~1.7 s on the H100, so a no-tool process measures in ~9 s and a gpuobs process of four modes
-# in ~35 s. The rest is start-up (an import overlapped with the process before, ~25 s of engine
-# start with 15 GB of weights and the compile cache warm, ~40 s more for the first process that
-# compiles): ~40 s a no-tool or floor process, ~65 s a gpuobs one, so 9 processes of three
-# configurations (three rounds) take ~430 s, and 12 of five floor-only configurations ~480 s,
-# beside ~60 s to make the model where the run makes it.
-WORKLOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64), "8b": (128, 32, 64)}
 GPUOBS_MODES = "off,noop,counter,blocks"
 
 # name -> (library, environment over the base, modes measured in the process)
@@ -196,15 +184,6 @@ METRICS = (
     ("single_cpu_ms_per_token", "lower"),
     ("batch_cpu_ms_per_token", "lower"),
 )
-
-
-def known_mode(token: str) -> bool:
-    """A mode a gpuobs process can be switched to: one of gpuobs's, or `sampled --shift N`."""
-    try:
-        mode, _ = mode_switch(token)
-    except ValueError:
-        return False
-    return mode in MODES
 
 
 def median(values: list[float]) -> float | None:

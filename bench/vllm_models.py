@@ -39,6 +39,19 @@ GEOMETRY: dict[str, dict[str, int]] = {
 }
 # Made with one layer, then every layer a copy of it: seconds rather than minutes for 32 layers.
 BY_COPIES = {"gpu-bound", "8b"}
+# What a process generates per repeat (vllm_decode.py) and a served load asks for
+# (vllm_overhead.py): (single-stream tokens, batch, tokens per request). The GPU-bound model's
+# steps are ~6x longer, so it generates less to keep 9 processes in one call.
+# The 8B class reads as many bytes per token as the GPU-bound model (15.0 GB against 15.1 GB), so
+# its steps take as long (~3.6 ms on the H200 by bandwidth, ~5 ms on the H100) and it generates the
+# same: per repeat and mode 32 + 128 single-stream steps and 64 batched ones, ~1.2 s on the H200
+# and ~1.7 s on the H100, so a no-tool process measures in ~9 s and a gpuobs process of four modes
+# in ~35 s. The rest is start-up (an import overlapped with the process before, ~25 s of engine
+# start with 15 GB of weights and the compile cache warm, ~40 s more for the first process that
+# compiles): ~40 s a no-tool or floor process, ~65 s a gpuobs one, so 9 processes of three
+# configurations (three rounds) take ~430 s, and 12 of five floor-only configurations ~480 s,
+# beside ~60 s to make the model where the run makes it.
+WORKLOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64), "8b": (128, 32, 64)}
 # The share of GPU memory vLLM may take: 15 GB of weights leave too little of a quarter of an
 # H100's 80 GB for the profile run's activations and a KV cache.
 GPU_MEMORY = {"host-bound": 0.25, "gpu-bound": 0.25, "8b": 0.35}

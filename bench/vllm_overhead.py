@@ -66,8 +66,8 @@ import gpuobs
 from gpuobs.segment import MODES
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd, as daemon_drain.py)
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
-from vllm_models import GPU_MEMORY, MODELS, describe, make, model_folder
-from workloads.vllm_generate import mode_switch
+from vllm_models import GPU_MEMORY, MODELS, WORKLOAD, describe, make, model_folder
+from workloads.vllm_generate import CAPTURE_SIZES, known_mode, mode_switch
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP_IN = ROOT / "deploy" / "systemd" / "vllm-gpuobs.conf"
@@ -120,15 +120,13 @@ TINY = "tiny"  # the default model: make_tiny_qwen3.py's own, 2 layers, served w
 # switching (~15 s; the tiny model's run checks it), which a cost run leaves out.
 COST_SERVERS = "none,gpuobs-block,none,floor-steady,none"
 COST_BLOCK_MODES = "off,counter,sampled --shift 10,blocks"
-# A big size's load: (single-stream tokens, batch, tokens per request of the batch load), the
-# shape of vllm_decode.py's WORKLOAD for the same size, so that an offline figure and a served
-# one are of the same work. The batch is the server's most sequences and the load's concurrency;
-# the load has twice as many requests, so the batch stays full most of the time. At ~5 ms a step
-# on the H100 a mode's round takes ~3 s: SINGLE_REQUESTS x 128 tokens, then 64 x 64 tokens.
-SERVED_LOAD = {"host-bound": (256, 64, 128), "gpu-bound": (128, 32, 64), "8b": (128, 32, 64)}
+# A big size's load is vllm_models.WORKLOAD's (single-stream tokens, batch, tokens per request of
+# the batch load), the work of vllm_decode.py's processes of the same size, so that an offline
+# figure and a served one are of the same work. The batch is the server's most sequences and the
+# load's concurrency; the load has twice as many requests, so the batch stays full most of the
+# time. At ~5 ms a step on the H100 a mode's round takes ~3 s: SINGLE_REQUESTS x 128 tokens, then
+# 64 x 64 tokens.
 SINGLE_REQUESTS = 2
-# CUDA graph sizes of a big size's server, those up to its batch (vllm_generate.py's list)
-CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
 # What the cost summary compares, and which way is better
 COST_METRICS = (
     ("tokens_per_s", "higher"),
@@ -418,7 +416,7 @@ def serve_args(size: str) -> list[str]:
     CUDA graph for every capture size up to it, FULL_AND_PIECEWISE as vLLM serves by default."""
     if size == TINY:
         return SERVE_ARGS
-    _, batch, _ = SERVED_LOAD[size]
+    _, batch, _ = WORKLOAD[size]
     return [
         "--max-model-len",
         "512",
@@ -540,7 +538,7 @@ def main() -> int:
     args = parser.parse_args()
     t0 = time.perf_counter()
     tiny = args.model_size == TINY
-    single_tokens, batch, batch_tokens = (0, 4, 64) if tiny else SERVED_LOAD[args.model_size]
+    single_tokens, batch, batch_tokens = (0, 4, 64) if tiny else WORKLOAD[args.model_size]
     args.model = args.model or ("/tmp/tinyqwen3" if tiny else model_folder(args.model_size))
     args.servers = args.servers or (DEFAULT_SERVERS if tiny else COST_SERVERS)
     args.block_modes = args.block_modes or (",".join(SERVERS["gpuobs-block"][2]) if tiny else COST_BLOCK_MODES)
@@ -554,14 +552,7 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"--servers: {unknown} not among {list(SERVERS)}")
     block_modes = args.block_modes.split(",")
-    wrong = []
-    for mode in block_modes:
-        try:
-            known = mode_switch(mode)[0] in MODES
-        except ValueError:
-            known = False
-        if not known:
-            wrong.append(mode)
+    wrong = [mode for mode in block_modes if not known_mode(mode)]
     if wrong:
         raise SystemExit(f"--block-modes: {wrong} not among {list(MODES)} (`sampled --shift N`)")
     floor_tool = args.tool_dir / FLOOR_TOOL

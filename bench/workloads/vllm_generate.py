@@ -23,6 +23,8 @@ from pathlib import Path
 from gpuobs_testing.phase_file import PhaseLog, phases, write_json_atomically
 
 STARTED = time.perf_counter()
+# the batch sizes vLLM captures a CUDA graph for (those up to the batch), offline and served alike
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
 
 
 def our_pids(address: str) -> list[int]:
@@ -65,6 +67,17 @@ def mode_switch(token: str) -> tuple[str, int | None]:
     return mode, int(shift) if flag else None
 
 
+def known_mode(token: str) -> bool:
+    """A mode a gpuobs process can be switched to: one of gpuobs's, or `sampled --shift N`."""
+    from gpuobs.segment import MODES
+
+    try:
+        mode, _ = mode_switch(token)
+    except ValueError:
+        return False
+    return mode in MODES
+
+
 def set_mode(address: str, mode: str, pids: list[int]) -> float:
     """A live switch through the daemon's SetMode, as gpuobsctl set-mode makes it, from this process
     (a gpuobsctl process per switch spent ~0.7 s starting Python, 20 times per gpuobs process)."""
@@ -95,7 +108,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--batch-tokens", type=int, default=128)
     parser.add_argument("--address", default="")
-    parser.add_argument("--capture-sizes", default="1,2,4,8,16,24,32,40,48,56,64")
+    parser.add_argument("--capture-sizes", default=",".join(map(str, CAPTURE_SIZES)))
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.25)
     args = parser.parse_args()
     log = PhaseLog(args.status, STARTED)

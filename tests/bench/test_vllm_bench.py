@@ -267,9 +267,9 @@ def test_the_served_sizes_are_the_decode_benchs_and_the_tiny_run_is_unchanged(se
     assert served.SERVE_ARGS == served.serve_args(served.TINY)
     assert served.DEFAULT_SERVERS == "none-cold,gpuobs-block,gpuobs-memory,none"
     assert served.SERVERS["gpuobs-block"][2] == ["off", "counter", "blocks"]
-    assert set(served.SERVED_LOAD) == set(vllm_models.MODELS)
-    for size, (single, batch, tokens) in served.SERVED_LOAD.items():
-        assert (single, batch, tokens) == vllm_decode.WORKLOAD[size], size
+    assert served.WORKLOAD is vllm_decode.WORKLOAD is vllm_models.WORKLOAD
+    assert set(vllm_models.WORKLOAD) == set(vllm_models.MODELS)
+    for size, (single, batch, _) in vllm_models.WORKLOAD.items():
         arguments = served.serve_args(size)
         assert arguments[arguments.index("--gpu-memory-utilization") + 1] == str(vllm_models.GPU_MEMORY[size])
         assert arguments[arguments.index("--max-num-seqs") + 1] == str(batch)

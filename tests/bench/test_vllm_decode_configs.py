@@ -162,7 +162,7 @@ def test_the_8b_model_size_has_the_geometry_it_claims(benches: Benches, models: 
 
 def test_sampled_with_a_shift_is_a_mode_the_bench_switches_to_and_names(benches: Benches) -> None:
     vllm_decode, _ = benches
-    mode_switch = vllm_decode.mode_switch  # the worker's (bench/workloads/vllm_generate.py)
+    mode_switch = sys.modules[vllm_decode.known_mode.__module__].mode_switch  # the worker's (vllm_generate.py)
     assert mode_switch("sampled --shift 10") == ("sampled", 10)
     assert mode_switch("counter") == ("counter", None)
     for wrong in ("counter --shift 10", "sampled --shift ten"):

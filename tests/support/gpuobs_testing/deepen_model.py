@@ -20,24 +20,38 @@ FIRST_LAYER = re.compile(r"^(model\.layers\.)0(\..+)$")
 PAD_TOKEN = "~pad{}"
 
 
-def deepen(directory: Path, layers: int) -> None:
-    """In place: the weights file is replaced whole (renamed over), then the config."""
-    from safetensors.torch import load_file, save_file
-
-    weights = directory / "model.safetensors"
-    tensors = load_file(str(weights))
+def one_layer_config(directory: Path) -> tuple[Path, dict]:
+    """(config.json's path, the config) of a one-layer checkpoint, what deepen and reshape start
+    from; SystemExit for any other, which is left untouched."""
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text())
     if config.get("num_hidden_layers") != 1:
         raise SystemExit(f"{directory}: expected a one-layer checkpoint, found {config.get('num_hidden_layers')}")
+    return config_path, config
+
+
+def replace_weights(weights: Path, tensors: dict) -> None:
+    """The weights file replaced whole (renamed over): a run cut short leaves the old one."""
+    from safetensors.torch import save_file
+
+    partial = weights.with_name(weights.name + ".partial")
+    save_file(tensors, str(partial), metadata={"format": "pt"})
+    os.replace(partial, weights)
+
+
+def deepen(directory: Path, layers: int) -> None:
+    """In place: the weights file is replaced whole (renamed over), then the config."""
+    from safetensors.torch import load_file
+
+    weights = directory / "model.safetensors"
+    tensors = load_file(str(weights))
+    config_path, config = one_layer_config(directory)
     for name, tensor in list(tensors.items()):
         match = FIRST_LAYER.match(name)
         if match:
             for layer in range(1, layers):
                 tensors[f"{match.group(1)}{layer}{match.group(2)}"] = tensor.clone()  # safetensors keeps no aliases
-    partial = weights.with_name(weights.name + ".partial")
-    save_file(tensors, str(partial), metadata={"format": "pt"})
-    os.replace(partial, weights)
+    replace_weights(weights, tensors)
     config["num_hidden_layers"] = layers
     if isinstance(config.get("layer_types"), list):  # one per layer, or transformers refuses the config
         config["layer_types"] = config["layer_types"][:1] * layers
@@ -102,12 +116,8 @@ def reshape(directory: Path, fields: dict[str, int]) -> None:
     an 8B-class layer and its embeddings); the tokenizer padded to the vocabulary."""
     import torch
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
-    config_path = directory / "config.json"
-    config = json.loads(config_path.read_text())
-    if config.get("num_hidden_layers") != 1:
-        raise SystemExit(f"{directory}: expected a one-layer checkpoint, found {config.get('num_hidden_layers')}")
+    config_path, config = one_layer_config(directory)
     config.update(fields)
     weights = directory / "model.safetensors"
     with safe_open(str(weights), framework="pt") as checkpoint:
@@ -123,9 +133,7 @@ def reshape(directory: Path, fields: dict[str, int]) -> None:
             made = torch.empty(shape, dtype=torch.float32, device=device).normal_(0.0, 0.02, generator=generator)
             tensors[name] = made.to("cpu", torch.bfloat16)
     pad_tokenizer(directory, int(config["vocab_size"]))
-    partial = weights.with_name(weights.name + ".partial")
-    save_file(tensors, str(partial), metadata={"format": "pt"})
-    os.replace(partial, weights)
+    replace_weights(weights, tensors)
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
