@@ -163,12 +163,24 @@ DECOMPOSE: list[Config] = (
     ]
 )
 
-# What engine steps' device spans cost in `counter` (GPUOBS_LAUNCH_TIMES=1: one event per launch from
-# block (0,0,0)), on the workload with the most launches per second, with the no-tool spread and
-# the floor beside it: the few rows that decide whether the vLLM drop-in turns it on.
-LAUNCH_TIMES: list[Config] = DECODE[:3] + [
+# What engine steps' device spans cost in `counter`, on the workload with the most launches per
+# second, with the no-tool spread and the floor beside it: replay spans (the default: block
+# (0,0,0) folds its entry into its replay's span in device memory; the host copies each replay's
+# end after it, in every mode) against none, and the launch event per launch they replace
+# (GPUOBS_LAUNCH_TIMES=1, off in the vLLM drop-in for its cost).
+NO_REPLAY_SPANS = {"GPUOBS_REPLAY_SPANS": "0"}
+STEP_SPANS: list[Config] = DECODE[:3] + [
+    ("off", "off", "block", 0, {}),
+    ("off, no replay spans (GPUOBS_REPLAY_SPANS=0)", "off", "block", 0, NO_REPLAY_SPANS),
     ("counter", "counter", "block", 0, {}),
-    ("counter, launch times (GPUOBS_LAUNCH_TIMES=1)", "counter", "block", 0, {"GPUOBS_LAUNCH_TIMES": "1"}),
+    ("counter, no replay spans (GPUOBS_REPLAY_SPANS=0)", "counter", "block", 0, NO_REPLAY_SPANS),
+    (
+        "counter, launch times (GPUOBS_LAUNCH_TIMES=1)",
+        "counter",
+        "block",
+        0,
+        {"GPUOBS_LAUNCH_TIMES": "1", **NO_REPLAY_SPANS},
+    ),
 ]
 
 # The same question without any call in the patch (no frame for any thread): the thread index
@@ -326,10 +338,17 @@ def check_targets(rows: list[dict]) -> list[str]:
     counter = ratio("decode_graph", "counter")
     if block_sampled and counter:
         check("(c) block-set sampled 10 / counter <= 1.01", block_sampled / counter, 1.01)
-    launch_times = ratio("decode_graph_launch_times", "counter, launch times (GPUOBS_LAUNCH_TIMES=1)")
-    counter_beside = ratio("decode_graph_launch_times", "counter")
-    if launch_times and counter_beside:
-        check("(d) counter with launch times / counter <= 1.01", launch_times / counter_beside, 1.01)
+    spans = ratio("decode_graph_step_spans", "counter")
+    unspanned = ratio("decode_graph_step_spans", "counter, no replay spans (GPUOBS_REPLAY_SPANS=0)")
+    if spans and unspanned:
+        check("(d) counter with replay spans / counter without <= 1.01", spans / unspanned, 1.01)
+    off_spans = ratio("decode_graph_step_spans", "off")
+    off_unspanned = ratio("decode_graph_step_spans", "off, no replay spans (GPUOBS_REPLAY_SPANS=0)")
+    if off_spans and off_unspanned:
+        check("(d) off with replay spans / off without <= 1.01", off_spans / off_unspanned, 1.01)
+    launch_times = ratio("decode_graph_step_spans", "counter, launch times (GPUOBS_LAUNCH_TIMES=1)")
+    if launch_times and unspanned:
+        check("(d) counter with launch times / counter without spans <= 1.01", launch_times / unspanned, 1.01)
     # `off` over its floor (the floor tool with the same callbacks and an empty patch), same run
     steady = ratio("decode_graph_floor", next(row[0] for row in FLOOR if row[0].startswith("floor-steady")))
     off = ratio("decode_graph_floor", "off")
@@ -338,7 +357,7 @@ def check_targets(rows: list[dict]) -> list[str]:
     return lines
 
 
-WORKLOADS = ("silu", "gemm", "decode", "decompose", "inline", "floor", "launch-times")
+WORKLOADS = ("silu", "gemm", "decode", "decompose", "inline", "floor", "step-spans")
 
 
 def write_report(out: Path, commit: str, device: str, rows: list[dict], workloads: list[str]) -> None:
@@ -450,13 +469,13 @@ def main() -> int:
             rows += measure(
                 "cublas_gemm_bf16", [sys.executable, str(HERE / "workloads" / "gemm.py")], GEMM, max(2, args.rounds - 1)
             )
-        else:  # decode, decompose, inline, floor, launch-times: the same graph, a run of its own each
+        else:  # decode, decompose, inline, floor, step-spans: the same graph, a run of its own each
             workload, configs = {
                 "decode": ("decode_graph", DECODE),
                 "decompose": ("decode_graph_decomposed", DECOMPOSE),
                 "inline": ("decode_graph_inline", INLINE),
                 "floor": ("decode_graph_floor", FLOOR),
-                "launch-times": ("decode_graph_launch_times", LAUNCH_TIMES),
+                "step-spans": ("decode_graph_step_spans", STEP_SPANS),
             }[name]
             rows += measure(
                 workload,

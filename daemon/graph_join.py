@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 from gpuobs.launch_key import REPLAY_MASK, group_by_launch, key_grid_id, key_replay
-from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, field_names
+from gpuobs.segment import GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, REPLAY_SPAN_DTYPE, field_names
 
 from .analysis import Analysis
 from .analysis_budget import AnalysisBudget
@@ -88,6 +88,7 @@ GRAPH_NODE = LAUNCH_KINDS["graph_node"]
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 EXEC_CREATED = LAUNCH_KINDS["graph_exec_created"]
 EXEC_DESTROYED = LAUNCH_KINDS["graph_exec_destroyed"]
+REPLAY_SPAN = LAUNCH_KINDS["replay_span"]
 MAX_SHAPES_CACHED = 1024  # replay shapes kept between batches (one per exec instance in use)
 
 
@@ -113,6 +114,7 @@ class GraphJoin(Analysis):
     SWEEP_SPANS = 1 << 16  # spans held before unclaimed ones are looked for ...
     SWEEP_EVERY_S = 2.0  # ... at most this often (a sweep walks every kept replay)
     AHEAD_REPLAYS = 1 << 20  # events of a replay this far past the last launch record read wait for it
+    KEEP_DEVICE_SPANS = 1 << 16  # replays' spans from the injector (ReplaySpan records) kept, newest
 
     def __init__(
         self,
@@ -145,6 +147,9 @@ class GraphJoin(Analysis):
         self.skipped_ahead: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
         self._owner_arrays = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
         self._owner_arrays_version = 0
+        # replay -> (first entry, last entry, launches) on the device clock: each replay's span as
+        # the injector read it (`counter` and up), for replays without block events
+        self.device_spans: collections.OrderedDict[int, tuple[int, int, int]] = collections.OrderedDict()
 
     # -- launch records ------------------------------------------------------------------------
     def _graph(self, graph_exec: int) -> GraphExec | None:
@@ -174,6 +179,9 @@ class GraphJoin(Analysis):
 
     def on_launches(self, launches: np.ndarray) -> None:
         kinds = launches["kind"]
+        spans = launches[kinds == REPLAY_SPAN]
+        if len(spans):
+            self._keep_device_spans(spans.view(REPLAY_SPAN_DTYPE))
         rows = launches[(kinds >= GRAPH_NODE) & (kinds <= EXEC_DESTROYED)]
         if not len(rows):
             return
@@ -189,6 +197,21 @@ class GraphJoin(Analysis):
                     self._join_launches(run)
                 else:
                     self._count_unjoined(run)
+
+    def _keep_device_spans(self, spans: np.ndarray) -> None:
+        """Replay spans the injector read, kept for the replays' rows (newest KEEP_DEVICE_SPANS):
+        a replay's span arrives after its graph launch record, before the snapshot that says it
+        finished, so a replay settles with it."""
+        for replay, first, last, launches in zip(
+            spans["replay"].tolist(),
+            spans["first_entry_ns"].tolist(),
+            spans["last_entry_ns"].tolist(),
+            spans["launches"].tolist(),
+            strict=True,
+        ):
+            self.device_spans[replay] = (first, last, launches)
+        while len(self.device_spans) > self.KEEP_DEVICE_SPANS:
+            self.device_spans.popitem(last=False)
 
     def _created(self, graph_exec: int) -> None:
         """A graph exec instantiated: a GraphExec of its own, unless its handle's has seen
@@ -741,7 +764,13 @@ class GraphJoin(Analysis):
                 runs.append((span.first_ns, span.last_ns))
             else:
                 runs = None
-        if not start and launched:
+        device = self.device_spans.get(record.replay) if record.replay else None
+        if not start and device is not None and (not executions or device[2] == len(executions)):
+            # `counter` and up, no block events: the injector's replay span, block (0,0,0)'s first
+            # entry to its last over the replay's kernels; one that fewer launches folded into than
+            # the replay has kernel nodes (a switch to `off` mid-replay) is not the replay's
+            start, end = device[0], device[1]
+        elif not start and launched:
             # `counter` with launch times: the first node's entry to the last node's, which leaves
             # out the last node's own run (and counts the waits between nodes, as a span does)
             start, end = min(launched), max(launched)

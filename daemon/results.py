@@ -28,6 +28,8 @@ class InjectorStats:
     cubins_skipped: int
     profiler_starts: int
     modules_access_hooked: int
+    replay_spans: int  # graph replays whose device span the injector read (counter mode and up)
+    replay_spans_unclean: int  # span slots read that could not say one replay's span
     resource_callback_seconds: float
     launch_callback_seconds: float
     graph_callback_seconds: float

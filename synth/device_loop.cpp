@@ -130,8 +130,9 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
     const Queued next = queued.front();
     queued.pop_front();
     if (next.delayed) std::this_thread::sleep_for(std::chrono::microseconds(options.replay_delay_us));
-    const DeviceConfig device_config{in_force.mode, in_force.shift, captured[next.index] != 0,
-                                     access_hooked[next.index] != 0, options.launch_times};
+    const DeviceConfig device_config{
+        in_force.mode,        in_force.shift,      captured[next.index] != 0, access_hooked[next.index] != 0,
+        options.launch_times, options.replay_spans};
     work_done += device.run(next.shape, catalog[next.index], device_config);
   };
   while (!stop.load(std::memory_order_relaxed)) {
@@ -199,7 +200,8 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
                             profile.block_threads,
                             launch_grid_id,
                             uint32_t(launches % options.contexts),
-                            options.graph_nodes ? replay : 0};
+                            options.graph_nodes ? replay : 0,
+                            options.graph_nodes != 0 && node_index + 1 == options.graph_nodes};
     LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
                                                in_force.mode, in_force.shift, captured[index] != 0);
     if (options.ops && !options.graph_nodes)

@@ -150,6 +150,8 @@ void apply_environment(Options* o) {
     o->launch_trace = true;
   if (const char* times = std::getenv("GPUOBS_LAUNCH_TIMES"); times && std::strcmp(times, "1") == 0)
     o->launch_times = true;
+  if (const char* spans = std::getenv("GPUOBS_REPLAY_SPANS"); spans && std::strcmp(spans, "0") == 0)
+    o->replay_spans = false;
   if (const char* chosen = std::getenv("GPUOBS_MEMORY_KERNELS"); chosen && *chosen) o->memory_kernels = chosen;
 }
 

@@ -48,6 +48,7 @@ struct Options {
                                // (each its own module here) whose name matches get the access hooks
   bool unlink_at_exit = false;
   bool launch_times = false;  // GPUOBS_LAUNCH_TIMES=1, as the injector: a launch event in `counter` too
+  bool replay_spans = true;   // GPUOBS_REPLAY_SPANS (0: off), as the injector: replays' device spans
   bool launch_trace = false;  // a launch record per kernel launch, as the injector's opt-in trace
   int64_t rank = -1;          // --rank R --world-size W [--local-rank L] [--model NAME]: the identity a
   uint32_t world_size = 1;    // plugin sets (role engine)

@@ -35,7 +35,8 @@ SimulatedDevice::SimulatedDevice(SegmentWriter* writer, uint32_t kernel_slots)
       kernels_(kernel_slots, DeviceKernelSlot{}),
       heads_(writer->view().caps.event_rings, 0),
       limits_(writer->view().caps.event_rings, 0),
-      reserved_(writer->view().caps.event_rings, 0) {}
+      reserved_(writer->view().caps.event_rings, 0),
+      spans_(kReplaySpanSlots, reset_replay_span()) {}
 
 void SimulatedDevice::emit(uint32_t ring_index, const EventRecord* bodies, uint32_t count, uint32_t slot) {
   if (count == 0) return;
@@ -65,13 +66,18 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   const Mode mode = config.mode;
   DeviceKernelSlot& counters = kernels_[launch.slot];
   // Launches run one after another: a replay begun means the ones before it finished.
-  if (launch.replay > replay_begun_.load(std::memory_order_relaxed))
+  if (launch.replay > replay_begun_.load(std::memory_order_relaxed)) {
     replay_begun_.store(launch.replay, std::memory_order_release);
+    ring::store_release(&replay_word_, launch.replay);  // the host's copy ahead of the replay's nodes
+  }
   count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z),
                pack_block(launch.block_threads, 1, 1));
   // the patches' own decision, from the config word the injector would write for this kernel
-  const uint32_t flags =
-      make_flags(make_config(mode, config.shift), config.captured, config.access_hooked, config.launch_times);
+  const uint32_t flags = make_flags(make_config(mode, config.shift), config.captured, config.access_hooked,
+                                    config.launch_times, config.replay_spans);
+  if (spans_replays(flags)) note_replay_span(spans_.data(), ring::load_acquire(&replay_word_), realtime_ns());
+  // the host's copy of the replay's end after its last node (in every mode, as the injector)
+  if (launch.ends_replay && config.replay_spans) ring::store_release(&replay_word_, launch.replay | kReplayEnded);
   const BlockCapture capture = block_capture(flags);
   const bool observed = mode >= Mode::Counter;
   for (uint64_t block = 0; block < blocks; ++block) count_block(&counters, observed, uint32_t(block % kSmCount));
@@ -223,6 +229,30 @@ void SimulatedDevice::run_held(const LaunchShape& launch, const KernelProfile& p
   }
 }
 
+void SimulatedDevice::publish_replay_spans() {
+  // as the tool thread: the word, then the table, one word at a time while the device runs on
+  const uint64_t word = ring::load_acquire(&replay_word_);
+  std::vector<DeviceReplaySpan> table(kReplaySpanSlots);
+  for (uint32_t slot = 0; slot < kReplaySpanSlots; ++slot) {
+    const uint64_t* from = reinterpret_cast<const uint64_t*>(&spans_[slot]);
+    uint64_t* to = reinterpret_cast<uint64_t*>(&table[slot]);
+    for (size_t index = 0; index < sizeof(DeviceReplaySpan) / sizeof(uint64_t); ++index)
+      to[index] = ring::load_relaxed(from + index);
+  }
+  std::vector<ReplaySpanFound> found;
+  std::vector<uint32_t> resets;
+  span_ledger_.read(word, table.data(), &found, &resets);
+  for (const ReplaySpanFound& span : found) writer_->write_replay_span(span, 0);
+  const DeviceReplaySpan reset = reset_replay_span();
+  for (uint32_t slot : resets) {
+    const uint64_t* from = reinterpret_cast<const uint64_t*>(&reset);
+    uint64_t* to = reinterpret_cast<uint64_t*>(&spans_[slot]);
+    for (size_t index = 0; index < sizeof(DeviceReplaySpan) / sizeof(uint64_t); ++index)
+      ring::store_relaxed(to + index, from[index]);
+  }
+  span_ledger_.reset_done(resets, ring::load_acquire(&replay_word_));
+}
+
 void SimulatedDevice::publish(bool quiescent) {
   DeviceSnapshot snapshot;
   // Dropped before produced: a racing snapshot may show an event produced but not yet
@@ -236,6 +266,12 @@ void SimulatedDevice::publish(bool quiescent) {
   snapshot.blocks = blocks_.load(std::memory_order_relaxed);
   snapshot.quiescent = quiescent;
   snapshot.replay_begun = replay_begun_.load(std::memory_order_acquire);
+  {
+    std::lock_guard<std::mutex> lock(spans_mutex_);
+    publish_replay_spans();  // after the word the snapshot says: its done replays are read
+    snapshot.replay_spans = span_ledger_.published();
+    snapshot.replay_spans_unclean = span_ledger_.unclean();
+  }
   std::vector<KernelCounters> kernels(kernels_.size());
   std::vector<KernelShapes> shapes(kernels_.size());
   for (size_t slot = 0; slot < kernels_.size(); ++slot) {

@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "gpuobs/device_state.h"
 #include "gpuobs/layout.h"
+#include "gpuobs/replay_span_ledger.h"
 #include "gpuobs/segment_writer.h"
 #include "kernel_catalog.h"
 
@@ -22,7 +24,8 @@ struct LaunchShape {
   uint32_t block_threads;
   uint64_t grid_id;
   uint32_t ring;
-  uint64_t replay;  // graph replay sequence (0 for eager launches), copied into events
+  uint64_t replay;           // graph replay sequence (0 for eager launches), copied into events
+  bool ends_replay = false;  // the replay's last node: its end is copied into the replay word after it
 };
 
 struct DeviceConfig {
@@ -31,6 +34,7 @@ struct DeviceConfig {
   bool captured = true;        // the kernel filter lets this kernel's events through
   bool access_hooked = false;  // the kernel's module has the access hooks (memory set, or chosen)
   bool launch_times = false;   // GPUOBS_LAUNCH_TIMES=1: a launch event in `counter` too
+  bool replay_spans = true;    // GPUOBS_REPLAY_SPANS: block (0,0,0) folds into its replay's span
 };
 
 class SimulatedDevice {
@@ -76,6 +80,14 @@ class SimulatedDevice {
   std::atomic<uint64_t> memory_accesses_{0};
   std::atomic<uint64_t> blocks_{0};
   std::atomic<uint64_t> replay_begun_{0};  // as the injector reads a device's replay word
+  // One context's replay word and span table (replay_spans.h), as the device holds them, and the
+  // tool thread's ledger of them (publish() reads them as the injector's tool thread does).
+  uint64_t replay_word_ = 0;
+  std::vector<DeviceReplaySpan> spans_;
+  std::mutex spans_mutex_;  // publishers: the ledger and the resets
+  ReplaySpanLedger span_ledger_;
+  // The spans of replays done, written as the injector's tool thread writes them.
+  void publish_replay_spans();
 };
 
 }  // namespace synth

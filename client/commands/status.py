@@ -99,6 +99,12 @@ def run(args: argparse.Namespace) -> int:
                 f"pid {p.pid}: access hooks for kernels matching {p.memory_kernels!r} ({i.modules_access_hooked} "
                 f"module(s)): memory and sampled record their accesses, sampled 1 in 2^shift blocks of the others"
             )
+        if i.replay_spans_unclean:
+            print(
+                f"pid {p.pid}: {i.replay_spans_unclean} of {i.replay_spans + i.replay_spans_unclean} graph replays "
+                "read without a span (the injector fell a span table behind, or a reset raced): their steps are "
+                "untimed"
+            )
         if i.profiler_starts:
             print(
                 f"pid {p.pid}: {i.profiler_starts} profiler start(s) recorded no GPU activity: CUPTI cannot attach "

@@ -17,6 +17,7 @@
 #include "gpuobs/device_state.h"
 #include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
+#include "gpuobs/replay_spans.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
 
@@ -248,6 +249,15 @@ __device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool laun
   write_leader_record(kernel, context, ticket, launch, sampled);
 }
 
+// Block (0,0,0)'s leader, in `counter` and up: its entry into the span of the replay in progress
+// (replay_spans.h), reductions it never waits for; the replay word from L2, as the host rewrites
+// it between replays.
+__device__ __forceinline__ void fold_replay_span(const DeviceKernelSlot* kernel) {
+  DeviceContextState* context = context_of(kernel);
+  const uint64_t word = load_ordered(&context->config.replay);
+  note_replay_span(replay_spans_of(context), word, globaltimer());
+}
+
 // The leader of every block, before the kernel's own code: what it waits for is added to the
 // kernel's time (every block of a one-wave kernel is on its critical path), so the one load it
 // needs, the config word, is issued first and block (0,0,0)'s launch census runs while it is in
@@ -259,6 +269,7 @@ __device__ __forceinline__ void block_enter_leader(void* userdata) {
     count_launch(kernel, pack_grid(gridDim.x, gridDim.y, gridDim.z), pack_block(blockDim.x, blockDim.y, blockDim.z));
   count_block(kernel, flags_mode(flags) >= uint32_t(Mode::Counter), sm_id());
   ring::add(&kernel->touch, 1);
+  if (spans_replays(flags) && first_block_now()) fold_replay_span(kernel);
   const BlockCapture capture = block_capture(flags);
   if (capture == BlockCapture::None) return;
   // Every block's enter (blocks), or the 1 in 2^shift the hash keeps (sampled, in kernels without

@@ -121,6 +121,10 @@ void Injector::publish() {
       return;  // publish nothing rather than a partial snapshot
     }
     snapshot.ring_heads[context->ring_index()] = words.ring_head;
+    // after the replay word the snapshot says: every replay done by it has its span read
+    if (config_.replay_spans && replayed) publish_replay_spans(*context);
+    snapshot.replay_spans += context->replay_span_ledger().published();
+    snapshot.replay_spans_unclean += context->replay_span_ledger().unclean();
     if (replayed) snapshot.replay_begun = std::min(snapshot.replay_begun, words.replay_begun);
     // A kernel's function belongs to one context: its slot is counted in that context only.
     for (uint32_t slot = 0; slot < slots.size(); ++slot) {
@@ -145,6 +149,18 @@ void Injector::publish() {
   snapshot.kernel_count = kernel_count;
   total_snapshot(&snapshot);
   writer_->publish(snapshot);
+}
+
+void Injector::publish_replay_spans(DeviceContext& context) {
+  std::vector<ReplaySpanFound> found;
+  std::string error;
+  const ScopedContext current(context.context());  // for the copies below
+  if (!current.ok()) return;
+  if (!context.read_replay_spans(&found, &error) && first_time(LogOnce::Internal))
+    log_line("context %u: %s", context.ring_index(), error.c_str());
+  // written before the snapshot that says their replays are done, so a reader that settles a
+  // replay has its span already (a full launch ring drops it, counted)
+  for (const ReplaySpanFound& span : found) writer_->write_replay_span(span, context.ring_index());
 }
 
 void Injector::write_slot_headers(const std::vector<uint32_t>* flags) {

@@ -59,6 +59,8 @@ std::unique_ptr<DeviceContext> DeviceContext::create(CUcontext context, uint32_t
   header->slots = reinterpret_cast<DeviceKernelSlot*>(state->device_ + device_slots_offset());
   header->kernel_slots = state->kernel_slots_;
   header->ring_index = ring_index;
+  auto* spans = reinterpret_cast<DeviceReplaySpan*>(image.data() + device_spans_offset());
+  for (uint32_t slot = 0; slot < kReplaySpanSlots; ++slot) spans[slot] = reset_replay_span();
   auto* slots = reinterpret_cast<DeviceKernelSlot*>(image.data() + device_slots_offset());
   for (uint32_t slot = 0; slot < state->kernel_slots_; ++slot) {
     slots[slot].context = reinterpret_cast<DeviceContextState*>(state->device_);
@@ -146,6 +148,59 @@ bool DeviceContext::push_replay(Sanitizer_StreamHandle stream, uint64_t replay) 
   return true;
 }
 
+bool DeviceContext::end_replay(Sanitizer_StreamHandle stream, uint64_t replay) {
+  uint64_t& source = ended_sources_[replay % kReplayBuffers];
+  source = replay | kReplayEnded;
+  uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
+  return sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) == SANITIZER_SUCCESS;
+}
+
+namespace {
+// The image a reset copies into every slot it resets: a run of slots is one copy.
+const std::vector<DeviceReplaySpan>& reset_images() {
+  static const std::vector<DeviceReplaySpan> images(kReplaySpanSlots, reset_replay_span());
+  return images;
+}
+}  // namespace
+
+bool DeviceContext::read_replay_spans(std::vector<ReplaySpanFound>* found, std::string* error) {
+  if (retired()) return true;  // its last replays' spans went with it
+  uint8_t* word_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
+  uint8_t* table_address = device_ + device_spans_offset();
+  uint64_t word = 0;
+  std::vector<DeviceReplaySpan> table(kReplaySpanSlots);
+  // the word before the table: a replay the word says is done has all its entries in the copy
+  if (sanitizerMemcpyDeviceToHost(&word, word_address, sizeof word, tool_stream_) != SANITIZER_SUCCESS ||
+      sanitizerMemcpyDeviceToHost(table.data(), table_address, table.size() * sizeof(DeviceReplaySpan), tool_stream_) !=
+          SANITIZER_SUCCESS) {
+    *error = "reading the replay spans failed";
+    return false;
+  }
+  std::vector<uint32_t> resets;
+  span_ledger_.read(word, table.data(), found, &resets);
+  if (resets.empty()) return true;
+  for (const auto& [first, end] : slot_runs(resets)) {
+    if (sanitizerMemcpyHostToDeviceAsync(table_address + uint64_t(first) * sizeof(DeviceReplaySpan),
+                                         const_cast<DeviceReplaySpan*>(reset_images().data()),
+                                         uint64_t(end - first) * sizeof(DeviceReplaySpan),
+                                         tool_stream_) != SANITIZER_SUCCESS) {
+      sanitizerStreamSynchronize(tool_stream_);
+      span_ledger_.reset_failed(resets);
+      *error = "resetting replay spans failed";
+      return false;
+    }
+  }
+  uint64_t word_after = 0;
+  if (sanitizerStreamSynchronize(tool_stream_) != SANITIZER_SUCCESS ||
+      sanitizerMemcpyDeviceToHost(&word_after, word_address, sizeof word_after, tool_stream_) != SANITIZER_SUCCESS) {
+    *error = "reading the replay word after a reset failed";
+    span_ledger_.reset_failed(resets);
+    return false;
+  }
+  span_ledger_.reset_done(resets, word_after);
+  return true;
+}
+
 bool DeviceContext::retire(uint32_t kernel_count, std::string* error) {
   std::vector<DeviceKernelSlot> slots;
   ReadBack words;
@@ -184,7 +239,7 @@ bool DeviceContext::read_back(uint32_t kernel_count, std::vector<DeviceKernelSlo
     return false;
   }
   words->ring_head = state.ring_head;
-  words->replay_begun = state.config.replay;
+  words->replay_begun = replay_of_word(state.config.replay);
   return true;
 }
 

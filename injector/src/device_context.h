@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpuobs/device_state.h"
+#include "gpuobs/replay_span_ledger.h"
 #include "gpuobs/segment_writer.h"
 
 namespace gpuobs {
@@ -48,6 +49,14 @@ class DeviceContext {
   // streams can overwrite each other's number; the daemon then finds events whose (grid id,
   // replay) match no launch.
   bool push_replay(Sanitizer_StreamHandle stream, uint64_t replay);
+  // Launch path, at GRAPHS_LAUNCH_END: the same number with kReplayEnded, after the replay's nodes
+  // on its stream, so that eager launches after it fold into no replay's span. False when the
+  // copy failed (the replay's span may then take in the eager launches up to the next replay).
+  bool end_replay(Sanitizer_StreamHandle stream, uint64_t replay);
+  // Control thread: the spans of replays done since the last call (replay_span_ledger.h), their
+  // slots reset for the replays that use them next. False and *error when a copy failed.
+  bool read_replay_spans(std::vector<ReplaySpanFound>* found, std::string* error);
+  const ReplaySpanLedger& replay_span_ledger() const { return span_ledger_; }
   // Whether any replay was pushed to this context (only such contexts bound replay_begun).
   bool replayed() const { return replayed_.load(std::memory_order_acquire); }
   // Control thread: copies the ring head and the replay word (the replay the device began last:
@@ -73,10 +82,12 @@ class DeviceContext {
   CUcontext context_ = nullptr;
   uint32_t ring_index_ = 0;
   uint32_t kernel_slots_ = 0;
-  uint8_t* device_ = nullptr;  // sanitizerAlloc'd DeviceContextState + slots + capture
+  uint8_t* device_ = nullptr;  // sanitizerAlloc'd DeviceContextState + replay spans + slots
   Sanitizer_StreamHandle tool_stream_ = nullptr;
   std::atomic<bool> replayed_{false};
   uint64_t replay_sources_[kReplayBuffers] = {};
+  uint64_t ended_sources_[kReplayBuffers] = {};
+  ReplaySpanLedger span_ledger_;             // control thread only
   std::vector<uint32_t> flags_in_place_;     // per slot: the config word last written
   std::vector<uint64_t> entry_pc_in_place_;  // per slot: the first pc last written
   const uint64_t* consumer_tail_ = nullptr;  // the segment's RingControl::tail of this ring

@@ -25,8 +25,10 @@ thread_local bool t_tool_thread = false;
 struct GraphLaunchInProgress {
   uint64_t graph_exec = 0;
   uint64_t replay = 0;
-  bool recorded = false;  // its node launches are written (the graph launch record says so)
-  uint32_t nodes = 0;     // node launch callbacks seen
+  bool recorded = false;                    // its node launches are written (the graph launch record says so)
+  uint32_t nodes = 0;                       // node launch callbacks seen
+  DeviceContext* context = nullptr;         // where its number was pushed (replay != 0) ...
+  Sanitizer_StreamHandle stream = nullptr;  // ... on this stream: its end follows it there
 };
 thread_local GraphLaunchInProgress t_graph_launch;
 
@@ -134,13 +136,11 @@ void Injector::set_node_callbacks(bool on) {
   if (on) {
     if (graph_execs_.node_callbacks_on()) return;
     enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, true);
-    enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, true);
     graph_execs_.say_node_callbacks_on();
     return;
   }
   if (!graph_execs_.say_node_callbacks_off(launch_callbacks_.load(std::memory_order_relaxed))) return;
   enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_NODE_LAUNCH_BEGIN, false);
-  enable_callback(SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END, false);
 }
 
 void Injector::need_launch_callbacks(const char* why) {
@@ -589,15 +589,18 @@ void Injector::on_graph_launch(const Sanitizer_GraphLaunchData& data) {
     const uint64_t replay = replays_.fetch_add(1, std::memory_order_acq_rel) + 1;
     if (context->push_replay(data.hStream, replay)) record.replay = replay;
   }
-  t_graph_launch = GraphLaunchInProgress{graph_exec, record.replay, recorded, 0};
+  t_graph_launch = GraphLaunchInProgress{graph_exec, record.replay, recorded, 0, context, data.hStream};
   writer_->write_launch(record);
 }
 
 void Injector::on_graph_launch_end() {
   const GraphLaunchInProgress finished = t_graph_launch;
   t_graph_launch = GraphLaunchInProgress{};
-  if (!segment_ready_.load(std::memory_order_acquire) || !finished.recorded) return;
-  graph_execs_.end_replay(finished.graph_exec);
+  if (!segment_ready_.load(std::memory_order_acquire)) return;
+  if (config_.replay_spans && finished.replay && finished.context &&
+      !finished.context->end_replay(finished.stream, finished.replay) && first_time(LogOnce::Internal))
+    log_line("copying a replay's end to the device failed: its span may take in the launches after it");
+  if (finished.recorded) graph_execs_.end_replay(finished.graph_exec);
 }
 
 void Injector::manage_node_callbacks() {

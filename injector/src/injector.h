@@ -103,13 +103,16 @@ class Injector : private ControlTarget {
   // What a function is bound to: its slot's address, and with GPUOBS_CONFIG_WORD=bound the config.
   struct Binding;
   uint64_t userdata_of(const Binding& binding, uint32_t flags) const;
-  // A kernel's config word under `config`: the process-wide options (GPUOBS_LAUNCH_TIMES) come from config_.
+  // A kernel's config word under `config`: the process-wide options (GPUOBS_LAUNCH_TIMES,
+  // GPUOBS_REPLAY_SPANS) come from config_.
   uint32_t kernel_flags(uint64_t config, bool captured, bool access_hooked) const {
-    return make_flags(config, captured, access_hooked, config_.launch_times);
+    return make_flags(config, captured, access_hooked, config_.launch_times, config_.replay_spans);
   }
 
   // control thread (control_thread.cpp)
   void control_loop();
+  // The spans of the replays `context` finished since the last publish, into the launch ring.
+  void publish_replay_spans(DeviceContext& context);
   // ControlTarget: the control decision (producer.h) asks and changes the config through these.
   ControlRequest in_force() override;
   PatchSet patch_set() override;

@@ -75,6 +75,7 @@ InjectorConfig load_injector_config() {
   if (const char* text = env("GPUOBS_BLOCK_EXIT")) config.block_exit = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_EXIT_PUBLISH")) config.exit_publish = std::strcmp(text, "0") != 0;
   if (const char* text = env("GPUOBS_LAUNCH_TRACE")) config.launch_trace = std::strcmp(text, "1") == 0;
+  if (const char* text = env("GPUOBS_REPLAY_SPANS")) config.replay_spans = std::strcmp(text, "0") != 0;
   if (const char* text = env("GPUOBS_LAUNCH_TIMES")) config.launch_times = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_STEP_ASIDE")) config.step_aside_allowed = std::strcmp(text, "1") == 0;
   if (const char* text = env("GPUOBS_CONFIG_WORD")) {

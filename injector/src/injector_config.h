@@ -31,6 +31,9 @@ struct InjectorConfig {
                                          // on r580 it does not let CUPTI attach, and it ends observation)
   bool launch_times = false;             // GPUOBS_LAUNCH_TIMES=1: in `counter`, a launch event from block (0,0,0)
                                          // (device entry times: engine steps' spans without `blocks`)
+  bool replay_spans = true;              // GPUOBS_REPLAY_SPANS (0: off): in `counter` and up, each graph
+                                         // replay's device span, folded by block (0,0,0)'s leaders and
+                                         // read by the tool thread (replay_spans.h)
   bool launch_trace = false;             // GPUOBS_LAUNCH_TRACE: a host record per kernel launch (opt-in:
                                          // each launch then costs a host callback)
   bool bound_config = false;             // GPUOBS_CONFIG_WORD: slot (patches read their kernel's config word

@@ -2,7 +2,8 @@
 // for the benchmarks' floor tool (which enables the same ids with empty bodies, so a benchmark
 // shows what they cost apart from what gpuobs does in them). Every enabled id costs the served
 // process even when its callback returns at once: none fires per kernel launch or per
-// synchronize; one fires per graph replay.
+// synchronize; two fire per graph replay (its launch begins: its number goes to the device ahead
+// of its nodes; it ends: its end goes after them, for replay spans).
 #pragma once
 
 #include <sanitizer.h>
@@ -23,6 +24,7 @@ constexpr CallbackId kSteadyCallbacks[] = {
     {SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_GRAPHEXEC_CREATED},
     {SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_GRAPHEXEC_DESTROYING},
     {SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_BEGIN},
+    {SANITIZER_CB_DOMAIN_GRAPHS, SANITIZER_CBID_GRAPHS_LAUNCH_END},
 };
 
 }  // namespace gpuobs

@@ -24,6 +24,7 @@
 #include "gpuobs/launch_census.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/producer.h"
+#include "gpuobs/replay_span_ledger.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/sample_hash.h"
 #include "gpuobs/segment_reader.h"
@@ -673,6 +674,56 @@ py::bytes bytes_of(const std::vector<T>& values) {
   return py::bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
 }
 
+// Replay spans (replay_spans.h) played on the host: a context's span table as the block-entry
+// patch folds into it and the tool thread's ledger of it, for tests of the protocol.
+struct SpanTable {
+  std::vector<DeviceReplaySpan> spans = std::vector<DeviceReplaySpan>(kReplaySpanSlots, reset_replay_span());
+  ReplaySpanLedger ledger;
+};
+
+void bind_replay_spans(py::module_& m) {
+  m.attr("REPLAY_SPAN_SLOTS") = kReplaySpanSlots;
+  m.attr("REPLAY_ENDED") = kReplayEnded;
+  py::class_<SpanTable>(m, "ReplaySpanTable")
+      .def(py::init<>())
+      .def(
+          "fold",
+          [](SpanTable& table, uint64_t word, uint64_t entry_ns) {
+            note_replay_span(table.spans.data(), word, entry_ns);
+          },
+          py::arg("word"), py::arg("entry_ns"), "a launch's block (0,0,0) entry, under replay word `word`")
+      .def(
+          "read",
+          [](SpanTable& table, uint64_t word) {
+            std::vector<ReplaySpanFound> found;
+            std::vector<uint32_t> resets;
+            table.ledger.read(word, table.spans.data(), &found, &resets);
+            py::list spans;
+            for (const ReplaySpanFound& span : found)
+              spans.append(py::make_tuple(span.replay, span.first_entry_ns, span.last_entry_ns, span.launches));
+            return py::make_tuple(spans, resets);
+          },
+          py::arg("word"), "the tool thread's read: ([(replay, first, last, launches)], slots to reset)")
+      .def(
+          "reset",
+          [](SpanTable& table, const std::vector<uint32_t>& slots) {
+            for (uint32_t slot : slots) table.spans.at(slot) = reset_replay_span();
+          },
+          py::arg("slots"))
+      .def(
+          "reset_done",
+          [](SpanTable& table, const std::vector<uint32_t>& slots, uint64_t word_after) {
+            table.ledger.reset_done(slots, word_after);
+          },
+          py::arg("slots"), py::arg("word_after"))
+      .def(
+          "reset_failed",
+          [](SpanTable& table, const std::vector<uint32_t>& slots) { table.ledger.reset_failed(slots); },
+          py::arg("slots"))
+      .def_property_readonly("published", [](const SpanTable& table) { return table.ledger.published(); })
+      .def_property_readonly("unclean", [](const SpanTable& table) { return table.ledger.unclean(); });
+}
+
 // The daemon's block pairing (block_pairer.h); results as bytes that Python views with numpy.
 void bind_pairer(py::module_& m) {
   py::class_<BlockPairer>(m, "BlockPairer")
@@ -764,4 +815,5 @@ PYBIND11_MODULE(_native, m) {
   bind_reader(m);
   bind_writer(m);
   bind_pairer(m);
+  bind_replay_spans(m);
 }

@@ -15,26 +15,33 @@ def rows_of(workload: str, configs: list, ratio: float = 1.0) -> list[dict]:
     return [{"workload": workload, "config": label, "ratio": ratio} for label, *_ in configs]
 
 
-def test_the_launch_times_workload_has_a_no_tool_spread_a_floor_and_both_counter_rows() -> None:
-    labels = [label for label, *_ in overhead.LAUNCH_TIMES]
+def test_the_step_spans_workload_has_a_no_tool_spread_a_floor_and_each_span_row() -> None:
+    labels = [label for label, *_ in overhead.STEP_SPANS]
     assert labels[:2] == [overhead.BASELINE[0], overhead.NO_TOOL_AGAIN[0]]
     assert overhead.EMPTY_PATCH in labels
-    assert {"counter", "counter, launch times (GPUOBS_LAUNCH_TIMES=1)"} <= set(labels)
-    environments = {label: extra for label, _, _, _, extra in overhead.LAUNCH_TIMES}
-    assert environments["counter, launch times (GPUOBS_LAUNCH_TIMES=1)"] == {"GPUOBS_LAUNCH_TIMES": "1"}
-    assert environments["counter"] == {}
+    environments = {label: extra for label, _, _, _, extra in overhead.STEP_SPANS}
+    assert environments["counter"] == environments["off"] == {}  # replay spans: the default
+    assert environments["counter, no replay spans (GPUOBS_REPLAY_SPANS=0)"] == {"GPUOBS_REPLAY_SPANS": "0"}
+    assert environments["off, no replay spans (GPUOBS_REPLAY_SPANS=0)"] == {"GPUOBS_REPLAY_SPANS": "0"}
+    assert environments["counter, launch times (GPUOBS_LAUNCH_TIMES=1)"] == {
+        "GPUOBS_LAUNCH_TIMES": "1",
+        "GPUOBS_REPLAY_SPANS": "0",
+    }
 
 
-def test_the_launch_times_target_is_judged_from_that_workloads_rows() -> None:
-    rows = rows_of("decode_graph_launch_times", overhead.LAUNCH_TIMES)
+def test_the_step_span_targets_are_judged_from_that_workloads_rows() -> None:
+    rows = rows_of("decode_graph_step_spans", overhead.STEP_SPANS)
     for row in rows:
-        if row["config"].startswith("counter, launch times"):
+        if row["config"] == "counter":
             row["ratio"] = 1.03
     lines = overhead.check_targets(rows)
-    assert "MISSED: (d) counter with launch times / counter <= 1.01: 1.030" in lines
+    assert "MISSED: (d) counter with replay spans / counter without <= 1.01: 1.030" in lines
+    assert "met: (d) off with replay spans / off without <= 1.01: 1.000" in lines
     for row in rows:
         row["ratio"] = 1.0
-    assert "met: (d) counter with launch times / counter <= 1.01: 1.000" in overhead.check_targets(rows)
+    lines = overhead.check_targets(rows)
+    assert "met: (d) counter with replay spans / counter without <= 1.01: 1.000" in lines
+    assert "met: (d) counter with launch times / counter without spans <= 1.01: 1.000" in lines
 
 
 def test_every_decode_graph_target_names_rows_its_table_has() -> None:

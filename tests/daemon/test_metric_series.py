@@ -99,7 +99,9 @@ class Fake:
 def view(pid: int, alive: bool = True):
     from gpuobs.daemon import results
 
-    stats = results.InjectorStats(*([0] * 7), *([0.0] * 5))
+    stats = results.InjectorStats(
+        **{f.name: 0.0 if f.name.endswith("_seconds") else 0 for f in dataclasses.fields(results.InjectorStats)}
+    )
     return results.Process(
         pid, "synth", "", "", alive, "counter", 0, "block", "", 0, "ok", "", 0, 0, [], 0.0, 0, stats, 0,
         False, "unknown", 0, 0, 0, "", [], 0, "", 0,

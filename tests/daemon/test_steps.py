@@ -222,17 +222,21 @@ def test_a_steps_flop_estimate_gives_the_rate_achieved_over_device_and_host_time
     assert f"{steps[-1].device_flops_per_s / 1e12:.3f}" in shown.stdout.splitlines()[-1]
 
 
-@pytest.mark.parametrize("launch_times", [True, False])
-def test_counter_mode_times_steps_by_launch_events_only_with_launch_times(
-    start_synth, start_daemon, launch_times: bool
-) -> None:
-    """`counter` records no block events; with GPUOBS_LAUNCH_TIMES=1 block (0,0,0) records each
-    launch, so a step has a span (its first node's entry to its last's) and its requests device
-    time, the blocks still only counted (no node judged mismatched); without it, nothing is timed."""
+@pytest.mark.parametrize("timing", ["replay spans", "launch times", "none"])
+def test_counter_mode_times_steps_by_replay_spans_or_launch_events(start_synth, start_daemon, timing: str) -> None:
+    """`counter` records no block events. By default block (0,0,0)'s leaders fold each replay's
+    span on the device and the injector reads it (one ReplaySpan record a replay, counted); with
+    GPUOBS_LAUNCH_TIMES=1 (and no spans) block (0,0,0) records each launch as an event instead.
+    Either way a step has a span (its first node's entry to its last's) and its requests device
+    time, the blocks still only counted (no node judged mismatched); with neither, nothing is timed."""
+    env = {
+        "replay spans": {},
+        "launch times": {"GPUOBS_LAUNCH_TIMES": "1", "GPUOBS_REPLAY_SPANS": "0"},
+        "none": {"GPUOBS_REPLAY_SPANS": "0"},
+    }[timing]
     synth = start_synth(
         "--mode", "counter", "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * REPLAYS),
-        "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18),
-        env={"GPUOBS_LAUNCH_TIMES": "1"} if launch_times else {},
+        "--rate", "100000", "--kernels", "8", "--ring-records", str(1 << 18), env=env,
     )  # fmt: skip
     daemon = start_daemon("--analysis-share", "1")
     assert synth.wait() == 0
@@ -241,14 +245,19 @@ def test_counter_mode_times_steps_by_launch_events_only_with_launch_times(
     requests = daemon.stub.ListRequests(pb.ListRequestsRequest(top=1000), timeout=10)
     (process,) = daemon.stub.GetStatus(pb.GetStatusRequest(), timeout=10).processes
     assert process.accounting_errors == 0
+    # every replay's span read once, none unclean: exact, as the other counts
+    assert (process.injector.replay_spans, process.injector.replay_spans_unclean) == (
+        REPLAYS if timing == "replay spans" else 0,
+        0,
+    )
     (graph,) = daemon.stub.ListGraphs(pb.ListGraphsRequest(), timeout=10).graphs
     assert graph.executions_mismatched == graph.executions_matched == 0 and graph.executions_unrecorded > 0
-    assert not any(s.HasField("device_busy_ns") for s in steps)  # launch times span, they do not time runs
-    if not launch_times:
+    assert not any(s.HasField("device_busy_ns") for s in steps)  # entries span, they do not time runs
+    if timing == "none":
         assert all(s.device_span_ns == 0 and not s.HasField("busy_ratio") for s in steps)
         assert requests.steps_device_ns == 0 and all(r.steps_untimed == r.steps for r in requests.requests)
         return
-    assert all(s.device_span_ns > 0 for s in steps)
+    assert len(steps) == REPLAYS and all(s.device_span_ns > 0 for s in steps)
     for step in steps:
         starts = [r.device_start_ns for r in step.replays]
         ends = [r.device_end_ns for r in step.replays]
@@ -328,3 +337,32 @@ def test_a_step_with_replays_past_those_it_names_has_neither_span_nor_busy_time(
     step.replays_launched = StepAttribution.MAX_REPLAYS_PER_STEP + 1
     crowded = StepQueries._step_row(process, step, "")
     assert (crowded.device_span_ns, crowded.device_busy_ns) == (0, None)
+
+
+def test_replays_read_a_span_table_too_late_are_counted_unclean_and_left_untimed(start_synth, start_daemon) -> None:
+    """The injector reads replay spans as often as it publishes: a reader more than a table
+    (512 replays) behind finds slots that two replays folded into. Those are counted unclean,
+    never published as a span, and their steps stay untimed; status says so."""
+    replays = 3000
+    synth = start_synth(
+        "--mode", "counter", "--graph-nodes", "1", "--steps", "--launches", str(replays),
+        "--rate", "10000000", "--kernels", "2", "--publish-us", "30000000", "--ring-records", str(1 << 18),
+    )  # fmt: skip
+    daemon = start_daemon("--analysis-share", "1")
+    assert synth.wait() == 0
+    daemon.wait_all_gone()
+    (process,) = daemon.stub.GetStatus(pb.GetStatusRequest(), timeout=10).processes
+    spans, unclean = process.injector.replay_spans, process.injector.replay_spans_unclean
+    assert unclean > 0 and spans + unclean <= replays, (spans, unclean)
+    assert process.accounting_errors == 0
+    steps, request = [], pb.ListStepsRequest(last=replays)
+    while True:  # 256 steps a reply
+        reply = daemon.stub.ListSteps(request, timeout=30)
+        steps.extend(reply.steps)
+        if not reply.next_page_token:
+            break
+        request.page_token = reply.next_page_token
+    assert len(steps) == replays
+    assert sum(1 for s in steps if s.device_span_ns) <= spans  # a step is timed only by a span read clean
+    shown = gpuobsctl(daemon.address, "status")
+    assert shown.returncode == 0 and f"{unclean} of {spans + unclean} graph replays read without a span" in shown.stdout

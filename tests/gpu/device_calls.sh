@@ -26,7 +26,7 @@
 #   call 2 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 2 COMMIT
 #   call 3o (carry .vllm/c2):      bash tests/gpu/device_calls.sh 3o COMMIT  (the vLLM ops scene: ~100 s)
 #   call 3 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 3 COMMIT [overhead workloads after it]
-#                                  (GPUOBS_OVERHEAD_ROUNDS=N before it; `launch-times`, 5 rounds: ~100 s)
+#                                  (GPUOBS_OVERHEAD_ROUNDS=N before it; `step-spans`, 3 rounds: ~100 s)
 #                                  (serve and per-request tests, without the ops scene since 910cb9b)
 #   call 4 (carry .vllm/c2):       bash tests/gpu/device_calls.sh 4 COMMIT   (the decode bench on the
 #                                  GPU-bound model, 3 rounds; not a test; call 2 runs it as the test

@@ -13,6 +13,9 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+import pytest
+from gpuobs.segment import EVENT_KINDS, LAUNCH_KINDS, REPLAY_SPAN_DTYPE
 from gpuobs_testing.daemon import DaemonProcess, device_stage, free_port, gpuobsctl
 from harness import WORKLOADS, InjectedRun, keep_report
 
@@ -204,3 +207,51 @@ def test_d_mode_switches_while_graphs_replay_in_a_loop(shm_dir: Path, tmp_path: 
             )
         }
     assert judged - int(graph["executions_unrecorded"]) > 0  # the switches reached the replays: some ran in blocks
+
+
+@pytest.mark.parametrize("mode", ["counter", "blocks"])
+def test_e_every_replay_has_its_device_span_from_block_zero_entries(shm_dir: Path, mode: str) -> None:
+    """Replay spans (replay_spans.h): block (0,0,0)'s leaders fold each replay's first and last
+    entry into a slot in device memory, and the tool thread reads it once the replay is done:
+    every replay read once, none unclean, each with as many launches as the exec has kernel
+    nodes, eager launches (warm-up, capture, the check after) in none. In `blocks` the same
+    launches also record launch events: a span's ends are its replay's first and last launch
+    event's times, taken a few instructions apart in the same thread."""
+    run = InjectedRun(DECODE + ["--layers", "4", "--replays", "20"], shm_dir, mode=mode, ring_records=1 << 22)
+    out = run.finish()
+    launches, events = run.all_launches(), run.all_events()
+    counters = run.global_counters()
+    spans = launches[launches["kind"] == LAUNCH_KINDS["replay_span"]].view(REPLAY_SPAN_DTYPE)
+    graph_launches = launches[launches["kind"] == LAUNCH_KINDS["graph_launch"]]
+    nodes = launches[launches["kind"] == LAUNCH_KINDS["graph_node"]]
+    first_recorded = int(nodes["replay"].min())
+    kernel_nodes = int((nodes["replay"] == first_recorded).sum())
+    node_grids = set(nodes["grid_id"].tolist())
+    finding = {
+        "replays": len(graph_launches),
+        "spans": len(spans),
+        "spans_counted": int(counters["replay_spans"]),
+        "unclean": int(counters["replay_spans_unclean"]),
+        "kernel_nodes": kernel_nodes,
+        "launches_per_span": sorted(set(spans["launches"].tolist())),
+        "span_us": [round((int(s["last_entry_ns"]) - int(s["first_entry_ns"])) / 1000, 1) for s in spans[:5]],
+    }
+    print(finding)
+    assert out["replays"] == 20 and finding["replays"] >= 20, finding
+    assert finding["spans"] == finding["spans_counted"] == finding["replays"] and finding["unclean"] == 0, finding
+    assert finding["launches_per_span"] == [kernel_nodes], finding
+    assert sorted(spans["replay"].tolist()) == sorted(graph_launches["replay"].tolist())
+    assert all(int(s["last_entry_ns"]) > int(s["first_entry_ns"]) > 0 for s in spans)
+    if mode == "counter":
+        assert len(events) == 0
+        return
+    launch_events = events[events["kind"] == EVENT_KINDS["launch"]]
+    for span in spans:
+        mine = launch_events[
+            (launch_events["replay"] == (int(span["replay"]) & 0xFFFFFFFF))
+            & np.isin(launch_events["grid_id"], list(node_grids))
+        ]
+        times = mine["globaltimer_ns"].astype(np.int64)
+        assert len(mine) == int(span["launches"]), (int(span["replay"]), len(mine))
+        assert abs(int(times.min()) - int(span["first_entry_ns"])) < 20_000, int(span["replay"])
+        assert abs(int(times.max()) - int(span["last_entry_ns"])) < 20_000, int(span["replay"])

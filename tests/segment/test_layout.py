@@ -35,6 +35,7 @@ CXX_STRUCTS = {
     "step_text_record": "StepTextRecord",
     "op_record": "OpRecord",
     "op_nodes_record": "OpNodesRecord",
+    "replay_span_record": "ReplaySpanRecord",
 }
 
 

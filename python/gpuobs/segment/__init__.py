@@ -52,6 +52,7 @@ STEP_DTYPE: np.dtype = _struct_dtype("step_record")  # a launch ring row
 STEP_TEXT_DTYPE: np.dtype = _struct_dtype("step_text_record")  # also an op's label (kind op_text)
 OP_DTYPE: np.dtype = _struct_dtype("op_record")
 OP_NODES_DTYPE: np.dtype = _struct_dtype("op_nodes_record")  # graph nodes an op captured
+REPLAY_SPAN_DTYPE: np.dtype = _struct_dtype("replay_span_record")  # a replay's span on the device
 STEP_SAME_REQUESTS: int = int(_native.STEP_SAME_REQUESTS)
 GRAPH_NODES_RECORDED: int = int(_native.GRAPH_NODES_RECORDED)  # graph launch record flag
 MAX_OP_LABEL_BYTES: int = int(_native.MAX_OP_LABEL_BYTES)  # the injector cuts an op's label there

@@ -246,10 +246,14 @@ size_t SegmentReader::read_launches(LaunchRecord* out, size_t max_records) {
   auto validate = [slots](const LaunchRecord& record) {
     if (is_kernel_launch(record.kind)) return record.kernel_slot == UINT32_MAX || record.kernel_slot < slots;
     // annotations share the ring but not the launch fields (StepRecord, OpRecord, StepTextRecord,
-    // OpNodesRecord)
+    // OpNodesRecord, ReplaySpanRecord)
     if (record.kind == uint32_t(LaunchKind::Step) || record.kind == uint32_t(LaunchKind::StepText) ||
         record.kind == uint32_t(LaunchKind::Op) || record.kind == uint32_t(LaunchKind::OpText))
       return true;
+    if (record.kind == uint32_t(LaunchKind::ReplaySpan)) {
+      const auto& span = reinterpret_cast<const ReplaySpanRecord&>(record);
+      return span.replay != 0 && span.first_entry_ns <= span.last_entry_ns && span.launches > 0;
+    }
     if (record.kind == uint32_t(LaunchKind::OpNodes)) {
       const uint32_t count = reinterpret_cast<const OpNodesRecord&>(record).count;
       return count > 0 && count <= kOpNodesPerRecord;

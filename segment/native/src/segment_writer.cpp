@@ -138,6 +138,18 @@ bool SegmentWriter::write_op(uint64_t op, const char* label, uint32_t label_byte
   return put_text(LaunchKind::OpText, op, record.host_time_ns, label, label_bytes) && all;
 }
 
+bool SegmentWriter::write_replay_span(const ReplaySpanFound& span, uint32_t context_index) {
+  ReplaySpanRecord record{};
+  record.host_time_ns = monotonic_ns();
+  record.replay = span.replay;
+  record.first_entry_ns = span.first_entry_ns;
+  record.last_entry_ns = span.last_entry_ns;
+  record.launches = span.launches;
+  record.context_index = context_index;
+  record.kind = uint32_t(LaunchKind::ReplaySpan);
+  return put_launch_ring(as_launch_record(record));
+}
+
 bool SegmentWriter::write_op_nodes(uint64_t op, uint64_t graph, uint64_t capture_id, const uint64_t* nodes,
                                    const uint8_t* kernel, size_t count) {
   bool all = true;
@@ -240,6 +252,8 @@ void SegmentWriter::publish(const DeviceSnapshot& snapshot) {
   put_relaxed(&counters.device_blocks, snapshot.blocks);
   put_relaxed(&counters.device_quiescent, snapshot.quiescent ? 1 : 0);
   put_relaxed(&counters.device_replay_begun, snapshot.replay_begun);
+  put_relaxed(&counters.replay_spans, snapshot.replay_spans);
+  put_relaxed(&counters.replay_spans_unclean, snapshot.replay_spans_unclean);
   put_relaxed(&counters.launches, snapshot.launches);
   const uint32_t kernels = snapshot.kernel_count < v.caps.kernel_slots ? snapshot.kernel_count : v.caps.kernel_slots;
   for (uint32_t slot = 0; snapshot.kernels && slot < kernels; ++slot)

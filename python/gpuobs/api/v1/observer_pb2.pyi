@@ -104,7 +104,7 @@ class Gpu(_message.Message):
     def __init__(self, ordinal: _Optional[int] = ..., context: _Optional[int] = ..., pci_bus_id: _Optional[str] = ..., uuid: _Optional[str] = ...) -> None: ...
 
 class InjectorStats(_message.Message):
-    __slots__ = ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped", "resource_callback_seconds", "launch_callback_seconds", "graph_callback_seconds", "patch_seconds", "cubin_seconds", "profiler_starts", "modules_access_hooked")
+    __slots__ = ("modules_loaded", "modules_patched", "patch_failures", "cubins_kept", "cubins_skipped", "resource_callback_seconds", "launch_callback_seconds", "graph_callback_seconds", "patch_seconds", "cubin_seconds", "profiler_starts", "modules_access_hooked", "replay_spans", "replay_spans_unclean")
     MODULES_LOADED_FIELD_NUMBER: _ClassVar[int]
     MODULES_PATCHED_FIELD_NUMBER: _ClassVar[int]
     PATCH_FAILURES_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,8 @@ class InjectorStats(_message.Message):
     CUBIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PROFILER_STARTS_FIELD_NUMBER: _ClassVar[int]
     MODULES_ACCESS_HOOKED_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_SPANS_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_SPANS_UNCLEAN_FIELD_NUMBER: _ClassVar[int]
     modules_loaded: int
     modules_patched: int
     patch_failures: int
@@ -129,7 +131,9 @@ class InjectorStats(_message.Message):
     cubin_seconds: float
     profiler_starts: int
     modules_access_hooked: int
-    def __init__(self, modules_loaded: _Optional[int] = ..., modules_patched: _Optional[int] = ..., patch_failures: _Optional[int] = ..., cubins_kept: _Optional[int] = ..., cubins_skipped: _Optional[int] = ..., resource_callback_seconds: _Optional[float] = ..., launch_callback_seconds: _Optional[float] = ..., graph_callback_seconds: _Optional[float] = ..., patch_seconds: _Optional[float] = ..., cubin_seconds: _Optional[float] = ..., profiler_starts: _Optional[int] = ..., modules_access_hooked: _Optional[int] = ...) -> None: ...
+    replay_spans: int
+    replay_spans_unclean: int
+    def __init__(self, modules_loaded: _Optional[int] = ..., modules_patched: _Optional[int] = ..., patch_failures: _Optional[int] = ..., cubins_kept: _Optional[int] = ..., cubins_skipped: _Optional[int] = ..., resource_callback_seconds: _Optional[float] = ..., launch_callback_seconds: _Optional[float] = ..., graph_callback_seconds: _Optional[float] = ..., patch_seconds: _Optional[float] = ..., cubin_seconds: _Optional[float] = ..., profiler_starts: _Optional[int] = ..., modules_access_hooked: _Optional[int] = ..., replay_spans: _Optional[int] = ..., replay_spans_unclean: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("version", "segment_dir", "uptime_ms", "processes", "rejected_segments", "rejected_segments_total", "rejected_segments_forgotten")

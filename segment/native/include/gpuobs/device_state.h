@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "gpuobs/layout.h"
+#include "gpuobs/replay_spans.h"
 
 namespace gpuobs {
 
@@ -85,15 +86,23 @@ constexpr uint32_t kFlagsAccessHooked = 0x200;  // flags bit 9: its module carri
 // flags bit 10 (GPUOBS_LAUNCH_TIMES=1): in `counter`, block (0,0,0)'s leader records the launch as
 // an event (its entry time), the cheapest record that gives an engine step its device span
 constexpr uint32_t kFlagsLaunchTimes = 0x400;
+// flags bit 11 (GPUOBS_REPLAY_SPANS, on unless 0): in `counter` and up, block (0,0,0)'s leader
+// folds its entry time into its replay's span (replay_spans.h)
+constexpr uint32_t kFlagsReplaySpans = 0x800;
 static_assert(kModeCount <= kFlagsModeMask + 1, "every mode fits the flags' mode bits");
 static_assert(kMaxShift <= 0x1f, "every shift fits the flags' shift bits");
-GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured, bool access_hooked, bool launch_times = false) {
+GPUOBS_HD constexpr uint32_t make_flags(uint64_t config, bool captured, bool access_hooked, bool launch_times = false,
+                                        bool replay_spans = false) {
   return (config_mode(config) & kFlagsModeMask) | (captured ? kFlagsCaptured : 0) |
          ((config_shift(config) & 0x1f) << kFlagsShiftShift) | (access_hooked ? kFlagsAccessHooked : 0) |
-         (launch_times ? kFlagsLaunchTimes : 0);
+         (launch_times ? kFlagsLaunchTimes : 0) | (replay_spans ? kFlagsReplaySpans : 0);
 }
 GPUOBS_HD constexpr uint32_t flags_mode(uint32_t flags) { return flags & kFlagsModeMask; }
 GPUOBS_HD constexpr uint32_t flags_shift(uint32_t flags) { return (flags >> kFlagsShiftShift) & 0x1f; }
+// Whether a launch's block (0,0,0) folds its entry into its replay's span: counted and observed.
+GPUOBS_HD constexpr bool spans_replays(uint32_t flags) {
+  return (flags & kFlagsReplaySpans) && flags_mode(flags) >= uint32_t(Mode::Counter);
+}
 GPUOBS_HD constexpr uint64_t bound_userdata(uint64_t slot_address, uint32_t flags) {
   return (slot_address & kSlotAddressMask) | kBoundConfig | (uint64_t(flags & 0x7fff) << 48);
 }
@@ -151,9 +160,10 @@ GPUOBS_HD constexpr uint32_t slot_in_userdata(uint64_t userdata) {
 struct DeviceConfig {
   uint64_t config;
   uint64_t generation;
-  uint64_t replay;  // replay sequence of the graph launch in progress
+  uint64_t replay;  // replay sequence of the graph launch in progress, | kReplayEnded once its nodes are done
   uint64_t reserved;
 };
+static_assert(offsetof(DeviceConfig, replay) == 16, "the replay word the host copies per replay");
 static_assert(sizeof(DeviceConfig) == 32, "DeviceConfig is 32 bytes");
 
 struct alignas(256) DeviceContextState {
@@ -180,8 +190,14 @@ struct alignas(256) DeviceContextState {
 static_assert(sizeof(DeviceContextState) == 256, "DeviceContextState header is 256 bytes");
 static_assert(offsetof(DeviceContextState, config) % 32 == 0, "config block aligned");
 
-// Layout of one context's device allocation: state, then the slots.
-GPUOBS_HD constexpr uint64_t device_slots_offset() { return sizeof(DeviceContextState); }
+// Layout of one context's device allocation: state, the replay spans, then the slots.
+GPUOBS_HD constexpr uint64_t device_spans_offset() { return sizeof(DeviceContextState); }
+GPUOBS_HD constexpr uint64_t device_slots_offset() {
+  return device_spans_offset() + uint64_t(kReplaySpanSlots) * sizeof(DeviceReplaySpan);
+}
+GPUOBS_HD DeviceReplaySpan* replay_spans_of(DeviceContextState* context) {
+  return reinterpret_cast<DeviceReplaySpan*>(reinterpret_cast<uint8_t*>(context) + device_spans_offset());
+}
 // The context state a slot belongs to, from the slot's address and index (slot_userdata).
 GPUOBS_HD const DeviceContextState* context_of_slot(uint64_t slot_address, uint32_t slot) {
   return reinterpret_cast<const DeviceContextState*>(slot_address - device_slots_offset() -

@@ -23,7 +23,7 @@
 namespace gpuobs {
 
 constexpr uint64_t kMagic = 0x474553424f555047ULL;  // "GPUOBSEG" read as little-endian bytes
-constexpr uint32_t kLayoutVersion = 7;              // 2: graph launch and graph exec records; 3: the launch census;
+constexpr uint32_t kLayoutVersion = 8;              // 2: graph launch and graph exec records; 3: the launch census;
                                         // 4: op records, a launch's thread, identity and GPUs in the header;
                                         // 5: graph nodes an op captured, the graph an exec was made from
                                         // moved to the device (launch events, kernel shapes section);
@@ -32,7 +32,8 @@ constexpr uint32_t kLayoutVersion = 7;              // 2: graph launch and graph
                                         // header with start-up settings (the chosen kernels, the cubin
                                         // directory), blocks exited per kernel;
                                         // 7: step text lines carry each request's scheduled
-                                        // tokens ('id\ttokens'), sent when ids or counts change
+                                        // tokens ('id\ttokens'), sent when ids or counts change;
+                                        // 8: replay span records and their counters
 constexpr uint32_t kEventRecordBytes = 64;
 constexpr uint32_t kLaunchRecordBytes = 128;
 constexpr uint32_t kPageBytes = 4096;
@@ -187,6 +188,7 @@ enum class LaunchKind : uint32_t {
   Op = 8,                  // a framework op about to launch its kernels (OpRecord), from a plugin
   OpText = 9,              // the op's label (StepTextRecord's layout, `step` = the op's number)
   OpNodes = 10,            // graph nodes an op added to a graph being captured (OpNodesRecord)
+  ReplaySpan = 11,         // a graph replay's span on the device (ReplaySpanRecord), from the tool thread
 };
 inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
     {LaunchKind::Eager, "eager"},
@@ -199,6 +201,7 @@ inline constexpr Named<LaunchKind> kLaunchKindNames[] = {
     {LaunchKind::Op, "op"},
     {LaunchKind::OpText, "op_text"},
     {LaunchKind::OpNodes, "op_nodes"},
+    {LaunchKind::ReplaySpan, "replay_span"},
 };
 static_assert(dense_from(kLaunchKindNames, 1), "launch kinds from 1 (0 is invalid), in wire order");
 constexpr uint32_t kLaunchKindCount = 1 + uint32_t(sizeof(kLaunchKindNames) / sizeof(kLaunchKindNames[0]));
@@ -385,6 +388,36 @@ inline constexpr Field kOpRecordFields[] = {
     GPUOBS_FIELD(OpRecord, seq),
 };
 static_assert(covers(kOpRecordFields, sizeof(OpRecord)), "kOpRecordFields lists every member");
+
+// A graph replay's span on the device, in `counter` mode and up (replay_spans.h): block
+// (0,0,0)'s entries of its kernels, first to last, folded on the device and written by the
+// injector's tool thread once the replay was done. It follows its replay's graph launch record.
+struct alignas(64) ReplaySpanRecord {
+  uint64_t host_time_ns;    // CLOCK_MONOTONIC when the tool thread read it
+  uint64_t replay;          // the replay's number (its graph launch record's `replay`)
+  uint64_t first_entry_ns;  // device %globaltimer: the earliest block (0,0,0) entry of its kernels
+  uint64_t last_entry_ns;   // ... the latest: the last kernel's own run after it is not in the span
+  uint64_t launches;        // kernel launches of the replay that folded in (its kernel nodes)
+  uint32_t context_index;   // the context (event ring) it ran in
+  uint32_t unused0;
+  uint8_t unused[32];
+  uint32_t kind;  // LaunchKind::ReplaySpan
+  uint32_t flags;
+  uint64_t reserved[4];
+  uint64_t seq;
+};
+static_assert(sizeof(ReplaySpanRecord) == kLaunchRecordBytes, "ReplaySpanRecord is a launch ring record");
+static_assert(offsetof(ReplaySpanRecord, kind) == offsetof(LaunchRecord, kind), "kind where a launch record has it");
+static_assert(offsetof(ReplaySpanRecord, seq) == 120, "seq is the last word");
+inline constexpr Field kReplaySpanRecordFields[] = {
+    GPUOBS_FIELD(ReplaySpanRecord, host_time_ns),   GPUOBS_FIELD(ReplaySpanRecord, replay),
+    GPUOBS_FIELD(ReplaySpanRecord, first_entry_ns), GPUOBS_FIELD(ReplaySpanRecord, last_entry_ns),
+    GPUOBS_FIELD(ReplaySpanRecord, launches),       GPUOBS_FIELD(ReplaySpanRecord, context_index),
+    GPUOBS_RESERVED(ReplaySpanRecord, unused0),     GPUOBS_RESERVED(ReplaySpanRecord, unused),
+    GPUOBS_FIELD(ReplaySpanRecord, kind),           GPUOBS_FIELD(ReplaySpanRecord, flags),
+    GPUOBS_RESERVED(ReplaySpanRecord, reserved),    GPUOBS_FIELD(ReplaySpanRecord, seq),
+};
+static_assert(covers(kReplaySpanRecordFields, sizeof(ReplaySpanRecord)), "kReplaySpanRecordFields lists every member");
 
 // Graph nodes that the op `op` added to the graph `graph` while a stream captured it: the nodes
 // of graph execs instantiated from that graph (GraphExecCreated names it) carry the op's label.
@@ -691,7 +724,12 @@ struct GlobalCounters {
   // Modules given the memory access hooks (every patched module in the memory patch set; in the
   // block set those holding a kernel GPUOBS_MEMORY_KERNELS chose), counted as they are patched.
   uint64_t modules_access_hooked;
-  uint64_t reserved[6];
+  // Graph replays whose device span was read and written as a ReplaySpan record (replay_spans.h),
+  // and span slots read that could not say one replay's span (two replays folded into one slot
+  // because the tool thread read it too late, or a reset that may have cut one short).
+  uint64_t replay_spans;
+  uint64_t replay_spans_unclean;
+  uint64_t reserved[4];
 };
 static_assert(sizeof(GlobalCounters) == 256, "GlobalCounters is 256 bytes");
 inline constexpr Field kGlobalCountersFields[] = {
@@ -721,6 +759,8 @@ inline constexpr Field kGlobalCountersFields[] = {
     GPUOBS_FIELD(GlobalCounters, device_replay_begun),
     GPUOBS_FIELD(GlobalCounters, profiler_starts),
     GPUOBS_FIELD(GlobalCounters, modules_access_hooked),
+    GPUOBS_FIELD(GlobalCounters, replay_spans),
+    GPUOBS_FIELD(GlobalCounters, replay_spans_unclean),
     GPUOBS_RESERVED(GlobalCounters, reserved),
 };
 static_assert(covers(kGlobalCountersFields, sizeof(GlobalCounters)), "kGlobalCountersFields lists every member");
@@ -931,6 +971,7 @@ inline constexpr FieldTable kWireStructs[] = {
     GPUOBS_TABLE("step_text_record", StepTextRecord, kStepTextRecordFields),
     GPUOBS_TABLE("op_record", OpRecord, kOpRecordFields),
     GPUOBS_TABLE("op_nodes_record", OpNodesRecord, kOpNodesRecordFields),
+    GPUOBS_TABLE("replay_span_record", ReplaySpanRecord, kReplaySpanRecordFields),
 };
 
 // Empty string when the capacities are acceptable, else the reason.

@@ -81,6 +81,16 @@ GPUOBS_HD void fetch_max(uint64_t* word, uint64_t value) {
 #endif
 }
 
+GPUOBS_HD void fetch_min(uint64_t* word, uint64_t value) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("red.relaxed.gpu.global.min.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+#else
+  uint64_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
+  while (seen > value && !__atomic_compare_exchange_n(word, &seen, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
 // The producer's view of one ring. `head`, `reserved` and `limit` live where the producer's
 // atomics are cheap (device memory for the GPU, the segment for host producers);
 // `consumer_tail` is the reader's position in the segment, read only when the cached limit

@@ -11,6 +11,7 @@
 
 #include "gpuobs/control_request.h"
 #include "gpuobs/layout.h"
+#include "gpuobs/replay_span_ledger.h"
 #include "gpuobs/ring_protocol.h"
 #include "gpuobs/shm_segment.h"
 
@@ -26,6 +27,8 @@ struct DeviceSnapshot {
   uint64_t launches = 0;
   bool quiescent = false;
   uint64_t replay_begun = 0;                // GlobalCounters::device_replay_begun
+  uint64_t replay_spans = 0;                // GlobalCounters::replay_spans (every context's ledger)
+  uint64_t replay_spans_unclean = 0;        // GlobalCounters::replay_spans_unclean
   std::vector<uint64_t> ring_heads;         // per event ring: tickets claimed
   const KernelCounters* kernels = nullptr;  // [kernel_count]
   const KernelShapes* shapes = nullptr;     // [kernel_count]
@@ -67,6 +70,9 @@ class SegmentWriter {
   // record was dropped (each one counted).
   bool write_op_nodes(uint64_t op, uint64_t graph, uint64_t capture_id, const uint64_t* nodes, const uint8_t* kernel,
                       size_t count);
+  // Appends a graph replay's device span (replay_span_ledger.h) read from context
+  // `context_index`'s table. False when the launch ring was full (counted, "host" stage).
+  bool write_replay_span(const ReplaySpanFound& span, uint32_t context_index);
   // Names the process for operators (role, rank, model); cut to the header's 63 bytes.
   void set_label(const std::string& label);
   // Who the process is (a plugin says: role, rank, world size, local rank, model); a reader may
