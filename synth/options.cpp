@@ -52,7 +52,7 @@ void print_flags(std::FILE* out) {
       "kernels run on a simulated device, so gpuobsd and gpuobsctl work without a GPU.\n"
       "Defaults come from the injector's GPUOBS_* variables (GPUOBS_SEGMENT_DIR, GPUOBS_MODE,\n"
       "GPUOBS_SHIFT, GPUOBS_PATCH_SET, GPUOBS_LABEL, GPUOBS_GROUP, GPUOBS_LAUNCH_TRACE,\n"
-      "GPUOBS_LAUNCH_TIMES, GPUOBS_MEMORY_KERNELS); flags override them.\n\n"
+      "GPUOBS_LAUNCH_TIMES, GPUOBS_REPLAY_SPANS, GPUOBS_MEMORY_KERNELS); flags override them.\n\n"
       "  --segment-dir DIR        where the segment is made (default /dev/shm)\n"
       "  --kernels K              kernels it plays (default 8)\n"
       "  --rate N                 work units (events) a second; 0: as fast as it can (default)\n"

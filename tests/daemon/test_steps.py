@@ -24,6 +24,17 @@ def expected_tokens(step: int) -> list[int]:
     return [k + 1 for k in range(len(ids))] if (step - 1) % 3 == 0 else [1] * len(ids)
 
 
+def every_step(daemon, last: int) -> list:
+    """The last `last` steps, page by page (256 a reply)."""
+    steps, request = [], pb.ListStepsRequest(last=last)
+    while True:
+        reply = daemon.stub.ListSteps(request, timeout=30)
+        steps.extend(reply.steps)
+        if not reply.next_page_token:
+            return steps
+        request.page_token = reply.next_page_token
+
+
 def test_each_replay_belongs_to_its_step_and_requests(start_synth, start_daemon) -> None:
     synth = start_synth(
         "--mode",
@@ -279,13 +290,7 @@ def test_a_step_whose_replay_left_the_detail_window_has_no_span_not_a_short_one(
     daemon = start_daemon("--analysis-share", "1")
     assert synth.wait() == 0
     daemon.wait_all_gone()
-    steps, request = [], pb.ListStepsRequest(last=replays)
-    while True:  # 256 steps a reply
-        reply = daemon.stub.ListSteps(request, timeout=30)
-        steps.extend(reply.steps)
-        if not reply.next_page_token:
-            break
-        request.page_token = reply.next_page_token
+    steps = every_step(daemon, replays)
     assert len(steps) == replays
     gone = [s for s in steps if s.replays and s.replays[0].node_executions == 0]
     kept = [s for s in steps if s.replays and s.replays[0].node_executions]
@@ -355,13 +360,7 @@ def test_replays_read_a_span_table_too_late_are_counted_unclean_and_left_untimed
     spans, unclean = process.injector.replay_spans, process.injector.replay_spans_unclean
     assert unclean > 0 and spans + unclean <= replays, (spans, unclean)
     assert process.accounting_errors == 0
-    steps, request = [], pb.ListStepsRequest(last=replays)
-    while True:  # 256 steps a reply
-        reply = daemon.stub.ListSteps(request, timeout=30)
-        steps.extend(reply.steps)
-        if not reply.next_page_token:
-            break
-        request.page_token = reply.next_page_token
+    steps = every_step(daemon, replays)
     assert len(steps) == replays
     assert sum(1 for s in steps if s.device_span_ns) <= spans  # a step is timed only by a span read clean
     shown = gpuobsctl(daemon.address, "status")
