@@ -683,6 +683,9 @@ def main() -> int:
                             ctl_json(daemon, folder / "requests-load-blocks.json", "requests", "--top", "100000")
                             ctl_json(daemon, folder / "steps-load-blocks.json", "steps", "--last", "4096")
                             save_request_views(daemon, folder)
+                        if inject and mode == "counter":  # the drop-in's mode: steps timed by replay spans
+                            folder = args.out / "cli" / label
+                            ctl_json(daemon, folder / "steps-load-counter.json", "steps", "--last", "4096")
                 for mode, measured in rounds.items():
                     result["modes"][key[mode]] = {"server": label, **median_load(measured)}
                 row["loads"] = rounds

@@ -68,6 +68,20 @@ def test_busy_ratio_of_each_step_is_within_0_and_1(bench: Path) -> None:
     assert all(0 < int(s["device_busy_ns"]) <= int(s["device_span_ns"]) for s in busy)
 
 
+def test_counter_mode_steps_are_timed_by_replay_spans(bench: Path) -> None:
+    """`counter`, the drop-in's mode, records no block event: each settled step whose replays all
+    ran in it has its device span from the replays' spans (block (0,0,0)'s first entry to its
+    last), so a busy ratio within 0 and 1."""
+    steps = saved(bench, "steps-load-counter")["steps"]
+    counter = [
+        s for s in steps if s["replays"] and all(r["mode"] == "counter" for r in s["replays"]) and "host_step_ns" in s
+    ]
+    assert counter, "no settled step ran in counter"
+    untimed = [s["step"] for s in counter if not int(s["device_span_ns"])]
+    assert not untimed, (len(untimed), len(counter), untimed[:10])
+    assert all(0 < s["busy_ratio"] <= 1 for s in counter), sorted(s["busy_ratio"] for s in counter)[-5:]
+
+
 def test_steps_carry_vllms_flop_estimate_and_the_rate_the_gpu_achieved(bench: Path) -> None:
     """With --enable-mfu-metrics the plugin records vLLM's own FLOP estimate of each step; over the
     measured device span it is a rate at least the one over the step's host time (vLLM's figure)."""
