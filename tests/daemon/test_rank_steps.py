@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from gpuobs.api.v1 import observer_pb2 as pb
 from gpuobs_testing.daemon import gpuobsctl
 from gpuobs_testing.synth import synth_binary
@@ -17,7 +18,7 @@ SLOW_RANK, DELAY_US = 1, 20_000
 MODEL = "Qwen3-8B"
 
 
-def start_job(start_synth, start_daemon, mode: str):
+def start_job(start_synth, start_daemon, mode: str, env: dict | None = None):
     """The job's ranks and a process without identity, run to their end, then drained."""
     ranks = [
         start_synth(
@@ -37,10 +38,13 @@ def start_job(start_synth, start_daemon, mode: str):
             "--label",
             f"vllm engine rank {rank}",
             *(["--replay-delay-us", str(DELAY_US)] if rank == SLOW_RANK else []),
+            env=env or {},
         )
         for rank in range(WORLD)
     ]
-    plain = start_synth("--mode", mode, "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * STEPS))
+    plain = start_synth(
+        "--mode", mode, "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * STEPS), env=env or {}
+    )
     daemon = start_daemon("--analysis-share", "1")  # every replay joined: spans are not left to the budget
     for synth in (*ranks, plain):
         assert synth.wait() == 0
@@ -54,8 +58,11 @@ def ranks_json(daemon) -> dict:
     return json.loads(done.stdout)
 
 
-def test_blocks_mode_spans_align_by_step_and_name_the_straggler(start_synth, start_daemon) -> None:
-    daemon, ranks, plain = start_job(start_synth, start_daemon, "blocks")
+@pytest.mark.parametrize("mode", ["blocks", "counter"])
+def test_device_spans_align_by_step_and_name_the_straggler(start_synth, start_daemon, mode: str) -> None:
+    """`blocks` spans a step by its block events, `counter` by its replay's span (block (0,0,0)'s
+    first entry to its last: the straggler's delay is before its last node)."""
+    daemon, ranks, plain = start_job(start_synth, start_daemon, mode)
     # each step's span is its replay's, first block enter to last block event, on the device clock
     response = daemon.stub.ListSteps(pb.ListStepsRequest(pids=[ranks[SLOW_RANK].pid], last=STEPS), timeout=10)
     for step in response.steps:
@@ -96,8 +103,10 @@ def test_blocks_mode_spans_align_by_step_and_name_the_straggler(start_synth, sta
     assert rank_of == {**{s.pid: str(rank) for rank, s in enumerate(ranks)}, plain.pid: "-"}
 
 
-def test_counter_mode_has_no_spans_and_compares_host_starts(start_synth, start_daemon) -> None:
-    daemon, ranks, plain = start_job(start_synth, start_daemon, "counter")
+def test_without_device_spans_ranks_compare_host_starts(start_synth, start_daemon) -> None:
+    """`counter` without replay spans (GPUOBS_REPLAY_SPANS=0) has no device timestamp: steps are
+    aligned by their host start times."""
+    daemon, ranks, plain = start_job(start_synth, start_daemon, "counter", {"GPUOBS_REPLAY_SPANS": "0"})
     for step in daemon.stub.ListSteps(pb.ListStepsRequest(last=STEPS), timeout=10).steps:
         (replay,) = step.replays
         assert (replay.device_start_ns, replay.device_end_ns, step.device_span_ns) == (0, 0, 0)
