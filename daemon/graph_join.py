@@ -765,7 +765,7 @@ class GraphJoin(Analysis):
             else:
                 runs = None
         device = self.device_spans.get(record.replay) if record.replay else None
-        if not start and device is not None and (not executions or device[2] == len(executions)):
+        if not start and device is not None and executions and device[2] == len(executions):
             # `counter` and up, no block events: the injector's replay span, block (0,0,0)'s first
             # entry to its last over the replay's kernels; one that fewer launches folded into than
             # the replay has kernel nodes (a switch to `off` mid-replay) is not the replay's

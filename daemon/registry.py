@@ -435,6 +435,7 @@ class Registry:
         # per block) and every join keys on them: only the share limits their analysis, never a
         # ring's backlog (that is for the events' analyses, set per batch below).
         self.analysis_budget.behind = False
+        caught_up = True
         for _ in range(max_batches):
             launches = segment.read_launches()
             if not len(launches):
@@ -444,7 +445,10 @@ class Registry:
                 for analysis in process.analyses:
                     analysis.on_launches(launches)
             self._publish("launches", process.pid, launches)
-        caught_up = True
+        else:
+            # launch records may still wait (a replay's span among them): settling now would fix
+            # replays before their records are read
+            caught_up = False
         for ring in range(segment.event_rings):
             for _ in range(max_batches):
                 # the analyses wait when the drain is behind (AnalysisBudget.behind): judged by

@@ -76,8 +76,12 @@ def replays_known(step: Step, summaries: Sequence[dict | None]) -> bool:
 
 
 def step_span(step: Step, summaries: Sequence[dict | None]) -> int:
-    """A step's device span from its replays' summaries; 0 unless every replay is known."""
+    """A step's device span from its replays' summaries; 0 unless every replay is known and every
+    one that ran kernels has its span (a replay without one, say an unclean replay span, would
+    leave the step's span short by an unknown amount)."""
     if not replays_known(step, summaries):
+        return 0
+    if any(s is not None and s.get("node_executions") and not s["device_start_ns"] for s in summaries):
         return 0
     return device_span((s["device_start_ns"], s["device_end_ns"]) for s in summaries if s is not None)
 

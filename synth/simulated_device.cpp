@@ -241,7 +241,7 @@ void SimulatedDevice::publish_replay_spans() {
   }
   std::vector<ReplaySpanFound> found;
   std::vector<uint32_t> resets;
-  span_ledger_.read(word, table.data(), &found, &resets);
+  span_ledger_.read(word, table.data(), ring::load_acquire(&replay_word_), &found, &resets);
   for (const ReplaySpanFound& span : found) writer_->write_replay_span(span, 0);
   const DeviceReplaySpan reset = reset_replay_span();
   for (uint32_t slot : resets) {

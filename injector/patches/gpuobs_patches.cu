@@ -250,8 +250,9 @@ __device__ __forceinline__ void leader_event(DeviceKernelSlot* kernel, bool laun
 }
 
 // Block (0,0,0)'s leader, in `counter` and up: its entry into the span of the replay in progress
-// (replay_spans.h), reductions it never waits for; the replay word from L2, as the host rewrites
-// it between replays.
+// (replay_spans.h), reductions it never waits for, after two loads it does wait for (its
+// context's address, then the replay word from L2, as the host rewrites it between replays).
+// Issued before the census they kept a pointer live across it: a stack frame for every thread.
 __device__ __forceinline__ void fold_replay_span(const DeviceKernelSlot* kernel) {
   DeviceContextState* context = context_of(kernel);
   const uint64_t word = load_ordered(&context->config.replay);

@@ -134,6 +134,7 @@ void Injector::publish() {
       shapes[slot] = census_shapes(slots[slot]);
     }
   }
+  snapshot.replay_spans -= replay_spans_unwritten_;  // a full launch ring dropped them (counted there)
   // Launches the device could not count, seen by the host's launch callbacks.
   for (uint32_t slot = 0; slot < kernel_count; ++slot) {
     const uint64_t launches = host_counted_[slot].launches.load(std::memory_order_relaxed);
@@ -160,7 +161,8 @@ void Injector::publish_replay_spans(DeviceContext& context) {
     log_line("context %u: %s", context.ring_index(), error.c_str());
   // written before the snapshot that says their replays are done, so a reader that settles a
   // replay has its span already (a full launch ring drops it, counted)
-  for (const ReplaySpanFound& span : found) writer_->write_replay_span(span, context.ring_index());
+  for (const ReplaySpanFound& span : found)
+    if (!writer_->write_replay_span(span, context.ring_index())) ++replay_spans_unwritten_;
 }
 
 void Injector::write_slot_headers(const std::vector<uint32_t>* flags) {

@@ -145,14 +145,32 @@ bool DeviceContext::push_replay(Sanitizer_StreamHandle stream, uint64_t replay) 
   if (sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) != SANITIZER_SUCCESS)
     return false;
   replayed_.store(true, std::memory_order_release);
+  // One word a context: a replay that may overlap another on the device (launched on another
+  // stream than the one before it, or while another thread is between its launch's begin and
+  // end) can fold into the other's span; both are counted unclean rather than published.
+  const uint64_t me = current_thread_id();
+  uint64_t open = 0;
+  const bool alone = open_thread_.compare_exchange_strong(open, me) || open == me;
+  if (!alone) open_thread_.store(me);
+  const uint64_t previous = last_replay_.exchange(replay);
+  const Sanitizer_StreamHandle previous_stream = last_stream_.exchange(stream);
+  if (previous && (!alone || previous_stream != stream)) {
+    span_ledger_.taint(previous);
+    span_ledger_.taint(replay);
+  }
   return true;
 }
 
 bool DeviceContext::end_replay(Sanitizer_StreamHandle stream, uint64_t replay) {
+  uint64_t me = current_thread_id();
+  open_thread_.compare_exchange_strong(me, 0);
   uint64_t& source = ended_sources_[replay % kReplayBuffers];
   source = replay | kReplayEnded;
   uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
-  return sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) == SANITIZER_SUCCESS;
+  if (sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) == SANITIZER_SUCCESS)
+    return true;
+  span_ledger_.taint(replay);  // it may take in the launches after it, up to the next replay
+  return false;
 }
 
 namespace {
@@ -176,8 +194,14 @@ bool DeviceContext::read_replay_spans(std::vector<ReplaySpanFound>* found, std::
     *error = "reading the replay spans failed";
     return false;
   }
+  uint64_t word_after_table = 0;
+  if (sanitizerMemcpyDeviceToHost(&word_after_table, word_address, sizeof word_after_table, tool_stream_) !=
+      SANITIZER_SUCCESS) {
+    *error = "reading the replay word after the spans failed";
+    return false;
+  }
   std::vector<uint32_t> resets;
-  span_ledger_.read(word, table.data(), found, &resets);
+  span_ledger_.read(word, table.data(), word_after_table, found, &resets);
   if (resets.empty()) return true;
   for (const auto& [first, end] : slot_runs(resets)) {
     if (sanitizerMemcpyHostToDeviceAsync(table_address + uint64_t(first) * sizeof(DeviceReplaySpan),

@@ -51,7 +51,8 @@ class DeviceContext {
   bool push_replay(Sanitizer_StreamHandle stream, uint64_t replay);
   // Launch path, at GRAPHS_LAUNCH_END: the same number with kReplayEnded, after the replay's nodes
   // on its stream, so that eager launches after it fold into no replay's span. False when the
-  // copy failed (the replay's span may then take in the eager launches up to the next replay).
+  // copy failed (the replay's span may then take in the eager launches up to the next replay: it
+  // is counted unclean).
   bool end_replay(Sanitizer_StreamHandle stream, uint64_t replay);
   // Control thread: the spans of replays done since the last call (replay_span_ledger.h), their
   // slots reset for the replays that use them next. False and *error when a copy failed.
@@ -87,7 +88,12 @@ class DeviceContext {
   std::atomic<bool> replayed_{false};
   uint64_t replay_sources_[kReplayBuffers] = {};
   uint64_t ended_sources_[kReplayBuffers] = {};
-  ReplaySpanLedger span_ledger_;             // control thread only
+  ReplaySpanLedger span_ledger_;  // control thread, but for taint() from the launch path
+  // launch path: the last replay pushed, its stream, and the thread between a replay's begin and
+  // end (0: none), to find replays that may overlap on the device
+  std::atomic<uint64_t> last_replay_{0};
+  std::atomic<Sanitizer_StreamHandle> last_stream_{nullptr};
+  std::atomic<uint64_t> open_thread_{0};
   std::vector<uint32_t> flags_in_place_;     // per slot: the config word last written
   std::vector<uint64_t> entry_pc_in_place_;  // per slot: the first pc last written
   const uint64_t* consumer_tail_ = nullptr;  // the segment's RingControl::tail of this ring

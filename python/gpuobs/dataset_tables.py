@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 TABLES = ("recordings", "events", "launches", "steps", "ops", "kernels", "clocks")
-NOT_LAUNCHES = ("step", "step_text", "op", "op_text", "op_nodes")  # records of their own tables, or text
+# records of their own tables, text, or replays' device spans (their own layout)
+NOT_LAUNCHES = ("step", "step_text", "op", "op_text", "op_nodes", "replay_span")
 NO_KERNEL = 0xFFFFFFFF  # a launch record's kernel_slot when it carries no kernel (graph records)
 
 

@@ -694,16 +694,22 @@ void bind_replay_spans(py::module_& m) {
           py::arg("word"), py::arg("entry_ns"), "a launch's block (0,0,0) entry, under replay word `word`")
       .def(
           "read",
-          [](SpanTable& table, uint64_t word) {
+          [](SpanTable& table, uint64_t word, std::optional<uint64_t> word_after) {
             std::vector<ReplaySpanFound> found;
             std::vector<uint32_t> resets;
-            table.ledger.read(word, table.spans.data(), &found, &resets);
+            table.ledger.read(word, table.spans.data(), word_after.value_or(word), &found, &resets);
             py::list spans;
             for (const ReplaySpanFound& span : found)
               spans.append(py::make_tuple(span.replay, span.first_entry_ns, span.last_entry_ns, span.launches));
             return py::make_tuple(spans, resets);
           },
-          py::arg("word"), "the tool thread's read: ([(replay, first, last, launches)], slots to reset)")
+          py::arg("word"), py::arg("word_after") = py::none(),
+          "The tool thread's read, with the word read before the table and the word read after it "
+          "(word_after defaults to word). Returns the spans found as (replay, first, last, launches) "
+          "tuples, and the slots to reset.")
+      .def(
+          "taint", [](SpanTable& table, uint64_t replay) { table.ledger.taint(replay); }, py::arg("replay"),
+          "a replay that may overlap another on the device")
       .def(
           "reset",
           [](SpanTable& table, const std::vector<uint32_t>& slots) {

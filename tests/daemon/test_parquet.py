@@ -23,7 +23,7 @@ from gpuobs_testing.event_files import moved_to_host, record_job, start_job
 from gpuobs_testing.synth import SYNTH_OP_LABELS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "parquet.md"
-RECORDED_APART = ("step", "step_text", "op", "op_text", "op_nodes")  # launch records of other tables, or text
+RECORDED_APART = ("step", "step_text", "op", "op_text", "op_nodes", "replay_span")  # other tables, text, spans
 
 
 def type_name(kind: pa.DataType) -> str:

@@ -114,3 +114,37 @@ def test_replays_interleaved_with_reads_are_published_or_unclean_exactly(seed: i
     for found in read_and_reset(table, replay | ENDED):
         published[found[0]] = found[1:]
     assert published == made and table.unclean == 0
+
+
+def test_a_replay_that_may_overlap_another_is_counted_unclean() -> None:
+    """One replay word a context: replays on two streams, or launched by two threads at once, can
+    fold into each other's slots with launch counts that look whole. The injector taints both."""
+    table = _native.ReplaySpanTable()
+    run_replay(table, 10, [100, 110])
+    run_replay(table, 11, [105, 120])
+    table.taint(10)
+    table.taint(11)
+    assert read_and_reset(table, 11 | ENDED) == []
+    assert (table.published, table.unclean) == (0, 2)
+
+
+def test_a_slots_next_replay_begun_during_the_copy_is_not_trusted() -> None:
+    """The word read after the table copy says the slot's next replay may have folded into it."""
+    table = _native.ReplaySpanTable()
+    run_replay(table, 6, [60])
+    spans, resets = table.read(6 | ENDED, 6 + SLOTS)
+    assert spans == [] and table.unclean == 1
+
+
+def test_a_replay_a_reset_wiped_whole_is_counted_once() -> None:
+    """The slot's next replay ran from start to end between the read and the reset landing: the
+    slot reads empty, and that replay is counted unclean, once."""
+    table = _native.ReplaySpanTable()
+    run_replay(table, 2, [20])
+    spans, resets = table.read(2 | ENDED)
+    run_replay(table, 2 + SLOTS, [30])  # all of it before the reset
+    table.reset(resets)
+    table.reset_done(resets, (2 + SLOTS) | ENDED)
+    assert read_and_reset(table, (3 + SLOTS) | ENDED) == []
+    assert read_and_reset(table, (4 + SLOTS) | ENDED) == []
+    assert (table.published, table.unclean) == (1, 1)
