@@ -182,7 +182,8 @@ const std::vector<DeviceReplaySpan>& reset_images() {
 }  // namespace
 
 bool DeviceContext::read_replay_spans(std::vector<ReplaySpanFound>* found, std::string* error) {
-  if (retired()) return true;  // its last replays' spans went with it
+  std::lock_guard<std::mutex> lock(spans_mutex_);  // the tool thread, or retire() on the destroying one
+  if (retired()) return true;                      // retire() read its last replays' spans
   uint8_t* word_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
   uint8_t* table_address = device_ + device_spans_offset();
   uint64_t word = 0;
@@ -225,10 +226,12 @@ bool DeviceContext::read_replay_spans(std::vector<ReplaySpanFound>* found, std::
   return true;
 }
 
-bool DeviceContext::retire(uint32_t kernel_count, std::string* error) {
+bool DeviceContext::retire(uint32_t kernel_count, std::vector<ReplaySpanFound>* last_spans, std::string* error) {
   std::vector<DeviceKernelSlot> slots;
   ReadBack words;
   const bool read = read_back(kernel_count, &slots, &words, error);
+  std::string spans_error;
+  if (!read_replay_spans(last_spans, &spans_error) && read) *error = spans_error;
   std::lock_guard<std::mutex> lock(final_mutex_);
   if (read) {
     final_slots_ = std::move(slots);

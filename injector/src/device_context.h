@@ -71,7 +71,8 @@ class DeviceContext {
 
   // In CONTEXT_DESTROY_STARTING, the context still alive: its counters read one last time; from
   // then on read_back hands out that copy, and nothing touches its device memory again.
-  bool retire(uint32_t kernel_count, std::string* error);
+  // The spans of its replays done by then go to `last_spans` (the caller writes them).
+  bool retire(uint32_t kernel_count, std::vector<ReplaySpanFound>* last_spans, std::string* error);
   bool retired() const { return retired_.load(std::memory_order_acquire); }
 
  private:
@@ -88,7 +89,8 @@ class DeviceContext {
   std::atomic<bool> replayed_{false};
   uint64_t replay_sources_[kReplayBuffers] = {};
   uint64_t ended_sources_[kReplayBuffers] = {};
-  ReplaySpanLedger span_ledger_;  // control thread, but for taint() from the launch path
+  std::mutex spans_mutex_;        // read_replay_spans: the tool thread, or retire()
+  ReplaySpanLedger span_ledger_;  // under spans_mutex_, but for taint() from the launch path
   // launch path: the last replay pushed, its stream, and the thread between a replay's begin and
   // end (0: none), to find replays that may overlap on the device
   std::atomic<uint64_t> last_replay_{0};

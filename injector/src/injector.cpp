@@ -343,8 +343,11 @@ void Injector::on_context_destroying(const Sanitizer_ResourceContextData& data) 
   ScopedContext current(data.context);
   std::string error;
   const uint32_t kernel_count = __atomic_load_n(&writer_->view().header->kernel_count, __ATOMIC_ACQUIRE);
-  if (!context->retire(kernel_count, &error) && first_time(LogOnce::Internal))
+  std::vector<ReplaySpanFound> last_spans;
+  if (!context->retire(kernel_count, &last_spans, &error) && first_time(LogOnce::Internal))
     log_line("a context's last counters: %s", error.c_str());
+  for (const ReplaySpanFound& span : last_spans)
+    if (!writer_->write_replay_span(span, context->ring_index())) ++replay_spans_unwritten_;
   {
     std::lock_guard<std::mutex> lock(config_mutex_);
     bindings_.erase(std::remove_if(bindings_.begin(), bindings_.end(),

@@ -113,7 +113,7 @@ class Injector : private ControlTarget {
   void control_loop();
   // The spans of the replays `context` finished since the last publish, into the launch ring.
   void publish_replay_spans(DeviceContext& context);
-  uint64_t replay_spans_unwritten_ = 0;  // control thread: spans a full launch ring dropped
+  std::atomic<uint64_t> replay_spans_unwritten_{0};  // spans a full launch ring dropped
   // ControlTarget: the control decision (producer.h) asks and changes the config through these.
   ControlRequest in_force() override;
   PatchSet patch_set() override;

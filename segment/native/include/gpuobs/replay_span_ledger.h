@@ -43,8 +43,9 @@ class ReplaySpanLedger {
   // (its end was not copied): counted unclean when read. Kept for the last kTaintSlots numbers.
   void taint(uint64_t replay) { tainted_[replay % kTaintSlots].store(replay, std::memory_order_release); }
 
-  uint64_t published() const { return published_; }
-  uint64_t unclean() const { return unclean_; }
+  // Read from any thread (the publisher's snapshot) while another reads the table.
+  uint64_t published() const { return published_.load(std::memory_order_relaxed); }
+  uint64_t unclean() const { return unclean_.load(std::memory_order_relaxed); }
 
  private:
   static constexpr uint32_t kTaintSlots = 1u << 14;
@@ -56,8 +57,8 @@ class ReplaySpanLedger {
   uint64_t distrust_[kReplaySpanSlots] = {};     // per slot: its spans of replays up to this may be short
   bool maybe_wiped_[kReplaySpanSlots] = {};      // a reset may have wiped a whole replay: unclean if empty
   std::atomic<uint64_t> tainted_[kTaintSlots] = {};
-  uint64_t published_ = 0;
-  uint64_t unclean_ = 0;
+  std::atomic<uint64_t> published_{0};
+  std::atomic<uint64_t> unclean_{0};
 };
 
 // Consecutive runs of `slots` (sorted), as [first, end) pairs: one copy per run resets them.
