@@ -251,7 +251,7 @@ class RequestTime:
     first_step: int
     last_step: int
     kernels: list[RequestKernel] = dataclasses.field(default_factory=list)  # asked for one request
-    kernel_steps: int = 0  # of its steps, those still kept in detail, which its kernels cover
+    kernel_steps: int = 0  # of its settled steps, those still kept in detail, which its kernels cover
 
 
 @dataclasses.dataclass

@@ -227,9 +227,10 @@ class StepQueries:
                     rows = heapq.nlargest(top, (e.row for e in ledger.rows.values()), key=lambda r: r.device_ns)
                 # copied under the lock: the drain folds steps into these rows
                 made = [request_row(process.pid, row) for row in rows]
-                kernels, covered = (
-                    request_kernels(process.analyses.steps.steps.values(), request) if made and request else ({}, 0)
-                )
+                # over the steps its row has settled (an engine's newest step settles when the next
+                # begins or it goes idle), so that kernel_steps never counts a step `steps` does not
+                settled = (s for key, s in process.analyses.steps.steps.items() if key < ledger.next_key)
+                kernels, covered = request_kernels(settled, request) if made and request else ({}, 0)
             if made and request:
                 names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted(kernels))}
                 made[0].kernels = kernel_rows(kernels, names)

@@ -4,6 +4,7 @@ gpuobs-synth writes a step before each replay of its graph, with the injector's 
 from __future__ import annotations
 
 import json
+import time
 
 import grpc
 import pytest
@@ -365,3 +366,24 @@ def test_replays_read_a_span_table_too_late_are_counted_unclean_and_left_untimed
     assert sum(1 for s in steps if s.device_span_ns) <= spans  # a step is timed only by a span read clean
     shown = gpuobsctl(daemon.address, "status")
     assert shown.returncode == 0 and f"{unclean} of {spans + unclean} graph replays read without a span" in shown.stdout
+
+
+def test_a_requests_kernel_steps_never_count_a_step_its_row_has_not_settled(start_synth, start_daemon) -> None:
+    """An engine's newest step settles when the next begins or it has been idle 3 s: until then a
+    request's row does not have it, and neither do the steps its kernels are counted over (seen on
+    an H100 at 66a890a: a request viewed right after a load had kernel_steps 64 over 63 steps)."""
+    daemon = start_daemon("--analysis-share", "1")
+    synth = start_synth(
+        "--mode", "counter", "--graph-nodes", str(NODES), "--steps", "--launches", str(NODES * 12),
+        "--rate", "100000", "--kernels", "8", "--hang-seconds", "20",
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # every step in: the engine is idle in its hang, the last step unsettled
+        if len(daemon.stub.ListSteps(pb.ListStepsRequest(last=100), timeout=10).steps) == 12:
+            break
+        time.sleep(0.05)
+    rows = daemon.stub.ListRequests(pb.ListRequestsRequest(top=100), timeout=10).requests
+    views = [daemon.stub.ListRequests(pb.ListRequestsRequest(request=r.request), timeout=10).requests[0] for r in rows]
+    shown = [(v.request, v.kernel_steps, v.steps) for v in views]
+    assert views and all(v.kernel_steps <= v.steps for v in views), shown
+    assert synth.pid  # left in its hang: the fixture stops it

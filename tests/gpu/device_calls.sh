@@ -12,6 +12,7 @@
 # budget left the ninth process out): call 3 is now split, 3o (the ops scene) then 3. At 344fd1a
 # on an H100: call 1 357 s, 1b 22 s, 3o 130 s, 3 336 s, call 2 462 s (1,425 s held with the cold
 # start). At 31c9147 on an H100: call 1 with `launch-times` 361 s (the suite 300 s), 3o 101 s.
+# At 66a890a on an H100: call 1 with `step-spans` 430 s (the suite 325 s), call 3 272 s.
 # Call 4 is a fourth that does not fit beside the others: run it instead of call 2 (or give
 # call 2 GPUOBS_DECODE_MODEL_SIZE=gpu-bound), right after call 1. The vLLM payload comes in two
 # chunk folders that must be carried by calls back to back on a warm machine (it stays warm ~30 s

@@ -62,10 +62,10 @@ def test_busy_ratio_of_each_step_is_within_0_and_1(bench: Path) -> None:
         assert step["busy_ratio"] == pytest.approx(int(step["device_span_ns"]) / int(step["host_step_ns"]))
     assert all(0 < s["busy_ratio"] <= 1 for s in measured), sorted(s["busy_ratio"] for s in measured)[-5:]
     assert all("busy_ratio" not in s for s in steps if not int(s["device_span_ns"]) or "host_step_ns" not in s)
-    # busy time inside the span, where every node execution of the step's replays ran whole
-    busy = [s for s in steps if "device_busy_ns" in s]
-    assert busy, "no step of the blocks-mode load has a busy time"
-    assert all(0 < int(s["device_busy_ns"]) <= int(s["device_span_ns"]) for s in busy)
+    # busy time needs every node execution's whole run (its blocks' exits, GPUOBS_BLOCK_EXIT=1),
+    # which the drop-in does not hook: absent, never a span passed off as one (tests/daemon/test_steps.py
+    # checks it with exits hooked, on gpuobs-synth)
+    assert not any("device_busy_ns" in s for s in steps)
 
 
 def test_counter_mode_steps_are_timed_by_replay_spans(bench: Path) -> None:
