@@ -51,6 +51,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -165,6 +166,23 @@ def completion(port: int, prompt: str, tokens: int) -> tuple[int, dict, float]:
         },
     )
     return code, body, time.perf_counter() - began
+
+
+def listen_port(start: int, taken: set[int]) -> int:
+    """The first port from `start` that no earlier server took and that binds on the loopback now:
+    a port another program holds (or a client's connection took) would make a healthy server fail
+    to start and its row read as a failed server."""
+    for port in range(start, 65536):
+        if port in taken:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise SystemExit(f"no free port from {start}")
 
 
 class Server:
@@ -531,7 +549,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, help="requests at once (default 4; the batch)")
     parser.add_argument("--single-tokens", type=int, help="tokens per single-stream request (default none; the size's)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="start no configuration after this")
-    parser.add_argument("--port-base", type=int, default=8100, help="servers listen on consecutive ports from here")
+    parser.add_argument("--port-base", type=int, default=8100, help="each server on the next free port from here")
     parser.add_argument("--metrics-port", type=int, default=9464)
     parser.add_argument("--commit", default=os.environ.get("GPUOBS_COMMIT", "unknown"))
     parser.add_argument("--tool-dir", type=Path, default=LIB, help="where the floor tool is (default: the package's)")
@@ -610,8 +628,9 @@ def main() -> int:
     if args.single_tokens:
         result["load"]["single"] = {"requests": SINGLE_REQUESTS, "tokens": args.single_tokens}
     seen_pids: set[int] = set()
+    ports: set[int] = set()
     try:
-        for port, (name, label) in enumerate(zip(names, server_labels(names)), start=args.port_base):
+        for name, label in zip(names, server_labels(names)):
             if time.perf_counter() - t0 > args.budget_s:
                 result["servers"][label] = {"server": name, "skipped": "time budget spent"}
                 continue
@@ -627,7 +646,7 @@ def main() -> int:
             elif tool == "floor":
                 env.update({"CUDA_INJECTION64_PATH": str(floor_tool), **overrides})
             log = args.out / "logs" / f"{label}.log"
-            server = Server(args.model, env, log, port, arguments)
+            server = Server(args.model, env, log, listen_port(args.port_base, ports), arguments)
             row: dict = {"server": name, "injected": inject, "environment": overrides}
             if tool == "floor":
                 row["tool"] = FLOOR_TOOL

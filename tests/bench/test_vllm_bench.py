@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 from gpuobs_testing import vllm_payload
-from gpuobs_testing.daemon import free_port
+from gpuobs_testing.daemon import free_port, quiet_port_base
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).parent / "stand_in"
@@ -29,7 +29,7 @@ def run_bench(out: Path, model: Path, *extra: str) -> str:
             str(ROOT / "bench" / "vllm_overhead.py"),
             *("--payload", str(STAND_IN / "payload"), "--out", str(out), "--model", str(model)),
             *("--requests", "8", "--tokens", "8", "--commit", "test"),
-            *("--port-base", str(free_port()), "--metrics-port", str(free_port())),
+            *("--port-base", str(quiet_port_base()), "--metrics-port", str(free_port())),
             *extra,
         ],
         capture_output=True,
@@ -47,7 +47,8 @@ def test_the_bench_measures_every_server_and_records_what_failed(tmp_path: Path)
     data = json.loads((out / "vllm-overhead.json").read_text())
     assert list(data["servers"]) == ["none-cold", "gpuobs-block", "gpuobs-memory", "none"]
     for name, row in data["servers"].items():
-        assert row["healthy"] and row["engine_init_s"] == 1.25 and row["graph_capture_s"] == 1.0, (name, row)
+        assert row["healthy"], (name, row.get("log_tail"), row)
+        assert row["engine_init_s"] == 1.25 and row["graph_capture_s"] == 1.0, (name, row)
     assert data["servers"]["gpuobs-memory"]["environment"]["GPUOBS_PATCH_SET"] == "memory"
     # modes run without a switch: measured
     assert json.loads((out / "cli" / "gpuobs-memory" / "steps-reference-sampled.json").read_text())["steps"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -18,6 +19,25 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def quiet_port_base() -> int:
+    """A free port below the kernel's ephemeral range, for a program that starts servers on ports
+    of its own choosing one after another: a port in that range can be taken meanwhile by any
+    client's outgoing connection, one below it only by another listener."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(10000, max(10001, low - 64))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
 
 
 def gpuobsd_argv(runtime_dir: Path, segment_dir: Path, metrics_address: str, *extra: str) -> list[str]:
