@@ -28,6 +28,7 @@ from gpuobs.segment import STATE_EXITED, Accounting, Segment, SegmentError, segm
 from .analysis import ALL_REPLAYS, Analysis
 from .analysis_budget import BEHIND_SHARE, AnalysisBudget
 from .block_pairing import BlockPairing
+from .cache_writes import CacheWrites, KernelNames
 from .errors import Busy
 from .graph_join import GraphJoin
 from .hot_pcs import HotPcs
@@ -128,6 +129,11 @@ def queue_subscriber(
     return Subscriber(pids, queue.put, wants_launches=wants_launches), queue
 
 
+def kernel_names_in(segment: Segment) -> KernelNames:
+    """The names of kernel slots, read from the segment's kernel table when asked."""
+    return lambda slots: {kernel["slot"]: kernel["demangled"] for kernel in segment.kernels_at(slots)}
+
+
 @dataclasses.dataclass
 class ProcessAnalyses:
     """The analyses of one process, in the order the drain feeds them: the graph join first,
@@ -138,6 +144,7 @@ class ProcessAnalyses:
     steps: StepAttribution
     ops: OpAttribution
     hot_pcs: HotPcs
+    cache_writes: CacheWrites  # the KV-cache slots stored to, per replay, until the ledger takes them
     requests: RequestLedger  # after the steps and the graph join, whose settled results it folds
 
     @classmethod
@@ -147,21 +154,25 @@ class ProcessAnalyses:
         *,
         exits_hooked: bool = False,
         retention: RequestRetention | None = None,
+        kernel_names: KernelNames = lambda slots: {},
     ) -> ProcessAnalyses:
-        """Every analysis of a new process, sharing `budget` (all processes share one)."""
+        """Every analysis of a new process, sharing `budget` (all processes share one);
+        `kernel_names`: the names of kernel slots, from its segment's kernel table."""
         budget = budget or AnalysisBudget()
         graph_join = GraphJoin(budget, exits_hooked=exits_hooked)
         ops = OpAttribution(
             graph_join.by_handle.get, graph_join.node_device_times, budget=budget, exits_hooked=exits_hooked
         )
         steps = StepAttribution(graph_join.replay_shape)
+        cache_writes = CacheWrites(kernel_names, lambda: steps.kv_layout, budget)
         return cls(
             graph_join,
             BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),
             steps,
             ops,
             HotPcs(budget),
-            RequestLedger(steps, graph_join.replay_summary, retention),
+            cache_writes,
+            RequestLedger(steps, graph_join.replay_summary, retention, cache=cache_writes),
         )
 
     def __iter__(self) -> Iterator[Analysis]:
@@ -255,6 +266,7 @@ class Registry:
                 self.analysis_budget,
                 exits_hooked=bool(segment.header.get("block_exits_hooked")),
                 retention=self.request_retention,
+                kernel_names=kernel_names_in(segment),
             )
             process = ObservedProcess(path, segment, analyses=analyses)
             self._check(process, self.clock())  # a status seeing the process sees its accounting too

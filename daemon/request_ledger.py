@@ -14,6 +14,13 @@ row but is not observed again), or when its row is let go, or at its process's e
 
 Conservation: the rows' device times plus those of the rows let go add up to the settled steps'
 split spans exactly; steps let go by StepAttribution before they settled are counted apart.
+
+KV-cache slots: settling steps in order, the ledger keeps which request each cache block is (the
+blocks each step's text handed out, the latest owner winning) and gives each settled step's
+cache stores (cache_writes.CacheWrites) to the request whose block holds the slot, when that
+request is one of the step's; the others are counted unattributed. A step whose text was cut
+short, or one let go before it settled, leaves the owners unknown: they are forgotten (counted)
+and learned again as blocks are handed out.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from .analysis import ALL_REPLAYS, Analysis
+from .cache_writes import CacheWrites
 from .request_times import RequestTime, StepTime, fold_step, step_span
 from .step_attribution import Step, StepAttribution
 
@@ -82,12 +90,17 @@ class LedgerTotals:
     steps_lost: int  # let go by StepAttribution before they settled: in no request's row
     requests_let_go: int
     device_ns_let_go: int  # of the rows let go: rows + this == steps_device_ns
+    cache_stores_attributed: int = 0  # settled steps' cache stores given to a request of the step
+    cache_stores_unattributed: int = 0  # to a block no request of the step was known to hold
+    cache_owners_forgotten: int = 0  # times the block owners were lost (a step cut short or let go)
 
 
 class RequestLedger(Analysis):
     # The newest step of an engine that began no step for this long (host clock) settles: its work
     # (milliseconds of replays) is done and read, and its requests are observed as they leave.
     IDLE_NS = 3_000_000_000
+    MAX_CACHE_SLOTS = 1 << 20  # slots kept in the rows, all together
+    MAX_CACHE_BLOCKS = 1 << 22  # block owners known (more blocks than a GPU's KV cache holds)
 
     def __init__(
         self,
@@ -95,7 +108,14 @@ class RequestLedger(Analysis):
         replay_summary: ReplaySummary,
         retention: RequestRetention | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,  # the producers' clock: CLOCK_MONOTONIC
+        cache: CacheWrites | None = None,
     ) -> None:
+        self.cache = cache
+        self.block_owners: dict[int, str] = {}
+        self.cache_slots_kept = 0
+        self.cache_stores_attributed = 0
+        self.cache_stores_unattributed = 0
+        self.cache_owners_forgotten = 0
         self.clock_ns = clock_ns
         self.step_source = steps
         self.replay_summary = replay_summary
@@ -125,6 +145,7 @@ class RequestLedger(Analysis):
             if self.next_key < first:
                 self.steps_lost += first - self.next_key
                 self.next_key = first
+                self._forget_owners()  # the blocks those steps handed out are not known
         exited = replay_begun == ALL_REPLAYS
         while self.next_key in kept:
             step = kept[self.next_key]
@@ -159,6 +180,7 @@ class RequestLedger(Analysis):
                 self.next_seq += 1
             self.rows.move_to_end(row.request)
         step = timed.step
+        self._attribute_cache(step)
         if step.ids_complete:
             ids = step.request_ids
             if self.last_ids is not None:
@@ -167,6 +189,46 @@ class RequestLedger(Analysis):
             self.last_ids = list(ids)
         else:
             self.last_ids = None  # a step whose ids were cut short says nothing of who left
+
+    def _forget_owners(self) -> None:
+        if self.block_owners:
+            self.block_owners.clear()
+        self.cache_owners_forgotten += 1
+
+    def _attribute_cache(self, step: Step) -> None:
+        """The blocks the step handed out, then its replays' cache stores to their owners."""
+        if not step.blocks_complete:
+            self._forget_owners()
+        for request, blocks in step.new_blocks.items():
+            if len(self.block_owners) + len(blocks) > self.MAX_CACHE_BLOCKS:
+                self._forget_owners()
+            self.block_owners.update(dict.fromkeys(blocks, request))
+        layout = self.step_source.kv_layout
+        if self.cache is None or layout is None:
+            return
+        stores = self.cache.take(number for _, number, _ in step.replays)
+        if not stores:
+            return
+        scheduled = set(step.request_ids) if step.ids_complete else set()
+        stored: set[str] = set()
+        for slot, count in stores.items():
+            owner = self.block_owners.get(slot // layout.block_size)
+            row = self.times.get(owner) if owner is not None and owner in scheduled else None
+            if row is None:
+                self.cache_stores_unattributed += count
+                continue
+            self.cache_stores_attributed += count
+            row.cache_stores += count
+            stored.add(row.request)
+            if slot in row.cache_slots:
+                continue
+            if self.cache_slots_kept < self.MAX_CACHE_SLOTS:
+                row.cache_slots.add(slot)
+                self.cache_slots_kept += 1
+            else:
+                row.cache_slots_complete = False
+        for request in stored:
+            self.times[request].cache_steps += 1
 
     def _leave(self, requests: Iterable[str]) -> None:
         """These requests left the batch: each kept one observed (once)."""
@@ -196,13 +258,21 @@ class RequestLedger(Analysis):
                 break
             self.rows.popitem(last=False)
             del self.times[entry.row.request]
+            self.cache_slots_kept -= len(entry.row.cache_slots)
             self._observe(entry)
             self.requests_let_go += 1
             self.device_ns_let_go += entry.row.device_ns
 
     def report(self) -> LedgerTotals:
         return LedgerTotals(
-            self.steps_settled, self.steps_device_ns, self.steps_lost, self.requests_let_go, self.device_ns_let_go
+            self.steps_settled,
+            self.steps_device_ns,
+            self.steps_lost,
+            self.requests_let_go,
+            self.device_ns_let_go,
+            self.cache_stores_attributed,
+            self.cache_stores_unattributed,
+            self.cache_owners_forgotten,
         )
 
     def histogram_counts(self) -> dict[str, float]:

@@ -1,6 +1,5 @@
-"""A step's requests and their share of it: the step text the vLLM plugin writes (layout 7, one
-'id\\ttokens' line per request) read back, and a step's device time split among its requests by
-their scheduled tokens.
+"""A step's device time split among its requests by their scheduled tokens (the step's text,
+gpuobs.step_text, says which requests and how many tokens each).
 
 The model: a step's kernels work on the tokens scheduled in it, so each request gets the share of
 the step's device time that its tokens are of the step's tokens. The split is in integer
@@ -9,29 +8,6 @@ times add up to the step's exactly, never off by a rounding.
 """
 
 from __future__ import annotations
-
-
-def parse_step_text(text: str) -> tuple[list[str], list[int]]:
-    """(ids, tokens each) of one step's text. A line without a tab or with a count that is not a
-    non-negative integer (a producer older than layout 7, a torn record) gives its id and no
-    counts for the whole step: a split over some requests only would not add up."""
-    if not text:
-        return [], []
-    ids: list[str] = []
-    tokens: list[int] = []
-    known = True
-    for line in text.split("\n"):
-        request, tab, count = line.rpartition("\t")
-        if not tab:
-            ids.append(line)
-            known = False
-            continue
-        ids.append(request)
-        if count.isdigit() and count.isascii():
-            tokens.append(int(count))
-        else:
-            known = False
-    return ids, tokens if known else []
 
 
 def split_by_tokens(total_ns: int, tokens: list[int]) -> list[int]:

@@ -38,6 +38,13 @@ class RequestTime:
     first_step: int = 0
     last_step: int = 0
     last_host_ns: int = 0  # the host time of its last step: when it was last scheduled
+    # KV-cache stores (as the cache kernel's memory events sampled them) to slots of blocks that
+    # were its in the step that stored, the steps with any, and the slots (every one while the
+    # ledger's budget of kept slots lasts; cache_slots_complete says whether it lasted)
+    cache_stores: int = 0
+    cache_steps: int = 0
+    cache_slots: set[int] = dataclasses.field(default_factory=set)
+    cache_slots_complete: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -252,6 +252,17 @@ class RequestTime:
     last_step: int
     kernels: list[RequestKernel] = dataclasses.field(default_factory=list)  # asked for one request
     kernel_steps: int = 0  # of its settled steps, those still kept in detail, which its kernels cover
+    cache_stores: int = 0
+    cache_steps: int = 0
+    cache_slots: int = 0
+    cache_slots_complete: bool = True
+    cache_slot_ranges: list[SlotRange] = dataclasses.field(default_factory=list)  # asked for one request
+
+
+@dataclasses.dataclass
+class SlotRange:
+    first: int
+    last: int
 
 
 @dataclasses.dataclass
@@ -271,6 +282,14 @@ class Requests:
     device_ns_let_go: int = 0
     steps_settled: int = 0
     steps_lost: int = 0
+    cache_stores: int = 0
+    cache_stores_outside: int = 0
+    cache_stores_skipped: int = 0
+    cache_stores_dropped: int = 0
+    cache_stores_attributed: int = 0
+    cache_stores_unattributed: int = 0
+    cache_owners_forgotten: int = 0
+    kv_cache_layouts: int = 0
 
 
 @dataclasses.dataclass

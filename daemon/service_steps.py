@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import re
+from collections.abc import Iterable
 
 from gpuobs.segment import MODE_NAMES
 
 from . import results
+from .cache_writes import KV_CACHE_KERNEL
 from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
 from .paging import REQUEST_TOKEN, STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
@@ -21,9 +22,6 @@ from .step_attribution import Step, StepAttribution
 MAX_REQUEST_ID = 1024  # longer than any id vLLM makes
 STEPS_PAGE = 256  # steps per ListSteps reply (a step of 256 requests carries their ids)
 REQUESTS_PAGE = 512  # requests per ListRequests reply when walking every request
-# the kernels that write the KV cache: vLLM's reshape_and_cache family (flash and MLA variants
-# too), and a Triton cache write by its name
-KV_CACHE_KERNEL = re.compile(r"reshape_and_cache|concat_and_cache|kv_cache_write|cache_write")
 
 
 def request_row(pid: int, row: RequestTime) -> results.RequestTime:
@@ -39,7 +37,36 @@ def request_row(pid: int, row: RequestTime) -> results.RequestTime:
         row.blocks,
         row.first_step,
         row.last_step,
+        cache_stores=row.cache_stores,
+        cache_steps=row.cache_steps,
+        cache_slots=len(row.cache_slots),
+        cache_slots_complete=row.cache_slots_complete,
     )
+
+
+def slot_ranges(slots: Iterable[int]) -> list[results.SlotRange]:
+    """Slots as runs of consecutive numbers, in order."""
+    ranges: list[results.SlotRange] = []
+    for slot in sorted(slots):
+        if ranges and ranges[-1].last + 1 == slot:
+            ranges[-1].last = slot
+        else:
+            ranges.append(results.SlotRange(slot, slot))
+    return ranges
+
+
+def add_cache_totals(reply: results.Requests, process: ObservedProcess) -> None:
+    """The process's KV-cache stores as read, and as the ledger gave them out (under its lock)."""
+    writes = process.analyses.cache_writes.report()
+    ledger = process.analyses.requests.report()
+    reply.cache_stores += writes.stores
+    reply.cache_stores_outside += writes.outside
+    reply.cache_stores_skipped += writes.skipped
+    reply.cache_stores_dropped += writes.dropped
+    reply.cache_stores_attributed += ledger.cache_stores_attributed
+    reply.cache_stores_unattributed += ledger.cache_stores_unattributed
+    reply.cache_owners_forgotten += ledger.cache_owners_forgotten
+    reply.kv_cache_layouts += process.analyses.steps.kv_layout is not None
 
 
 def kernel_rows(kernels: dict[int, list[int]], names: dict[int, str]) -> list[results.RequestKernel]:
@@ -209,6 +236,7 @@ class StepQueries:
                 reply.device_ns_let_go += totals.device_ns_let_go
                 reply.steps_settled += totals.steps_settled
                 reply.steps_lost += totals.steps_lost
+                add_cache_totals(reply, process)
                 if every:
                     at = position_in(process, resume)
                     if reply.next_page_token or at is None:
@@ -227,6 +255,8 @@ class StepQueries:
                     rows = heapq.nlargest(top, (e.row for e in ledger.rows.values()), key=lambda r: r.device_ns)
                 # copied under the lock: the drain folds steps into these rows
                 made = [request_row(process.pid, row) for row in rows]
+                if made and request:
+                    made[0].cache_slot_ranges = slot_ranges(rows[0].cache_slots)
                 # over the steps its row has settled (an engine's newest step settles when the next
                 # begins or it goes idle), so that kernel_steps never counts a step `steps` does not
                 settled = (s for key, s in process.analyses.steps.steps.items() if key < ledger.next_key)

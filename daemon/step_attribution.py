@@ -5,7 +5,8 @@ A step record is written by the engine thread before it launches the step's work
 ring as the launch records, so a launch belongs to the last step that began before it (host
 clock). Launches before the first step (start-up, warm-up, graph capture) belong to none and are
 counted apart. Request ids, each with its scheduled tokens (layout 7), travel only when they
-changed from the step before.
+changed from the step before; so do the KV-cache blocks that became a request's, and now and then
+the KV cache's layout (gpuobs.step_text), which the request ledger reads to attribute cache slots.
 
 The injector makes a host record per graph replay but none per eager launch (unless its launch
 trace is on): a step's kernel launches are its replays' node executions (the graph join knows
@@ -22,11 +23,11 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
+from gpuobs import step_text
 from gpuobs.segment import LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
 
 from .analysis import Analysis
 from .graph_exec import NO_REPLAY, ReplayShape
-from .request_split import parse_step_text
 
 STEP = LAUNCH_KINDS["step"]
 STEP_TEXT = LAUNCH_KINDS["step_text"]
@@ -57,6 +58,15 @@ class Step:
     kernels: dict[int, list[int]] = dataclasses.field(default_factory=dict)
 
     ids_known: bool = True  # false: a same-requests step after a step whose id text was cut short
+    # KV-cache blocks that became each request's in this step (its text's block lists)
+    new_blocks: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    # the ids, tokens and whether known of the step before, for a text that says `same`
+    prior: tuple[list[str], list[int], bool] | None = None
+
+    @property
+    def blocks_complete(self) -> bool:
+        """Whether new_blocks is every block it handed out (its text, if any, arrived whole)."""
+        return self.text_received == self.text_bytes
 
     @property
     def kernel_launches(self) -> int:
@@ -100,6 +110,9 @@ class StepAttribution(Analysis):
         self._last_ids: list[str] = []
         self._last_tokens: list[int] = []
         self._last_known = True  # the last ids arrived whole (a same-requests step may repeat them)
+        self.kv_layout: step_text.KvCacheLayout | None = None  # the last layout a step's text gave
+        self.kv_layouts_refused = 0  # layouts that were not sound: the one before stays
+        self.text_lines_refused = 0
 
     def on_launches(self, rows: np.ndarray) -> None:
         """One launch ring batch, in ring order (after the graph join has seen it)."""
@@ -151,6 +164,7 @@ class StepAttribution(Analysis):
         if step.text_bytes == 0 and not same:
             self._last_ids, self._last_tokens, self._last_known = [], [], True
         elif step.text_bytes:
+            step.prior = (self._last_ids, self._last_tokens, self._last_known)
             self._last_known = False  # until its text arrives whole
 
     def _text(self, record: np.void) -> None:
@@ -163,9 +177,25 @@ class StepAttribution(Analysis):
             step.text.extend(b"\0" * (offset + length - len(step.text)))
         step.text[offset : offset + length] = piece
         step.text_received += length
-        if step.ids_complete:
-            step.request_ids, step.request_tokens = parse_step_text(step.text.decode("utf-8", "replace"))
-            self._last_ids, self._last_tokens, self._last_known = step.request_ids, step.request_tokens, True
+        if step.text_received == step.text_bytes:
+            self._read_text(step)
+
+    def _read_text(self, step: Step) -> None:
+        parsed = step_text.parse(step.text.decode("utf-8", "replace"))
+        if parsed.same:
+            ids, tokens, known = step.prior or ([], [], False)
+            step.request_ids, step.request_tokens, step.ids_known = list(ids), list(tokens), known
+        else:
+            step.request_ids, step.request_tokens = parsed.ids, parsed.tokens
+        step.prior = None
+        step.new_blocks = parsed.blocks
+        self.text_lines_refused += parsed.refused
+        if parsed.kv_cache:
+            try:
+                self.kv_layout = step_text.KvCacheLayout.from_json(parsed.kv_cache)
+            except ValueError:
+                self.kv_layouts_refused += 1
+        self._last_ids, self._last_tokens, self._last_known = step.request_ids, step.request_tokens, step.ids_known
 
     def _attribute(self, rows: np.ndarray, replay_shape: ReplayShapeOf) -> None:
         """Each launch to the last step that began before it: eager launch records one by one,

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -68,28 +69,22 @@ void write_capture(SegmentWriter& writer, uint64_t graph, uint32_t nodes, uint32
   }
 }
 
-// An engine step as the vLLM plugin records it before the step's graph replay: its requests
-// change every 3 steps (1 to 4 of them), as 'id\ttokens' lines (layout 7). A group's first step
-// is its prefill (request k schedules k + 1 tokens), the next ones decode (one token each): the
-// second step sends its counts again, the third is flagged as the same requests and tokens.
-// `flops_per_token`: the engine's FLOP estimate per token scheduled (0: it gives none).
-void write_engine_step(SegmentWriter& writer, uint64_t step, uint64_t flops_per_token) {
-  const uint64_t group = (step - 1) / 3;
-  const uint64_t in_group = (step - 1) % 3;
-  const uint32_t requests = uint32_t(1 + group % 4);
-  if (in_group == 2) {
-    writer.write_step(step, requests, requests, nullptr, 0, kStepSameRequests, flops_per_token * requests);
-    return;
-  }
-  std::string ids;
-  uint32_t tokens = 0;
-  for (uint32_t k = 0; k < requests; ++k) {
-    const uint32_t scheduled = in_group == 0 ? k + 1 : 1;
-    if (k) ids += '\n';
-    ids += "cmpl-synth-" + std::to_string(group) + "-" + std::to_string(k) + "\t" + std::to_string(scheduled);
-    tokens += scheduled;
-  }
-  writer.write_step(step, requests, tokens, ids.data(), uint32_t(ids.size()), 0, flops_per_token * tokens);
+// An engine step as the vLLM plugin records it before the step's graph replay (KvCacheModel
+// says which requests, tokens and blocks); `flops_per_token`: the engine's FLOP estimate per
+// token scheduled (0: it gives none). Returns the slots its tokens are written to.
+std::shared_ptr<const std::vector<int64_t>> write_engine_step(SegmentWriter& writer, const KvCacheModel& cache,
+                                                              uint64_t step, uint64_t flops_per_token) {
+  const EngineStep engine = cache.step(step);
+  writer.write_step(step, engine.requests, engine.tokens, engine.text.empty() ? nullptr : engine.text.data(),
+                    uint32_t(engine.text.size()), engine.flags, flops_per_token * engine.tokens);
+  return engine.slots;
+}
+
+// The catalogue's cache-write kernel (vLLM's reshape_and_cache_flash), or none.
+size_t cache_kernel_index(const std::vector<KernelProfile>& catalog) {
+  for (size_t index = 0; index < catalog.size(); ++index)
+    if (catalog[index].mangled.find("reshape_and_cache") != std::string::npos) return index;
+  return catalog.size();
 }
 
 }  // namespace
@@ -113,6 +108,14 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
   const uint64_t graph_exec = 0x6a0000000000ULL + uint64_t(::getpid());
   std::vector<uint64_t> node_grid_ids;
   uint64_t replay = 0;
+  // --steps: each node of the cache-write kernel is one layer's cache write
+  const size_t cache_index = cache_kernel_index(catalog);
+  std::vector<uint32_t> node_layer(options.graph_nodes, UINT32_MAX);
+  uint32_t layers = 0;
+  for (uint32_t node = 0; node < options.graph_nodes && !catalog.empty(); ++node)
+    if (node % catalog.size() == cache_index) node_layer[node] = layers++;
+  const KvCacheModel kv_cache(layers);
+  std::shared_ptr<const std::vector<int64_t>> step_slots;
   // Launches issued and not run yet (--device-lag): each runs in the mode in force when it runs.
   struct Queued {
     LaunchShape shape;
@@ -169,7 +172,7 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
           writer.write_launch(created);
         }
         ++replay;
-        if (options.steps) write_engine_step(writer, replay, options.step_flops);
+        if (options.steps) step_slots = write_engine_step(writer, kv_cache, replay, options.step_flops);
         LaunchRecord graph_record = graph_event_record(LaunchKind::GraphLaunch, graph_exec);
         graph_record.stream = 0x1000;
         graph_record.replay = replay;
@@ -193,15 +196,18 @@ uint64_t run_device_loop(const Options& options, SegmentWriter& writer, Simulate
       if (!window_left) window_left = config.take_ops_window();
     }
     const KernelProfile& profile = catalog[index];
-    const LaunchShape shape{slots[index],
-                            profile.grid_x,
-                            profile.grid_y,
-                            profile.grid_z,
-                            profile.block_threads,
-                            launch_grid_id,
-                            uint32_t(launches % options.contexts),
-                            options.graph_nodes ? replay : 0,
-                            options.graph_nodes != 0 && node_index + 1 == options.graph_nodes};
+    LaunchShape shape{slots[index],
+                      profile.grid_x,
+                      profile.grid_y,
+                      profile.grid_z,
+                      profile.block_threads,
+                      launch_grid_id,
+                      uint32_t(launches % options.contexts),
+                      options.graph_nodes ? replay : 0,
+                      options.graph_nodes != 0 && node_index + 1 == options.graph_nodes,
+                      {}};
+    if (options.steps && node_index < node_layer.size() && node_layer[node_index] != UINT32_MAX)
+      shape.cache = {&kv_cache, node_layer[node_index], step_slots};
     LaunchRecord record = kernel_launch_record(shape, options.graph_nodes ? LaunchKind::GraphNode : LaunchKind::Eager,
                                                in_force.mode, in_force.shift, captured[index] != 0);
     if (options.ops && !options.graph_nodes)

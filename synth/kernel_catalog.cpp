@@ -17,7 +17,7 @@ const Seed kSeeds[] = {
      16, 8, 2, 128, 4},
     {"_ZN4vllm30reshape_and_cache_flash_kernelIN3c108BFloat16ES2_LNS_18Fp8KVCacheDataTypeE0EEEvPKT_S6_PT0_S8_"
      "PKlllllliiiPKfSC_",
-     8, 1, 1, 256, 2},
+     16, 1, 1, 256, 2},
     {"_ZN4vllm15rms_norm_kernelIN3c108BFloat16ELi8EEEvPT_PKS3_S6_fii", 8, 1, 1, 256, 3},
     {"_ZN4vllm18act_and_mul_kernelIN3c108BFloat16EXadL_ZNS_11silu_kernelIS2_EET_RKS4_EELb1EEEvPS4_PKS4_i", 48, 1, 1,
      1024, 3},

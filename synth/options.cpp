@@ -73,7 +73,8 @@ void print_flags(std::FILE* out) {
       "  --unlink-at-exit         remove the segment when it exits\n"
       "  --graph-nodes N          launches are replays of one CUDA graph of N kernel nodes\n"
       "  --steps                  with --graph-nodes: an engine step record before each replay, as the\n"
-      "                           vLLM plugin writes them (1 to 4 requests, prefill then decode)\n"
+      "                           vLLM plugin writes them (1 to 4 requests, prefill then decode; the KV-cache\n"
+      "                           blocks each is handed; the cache kernel stores to its tokens' slots)\n"
       "  --step-flops N           with --steps: each step's FLOP estimate, N a token scheduled\n"
       "  --replay-delay-us US     with --graph-nodes: each replay's last node waits US (a slow rank)\n"
       "  --hang-seconds S         end with a launch whose blocks enter and stay S seconds (a hang)\n"
@@ -390,6 +391,7 @@ Options parse_options(int argc, char** argv) {
     if (std::count(gpu.begin(), gpu.end(), ',') != 2) usage("--gpu is ORDINAL,PCI_BUS_ID,UUID");
   if (o.replay_delay_us && o.graph_nodes < 2) usage("--replay-delay-us needs --graph-nodes 2 or more");
   if (o.step_flops && !o.steps) usage("--step-flops needs --steps");
+  if (o.steps && !o.graph_nodes) usage("--steps needs --graph-nodes");
   if (o.ops && !o.launch_trace && !o.graph_nodes) usage("--ops needs --launch-trace (eager launches) or --graph-nodes");
   const std::string problem = control_request_problem(uint32_t(o.mode), o.shift, uint32_t(o.patch_set), o.filter);
   if (!problem.empty()) usage(problem.c_str());

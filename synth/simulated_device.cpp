@@ -139,12 +139,15 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
 uint64_t SimulatedDevice::run_block_accesses(const LaunchShape& launch, const KernelProfile& profile,
                                              const DeviceConfig& config, uint32_t x, uint32_t y, uint32_t z,
                                              uint64_t block_index, EventRecord* bodies) {
-  // every thread executes every access instruction once
+  // every thread executes every access instruction once; a cache-write block past the step's
+  // tokens (a captured graph's padding) returns before any
+  const CacheWrite& cache = launch.cache;
+  const bool padding = cache.model != nullptr && block_index >= cache.slots->size();
   const uint16_t sm = uint16_t(block_index % kSmCount);
-  const uint64_t block_accesses = uint64_t(launch.block_threads) * profile.accesses_per_thread;
+  const uint64_t block_accesses = padding ? 0 : uint64_t(launch.block_threads) * profile.accesses_per_thread;
   device_add(&kernels_[launch.slot].accesses[sm % kAccessShards], block_accesses);
   memory_accesses_.fetch_add(block_accesses, std::memory_order_relaxed);
-  if (!config.captured) return block_accesses;
+  if (!config.captured || padding) return block_accesses;
   for (uint32_t access = 0; access < profile.accesses_per_thread; ++access) {
     const uint64_t pc = profile.access_offsets.empty() ? profile.base_pc + 0x100 + 0x10 * access
                                                        : profile.base_pc + profile.access_offsets[access];
@@ -156,15 +159,18 @@ uint64_t SimulatedDevice::run_block_accesses(const LaunchShape& launch, const Ke
         EventRecord& body = bodies[lanes++];
         body.globaltimer_ns = realtime_ns();
         body.pc = pc;
-        body.address = 0x7e0000000000ULL + (block_index * launch.block_threads + thread) * 16 + access * 4;
+        const bool store = access & 1;
+        const bool to_cache = store && cache.model != nullptr;
+        body.address = to_cache ? cache.model->store_address(cache.layer, (*cache.slots)[block_index], thread)
+                                : 0x7e0000000000ULL + (block_index * launch.block_threads + thread) * 16 + access * 4;
         body.block_x = x;
         body.block_y = uint16_t(y);
         body.block_z = uint16_t(z);
         body.thread = uint16_t(thread);
         body.sm_id = sm;
         body.kind = uint8_t(EventKind::MemoryAccess);
-        body.access_bytes = 4;
-        body.flags = (access & 1) ? kAccessWrite : kAccessRead;
+        body.access_bytes = to_cache ? 2 : 4;
+        body.flags = store ? kAccessWrite : kAccessRead;
       }
       emit(launch.ring, bodies, lanes, launch.slot);
     }

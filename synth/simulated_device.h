@@ -14,6 +14,7 @@
 #include "gpuobs/replay_span_ledger.h"
 #include "gpuobs/segment_writer.h"
 #include "kernel_catalog.h"
+#include "kv_cache_model.h"
 
 namespace gpuobs {
 namespace synth {
@@ -26,6 +27,7 @@ struct LaunchShape {
   uint32_t ring;
   uint64_t replay;           // graph replay sequence (0 for eager launches), copied into events
   bool ends_replay = false;  // the replay's last node: its end is copied into the replay word after it
+  CacheWrite cache;          // a cache-write kernel's (model set): where its blocks store
 };
 
 struct DeviceConfig {

@@ -47,6 +47,35 @@ def kernel_row(kernel: pb.RequestKernel) -> dict:
     }
 
 
+SHOWN_RANGES = 16  # slot runs printed; --output json has them all
+
+
+def cache_slots_text(response: pb.ListRequestsResponse, r: pb.RequestTime) -> str:
+    """The KV-cache slots one request wrote, or why none are known: never "none" for "not looked"."""
+    if not response.kv_cache_layouts:
+        return (
+            "KV-cache slots: not recorded: no KV-cache layout came from the plugin (it sends one where the cache "
+            "kernel's accesses are hooked: GPUOBS_MEMORY_KERNELS, or the memory patch set)"
+        )
+    if not response.cache_stores:
+        return (
+            "KV-cache slots: not recorded: no store of a cache kernel was read (mode memory or sampled, with "
+            "access hooks on the cache kernel)"
+        )
+    runs = [f"{s.first}" if s.first == s.last else f"{s.first}-{s.last}" for s in r.cache_slot_ranges]
+    shown = ", ".join(runs[:SHOWN_RANGES]) + (f", ... ({len(runs)} runs in all)" if len(runs) > SHOWN_RANGES else "")
+    return (
+        f"KV-cache slots of {r.request} (pid {r.pid}): {r.cache_slots} slots written in {r.cache_steps} of its "
+        f"{r.steps} steps, {r.cache_stores} stores read"
+        + ("" if r.cache_slots_complete else " (past the daemon's budget of kept slots: some not listed)")
+        + (f": {shown}" if runs else "")
+        + f"\ncache stores read: {response.cache_stores}, to a request of their step "
+        f"{response.cache_stores_attributed}, to no known request's block {response.cache_stores_unattributed}, "
+        f"outside the KV cache {response.cache_stores_outside}"
+        + (f", skipped by the analysis budget {response.cache_stores_skipped}" if response.cache_stores_skipped else "")
+    )
+
+
 def fetch(address: str, request: pb.ListRequestsRequest) -> pb.ListRequestsResponse:
     """One reply, or with `every` all pages in one (the totals are the last page's)."""
     response = call(address, "ListRequests", request)
@@ -94,6 +123,8 @@ def show(address: str, output: str, request: pb.ListRequestsRequest) -> int:
     if rows:
         emit("text", None, COLUMNS, rows)
     for r in response.requests:
+        if request.request:
+            print("\n" + cache_slots_text(response, r))
         if r.kernels:
             print(
                 f"\nkernels of {r.request} (pid {r.pid}) over {r.kernel_steps} of its {r.steps} steps (those still "

@@ -359,6 +359,9 @@ void bind_schema(py::module_& m) {
   m.attr("FILTER_BYTES") = kFilterBytes;
   m.attr("STATUS_MESSAGE_BYTES") = kStatusMessageBytes;
   m.attr("STEP_SAME_REQUESTS") = kStepSameRequests;
+  m.attr("STEP_TEXT_DIRECTIVE") = std::string(1, kStepTextDirective);
+  m.attr("STEP_TEXT_SAME") = std::string(kStepTextSame);
+  m.attr("STEP_TEXT_KV_CACHE") = std::string(kStepTextKvCache);
   m.attr("GRAPH_NODES_RECORDED") = kGraphNodesRecorded;
   m.attr("LAUNCH_CAPTURED") = kLaunchCaptured;
   m.attr("SEGMENT_PREFIX") = kSegmentPrefix;
@@ -389,6 +392,7 @@ void bind_schema(py::module_& m) {
   m.attr("EVENT_MODES") = event_modes;                        // the modes that record events at all
   m.attr("BLOCK_CAPTURES") = names_dict(kBlockCaptureNames);  // what a kernel's block leaders record (block_capture)
   m.attr("BLOCK_SAMPLED") = uint32_t(kBlockSampled);
+  m.attr("ACCESS_WRITE") = uint32_t(kAccessWrite);
   m.attr("BLOCK_EARLIER_EPOCH") = uint32_t(kBlockEarlierEpoch);
   m.attr("BLOCK_EPOCH_SHIFT") = kBlockEpochShift;
   m.attr("KERNEL_ACCESS_HOOKS_CHOSEN") = uint32_t(kKernelAccessHooksChosen);

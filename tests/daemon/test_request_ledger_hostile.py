@@ -9,16 +9,16 @@ import random
 import threading
 import types
 
-import numpy as np
 import pytest
 from gpuobs.daemon import service_steps
 from gpuobs.daemon.analysis import ALL_REPLAYS
+from gpuobs.daemon.cache_writes import CacheWrites
 from gpuobs.daemon.errors import InvalidArgument, NotFound
 from gpuobs.daemon.request_ledger import RequestLedger, RequestRetention
 from gpuobs.daemon.request_times import request_kernels
 from gpuobs.daemon.service_steps import StepQueries
 from gpuobs.daemon.step_attribution import Step, StepAttribution
-from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
+from gpuobs_testing.records import step_records
 
 MS = 1_000_000
 
@@ -217,36 +217,14 @@ def test_zero_tokens_split_evenly_and_conserve_time_and_kernel_blocks() -> None:
     assert all(kernels[r] == ({4: [2, kernels[r][0][4][1]]}, 1) and rows[r].tokens == 0 for r in "abc")
 
 
-def step_records(step: int, text: bytes, *, same: bool = False, cut_short: bool = False) -> np.ndarray:
-    """A step record, then its text in 56-byte records (the last left out when cut short)."""
-    pieces = [text[i : i + 56] for i in range(0, len(text), 56)]
-    sent = pieces[:-1] if cut_short else pieces
-    rows = np.zeros(1 + len(sent), dtype=LAUNCH_DTYPE)
-    record = rows[:1].view(STEP_DTYPE)
-    record["kind"] = LAUNCH_KINDS["step"]
-    record["step"] = step
-    record["host_time_ns"] = step * 10 * MS
-    record["text_bytes"] = 0 if same else len(text)
-    record["flags"] = STEP_SAME_REQUESTS if same else 0
-    for index, piece in enumerate(sent):
-        text_record = rows[1 + index : 2 + index].view(STEP_TEXT_DTYPE)
-        text_record["kind"] = LAUNCH_KINDS["step_text"]
-        text_record["step"] = step
-        text_record["host_time_ns"] = step * 10 * MS
-        text_record["offset"] = index * 56
-        text_record["length"] = len(piece)
-        text_record["text"] = piece
-    return rows
-
-
 def test_a_same_requests_step_after_a_cut_short_text_does_not_take_older_ids() -> None:
     """Step 2's text was cut short (a dropped text record); step 3 says "same requests as the step
     before", i.e. step 2's, which are unknown. It must not inherit step 1's ids."""
     steps = StepAttribution()
-    steps.on_launches(step_records(1, b"old-request\t4"))
+    steps.on_launches(step_records(1, b"old-request\t4", host_time_ns=10 * MS))
     batch = "\n".join(f"new-request-{i}\t1" for i in range(8)).encode()
-    steps.on_launches(step_records(2, batch, cut_short=True))
-    steps.on_launches(step_records(3, b"", same=True))
+    steps.on_launches(step_records(2, batch, cut_short=True, host_time_ns=20 * MS))
+    steps.on_launches(step_records(3, None, host_time_ns=30 * MS))
     third = steps.steps[2]
     assert not (third.ids_complete and third.request_ids == ["old-request"]), (
         "step_attribution._begin: a SAME_REQUESTS step after a step whose text never completed "
@@ -286,7 +264,9 @@ def fake_process(pid: int, steps: Steps, start: int = 7) -> types.SimpleNamespac
         pid=pid,
         segment=segment,
         lock=HookLock(),
-        analyses=types.SimpleNamespace(requests=steps.ledger, steps=steps.source),
+        analyses=types.SimpleNamespace(
+            requests=steps.ledger, steps=steps.source, cache_writes=CacheWrites(lambda slots: {}, lambda: None)
+        ),
     )
 
 

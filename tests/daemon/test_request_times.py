@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 from gpuobs.daemon.graph_exec import covered_ns
-from gpuobs.daemon.request_split import parse_step_text, split_by_tokens
+from gpuobs.daemon.request_split import split_by_tokens
 from gpuobs.daemon.request_times import RequestTime, StepTime, device_busy, fold_step, step_times
 from gpuobs.daemon.step_attribution import Step, StepAttribution
-from gpuobs.segment import LAUNCH_DTYPE, LAUNCH_KINDS, STEP_DTYPE, STEP_SAME_REQUESTS, STEP_TEXT_DTYPE
+from gpuobs_testing.records import step_records
 
 
 def test_a_split_is_proportional_and_adds_up_exactly() -> None:
@@ -37,42 +36,12 @@ def test_a_split_that_cannot_be_made_is_refused(total: int, tokens: list[int]) -
         split_by_tokens(total, tokens)
 
 
-def test_step_text_reads_back_ids_and_tokens() -> None:
-    assert parse_step_text("a\t7\nb\t1") == (["a", "b"], [7, 1])
-    assert parse_step_text("a b\t3") == (["a b"], [3])
-    assert parse_step_text("") == ([], [])
-    # an older producer's ids, or a count that is not one: ids kept, no tokens for the step
-    assert parse_step_text("a\nb") == (["a", "b"], [])
-    assert parse_step_text("a\t7\nb\t-1") == (["a", "b"], [])
-    assert parse_step_text("a\tx") == (["a"], [])
-
-
-def step_with_text(step: int, text: bytes | None) -> np.ndarray:
-    """A step record, then its text in StepText records (or the same-requests flag)."""
-    pieces = [] if text is None else [text[i : i + 56] for i in range(0, len(text), 56)]
-    rows = np.zeros(1 + len(pieces), dtype=LAUNCH_DTYPE)
-    record = rows[:1].view(STEP_DTYPE)
-    record["kind"] = LAUNCH_KINDS["step"]
-    record["step"] = step
-    record["host_time_ns"] = step * 1_000
-    record["text_bytes"] = 0 if text is None else len(text)
-    record["flags"] = STEP_SAME_REQUESTS if text is None else 0
-    for index, piece in enumerate(pieces):
-        part = rows[1 + index : 2 + index].view(STEP_TEXT_DTYPE)
-        part["kind"] = LAUNCH_KINDS["step_text"]
-        part["step"] = step
-        part["offset"] = index * 56
-        part["length"] = len(piece)
-        part["text"] = piece
-    return rows
-
-
 def test_step_attribution_keeps_each_requests_tokens_across_same_request_steps() -> None:
     steps = StepAttribution()
     long_id = "cmpl-" + "x" * 70  # the text spans records
-    steps.on_launches(step_with_text(1, f"{long_id}\t120\nb\t1".encode()))
-    steps.on_launches(step_with_text(2, b"a\t1\nb\t1"))
-    steps.on_launches(step_with_text(3, None))
+    steps.on_launches(step_records(1, f"{long_id}\t120\nb\t1".encode()))
+    steps.on_launches(step_records(2, b"a\t1\nb\t1"))
+    steps.on_launches(step_records(3, None))
     kept = list(steps.steps.values())
     assert [(s.request_ids, s.request_tokens) for s in kept] == [
         ([long_id, "b"], [120, 1]),

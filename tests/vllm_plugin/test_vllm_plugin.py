@@ -11,13 +11,15 @@ import types
 from pathlib import Path
 
 import gpuobs
+import numpy as np
 import pytest
-from gpuobs.daemon.request_split import parse_step_text
+from gpuobs import step_text
+from gpuobs.daemon.cache_writes import slots_of
 from gpuobs.injector_functions import NOT_OBSERVING, InjectorAnnotations
 from gpuobs.segment import PROCESS_ROLES
 from gpuobs.vllm_plugin.engine_hook import install_step_hook
 from gpuobs.vllm_plugin.step_flops import flops_estimator
-from gpuobs.vllm_plugin.step_recorder import MAX_ATTEMPTS, SAME_REQUESTS, StepRecorder
+from gpuobs.vllm_plugin.step_recorder import LAYOUT_EVERY, MAX_ATTEMPTS, SAME_REQUESTS, StepRecorder
 
 INJECTOR = Path(gpuobs.__file__).parent / "lib" / "libgpuobs_injector.so"
 
@@ -104,7 +106,8 @@ def test_a_vllm_shaped_scheduler_output_gives_tokens_that_add_up() -> None:
     StepRecorder(sink)(worker(), SchedulerOutput({"cmpl-2\tx": 512, "cmpl-1": 1, "cmpl-3\n": 37}))
     ((_, requests, tokens, text, flags),) = sink.steps
     assert text is not None and flags == 0
-    ids, counts = parse_step_text(text.decode())
+    parsed = step_text.parse(text.decode())
+    ids, counts = parsed.ids, parsed.tokens
     assert (ids, counts) == (["cmpl-2 x", "cmpl-1", "cmpl-3 "], [512, 1, 37])
     assert (requests, tokens) == (3, sum(counts))
 
@@ -307,3 +310,122 @@ def test_a_step_with_an_estimate_goes_to_the_injector_that_takes_one_else_withou
         ("gpuobs_record_step", (8, 1, 1, None, 0, SAME_REQUESTS)),
         ("gpuobs_record_step", (9, 1, 3, b"a\t3", 3, 0)),
     ]
+
+
+# -- the KV cache's blocks and layout (#33: the cache slots a request wrote) -----------------------
+
+CACHE_ENV = {"GPUOBS_MEMORY_KERNELS": "reshape_and_cache"}
+
+
+class FakeCache:
+    """A layer's cache tensor as vLLM's FlashAttention backend shapes it: (blocks, key/value,
+    positions, heads, head size), bf16, contiguous."""
+
+    def __init__(self, base: int, blocks: int = 32, shape_tail: tuple[int, ...] = (2, 16, 2, 64)) -> None:
+        self.base = base
+        self.shape = (blocks, *shape_tail)
+        strides, size = [], 1
+        for extent in reversed(self.shape):
+            strides.insert(0, size)
+            size *= extent
+        self._strides = tuple(strides)
+
+    def stride(self) -> tuple[int, ...]:
+        return self._strides
+
+    def element_size(self) -> int:
+        return 2
+
+    def data_ptr(self) -> int:
+        return self.base
+
+
+class FlashBackend:
+    @staticmethod
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
+        return (num_blocks, 2, block_size, num_kv_heads, head_size)
+
+
+def cache_worker(caches: list) -> types.SimpleNamespace:
+    serving = worker()
+    serving.model_runner = types.SimpleNamespace(
+        kv_caches=caches,
+        attn_groups=[[types.SimpleNamespace(backend=FlashBackend)]],
+        cache_config=types.SimpleNamespace(block_size=16),
+    )
+    return serving
+
+
+def blocks_step(tokens: dict[str, int], new: dict[str, list[int]], cached: dict[str, list[int] | None]):
+    """A SchedulerOutput with its new requests (each with its block ids) and its running ones
+    (each with the blocks appended this step, or None)."""
+    output = scheduled(**tokens)
+    output.scheduled_new_reqs = [types.SimpleNamespace(req_id=r, block_ids=(ids,)) for r, ids in new.items()]
+    output.scheduled_cached_reqs = types.SimpleNamespace(
+        req_ids=list(cached), new_block_ids=[(ids,) if ids is not None else None for ids in cached.values()]
+    )
+    return output
+
+
+def test_with_the_cache_kernels_stores_hooked_each_step_hands_out_its_blocks_and_the_layout() -> None:
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, estimator_for=lambda _: None, environment=CACHE_ENV)
+    serving = cache_worker([FakeCache(0x7000_0000), FakeCache(0x7100_0000)])
+    record(serving, blocks_step({"a": 5, "b": 2}, {"a": [3, 4], "b": [7]}, {}))
+    record(serving, blocks_step({"a": 1, "b": 1}, {}, {"a": None, "b": [8]}))
+    record(serving, blocks_step({"a": 1, "b": 1}, {}, {"a": None, "b": None}))
+    record(serving, blocks_step({"a": 1, "b": 1}, {}, {"a": [9], "b": None}))
+    texts = [step_text.parse(text.decode()) if text else None for _, _, _, text, _ in sink.steps]
+    flags = [flags for *_, flags in sink.steps]
+    assert flags == [0, 0, SAME_REQUESTS, 0]
+    first, second, third, fourth = texts
+    assert (first.ids, first.tokens, first.blocks) == (["a", "b"], [5, 2], {"a": [3, 4], "b": [7]})
+    assert (second.ids, second.tokens, second.blocks, second.kv_cache) == (["a", "b"], [1, 1], {"b": [8]}, "")
+    assert third is None
+    assert (fourth.same, fourth.ids, fourth.blocks) == (True, [], {"a": [9]})
+    layout = step_text.KvCacheLayout.from_json(first.kv_cache)
+    assert (layout.block_size, layout.block_dim, layout.position_dim, layout.bases) == (
+        16,
+        0,
+        2,
+        (0x7000_0000, 0x7100_0000),
+    )
+    # an address the cache kernel stores to (layer 1, block 4, value, position 3, head 1, element 9)
+    cache = FakeCache(0x7100_0000)
+    offset = sum(i * s for i, s in zip((4, 1, 3, 1, 9), cache.stride(), strict=True))
+    address = np.array([0x7100_0000 + 2 * offset], dtype=np.uint64)
+    assert slots_of(layout, address).tolist() == [4 * 16 + 3]
+
+
+def test_the_layout_waits_for_the_cache_and_comes_again_every_thousand_steps() -> None:
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, estimator_for=lambda _: None, environment=CACHE_ENV)
+    serving = cache_worker([])
+    record(serving, blocks_step({"a": 1}, {}, {}))  # the runner has no cache yet
+    serving.model_runner.kv_caches = [FakeCache(0x9000_0000)]
+    for _ in range(LAYOUT_EVERY + 1):
+        record(serving, blocks_step({"a": 1}, {}, {"a": None}))
+    sent = [step for step, *_, text, _ in sink.steps if text and b"\x1fkv-cache" in text]
+    assert sent == [2, 2 + LAYOUT_EVERY]
+
+
+def test_without_the_stores_hooked_nothing_of_the_cache_is_sent() -> None:
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, estimator_for=lambda _: None, environment={"GPUOBS_MEMORY_KERNELS": " "})
+    record(cache_worker([FakeCache(0x7000_0000)]), blocks_step({"a": 5}, {"a": [3]}, {}))
+    ((*_, text, _),) = sink.steps
+    assert text == b"a\t5"
+    memory_set = StepRecorder(FakeAnnotations(), environment={"GPUOBS_PATCH_SET": "memory"})
+    assert memory_set.track_cache
+
+
+def test_a_cache_it_cannot_describe_stops_the_blocks_with_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A hybrid model's layers differ: no layout, so blocks would name no slot and are not sent."""
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, estimator_for=lambda _: None, environment=CACHE_ENV)
+    serving = cache_worker([FakeCache(0x7000_0000), FakeCache(0x7100_0000, shape_tail=(2, 16, 4, 64))])
+    with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
+        record(serving, blocks_step({"a": 5}, {"a": [3]}, {}))
+        record(serving, blocks_step({"a": 1}, {}, {"a": [4]}))
+    assert [text for *_, text, _ in sink.steps] == [b"a\t5\t3", b"a\t1"]
+    assert sum("cannot be described" in r.getMessage() for r in caplog.records) == 1

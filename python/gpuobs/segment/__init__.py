@@ -54,6 +54,7 @@ OP_DTYPE: np.dtype = _struct_dtype("op_record")
 OP_NODES_DTYPE: np.dtype = _struct_dtype("op_nodes_record")  # graph nodes an op captured
 REPLAY_SPAN_DTYPE: np.dtype = _struct_dtype("replay_span_record")  # a replay's span on the device
 STEP_SAME_REQUESTS: int = int(_native.STEP_SAME_REQUESTS)
+ACCESS_WRITE: int = int(_native.ACCESS_WRITE)  # a memory event's flag: the access stored
 GRAPH_NODES_RECORDED: int = int(_native.GRAPH_NODES_RECORDED)  # graph launch record flag
 MAX_OP_LABEL_BYTES: int = int(_native.MAX_OP_LABEL_BYTES)  # the injector cuts an op's label there
 LAUNCH_CAPTURED: int = int(_native.LAUNCH_CAPTURED)  # launch record flag: the kernel filter let it record

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from gpuobs import step_text
 from gpuobs._native import PROCESS_ROLES, STEP_SAME_REQUESTS
+from gpuobs.step_text import KvCacheLayout
 
+from .kv_cache import cache_stores_seen, kv_cache_layout, new_blocks
 from .step_flops import FlopsOf, flops_estimator
 
 log = logging.getLogger("gpuobs.vllm_plugin")
 
 SAME_REQUESTS = STEP_SAME_REQUESTS  # the requests and their tokens are those of the step before
 MAX_ATTEMPTS = 1000  # steps to wait for CUDA to load the injector before giving up
+LAYOUT_EVERY = 1000  # steps between the KV cache's layout sent again (a lost record costs no more)
 
 
 class Annotations(Protocol):
@@ -30,9 +34,16 @@ class StepRecorder:
     """Called from the engine thread at each step; any failure disables it, with one log line."""
 
     def __init__(
-        self, annotations: Annotations, estimator_for: Callable[[Any], FlopsOf | None] = flops_estimator
+        self,
+        annotations: Annotations,
+        estimator_for: Callable[[Any], FlopsOf | None] = flops_estimator,
+        environment: Mapping[str, str] = os.environ,
     ) -> None:
         self.annotations = annotations
+        # KV-cache blocks and layout: only where the cache kernel's stores can be seen
+        self.track_cache = cache_stores_seen(environment)
+        self.layout: KvCacheLayout | None = None
+        self.layout_sent = -LAYOUT_EVERY  # the step it was last sent in
         self.estimator_for = estimator_for
         self.flops_of: FlopsOf | None = None  # vLLM's FLOP estimate of a step, where its MFU metrics are on
         self.enabled = True
@@ -63,14 +74,37 @@ class StepRecorder:
             tokens = int(scheduler_output.total_num_scheduled_tokens)
             flops = self.flops(scheduler_output)
             self.step += 1
+            blocks = new_blocks(scheduler_output) if self.track_cache else {}
+            layout = self.layout_due(worker)
             # a dropped record is counted by the injector, in the segment: nothing to do here
             if scheduled == self.last_scheduled:  # decode steps: each request's count is unchanged
-                self.annotations.record_step(self.step, len(scheduled), tokens, None, SAME_REQUESTS, flops)
+                if blocks or layout:
+                    text = step_text.encode(None, blocks, layout)
+                    self.annotations.record_step(self.step, len(scheduled), tokens, text, 0, flops)
+                else:
+                    self.annotations.record_step(self.step, len(scheduled), tokens, None, SAME_REQUESTS, flops)
             else:
-                self.annotations.record_step(self.step, len(scheduled), tokens, step_text(scheduled), 0, flops)
+                text = step_text.encode(scheduled, blocks, layout)
+                self.annotations.record_step(self.step, len(scheduled), tokens, text, 0, flops)
                 self.last_scheduled = scheduled
         except Exception as error:  # noqa: BLE001 - the engine must run on
             self.disable(f"{type(error).__name__}: {error}")
+
+    def layout_due(self, worker: Any) -> KvCacheLayout | None:
+        """The KV cache's layout when it is to be sent with this step: once the runner has its
+        cache, then every LAYOUT_EVERY steps. A runner without one that can be described (a hybrid
+        model) stops the blocks too, with one log line: they would name no slot."""
+        if not self.track_cache or self.step - self.layout_sent < LAYOUT_EVERY:
+            return None
+        if self.layout is None:
+            self.layout = kv_cache_layout(worker)
+            if self.layout is None:
+                if getattr(getattr(worker, "model_runner", None), "kv_caches", None):
+                    self.track_cache = False
+                    log.warning("gpuobs: the KV cache's layout cannot be described: no cache slots are recorded")
+                return None
+        self.layout_sent = self.step
+        return self.layout
 
     def estimate_with(self, worker: Any) -> FlopsOf | None:
         try:
@@ -95,18 +129,6 @@ def scheduled_tokens(num_scheduled_tokens: Any) -> list[tuple[str, int]]:
     """(request id, tokens) in the scheduler's order, from vLLM's dict request id -> tokens: the
     daemon splits a step's device time among its requests by these counts."""
     return [(str(request), int(count)) for request, count in num_scheduled_tokens.items()]
-
-
-def step_text(scheduled: list[tuple[str, int]]) -> bytes:
-    """One 'id\ttokens' line per request (layout 7): a tab never occurs in a vLLM request id, and
-    the daemon reads a line without one as an id whose tokens are unknown."""
-    lines = (f"{one_line(request)}\t{count}" for request, count in scheduled)
-    return "\n".join(lines).encode("utf-8", "replace")
-
-
-def one_line(request: str) -> str:
-    """The id with no tab or newline, which would split its line."""
-    return request.replace("\t", " ").replace("\n", " ")
 
 
 def model_name(worker: Any) -> str:

@@ -1,13 +1,23 @@
 """Hand-made launch and event records, as the injector and the patches write them: a graph
 exec's replays (graph launch records, and node records for those recorded node by node), a
-launch's block events, any events and launch records from their fields."""
+launch's block events, any events and launch records from their fields, an engine step's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from gpuobs.segment import EVENT_DTYPE, EVENT_KINDS, GRAPH_NODES_RECORDED, LAUNCH_DTYPE, LAUNCH_KINDS, MODES
+from gpuobs.segment import (
+    EVENT_DTYPE,
+    EVENT_KINDS,
+    GRAPH_NODES_RECORDED,
+    LAUNCH_DTYPE,
+    LAUNCH_KINDS,
+    MODES,
+    STEP_DTYPE,
+    STEP_SAME_REQUESTS,
+    STEP_TEXT_DTYPE,
+)
 
 EXEC = 0x7000
 NODES = {0xA0: (11, 4), 0xA1: (12, 3)}  # node -> (grid id, blocks)
@@ -93,3 +103,27 @@ def block_events(
         kernel_slot=slot,
         globaltimer_ns=t0 + np.arange(blocks) * 10,
     )
+
+
+def step_records(step: int, text: bytes | None, *, cut_short: bool = False, host_time_ns: int = 0) -> np.ndarray:
+    """A step record, then its text in 56-byte StepText records (the last left out when cut
+    short), or with no text the same-requests flag."""
+    pieces = [] if text is None else [text[i : i + 56] for i in range(0, len(text), 56)]
+    sent = pieces[:-1] if cut_short else pieces
+    rows = np.zeros(1 + len(sent), dtype=LAUNCH_DTYPE)
+    at = host_time_ns or step * 1_000
+    record = rows[:1].view(STEP_DTYPE)
+    record["kind"] = LAUNCH_KINDS["step"]
+    record["step"] = step
+    record["host_time_ns"] = at
+    record["text_bytes"] = 0 if text is None else len(text)
+    record["flags"] = STEP_SAME_REQUESTS if text is None else 0
+    for index, piece in enumerate(sent):
+        part = rows[1 + index : 2 + index].view(STEP_TEXT_DTYPE)
+        part["kind"] = LAUNCH_KINDS["step_text"]
+        part["step"] = step
+        part["host_time_ns"] = at
+        part["offset"] = index * 56
+        part["length"] = len(piece)
+        part["text"] = piece
+    return rows

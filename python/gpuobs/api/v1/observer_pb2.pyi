@@ -768,7 +768,7 @@ class RequestKernel(_message.Message):
     def __init__(self, kernel: _Optional[str] = ..., executions: _Optional[int] = ..., blocks: _Optional[int] = ..., kv_cache: bool = ...) -> None: ...
 
 class RequestTime(_message.Message):
-    __slots__ = ("pid", "request", "steps", "tokens", "device_ns", "steps_untimed", "kernel_launches", "blocks", "first_step", "last_step", "kernels", "kernel_steps")
+    __slots__ = ("pid", "request", "steps", "tokens", "device_ns", "steps_untimed", "kernel_launches", "blocks", "first_step", "last_step", "kernels", "kernel_steps", "cache_stores", "cache_steps", "cache_slots", "cache_slots_complete", "cache_slot_ranges")
     PID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -781,6 +781,11 @@ class RequestTime(_message.Message):
     LAST_STEP_FIELD_NUMBER: _ClassVar[int]
     KERNELS_FIELD_NUMBER: _ClassVar[int]
     KERNEL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SLOTS_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SLOT_RANGES_FIELD_NUMBER: _ClassVar[int]
     pid: int
     request: str
     steps: int
@@ -793,10 +798,23 @@ class RequestTime(_message.Message):
     last_step: int
     kernels: _containers.RepeatedCompositeFieldContainer[RequestKernel]
     kernel_steps: int
-    def __init__(self, pid: _Optional[int] = ..., request: _Optional[str] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., device_ns: _Optional[int] = ..., steps_untimed: _Optional[int] = ..., kernel_launches: _Optional[int] = ..., blocks: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., kernels: _Optional[_Iterable[_Union[RequestKernel, _Mapping]]] = ..., kernel_steps: _Optional[int] = ...) -> None: ...
+    cache_stores: int
+    cache_steps: int
+    cache_slots: int
+    cache_slots_complete: bool
+    cache_slot_ranges: _containers.RepeatedCompositeFieldContainer[SlotRange]
+    def __init__(self, pid: _Optional[int] = ..., request: _Optional[str] = ..., steps: _Optional[int] = ..., tokens: _Optional[int] = ..., device_ns: _Optional[int] = ..., steps_untimed: _Optional[int] = ..., kernel_launches: _Optional[int] = ..., blocks: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., kernels: _Optional[_Iterable[_Union[RequestKernel, _Mapping]]] = ..., kernel_steps: _Optional[int] = ..., cache_stores: _Optional[int] = ..., cache_steps: _Optional[int] = ..., cache_slots: _Optional[int] = ..., cache_slots_complete: bool = ..., cache_slot_ranges: _Optional[_Iterable[_Union[SlotRange, _Mapping]]] = ...) -> None: ...
+
+class SlotRange(_message.Message):
+    __slots__ = ("first", "last")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    last: int
+    def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
 
 class ListRequestsResponse(_message.Message):
-    __slots__ = ("requests", "steps_device_ns", "next_page_token", "requests_let_go", "device_ns_let_go", "steps_settled", "steps_lost")
+    __slots__ = ("requests", "steps_device_ns", "next_page_token", "requests_let_go", "device_ns_let_go", "steps_settled", "steps_lost", "cache_stores", "cache_stores_outside", "cache_stores_skipped", "cache_stores_dropped", "cache_stores_attributed", "cache_stores_unattributed", "cache_owners_forgotten", "kv_cache_layouts")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     STEPS_DEVICE_NS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -804,6 +822,14 @@ class ListRequestsResponse(_message.Message):
     DEVICE_NS_LET_GO_FIELD_NUMBER: _ClassVar[int]
     STEPS_SETTLED_FIELD_NUMBER: _ClassVar[int]
     STEPS_LOST_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_OUTSIDE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_ATTRIBUTED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_UNATTRIBUTED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_OWNERS_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_LAYOUTS_FIELD_NUMBER: _ClassVar[int]
     requests: _containers.RepeatedCompositeFieldContainer[RequestTime]
     steps_device_ns: int
     next_page_token: str
@@ -811,7 +837,15 @@ class ListRequestsResponse(_message.Message):
     device_ns_let_go: int
     steps_settled: int
     steps_lost: int
-    def __init__(self, requests: _Optional[_Iterable[_Union[RequestTime, _Mapping]]] = ..., steps_device_ns: _Optional[int] = ..., next_page_token: _Optional[str] = ..., requests_let_go: _Optional[int] = ..., device_ns_let_go: _Optional[int] = ..., steps_settled: _Optional[int] = ..., steps_lost: _Optional[int] = ...) -> None: ...
+    cache_stores: int
+    cache_stores_outside: int
+    cache_stores_skipped: int
+    cache_stores_dropped: int
+    cache_stores_attributed: int
+    cache_stores_unattributed: int
+    cache_owners_forgotten: int
+    kv_cache_layouts: int
+    def __init__(self, requests: _Optional[_Iterable[_Union[RequestTime, _Mapping]]] = ..., steps_device_ns: _Optional[int] = ..., next_page_token: _Optional[str] = ..., requests_let_go: _Optional[int] = ..., device_ns_let_go: _Optional[int] = ..., steps_settled: _Optional[int] = ..., steps_lost: _Optional[int] = ..., cache_stores: _Optional[int] = ..., cache_stores_outside: _Optional[int] = ..., cache_stores_skipped: _Optional[int] = ..., cache_stores_dropped: _Optional[int] = ..., cache_stores_attributed: _Optional[int] = ..., cache_stores_unattributed: _Optional[int] = ..., cache_owners_forgotten: _Optional[int] = ..., kv_cache_layouts: _Optional[int] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ("pids", "top")

@@ -339,7 +339,7 @@ struct alignas(64) StepRecord {
   uint64_t thread;        // OS thread id of the engine thread (its launches follow this record)
   uint32_t requests;      // requests scheduled in this step
   uint32_t tokens;        // tokens scheduled in this step
-  uint32_t text_bytes;    // bytes of 'id\ttokens' lines ('\n'-separated) in the StepText records that follow
+  uint32_t text_bytes;    // bytes of the step's text (its grammar below) in the StepText records that follow
   uint32_t text_records;  // how many StepText records follow
   uint64_t flops;         // the engine's estimate of the step's floating-point operations per GPU
                           // (vLLM with --enable-mfu-metrics); 0: it gives none (or an older writer)
@@ -361,6 +361,15 @@ inline constexpr Field kStepRecordFields[] = {
 };
 static_assert(covers(kStepRecordFields, sizeof(StepRecord)), "kStepRecordFields lists every member");
 constexpr uint32_t kStepSameRequests = 0x2;  // the same requests and tokens each as the step before: no text
+// A step's text: UTF-8 lines split by '\n'. A line for each request scheduled, in the scheduler's
+// order: ID '\t' TOKENS, then, where KV-cache blocks became the request's in this step (all of a
+// new or resumed request's, then those appended), '\t' and their ids, comma separated. A line
+// that begins with kStepTextDirective is a directive: kStepTextSame (the requests and tokens are
+// those of the step before; the request lines that follow carry only blocks, TOKENS empty), or
+// kStepTextKvCache, a space and the KV cache's layout as JSON (gpuobs.step_text says its keys).
+constexpr char kStepTextDirective = '\x1f';
+constexpr const char* kStepTextSame = "same";
+constexpr const char* kStepTextKvCache = "kv-cache";
 
 // A framework op (a PyTorch op: its module path, op name, input dtypes and shapes, as one label)
 // about to launch its kernels on `thread`: the launch records whose `op` is its number are the
