@@ -297,15 +297,16 @@ def model_layers(model: Path) -> int | None:
     return int(json.loads(config.read_text())["num_hidden_layers"]) if config.exists() else None
 
 
-def save_request_views(daemon: DaemonProcess, folder: Path, count: int = 3) -> None:
+def save_request_views(daemon: DaemonProcess, folder: Path, mode: str, count: int = 3) -> None:
     """`gpuobsctl request ID` of the `count` requests of the saved list that began last: each one's
-    kernels, the KV-cache write's among them. The daemon keeps the last 4,096 steps in detail, so
-    a request of an earlier round (the list's top by device time, in the run at 344fd1a) has no
-    kernels left to show (kernel_steps 0)."""
-    listed = json.loads((folder / "requests-load-blocks.json").read_text())
+    kernels, the KV-cache write's among them (and in `sampled` beside the memory patch set, the
+    cache slots it wrote). The daemon keeps the last 4,096 steps in detail, so a request of an
+    earlier round (the list's top by device time, in the run at 344fd1a) has no kernels left to
+    show (kernel_steps 0)."""
+    listed = json.loads((folder / f"requests-load-{mode}.json").read_text())
     newest = sorted(listed.get("requests", []), key=lambda row: (-int(row["first_step"]), row["request"]))
     for index, row in enumerate(newest[:count]):
-        ctl_json(daemon, folder / f"request-load-blocks-{index}.json", "request", row["request"])
+        ctl_json(daemon, folder / f"request-load-{mode}-{index}.json", "request", row["request"])
 
 
 def capture(daemon: DaemonProcess, into: Path, pid: int | None) -> None:
@@ -697,11 +698,11 @@ def main() -> int:
                         )
                         figures.update(load(server.port, args.requests, args.tokens, args.concurrency))
                         rounds[mode].append(figures)
-                        if inject and mode == "blocks":  # GPU time per request (#33) of the concurrent load
+                        if inject and mode in ("blocks", "sampled"):  # GPU time per request, cache slots
                             folder = args.out / "cli" / label
-                            ctl_json(daemon, folder / "requests-load-blocks.json", "requests", "--top", "100000")
-                            ctl_json(daemon, folder / "steps-load-blocks.json", "steps", "--last", "4096")
-                            save_request_views(daemon, folder)
+                            ctl_json(daemon, folder / f"requests-load-{mode}.json", "requests", "--top", "100000")
+                            ctl_json(daemon, folder / f"steps-load-{mode}.json", "steps", "--last", "4096")
+                            save_request_views(daemon, folder, mode)
                         if inject and mode == "counter":  # the drop-in's mode: steps timed by replay spans
                             folder = args.out / "cli" / label
                             ctl_json(daemon, folder / "steps-load-counter.json", "steps", "--last", "4096")

@@ -72,7 +72,8 @@ def slots_of(layout: KvCacheLayout, addresses: np.ndarray) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class CacheWriteTotals:
     stores: int  # cache-kernel stores read (sampled: those the hash kept)
-    outside: int  # of them, at no slot of the layout, or before any layout came
+    before_layout: int  # of them, read before any layout came (vLLM's warm-up writes the cache)
+    outside: int  # at no slot of the layout
     skipped: int  # in batches the analysis budget skipped
     dropped: int  # kept for a replay no step took before MAX_REPLAYS newer ones came
 
@@ -95,6 +96,7 @@ class CacheWrites(Analysis):
         # low 32 bits of a replay -> slot -> stores
         self.by_replay: collections.OrderedDict[int, collections.Counter[int]] = collections.OrderedDict()
         self.stores = 0
+        self.before_layout = 0
         self.outside = 0
         self.skipped = 0
         self.dropped = 0
@@ -131,7 +133,7 @@ class CacheWrites(Analysis):
         self.stores += len(addresses)
         layout = self.layout()
         if layout is None:
-            self.outside += len(addresses)
+            self.before_layout += len(addresses)
             return
         slots = slots_of(layout, addresses)
         found = slots >= 0
@@ -162,4 +164,4 @@ class CacheWrites(Analysis):
         return taken
 
     def report(self) -> CacheWriteTotals:
-        return CacheWriteTotals(self.stores, self.outside, self.skipped, self.dropped)
+        return CacheWriteTotals(self.stores, self.before_layout, self.outside, self.skipped, self.dropped)

@@ -290,6 +290,7 @@ class Requests:
     cache_stores_unattributed: int = 0
     cache_owners_forgotten: int = 0
     kv_cache_layouts: int = 0
+    cache_stores_before_layout: int = 0
 
 
 @dataclasses.dataclass

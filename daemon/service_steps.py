@@ -61,6 +61,7 @@ def add_cache_totals(reply: results.Requests, process: ObservedProcess) -> None:
     ledger = process.analyses.requests.report()
     reply.cache_stores += writes.stores
     reply.cache_stores_outside += writes.outside
+    reply.cache_stores_before_layout += writes.before_layout
     reply.cache_stores_skipped += writes.skipped
     reply.cache_stores_dropped += writes.dropped
     reply.cache_stores_attributed += ledger.cache_stores_attributed

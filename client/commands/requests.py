@@ -72,7 +72,14 @@ def cache_slots_text(response: pb.ListRequestsResponse, r: pb.RequestTime) -> st
         + f"\ncache stores read: {response.cache_stores}, to a request of their step "
         f"{response.cache_stores_attributed}, to no known request's block {response.cache_stores_unattributed}, "
         f"outside the KV cache {response.cache_stores_outside}"
-        + (f", skipped by the analysis budget {response.cache_stores_skipped}" if response.cache_stores_skipped else "")
+        + "".join(
+            f", {label} {value}"
+            for label, value in (
+                ("skipped by the analysis budget", response.cache_stores_skipped),
+                ("before the layout came", response.cache_stores_before_layout),
+            )
+            if value
+        )
     )
 
 

@@ -157,7 +157,7 @@ def test_request_views_are_of_the_requests_that_began_last(tmp_path: Path, monke
     (tmp_path / "requests-load-blocks.json").write_text(json.dumps({"requests": rows}))
     asked: list[tuple[str, ...]] = []
     monkeypatch.setattr(vllm_overhead, "ctl_json", lambda daemon, into, *args: asked.append((into.name, *args)))
-    vllm_overhead.save_request_views(None, tmp_path, count=2)
+    vllm_overhead.save_request_views(None, tmp_path, "blocks", count=2)
     assert asked == [
         ("request-load-blocks-0.json", "request", "r900"),
         ("request-load-blocks-1.json", "request", "r700"),

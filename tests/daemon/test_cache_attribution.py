@@ -130,7 +130,7 @@ def test_a_layout_that_is_not_sound_is_counted_and_the_one_before_stays() -> Non
     assert (engine.steps.kv_layout, engine.steps.kv_layouts_refused) == (LAYOUT, 1)
 
 
-def test_stores_before_any_layout_or_outside_it_are_counted_outside() -> None:
+def test_stores_before_any_layout_or_outside_it_are_counted_apart() -> None:
     engine = Engine()
     one = engine.begin(step_text.encode([("a", 1)], {"a": [5]}))  # no layout yet
     engine.store(one, [20])
@@ -139,7 +139,7 @@ def test_stores_before_any_layout_or_outside_it_are_counted_outside() -> None:
     engine.cache.on_events(rows, np.bincount(rows["kind"], minlength=len(EVENT_KINDS) + 1))
     engine.settle()
     report = engine.cache.report()
-    assert (report.stores, report.outside) == (2, 2) and not engine.slots("a")
+    assert (report.stores, report.before_layout, report.outside) == (2, 1, 1) and not engine.slots("a")
 
 
 def test_the_bounds_hold_and_are_counted() -> None:

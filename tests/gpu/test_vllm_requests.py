@@ -113,3 +113,24 @@ def test_each_requests_kv_cache_writes_are_at_least_its_tokens_times_layers(benc
         assert executions == int(row["steps"]) * layers, (view.name, executions, row["steps"], layers)
         # each step's share is rounded to a whole block (at most one off per step)
         assert blocks >= int(row["tokens"]) * layers - int(row["steps"]), (view.name, blocks, row["tokens"])
+
+
+def test_sampled_cache_stores_name_slots_of_the_requests_own_blocks(bench: Path) -> None:
+    """Beside the memory patch set (`sampled`, 1 in 1,024 accesses), the plugin hands out each
+    step's KV-cache blocks and the cache's layout: every sampled store of the cache kernel after
+    the layout came lies in the layout and in a block of a request of its step, and no request has
+    more slots than tokens (each scheduled token writes one slot)."""
+    folder = bench / "cli" / "gpuobs-memory"
+    listed = json.loads((folder / "requests-load-sampled.json").read_text())
+    assert "error" not in listed, listed
+    assert int(listed["kv_cache_layouts"]) == 1
+    assert int(listed.get("cache_stores_attributed", 0)) > 0, listed
+    assert int(listed.get("cache_stores_outside", 0)) == 0 and int(listed.get("cache_stores_unattributed", 0)) == 0
+    for row in listed["requests"]:
+        assert int(row.get("cache_slots", 0)) <= int(row["tokens"]), row
+    views = sorted(folder.glob("request-load-sampled-*.json"))
+    assert views, "the bench saved no request view"
+    for view in views:
+        (row,) = json.loads(view.read_text())["requests"]
+        slots = {s for r in row.get("cache_slot_ranges", []) for s in range(int(r["first"]), int(r["last"]) + 1)}
+        assert len(slots) == int(row.get("cache_slots", 0)) <= int(row["tokens"]), (view.name, row)
