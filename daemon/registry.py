@@ -164,7 +164,7 @@ class ProcessAnalyses:
             graph_join.by_handle.get, graph_join.node_device_times, budget=budget, exits_hooked=exits_hooked
         )
         steps = StepAttribution(graph_join.replay_shape)
-        cache_writes = CacheWrites(kernel_names, lambda: steps.kv_layout, budget)
+        cache_writes = CacheWrites(kernel_names, lambda: steps.kv_layout, budget, graph_join.node_grid_ids)
         return cls(
             graph_join,
             BlockPairing(budget, exits_hooked, graph_join.node_grid_ids),

@@ -19,8 +19,9 @@ KV-cache slots: settling steps in order, the ledger keeps which request each cac
 blocks each step's text handed out, the latest owner winning) and gives each settled step's
 cache stores (cache_writes.CacheWrites) to the request whose block holds the slot, when that
 request is one of the step's; the others are counted unattributed. A step whose text was cut
-short, or one let go before it settled, leaves the owners unknown: they are forgotten (counted)
-and learned again as blocks are handed out.
+short or refused in part, or one let go before it settled, leaves the owners unknown: they are
+forgotten (counted) and learned again as blocks are handed out. Stores a following eager step
+may share (its kernels store under this step's last replay) are counted ambiguous.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class LedgerTotals:
     cache_stores_attributed: int = 0  # settled steps' cache stores given to a request of the step
     cache_stores_unattributed: int = 0  # to a block no request of the step was known to hold
     cache_owners_forgotten: int = 0  # times the block owners were lost (a step cut short or let go)
+    cache_stores_ambiguous: int = 0  # under a replay an eager step after it shared: given to no one
 
 
 class RequestLedger(Analysis):
@@ -116,6 +118,7 @@ class RequestLedger(Analysis):
         self.cache_stores_attributed = 0
         self.cache_stores_unattributed = 0
         self.cache_owners_forgotten = 0
+        self.cache_stores_ambiguous = 0
         self.clock_ns = clock_ns
         self.step_source = steps
         self.replay_summary = replay_summary
@@ -152,21 +155,24 @@ class RequestLedger(Analysis):
             following = kept.get(self.next_key + 1)
             if following is None and not exited:
                 if self.clock_ns() - step.host_time_ns >= self.IDLE_NS:  # no later replay will begin
-                    self._fold(StepTime(step, self.span(step), 0))
+                    self._fold(StepTime(step, self.span(step), 0), None)
                     self.next_key += 1
                     self._leave(self.last_ids or [])  # the idle engine's last batch has left it
                 break
             if not exited and any(number >= replay_begun for _, number, _ in step.replays):
                 break
             host = following.host_time_ns - step.host_time_ns if following is not None else 0
-            self._fold(StepTime(step, self.span(step), max(host, 0)))
+            self._fold(StepTime(step, self.span(step), max(host, 0)), following)
             self.next_key += 1
         if exited:
+            if self.cache is not None:
+                self.cache.let_go_through(None)  # no step will take what is still held
             for entry in self.rows.values():
                 self._observe(entry)
         self._let_go()
 
-    def _fold(self, timed: StepTime) -> None:
+    def _fold(self, timed: StepTime, following: Step | None) -> None:
+        """`following`: the step after it, where one began."""
         self.steps_settled += 1
         if timed.split:
             self.steps_device_ns += timed.device_ns
@@ -180,7 +186,7 @@ class RequestLedger(Analysis):
                 self.next_seq += 1
             self.rows.move_to_end(row.request)
         step = timed.step
-        self._attribute_cache(step)
+        self._attribute_cache(step, following)
         if step.ids_complete:
             ids = step.request_ids
             if self.last_ids is not None:
@@ -195,19 +201,32 @@ class RequestLedger(Analysis):
             self.block_owners.clear()
         self.cache_owners_forgotten += 1
 
-    def _attribute_cache(self, step: Step) -> None:
-        """The blocks the step handed out, then its replays' cache stores to their owners."""
-        if not step.blocks_complete:
+    def _attribute_cache(self, step: Step, following: Step | None) -> None:
+        """The blocks the step handed out, then its replays' cache stores to their owners. A
+        kernel outside a graph stores under the replay last begun in its context: a step that
+        launched no replay (vLLM runs a batch past its largest graph eagerly) stores under the
+        step before's last one, so when the next step launched none, the stores of kernels outside
+        a graph under this step's last replay may be either step's: counted ambiguous, given to
+        no one (its last replay's own nodes' stores are its own)."""
+        if not step.blocks_complete or step.text_refused:
             self._forget_owners()
         for request, blocks in step.new_blocks.items():
             if len(self.block_owners) + len(blocks) > self.MAX_CACHE_BLOCKS:
                 self._forget_owners()
             self.block_owners.update(dict.fromkeys(blocks, request))
-        layout = self.step_source.kv_layout
-        if self.cache is None or layout is None:
+        if self.cache is None or not step.replays:
             return
-        stores = self.cache.take(number for _, number, _ in step.replays)
-        if not stores:
+        numbers = [number for _, number, _ in step.replays]
+        stores = self.cache.take(numbers[:-1])
+        stores.update(self.cache.take(numbers[-1:], eager=False))  # its last replay's own nodes
+        after = self.cache.take(numbers[-1:])  # kernels outside a graph after it
+        if following is not None and not following.replays_launched:
+            self.cache_stores_ambiguous += sum(after.values())
+        else:
+            stores.update(after)
+        self.cache.let_go_through(numbers[-1])
+        layout = self.step_source.kv_layout
+        if not stores or layout is None:
             return
         scheduled = set(step.request_ids) if step.ids_complete else set()
         stored: set[str] = set()
@@ -273,6 +292,7 @@ class RequestLedger(Analysis):
             self.cache_stores_attributed,
             self.cache_stores_unattributed,
             self.cache_owners_forgotten,
+            self.cache_stores_ambiguous,
         )
 
     def histogram_counts(self) -> dict[str, float]:

@@ -291,6 +291,9 @@ class Requests:
     cache_owners_forgotten: int = 0
     kv_cache_layouts: int = 0
     cache_stores_before_layout: int = 0
+    cache_stores_ambiguous: int = 0
+    kv_cache_layouts_refused: int = 0
+    step_text_refused: int = 0
 
 
 @dataclasses.dataclass

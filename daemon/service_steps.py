@@ -67,7 +67,11 @@ def add_cache_totals(reply: results.Requests, process: ObservedProcess) -> None:
     reply.cache_stores_attributed += ledger.cache_stores_attributed
     reply.cache_stores_unattributed += ledger.cache_stores_unattributed
     reply.cache_owners_forgotten += ledger.cache_owners_forgotten
-    reply.kv_cache_layouts += process.analyses.steps.kv_layout is not None
+    reply.cache_stores_ambiguous += ledger.cache_stores_ambiguous
+    steps = process.analyses.steps
+    reply.kv_cache_layouts += steps.kv_layout is not None
+    reply.kv_cache_layouts_refused += steps.kv_layouts_refused
+    reply.step_text_refused += steps.text_lines_refused + steps.text_records_refused
 
 
 def kernel_rows(kernels: dict[int, list[int]], names: dict[int, str]) -> list[results.RequestKernel]:

@@ -31,6 +31,7 @@ from .graph_exec import NO_REPLAY, ReplayShape
 
 STEP = LAUNCH_KINDS["step"]
 STEP_TEXT = LAUNCH_KINDS["step_text"]
+TEXT_RECORD_BYTES = STEP_TEXT_DTYPE["text"].itemsize  # text a StepText record carries at most
 GRAPH_LAUNCH = LAUNCH_KINDS["graph_launch"]
 EAGER = LAUNCH_KINDS["eager"]
 KERNEL_LAUNCHES = (EAGER, LAUNCH_KINDS["graph_node"])
@@ -62,6 +63,7 @@ class Step:
     new_blocks: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     # the ids, tokens and whether known of the step before, for a text that says `same`
     prior: tuple[list[str], list[int], bool] | None = None
+    text_refused: int = 0  # lines of its text that were neither a request nor a directive
 
     @property
     def blocks_complete(self) -> bool:
@@ -96,7 +98,7 @@ class StepAttribution(Analysis):
     launch batch first)."""
 
     KEEP_STEPS = 4096
-    MAX_REPLAYS_PER_STEP = 64
+    MAX_REPLAYS_PER_STEP = 128  # a piecewise graph of a model of up to 127 layers
 
     def __init__(self, replay_shape: ReplayShapeOf = lambda graph_exec: NO_REPLAY) -> None:
         self.replay_shape = replay_shape
@@ -113,6 +115,7 @@ class StepAttribution(Analysis):
         self.kv_layout: step_text.KvCacheLayout | None = None  # the last layout a step's text gave
         self.kv_layouts_refused = 0  # layouts that were not sound: the one before stays
         self.text_lines_refused = 0
+        self.text_records_refused = 0
 
     def on_launches(self, rows: np.ndarray) -> None:
         """One launch ring batch, in ring order (after the graph join has seen it)."""
@@ -172,6 +175,9 @@ class StepAttribution(Analysis):
         if step is None:
             return
         offset, length = int(record["offset"]), int(record["length"])
+        if length > TEXT_RECORD_BYTES or offset + length > step.text_bytes or step.text_received >= step.text_bytes:
+            self.text_records_refused += 1  # past its step's text, or after the text came whole
+            return
         piece = bytes(record["text"])[:length].ljust(length, b"\0")
         if len(step.text) < offset + length:
             step.text.extend(b"\0" * (offset + length - len(step.text)))
@@ -189,6 +195,7 @@ class StepAttribution(Analysis):
             step.request_ids, step.request_tokens = parsed.ids, parsed.tokens
         step.prior = None
         step.new_blocks = parsed.blocks
+        step.text_refused = parsed.refused
         self.text_lines_refused += parsed.refused
         if parsed.kv_cache:
             try:

@@ -18,14 +18,26 @@ constexpr uint32_t kSmCount = 132;
 
 void device_add(uint64_t* word, uint64_t delta) { __atomic_fetch_add(word, delta, __ATOMIC_RELAXED); }
 
-// A copy of a slot that the device thread is updating: one relaxed load per word.
-DeviceKernelSlot read_slot(const DeviceKernelSlot& slot) {
-  DeviceKernelSlot copy;
-  const uint64_t* from = reinterpret_cast<const uint64_t*>(&slot);
+// A copy of device memory another thread is updating (a kernel slot, a replay's span): one relaxed
+// load per word, as a copy from a running device reads it.
+template <class Words>
+Words load_words(const Words& from) {
+  static_assert(sizeof(Words) % sizeof(uint64_t) == 0, "whole words");
+  Words copy;
+  const uint64_t* source = reinterpret_cast<const uint64_t*>(&from);
   uint64_t* to = reinterpret_cast<uint64_t*>(&copy);
-  for (size_t word = 0; word < sizeof(slot) / sizeof(uint64_t); ++word)
-    to[word] = __atomic_load_n(from + word, __ATOMIC_RELAXED);
+  for (size_t word = 0; word < sizeof(Words) / sizeof(uint64_t); ++word) to[word] = ring::load_relaxed(source + word);
   return copy;
+}
+
+// The host writing device memory the device thread reads: one relaxed store per word.
+template <class Words>
+void store_words(Words* to, const Words& from) {
+  static_assert(sizeof(Words) % sizeof(uint64_t) == 0, "whole words");
+  const uint64_t* source = reinterpret_cast<const uint64_t*>(&from);
+  uint64_t* target = reinterpret_cast<uint64_t*>(to);
+  for (size_t word = 0; word < sizeof(Words) / sizeof(uint64_t); ++word)
+    ring::store_relaxed(target + word, source[word]);
 }
 
 }  // namespace
@@ -66,8 +78,7 @@ uint64_t SimulatedDevice::run(const LaunchShape& launch, const KernelProfile& pr
   const Mode mode = config.mode;
   DeviceKernelSlot& counters = kernels_[launch.slot];
   // Launches run one after another: a replay begun means the ones before it finished.
-  if (launch.replay > replay_begun_.load(std::memory_order_relaxed)) {
-    replay_begun_.store(launch.replay, std::memory_order_release);
+  if (launch.replay > replay_begun()) {
     ring::store_release(&replay_word_, launch.replay);  // the host's copy ahead of the replay's nodes
   }
   count_launch(&counters, pack_grid(launch.grid_x, launch.grid_y, launch.grid_z),
@@ -239,23 +250,13 @@ void SimulatedDevice::publish_replay_spans() {
   // as the tool thread: the word, then the table, one word at a time while the device runs on
   const uint64_t word = ring::load_acquire(&replay_word_);
   std::vector<DeviceReplaySpan> table(kReplaySpanSlots);
-  for (uint32_t slot = 0; slot < kReplaySpanSlots; ++slot) {
-    const uint64_t* from = reinterpret_cast<const uint64_t*>(&spans_[slot]);
-    uint64_t* to = reinterpret_cast<uint64_t*>(&table[slot]);
-    for (size_t index = 0; index < sizeof(DeviceReplaySpan) / sizeof(uint64_t); ++index)
-      to[index] = ring::load_relaxed(from + index);
-  }
+  for (uint32_t slot = 0; slot < kReplaySpanSlots; ++slot) table[slot] = load_words(spans_[slot]);
   std::vector<ReplaySpanFound> found;
   std::vector<uint32_t> resets;
   span_ledger_.read(word, table.data(), ring::load_acquire(&replay_word_), &found, &resets);
   for (const ReplaySpanFound& span : found) writer_->write_replay_span(span, 0);
   const DeviceReplaySpan reset = reset_replay_span();
-  for (uint32_t slot : resets) {
-    const uint64_t* from = reinterpret_cast<const uint64_t*>(&reset);
-    uint64_t* to = reinterpret_cast<uint64_t*>(&spans_[slot]);
-    for (size_t index = 0; index < sizeof(DeviceReplaySpan) / sizeof(uint64_t); ++index)
-      ring::store_relaxed(to + index, from[index]);
-  }
+  for (uint32_t slot : resets) store_words(&spans_[slot], reset);
   span_ledger_.reset_done(resets, ring::load_acquire(&replay_word_));
 }
 
@@ -271,7 +272,7 @@ void SimulatedDevice::publish(bool quiescent) {
   snapshot.memory_accesses = memory_accesses_.load(std::memory_order_relaxed);
   snapshot.blocks = blocks_.load(std::memory_order_relaxed);
   snapshot.quiescent = quiescent;
-  snapshot.replay_begun = replay_begun_.load(std::memory_order_acquire);
+  snapshot.replay_begun = replay_begun();
   {
     std::lock_guard<std::mutex> lock(spans_mutex_);
     publish_replay_spans();  // after the word the snapshot says: its done replays are read
@@ -281,7 +282,7 @@ void SimulatedDevice::publish(bool quiescent) {
   std::vector<KernelCounters> kernels(kernels_.size());
   std::vector<KernelShapes> shapes(kernels_.size());
   for (size_t slot = 0; slot < kernels_.size(); ++slot) {
-    const DeviceKernelSlot copy = read_slot(kernels_[slot]);
+    const DeviceKernelSlot copy = load_words(kernels_[slot]);
     kernels[slot] = census_counters(copy);
     shapes[slot] = census_shapes(copy);
     snapshot.launches += kernels[slot].launches;

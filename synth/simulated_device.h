@@ -12,6 +12,7 @@
 #include "gpuobs/device_state.h"
 #include "gpuobs/layout.h"
 #include "gpuobs/replay_span_ledger.h"
+#include "gpuobs/ring_protocol.h"
 #include "gpuobs/segment_writer.h"
 #include "kernel_catalog.h"
 #include "kv_cache_model.h"
@@ -81,10 +82,11 @@ class SimulatedDevice {
   std::atomic<uint64_t> events_dropped_{0};
   std::atomic<uint64_t> memory_accesses_{0};
   std::atomic<uint64_t> blocks_{0};
-  std::atomic<uint64_t> replay_begun_{0};  // as the injector reads a device's replay word
   // One context's replay word and span table (replay_spans.h), as the device holds them, and the
   // tool thread's ledger of them (publish() reads them as the injector's tool thread does).
   uint64_t replay_word_ = 0;
+  // The last replay begun, as the injector reads a device's replay word (its end flag cleared).
+  uint64_t replay_begun() const { return ring::load_acquire(&replay_word_) & ~kReplayEnded; }
   std::vector<DeviceReplaySpan> spans_;
   std::mutex spans_mutex_;  // publishers: the ledger and the resets
   ReplaySpanLedger span_ledger_;

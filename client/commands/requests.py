@@ -75,10 +75,17 @@ def cache_slots_text(response: pb.ListRequestsResponse, r: pb.RequestTime) -> st
         + "".join(
             f", {label} {value}"
             for label, value in (
+                ("ambiguous (a step run without a graph shared their replay)", response.cache_stores_ambiguous),
                 ("skipped by the analysis budget", response.cache_stores_skipped),
                 ("before the layout came", response.cache_stores_before_layout),
+                ("dropped (past the daemon's bounds, or of no step that settled)", response.cache_stores_dropped),
             )
             if value
+        )
+        + (
+            f"; block owners forgotten {response.cache_owners_forgotten} times (a step's text cut short or lost)"
+            if response.cache_owners_forgotten
+            else ""
         )
     )
 

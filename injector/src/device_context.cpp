@@ -138,12 +138,17 @@ bool DeviceContext::refresh_ring_limit(std::string* error) {
   return true;
 }
 
+uint8_t* DeviceContext::replay_word() const {
+  return device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
+}
+
+bool DeviceContext::copy_to_replay_word(uint64_t* source, uint64_t value, Sanitizer_StreamHandle stream) {
+  *source = value;  // a buffer of its own: the copy reads it when the stream reaches it
+  return sanitizerMemcpyHostToDeviceAsync(replay_word(), source, sizeof(uint64_t), stream) == SANITIZER_SUCCESS;
+}
+
 bool DeviceContext::push_replay(Sanitizer_StreamHandle stream, uint64_t replay) {
-  uint64_t& source = replay_sources_[replay % kReplayBuffers];
-  source = replay;
-  uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
-  if (sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) != SANITIZER_SUCCESS)
-    return false;
+  if (!copy_to_replay_word(&replay_sources_[replay % kReplayBuffers], replay, stream)) return false;
   replayed_.store(true, std::memory_order_release);
   // One word a context: a replay that may overlap another on the device (launched on another
   // stream than the one before it, or while another thread is between its launch's begin and
@@ -164,11 +169,7 @@ bool DeviceContext::push_replay(Sanitizer_StreamHandle stream, uint64_t replay) 
 bool DeviceContext::end_replay(Sanitizer_StreamHandle stream, uint64_t replay) {
   uint64_t me = current_thread_id();
   open_thread_.compare_exchange_strong(me, 0);
-  uint64_t& source = ended_sources_[replay % kReplayBuffers];
-  source = replay | kReplayEnded;
-  uint8_t* replay_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
-  if (sanitizerMemcpyHostToDeviceAsync(replay_address, &source, sizeof(uint64_t), stream) == SANITIZER_SUCCESS)
-    return true;
+  if (copy_to_replay_word(&ended_sources_[replay % kReplayBuffers], replay | kReplayEnded, stream)) return true;
   span_ledger_.taint(replay);  // it may take in the launches after it, up to the next replay
   return false;
 }
@@ -184,7 +185,7 @@ const std::vector<DeviceReplaySpan>& reset_images() {
 bool DeviceContext::read_replay_spans(std::vector<ReplaySpanFound>* found, std::string* error) {
   std::lock_guard<std::mutex> lock(spans_mutex_);  // the tool thread, or retire() on the destroying one
   if (retired()) return true;                      // retire() read its last replays' spans
-  uint8_t* word_address = device_ + offsetof(DeviceContextState, config) + offsetof(DeviceConfig, replay);
+  uint8_t* word_address = replay_word();
   uint8_t* table_address = device_ + device_spans_offset();
   uint64_t word = 0;
   std::vector<DeviceReplaySpan> table(kReplaySpanSlots);

@@ -76,6 +76,10 @@ class DeviceContext {
   bool retired() const { return retired_.load(std::memory_order_acquire); }
 
  private:
+  // The device's replay word (DeviceConfig::replay): the replay in force, its end flagged.
+  uint8_t* replay_word() const;
+  // Puts `value` in `source` and copies it to the replay word in `stream`'s order.
+  bool copy_to_replay_word(uint64_t* source, uint64_t value, Sanitizer_StreamHandle stream);
   DeviceContext() = default;
   // Copy sources stay untouched while a copy may be pending: the host runs ahead of the device
   // by up to the driver's queue of launches (over a thousand replays of a short graph).

@@ -19,8 +19,10 @@ from collections.abc import Mapping, Sequence
 from gpuobs._native import STEP_TEXT_DIRECTIVE, STEP_TEXT_KV_CACHE, STEP_TEXT_SAME
 
 FIELD = "\t"
-MAX_LAYERS = 1024  # more layers than any model has
+MAX_LAYERS = 256  # more layers than any model has
 MAX_DIMS = 8
+MAX_EXTENT = 1 << 48  # bytes a layer's cache spans at most (256 TiB), and strides and sizes below it
+MAX_DIGITS = 19  # a block id or token count longer than this is refused, never converted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +56,24 @@ class KvCacheLayout:
             return f"needs two distinct dimensions for blocks and positions, not {self.block_dim}, {self.position_dim}"
         if self.block_size <= 0 or self.element_bytes not in (1, 2, 4, 8):
             return f"needs a block size and 1, 2, 4 or 8 bytes an element, not {self.block_size}, {self.element_bytes}"
-        if not 0 < len(self.bases) <= MAX_LAYERS or any(base <= 0 or base >= 1 << 64 for base in self.bases):
-            return f"needs 1 to {MAX_LAYERS} layers at addresses, not {len(self.bases)}"
+        if max(*self.shape, *self.strides) >= MAX_EXTENT:
+            return f"needs sizes and strides below 2^48, not {self.shape} and {self.strides}"
+        extent = self.extent_bytes
+        if extent >= MAX_EXTENT:
+            return f"spans {extent} bytes a layer, more than 2^48"
+        if not 0 < len(self.bases) <= MAX_LAYERS or any(base <= 0 or base + extent >= 1 << 64 for base in self.bases):
+            return f"needs 1 to {MAX_LAYERS} layers at addresses it fits after, not {len(self.bases)}"
         ordered = sorted(zip(self.strides, self.shape, strict=True), reverse=True)
         for (outer, _), (inner, inner_size) in zip(ordered, ordered[1:], strict=False):
             if outer < inner * inner_size:
                 return f"has overlapping dimensions (shape {self.shape}, strides {self.strides})"
         return ""
+
+    @property
+    def extent_bytes(self) -> int:
+        """The bytes from a layer's base to the end of its last element."""
+        elements = sum((size - 1) * stride for size, stride in zip(self.shape, self.strides, strict=True)) + 1
+        return elements * self.element_bytes
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
@@ -123,6 +136,11 @@ def block_list(ids: Sequence[int]) -> str:
     return ",".join(str(int(block)) for block in ids)
 
 
+def number(text: str) -> bool:
+    """Whether `text` is a whole number this grammar takes: ASCII digits, at most MAX_DIGITS."""
+    return text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS
+
+
 def parse(text: str) -> StepText:
     """A step's text read back. A request line without a tab or with a count that is not a
     non-negative integer (a producer older than layout 7, a torn record) gives its id and no
@@ -142,7 +160,7 @@ def parse(text: str) -> StepText:
         request, tab, rest = line.partition(FIELD)
         count, _, block_text = rest.partition(FIELD)
         if block_text:
-            ids = [int(part) for part in block_text.split(",") if part.isascii() and part.isdigit()]
+            ids = [int(part) for part in block_text.split(",") if number(part)]
             if len(ids) == block_text.count(",") + 1:
                 parsed.blocks.setdefault(request, []).extend(ids)
             else:
@@ -150,7 +168,7 @@ def parse(text: str) -> StepText:
         if parsed.same:
             continue  # a line of blocks only: the requests are the step before's
         parsed.ids.append(request)
-        if tab and count.isascii() and count.isdigit():
+        if tab and number(count):
             parsed.tokens.append(int(count))
         else:
             known = False

@@ -429,3 +429,37 @@ def test_a_cache_it_cannot_describe_stops_the_blocks_with_one_line(caplog: pytes
         record(serving, blocks_step({"a": 1}, {}, {"a": [4]}))
     assert [text for *_, text, _ in sink.steps] == [b"a\t5\t3", b"a\t1"]
     assert sum("cannot be described" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_hybrid_models_state_in_the_cache_list_stops_the_slots_not_the_steps() -> None:
+    """vLLM puts a Mamba layer's state (a list of tensors) in model_runner.kv_caches: no layout,
+    so no blocks after the first step, and every step still recorded."""
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, estimator_for=lambda _: None, environment=CACHE_ENV)
+    serving = cache_worker([FakeCache(0x7000_0000), [FakeCache(0x7100_0000), FakeCache(0x7200_0000)]])
+    record(serving, blocks_step({"a": 5}, {"a": [3]}, {}))
+    record(serving, blocks_step({"a": 1}, {}, {"a": [4]}))
+    assert record.enabled and not record.track_cache
+    assert [text for *_, text, _ in sink.steps] == [b"a\t5\t3", b"a\t1"]
+
+
+def test_every_kv_cache_groups_blocks_are_handed_out() -> None:
+    """Sliding-window and full-attention groups (gpt-oss, Gemma 3) draw on one block pool: a
+    request's blocks are all its groups' ids."""
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, estimator_for=lambda _: None, environment=CACHE_ENV)
+    output = blocks_step({"a": 5}, {}, {})
+    output.scheduled_new_reqs = [types.SimpleNamespace(req_id="a", block_ids=([3], [9, 10]))]
+    record(cache_worker([FakeCache(0x7000_0000)]), output)
+    ((*_, text, _),) = sink.steps
+    assert step_text.parse(text.decode()).blocks == {"a": [3, 9, 10]}
+
+
+def test_a_scheduler_output_without_block_ids_stops_the_slots_with_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    sink = FakeAnnotations()
+    record = StepRecorder(sink, estimator_for=lambda _: None, environment=CACHE_ENV)
+    with caplog.at_level(logging.WARNING, logger="gpuobs.vllm_plugin"):
+        record(cache_worker([FakeCache(0x7000_0000)]), scheduled(a=5))  # an older vLLM's output
+        record(cache_worker([FakeCache(0x7000_0000)]), scheduled(a=1))
+    assert record.enabled and [text for *_, text, _ in sink.steps] == [b"a\t5", b"a\t1"]
+    assert sum("no KV-cache slots are recorded" in r.getMessage() for r in caplog.records) == 1

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuobs.step_text import KvCacheLayout
 
-GROUP = 0  # the first KV-cache group: a decoder's full-attention layers
+GROUP = 0  # the attention backend asked for the cache's shape: the first KV-cache group's
 # sizes a real cache never has, to find the dimensions an attention backend puts them in
 PROBE_BLOCKS, PROBE_POSITIONS, PROBE_HEADS, PROBE_HEAD_SIZE = 7919, 16 * 997, 3, 1021
 
@@ -22,10 +22,11 @@ def cache_stores_seen(env: Mapping[str, str]) -> bool:
 
 
 def group_blocks(block_ids: Any) -> list[int]:
-    """The first group's block ids of vLLM's per-group tuple (None or empty: none)."""
+    """Every group's block ids of vLLM's per-group tuple (None or empty: none): block ids are
+    the one pool's, whichever group (full or sliding-window attention) a block serves."""
     if not block_ids:
         return []
-    return [int(block) for block in block_ids[GROUP]]
+    return [int(block) for group in block_ids if group for block in group]
 
 
 def new_blocks(scheduler_output: Any) -> dict[str, list[int]]:
@@ -61,8 +62,8 @@ def kv_cache_layout(worker: Any) -> KvCacheLayout | None:
     or they differ in shape, strides or element size (a hybrid model: not described)."""
     runner = getattr(worker, "model_runner", None)
     caches = [cache for cache in getattr(runner, "kv_caches", None) or [] if cache is not None]
-    if not caches:
-        return None
+    if not caches or not all(hasattr(cache, "data_ptr") for cache in caches):
+        return None  # none yet, or a state that is not one tensor (a Mamba layer's list)
     first = caches[0]
     shape, strides, element = tuple(first.shape), tuple(first.stride()), int(first.element_size())
     if any(tuple(c.shape) != shape or tuple(c.stride()) != strides or c.element_size() != element for c in caches):

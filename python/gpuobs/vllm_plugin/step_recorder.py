@@ -74,8 +74,7 @@ class StepRecorder:
             tokens = int(scheduler_output.total_num_scheduled_tokens)
             flops = self.flops(scheduler_output)
             self.step += 1
-            blocks = new_blocks(scheduler_output) if self.track_cache else {}
-            layout = self.layout_due(worker)
+            blocks, layout = self.cache_parts(worker, scheduler_output)
             # a dropped record is counted by the injector, in the segment: nothing to do here
             if scheduled == self.last_scheduled:  # decode steps: each request's count is unchanged
                 if blocks or layout:
@@ -89,6 +88,18 @@ class StepRecorder:
                 self.last_scheduled = scheduled
         except Exception as error:  # noqa: BLE001 - the engine must run on
             self.disable(f"{type(error).__name__}: {error}")
+
+    def cache_parts(self, worker: Any, scheduler_output: Any) -> tuple[dict[str, list[int]], KvCacheLayout | None]:
+        """The blocks this step hands out and the layout when due; a failure stops only these,
+        with one log line (the steps are still recorded)."""
+        if not self.track_cache:
+            return {}, None
+        try:
+            return new_blocks(scheduler_output), self.layout_due(worker)
+        except Exception as error:  # noqa: BLE001 - the engine and its step records run on
+            self.track_cache = False
+            log.warning("gpuobs: no KV-cache slots are recorded (%s: %s)", type(error).__name__, error)
+            return {}, None
 
     def layout_due(self, worker: Any) -> KvCacheLayout | None:
         """The KV cache's layout when it is to be sent with this step: once the runner has its

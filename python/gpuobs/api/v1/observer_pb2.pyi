@@ -814,7 +814,7 @@ class SlotRange(_message.Message):
     def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
 
 class ListRequestsResponse(_message.Message):
-    __slots__ = ("requests", "steps_device_ns", "next_page_token", "requests_let_go", "device_ns_let_go", "steps_settled", "steps_lost", "cache_stores", "cache_stores_outside", "cache_stores_skipped", "cache_stores_dropped", "cache_stores_attributed", "cache_stores_unattributed", "cache_owners_forgotten", "kv_cache_layouts", "cache_stores_before_layout")
+    __slots__ = ("requests", "steps_device_ns", "next_page_token", "requests_let_go", "device_ns_let_go", "steps_settled", "steps_lost", "cache_stores", "cache_stores_outside", "cache_stores_skipped", "cache_stores_dropped", "cache_stores_attributed", "cache_stores_unattributed", "cache_owners_forgotten", "kv_cache_layouts", "cache_stores_before_layout", "cache_stores_ambiguous", "kv_cache_layouts_refused", "step_text_refused")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     STEPS_DEVICE_NS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -831,6 +831,9 @@ class ListRequestsResponse(_message.Message):
     CACHE_OWNERS_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_LAYOUTS_FIELD_NUMBER: _ClassVar[int]
     CACHE_STORES_BEFORE_LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_STORES_AMBIGUOUS_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_LAYOUTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    STEP_TEXT_REFUSED_FIELD_NUMBER: _ClassVar[int]
     requests: _containers.RepeatedCompositeFieldContainer[RequestTime]
     steps_device_ns: int
     next_page_token: str
@@ -847,7 +850,10 @@ class ListRequestsResponse(_message.Message):
     cache_owners_forgotten: int
     kv_cache_layouts: int
     cache_stores_before_layout: int
-    def __init__(self, requests: _Optional[_Iterable[_Union[RequestTime, _Mapping]]] = ..., steps_device_ns: _Optional[int] = ..., next_page_token: _Optional[str] = ..., requests_let_go: _Optional[int] = ..., device_ns_let_go: _Optional[int] = ..., steps_settled: _Optional[int] = ..., steps_lost: _Optional[int] = ..., cache_stores: _Optional[int] = ..., cache_stores_outside: _Optional[int] = ..., cache_stores_skipped: _Optional[int] = ..., cache_stores_dropped: _Optional[int] = ..., cache_stores_attributed: _Optional[int] = ..., cache_stores_unattributed: _Optional[int] = ..., cache_owners_forgotten: _Optional[int] = ..., kv_cache_layouts: _Optional[int] = ..., cache_stores_before_layout: _Optional[int] = ...) -> None: ...
+    cache_stores_ambiguous: int
+    kv_cache_layouts_refused: int
+    step_text_refused: int
+    def __init__(self, requests: _Optional[_Iterable[_Union[RequestTime, _Mapping]]] = ..., steps_device_ns: _Optional[int] = ..., next_page_token: _Optional[str] = ..., requests_let_go: _Optional[int] = ..., device_ns_let_go: _Optional[int] = ..., steps_settled: _Optional[int] = ..., steps_lost: _Optional[int] = ..., cache_stores: _Optional[int] = ..., cache_stores_outside: _Optional[int] = ..., cache_stores_skipped: _Optional[int] = ..., cache_stores_dropped: _Optional[int] = ..., cache_stores_attributed: _Optional[int] = ..., cache_stores_unattributed: _Optional[int] = ..., cache_owners_forgotten: _Optional[int] = ..., kv_cache_layouts: _Optional[int] = ..., cache_stores_before_layout: _Optional[int] = ..., cache_stores_ambiguous: _Optional[int] = ..., kv_cache_layouts_refused: _Optional[int] = ..., step_text_refused: _Optional[int] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ("pids", "top")
