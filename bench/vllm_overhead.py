@@ -64,6 +64,7 @@ from pathlib import Path
 
 import floor_steps
 import gpuobs
+from gpuobs.daemon.request_ledger import RequestLedger
 from gpuobs.segment import MODES
 from gpuobs_testing.daemon import DaemonProcess, gpuobsctl  # (the tests' real gpuobsd, as daemon_drain.py)
 from gpuobs_testing.vllm_payload import drop_in_environment, make_model, offline_environment
@@ -297,16 +298,33 @@ def model_layers(model: Path) -> int | None:
     return int(json.loads(config.read_text())["num_hidden_layers"]) if config.exists() else None
 
 
-def save_request_views(daemon: DaemonProcess, folder: Path, mode: str, count: int = 3) -> None:
+def save_request_views(daemon: DaemonProcess, folder: Path, mode: str, count: int = 3, listing: str = "load") -> None:
     """`gpuobsctl request ID` of the `count` requests of the saved list that began last: each one's
     kernels, the KV-cache write's among them (and in `sampled` beside the memory patch set, the
     cache slots it wrote). The daemon keeps the last 4,096 steps in detail, so a request of an
     earlier round (the list's top by device time, in the run at 344fd1a) has no kernels left to
     show (kernel_steps 0)."""
-    listed = json.loads((folder / f"requests-load-{mode}.json").read_text())
+    listed = json.loads((folder / f"requests-{listing}-{mode}.json").read_text())
     newest = sorted(listed.get("requests", []), key=lambda row: (-int(row["first_step"]), row["request"]))
     for index, row in enumerate(newest[:count]):
-        ctl_json(daemon, folder / f"request-load-{mode}-{index}.json", "request", row["request"])
+        ctl_json(daemon, folder / f"request-{listing}-{mode}-{index}.json", "request", row["request"])
+
+
+def every_cache_store(daemon: DaemonProcess, port: int, folder: Path, restore: list[str]) -> dict:
+    """The reference requests again, one at a time, with every store of the KV-cache kernel
+    recorded (`memory`, events of that kernel only: a few hundred thousand), then the server put
+    back as it was (`restore`: gpuobsctl's arguments): what the exact test of the slots each request wrote reads
+    (requests-, steps- and request-reference-memory-N.json)."""
+    switched = gpuobsctl(daemon.address, "set-mode", "memory", "--kernel", "reshape_and_cache", timeout=60)
+    if switched.returncode != 0:
+        return {"set_mode_error": switched.stdout + switched.stderr}
+    tokens = reference_tokens(port, 32)
+    time.sleep(RequestLedger.IDLE_NS / 1e9 + 1.5)  # the last step settles once the engine went idle
+    ctl_json(daemon, folder / "requests-reference-memory.json", "requests", "--top", "100000")
+    ctl_json(daemon, folder / "steps-reference-memory.json", "steps", "--last", "400")
+    save_request_views(daemon, folder, "memory", REFERENCE_REQUESTS, listing="reference")
+    restored = gpuobsctl(daemon.address, *restore, timeout=60)
+    return {"requests_ok": sum(bool(t) for t in tokens), "restored": restored.returncode == 0}
 
 
 def capture(daemon: DaemonProcess, into: Path, pid: int | None) -> None:
@@ -711,6 +729,9 @@ def main() -> int:
                 row["loads"] = rounds
                 if len(modes) > 1 and args.live_switching:
                     row["live_switching"] = switch_while_serving(daemon, server.port)
+                if inject and overrides.get("GPUOBS_PATCH_SET") == "memory":
+                    restore = [*set_mode_args(modes[-1]), "--shift", overrides.get("GPUOBS_SHIFT", "0"), "--kernel", ""]
+                    row["cache_slots"] = every_cache_store(daemon, server.port, args.out / "cli" / label, restore)
                 if inject:
                     time.sleep(1.5)  # one more drain pass and publish
                     capture(daemon, args.out / "cli" / label, pid)

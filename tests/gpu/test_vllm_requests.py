@@ -134,3 +134,28 @@ def test_sampled_cache_stores_name_slots_of_the_requests_own_blocks(bench: Path)
         (row,) = json.loads(view.read_text())["requests"]
         slots = {s for r in row.get("cache_slot_ranges", []) for s in range(int(r["first"]), int(r["last"]) + 1)}
         assert len(slots) == int(row.get("cache_slots", 0)) <= int(row["tokens"]), (view.name, row)
+
+
+def test_every_store_of_the_cache_kernel_names_exactly_the_slots_of_each_requests_tokens(bench: Path) -> None:
+    """The reference requests, one at a time, with every store of the cache kernel recorded
+    (`memory` on reshape_and_cache only): each request wrote one slot a token of each step that
+    ran in a CUDA graph, exactly; a step vLLM ran without a graph (a prefill past the largest
+    captured size) stores under the step before's replay, its stores counted ambiguous."""
+    folder = bench / "cli" / "gpuobs-memory"
+    row = json.loads((bench / "vllm-overhead.json").read_text())["servers"]["gpuobs-memory"]
+    assert row.get("cache_slots", {}).get("requests_ok") == 3, row.get("cache_slots")
+    listed = json.loads((folder / "requests-reference-memory.json").read_text())
+    assert "error" not in listed, listed
+    assert int(listed.get("cache_stores_outside", 0)) == 0 and int(listed.get("cache_stores_unattributed", 0)) == 0
+    steps = json.loads((folder / "steps-reference-memory.json").read_text())["steps"]
+    views = sorted(folder.glob("request-reference-memory-*.json"))
+    assert len(views) == 3, views
+    for view in views:
+        (request,) = json.loads(view.read_text())["requests"]
+        name = request["request"]
+        alone = [s for s in steps if s.get("request_ids") == [name]]
+        assert len(alone) == int(request["steps"]), (name, len(alone), request["steps"])  # it ran alone
+        in_graphs = sum(int(s["tokens"]) for s in alone if s.get("replays"))
+        slots = {s for r in request.get("cache_slot_ranges", []) for s in range(int(r["first"]), int(r["last"]) + 1)}
+        assert len(slots) == int(request.get("cache_slots", 0)) == in_graphs > 0, (name, len(slots), in_graphs)
+        assert request.get("cache_slots_complete", True)
