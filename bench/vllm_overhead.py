@@ -298,33 +298,58 @@ def model_layers(model: Path) -> int | None:
     return int(json.loads(config.read_text())["num_hidden_layers"]) if config.exists() else None
 
 
-def save_request_views(daemon: DaemonProcess, folder: Path, mode: str, count: int = 3, listing: str = "load") -> None:
+def save_request_views(
+    daemon: DaemonProcess, folder: Path, mode: str, pid: int | None, count: int = 3, listing: str = "load"
+) -> None:
     """`gpuobsctl request ID` of the `count` requests of the saved list that began last: each one's
     kernels, the KV-cache write's among them (and in `sampled` beside the memory patch set, the
     cache slots it wrote). The daemon keeps the last 4,096 steps in detail, so a request of an
     earlier round (the list's top by device time, in the run at 344fd1a) has no kernels left to
-    show (kernel_steps 0)."""
+    show (kernel_steps 0). Of this server's engine only (`pid`): the daemon keeps an earlier
+    server's exited engine for minutes, its step numbers counted apart."""
     listed = json.loads((folder / f"requests-{listing}-{mode}.json").read_text())
-    newest = sorted(listed.get("requests", []), key=lambda row: (-int(row["first_step"]), row["request"]))
+    mine = [row for row in listed.get("requests", []) if pid is None or int(row["pid"]) == pid]
+    newest = sorted(mine, key=lambda row: (-int(row["first_step"]), row["request"]))
     for index, row in enumerate(newest[:count]):
-        ctl_json(daemon, folder / f"request-{listing}-{mode}-{index}.json", "request", row["request"])
+        ctl_json(daemon, folder / f"request-{listing}-{mode}-{index}.json", "request", row["request"], *pid_args(pid))
 
 
-def every_cache_store(daemon: DaemonProcess, port: int, folder: Path, restore: list[str]) -> dict:
+def pid_args(pid: int | None) -> list[str]:
+    return ["--pid", str(pid)] if pid else []
+
+
+def save_load_views(daemon: DaemonProcess, folder: Path, mode: str, pid: int | None) -> None:
+    """GPU time per request and the cache slots of the load just made: requests, steps, views."""
+    ctl_json(daemon, folder / f"requests-load-{mode}.json", "requests", "--top", "100000", *pid_args(pid))
+    ctl_json(daemon, folder / f"steps-load-{mode}.json", "steps", "--last", "4096", *pid_args(pid))
+    save_request_views(daemon, folder, mode, pid)
+
+
+def restore_args(mode: str, overrides: dict[str, str]) -> list[str]:
+    """gpuobsctl's arguments that put a server back in `mode`, its shift as it started, every kernel."""
+    shift = [] if mode_switch(mode)[1] is not None else ["--shift", overrides.get("GPUOBS_SHIFT", "0")]
+    return [*set_mode_args(mode), *shift, "--kernel", ""]
+
+
+def every_cache_store(daemon: DaemonProcess, port: int, folder: Path, restore: list[str], pid: int | None) -> dict:
     """The reference requests again, one at a time, with every store of the KV-cache kernel
     recorded (`memory`, events of that kernel only: a few hundred thousand), then the server put
-    back as it was (`restore`: gpuobsctl's arguments): what the exact test of the slots each request wrote reads
-    (requests-, steps- and request-reference-memory-N.json)."""
-    switched = gpuobsctl(daemon.address, "set-mode", "memory", "--kernel", "reshape_and_cache", timeout=60)
-    if switched.returncode != 0:
-        return {"set_mode_error": switched.stdout + switched.stderr}
-    tokens = reference_tokens(port, 32)
-    time.sleep(RequestLedger.IDLE_NS / 1e9 + 1.5)  # the last step settles once the engine went idle
-    ctl_json(daemon, folder / "requests-reference-memory.json", "requests", "--top", "100000")
-    ctl_json(daemon, folder / "steps-reference-memory.json", "steps", "--last", "400")
-    save_request_views(daemon, folder, "memory", REFERENCE_REQUESTS, listing="reference")
-    restored = gpuobsctl(daemon.address, *restore, timeout=60)
-    return {"requests_ok": sum(bool(t) for t in tokens), "restored": restored.returncode == 0}
+    back as it was (`restore`: gpuobsctl's arguments), whatever failed: what the exact test of
+    the slots each request wrote reads (requests-, steps- and request-reference-memory-N.json)."""
+    try:
+        switched = gpuobsctl(
+            daemon.address, "set-mode", "memory", "--kernel", "reshape_and_cache", *pid_args(pid), timeout=60
+        )
+        if switched.returncode != 0:
+            return {"set_mode_error": switched.stdout + switched.stderr}
+        tokens = reference_tokens(port, 32)
+        time.sleep(RequestLedger.IDLE_NS / 1e9 + 1.5)  # the last step settles once the engine went idle
+        ctl_json(daemon, folder / "requests-reference-memory.json", "requests", "--top", "100000", *pid_args(pid))
+        ctl_json(daemon, folder / "steps-reference-memory.json", "steps", "--last", "400", *pid_args(pid))
+        save_request_views(daemon, folder, "memory", pid, REFERENCE_REQUESTS, listing="reference")
+        return {"requests_ok": sum(bool(t) for t in tokens)}
+    finally:
+        gpuobsctl(daemon.address, *restore, *pid_args(pid), timeout=60)
 
 
 def capture(daemon: DaemonProcess, into: Path, pid: int | None) -> None:
@@ -717,21 +742,18 @@ def main() -> int:
                         figures.update(load(server.port, args.requests, args.tokens, args.concurrency))
                         rounds[mode].append(figures)
                         if inject and mode in ("blocks", "sampled"):  # GPU time per request, cache slots
-                            folder = args.out / "cli" / label
-                            ctl_json(daemon, folder / f"requests-load-{mode}.json", "requests", "--top", "100000")
-                            ctl_json(daemon, folder / f"steps-load-{mode}.json", "steps", "--last", "4096")
-                            save_request_views(daemon, folder, mode)
+                            save_load_views(daemon, args.out / "cli" / label, mode, pid)
                         if inject and mode == "counter":  # the drop-in's mode: steps timed by replay spans
-                            folder = args.out / "cli" / label
-                            ctl_json(daemon, folder / "steps-load-counter.json", "steps", "--last", "4096")
+                            steps = args.out / "cli" / label / "steps-load-counter.json"
+                            ctl_json(daemon, steps, "steps", "--last", "4096", *pid_args(pid))
                 for mode, measured in rounds.items():
                     result["modes"][key[mode]] = {"server": label, **median_load(measured)}
                 row["loads"] = rounds
                 if len(modes) > 1 and args.live_switching:
                     row["live_switching"] = switch_while_serving(daemon, server.port)
                 if inject and overrides.get("GPUOBS_PATCH_SET") == "memory":
-                    restore = [*set_mode_args(modes[-1]), "--shift", overrides.get("GPUOBS_SHIFT", "0"), "--kernel", ""]
-                    row["cache_slots"] = every_cache_store(daemon, server.port, args.out / "cli" / label, restore)
+                    restore = restore_args(modes[-1], overrides)
+                    row["cache_slots"] = every_cache_store(daemon, server.port, args.out / "cli" / label, restore, pid)
                 if inject:
                     time.sleep(1.5)  # one more drain pass and publish
                     capture(daemon, args.out / "cli" / label, pid)

@@ -155,14 +155,14 @@ class RequestLedger(Analysis):
             following = kept.get(self.next_key + 1)
             if following is None and not exited:
                 if self.clock_ns() - step.host_time_ns >= self.IDLE_NS:  # no later replay will begin
-                    self._fold(StepTime(step, self.span(step), 0), None)
+                    self._fold(StepTime(step, self.span(step), 0), None, exited=False)
                     self.next_key += 1
                     self._leave(self.last_ids or [])  # the idle engine's last batch has left it
                 break
             if not exited and any(number >= replay_begun for _, number, _ in step.replays):
                 break
             host = following.host_time_ns - step.host_time_ns if following is not None else 0
-            self._fold(StepTime(step, self.span(step), max(host, 0)), following)
+            self._fold(StepTime(step, self.span(step), max(host, 0)), following, exited=exited)
             self.next_key += 1
         if exited:
             if self.cache is not None:
@@ -171,8 +171,8 @@ class RequestLedger(Analysis):
                 self._observe(entry)
         self._let_go()
 
-    def _fold(self, timed: StepTime, following: Step | None) -> None:
-        """`following`: the step after it, where one began."""
+    def _fold(self, timed: StepTime, following: Step | None, *, exited: bool) -> None:
+        """`following`: the step after it, where one began; `exited`: none will."""
         self.steps_settled += 1
         if timed.split:
             self.steps_device_ns += timed.device_ns
@@ -186,7 +186,9 @@ class RequestLedger(Analysis):
                 self.next_seq += 1
             self.rows.move_to_end(row.request)
         step = timed.step
-        self._attribute_cache(step, following)
+        # the stores of kernels outside a graph under its last replay are its own only where the
+        # step after it is known to have begun with a graph replay, or no step will come
+        self._attribute_cache(step, following.replays_launched > 0 if following is not None else exited)
         if step.ids_complete:
             ids = step.request_ids
             if self.last_ids is not None:
@@ -201,13 +203,17 @@ class RequestLedger(Analysis):
             self.block_owners.clear()
         self.cache_owners_forgotten += 1
 
-    def _attribute_cache(self, step: Step, following: Step | None) -> None:
+    def _attribute_cache(self, step: Step, graph_after: bool) -> None:
         """The blocks the step handed out, then its replays' cache stores to their owners. A
         kernel outside a graph stores under the replay last begun in its context: a step that
         launched no replay (vLLM runs a batch past its largest graph eagerly) stores under the
-        step before's last one, so when the next step launched none, the stores of kernels outside
-        a graph under this step's last replay may be either step's: counted ambiguous, given to
-        no one (its last replay's own nodes' stores are its own)."""
+        step before's last one, so unless the next step is known to have launched one
+        (`graph_after`; an engine that went idle may be waking with an eager step whose record
+        is not read yet), the stores of kernels outside a graph under this step's last replay may
+        be either step's: counted ambiguous, given to no one (its last replay's own nodes' stores
+        are its own). A next step whose eager kernels stored before its first replay (a framework
+        that runs its model eagerly and a graph after it) would still be taken for this one: not
+        vLLM, whose steps with a graph run their attention between its pieces."""
         if not step.blocks_complete or step.text_refused:
             self._forget_owners()
         for request, blocks in step.new_blocks.items():
@@ -220,7 +226,7 @@ class RequestLedger(Analysis):
         stores = self.cache.take(numbers[:-1])
         stores.update(self.cache.take(numbers[-1:], eager=False))  # its last replay's own nodes
         after = self.cache.take(numbers[-1:])  # kernels outside a graph after it
-        if following is not None and not following.replays_launched:
+        if not graph_after:
             self.cache_stores_ambiguous += sum(after.values())
         else:
             stores.update(after)

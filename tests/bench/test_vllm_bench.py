@@ -153,14 +153,17 @@ def test_request_views_are_of_the_requests_that_began_last(tmp_path: Path, monke
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import vllm_overhead
 
-    rows = [{"request": f"r{step}", "first_step": step, "device_ns": 10_000 - step} for step in (5, 900, 40, 700, 3)]
+    steps = (5, 900, 40, 700, 3)
+    rows = [{"pid": 7, "request": f"r{step}", "first_step": step, "device_ns": 10_000 - step} for step in steps]
+    # an earlier server's engine, exited and still kept by the daemon, its steps counted apart
+    rows.append({"pid": 6, "request": "old", "first_step": 13_000, "device_ns": 1})
     (tmp_path / "requests-load-blocks.json").write_text(json.dumps({"requests": rows}))
     asked: list[tuple[str, ...]] = []
     monkeypatch.setattr(vllm_overhead, "ctl_json", lambda daemon, into, *args: asked.append((into.name, *args)))
-    vllm_overhead.save_request_views(None, tmp_path, "blocks", count=2)
+    vllm_overhead.save_request_views(None, tmp_path, "blocks", 7, count=2)
     assert asked == [
-        ("request-load-blocks-0.json", "request", "r900"),
-        ("request-load-blocks-1.json", "request", "r700"),
+        ("request-load-blocks-0.json", "request", "r900", "--pid", "7"),
+        ("request-load-blocks-1.json", "request", "r700", "--pid", "7"),
     ]
 
 

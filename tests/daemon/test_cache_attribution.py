@@ -287,3 +287,18 @@ def test_a_text_record_past_its_step_or_after_the_text_came_whole_is_refused() -
     second = steps.steps[1]
     assert (second.request_ids, second.ids_complete, len(second.text)) == (["a"], True, len(second.text))
     assert len(second.text) < 100 and steps.text_records_refused == 2
+
+
+def test_a_step_settled_idle_keeps_no_store_outside_a_graph_under_its_last_replay() -> None:
+    """The engine went idle after step 1; it may be waking with a step run without a graph whose
+    record the drain has not read yet, while that step's stores (under replay 1) are read: the
+    stores outside a graph under step 1's last replay are ambiguous, its node's own are its."""
+    engine = Engine()
+    now = [0]
+    engine.ledger.clock_ns = lambda: now[0]
+    one = engine.begin(step_text.encode([("x", 1)], {"x": [5]}, LAYOUT))
+    engine.store(one, [20])  # x's own token, a node
+    engine.store(one, [21, 22, 23], grid_id=EAGER_GRID)  # a next step's prefill into reused block 5
+    now[0] = engine.steps.steps[0].host_time_ns + RequestLedger.IDLE_NS
+    engine.ledger.settle(2)
+    assert engine.slots("x") == {20} and engine.ledger.report().cache_stores_ambiguous == 3

@@ -153,7 +153,7 @@ def test_every_store_of_the_cache_kernel_names_exactly_the_slots_of_each_request
     for view in views:
         (request,) = json.loads(view.read_text())["requests"]
         name = request["request"]
-        alone = [s for s in steps if s.get("request_ids") == [name]]
+        alone = [s for s in steps if s.get("request_ids") == [name] and s.get("pid") == request["pid"]]
         assert len(alone) == int(request["steps"]), (name, len(alone), request["steps"])  # it ran alone
         in_graphs = sum(int(s["tokens"]) for s in alone if s.get("replays"))
         slots = {s for r in request.get("cache_slot_ranges", []) for s in range(int(r["first"]), int(r["last"]) + 1)}
