@@ -201,7 +201,8 @@ class CacheWrites(Analysis):
         `eager`: with the stores of kernels outside a graph that ran under them (else those stay)."""
         taken: collections.Counter[int] = collections.Counter()
         for replay in replays:
-            for key in ((replay & 0xFFFFFFFF) * 2, (replay & 0xFFFFFFFF) * 2 + 1)[: 2 if eager else 1]:
+            in_graph = (replay & 0xFFFFFFFF) * 2  # its nodes' key; + 1: kernels outside a graph
+            for key in (in_graph, in_graph + 1) if eager else (in_graph,):
                 held = self.by_replay.pop(key, None)
                 if held:
                     self.held -= len(held)

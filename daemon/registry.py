@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -129,9 +130,9 @@ def queue_subscriber(
     return Subscriber(pids, queue.put, wants_launches=wants_launches), queue
 
 
-def kernel_names_in(segment: Segment) -> KernelNames:
-    """The names of kernel slots, read from the segment's kernel table when asked."""
-    return lambda slots: {kernel["slot"]: kernel["demangled"] for kernel in segment.kernels_at(slots)}
+def kernel_names(segment: Segment, slots: Iterable[int]) -> dict[int, str]:
+    """slot -> demangled name of those kernel slots the segment's kernel table has published."""
+    return {kernel["slot"]: kernel["demangled"] for kernel in segment.kernels_at(sorted(set(slots)))}
 
 
 @dataclasses.dataclass
@@ -266,7 +267,7 @@ class Registry:
                 self.analysis_budget,
                 exits_hooked=bool(segment.header.get("block_exits_hooked")),
                 retention=self.request_retention,
-                kernel_names=kernel_names_in(segment),
+                kernel_names=functools.partial(kernel_names, segment),
             )
             process = ObservedProcess(path, segment, analyses=analyses)
             self._check(process, self.clock())  # a status seeing the process sees its accounting too
@@ -389,7 +390,7 @@ class Registry:
         fresh = [s for s in stalls.stalled(now, self.hang_threshold_s) if not s.reported]
         if not fresh:
             return
-        names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s.slot for s in fresh}))}
+        names = kernel_names(process.segment, (s.slot for s in fresh))
         launches: dict[int, dict] = {}  # slot -> its oldest launch in flight
         for in_flight in pairing.in_flight(now_ns, threshold_ns):
             launches.setdefault(in_flight["slot"], in_flight)

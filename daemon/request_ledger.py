@@ -199,8 +199,7 @@ class RequestLedger(Analysis):
             self.last_ids = None  # a step whose ids were cut short says nothing of who left
 
     def _forget_owners(self) -> None:
-        if self.block_owners:
-            self.block_owners.clear()
+        self.block_owners.clear()
         self.cache_owners_forgotten += 1
 
     def _attribute_cache(self, step: Step, graph_after: bool) -> None:
@@ -214,7 +213,7 @@ class RequestLedger(Analysis):
         are its own). A next step whose eager kernels stored before its first replay (a framework
         that runs its model eagerly and a graph after it) would still be taken for this one: not
         vLLM, whose steps with a graph run their attention between its pieces."""
-        if not step.blocks_complete or step.text_refused:
+        if not step.blocks_complete:
             self._forget_owners()
         for request, blocks in step.new_blocks.items():
             if len(self.block_owners) + len(blocks) > self.MAX_CACHE_BLOCKS:

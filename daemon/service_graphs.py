@@ -11,7 +11,7 @@ from . import results
 from .errors import InvalidArgument
 from .graph_exec import GraphExec
 from .paging import GRAPH_TOKEN, walk_pages
-from .registry import ObservedProcess, Registry
+from .registry import ObservedProcess, Registry, kernel_names
 from .service_targets import Targets
 
 DEFAULT_GRAPH_PAGE = 32  # a 313-node graph with 16 replays in detail is ~30 kB of reply
@@ -71,10 +71,7 @@ class GraphQueries:
 
     def _graph_row(self, process: ObservedProcess, graph: GraphExec, replays: int) -> results.Graph:
         report = process.analyses.graph_join.exec_report(graph, replays)
-        names = {
-            k["slot"]: k["demangled"]
-            for k in process.segment.kernels_at(sorted({n.slot for n in graph.nodes.values()}))
-        }
+        names = kernel_names(process.segment, (n.slot for n in graph.nodes.values()))
         order = report["order"]
         position = {node: index for index, node in enumerate(order)}
         nodes = []

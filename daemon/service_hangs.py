@@ -8,7 +8,7 @@ import time
 from . import results
 from .errors import InvalidArgument
 from .paging import HANG_TOKEN, walk_pages
-from .registry import ObservedProcess, Registry
+from .registry import ObservedProcess, Registry, kernel_names
 from .service_targets import Targets
 
 DEFAULT_HANG_PAGE = 64  # a launch lists up to 4,096 blocks: ~40 kB of reply at most
@@ -58,10 +58,7 @@ class HangQueries:
 
     @staticmethod
     def _hung_rows(process: ObservedProcess, launches: list[dict]) -> list[results.HungLaunch]:
-        names = {
-            k["slot"]: k["demangled"]
-            for k in process.segment.kernels_at(sorted({launch["slot"] for launch in launches}))
-        }
+        names = kernel_names(process.segment, (launch["slot"] for launch in launches))
         dropped = process.events_dropped_per_kernel()
         rows = []
         for launch in launches:
@@ -103,7 +100,7 @@ class HangQueries:
             else:
                 blocks = in_flight.blocks
                 age = max(0, now_ns - in_flight.oldest_enter_ns) if in_flight.blocks else 0
-            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s.slot for s in stalled}))}
+            names = kernel_names(process.segment, (s.slot for s in stalled))
             out.append(
                 results.HangEvidence(
                     process.pid,

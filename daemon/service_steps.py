@@ -14,7 +14,7 @@ from .cache_writes import KV_CACHE_KERNEL
 from .errors import InvalidArgument, NotFound
 from .graph_exec import DeviceTime
 from .paging import REQUEST_TOKEN, STEP_TOKEN, page_token_of, parse_page_token, position_in, process_order
-from .registry import ObservedProcess
+from .registry import ObservedProcess, kernel_names
 from .request_times import RequestTime, device_busy, per_second, replays_known, request_kernels, step_span, step_times
 from .service_targets import MAX_TOP, Targets
 from .step_attribution import Step, StepAttribution
@@ -168,7 +168,7 @@ class StepQueries:
                     row.executions += node.executions
                     row.nodes += node.nodes
                     row.device += node.device
-            names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted({s for _, s in held}))}
+            names = kernel_names(process.segment, (s for _, s in held))
             rows.extend(
                 row.result(process.pid, label, names.get(slot, f"slot {slot}"), total.ns)
                 for (label, slot), row in held.items()
@@ -267,7 +267,7 @@ class StepQueries:
                 settled = (s for key, s in process.analyses.steps.steps.items() if key < ledger.next_key)
                 kernels, covered = request_kernels(settled, request) if made and request else ({}, 0)
             if made and request:
-                names = {k["slot"]: k["demangled"] for k in process.segment.kernels_at(sorted(kernels))}
+                names = kernel_names(process.segment, kernels)
                 made[0].kernels = kernel_rows(kernels, names)
                 made[0].kernel_steps = covered
             reply.requests.extend(made)

@@ -66,9 +66,15 @@ class Step:
     text_refused: int = 0  # lines of its text that were neither a request nor a directive
 
     @property
-    def blocks_complete(self) -> bool:
-        """Whether new_blocks is every block it handed out (its text, if any, arrived whole)."""
+    def text_whole(self) -> bool:
+        """Whether its text, if it has one, arrived whole."""
         return self.text_received == self.text_bytes
+
+    @property
+    def blocks_complete(self) -> bool:
+        """Whether new_blocks is every block it handed out: its text arrived whole and every line
+        of it was read."""
+        return self.text_whole and not self.text_refused
 
     @property
     def kernel_launches(self) -> int:
@@ -81,7 +87,7 @@ class Step:
 
     @property
     def ids_complete(self) -> bool:
-        return self.ids_known and self.text_received == self.text_bytes
+        return self.ids_known and self.text_whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +189,7 @@ class StepAttribution(Analysis):
             step.text.extend(b"\0" * (offset + length - len(step.text)))
         step.text[offset : offset + length] = piece
         step.text_received += length
-        if step.text_received == step.text_bytes:
+        if step.text_whole:
             self._read_text(step)
 
     def _read_text(self, step: Step) -> None:

@@ -76,14 +76,11 @@ class StepRecorder:
             self.step += 1
             blocks, layout = self.cache_parts(worker, scheduler_output)
             # a dropped record is counted by the injector, in the segment: nothing to do here
-            if scheduled == self.last_scheduled:  # decode steps: each request's count is unchanged
-                if blocks or layout:
-                    text = step_text.encode(None, blocks, layout)
-                    self.annotations.record_step(self.step, len(scheduled), tokens, text, 0, flops)
-                else:
-                    self.annotations.record_step(self.step, len(scheduled), tokens, None, SAME_REQUESTS, flops)
-            else:
-                text = step_text.encode(scheduled, blocks, layout)
+            same = scheduled == self.last_scheduled  # decode steps: each request's count is unchanged
+            if same and not blocks and layout is None:
+                self.annotations.record_step(self.step, len(scheduled), tokens, None, SAME_REQUESTS, flops)
+            else:  # a `same` text where only blocks or the layout are new
+                text = step_text.encode(None if same else scheduled, blocks, layout)
                 self.annotations.record_step(self.step, len(scheduled), tokens, text, 0, flops)
                 self.last_scheduled = scheduled
         except Exception as error:  # noqa: BLE001 - the engine must run on
@@ -105,7 +102,7 @@ class StepRecorder:
         """The KV cache's layout when it is to be sent with this step: once the runner has its
         cache, then every LAYOUT_EVERY steps. A runner without one that can be described (a hybrid
         model) stops the blocks too, with one log line: they would name no slot."""
-        if not self.track_cache or self.step - self.layout_sent < LAYOUT_EVERY:
+        if self.step - self.layout_sent < LAYOUT_EVERY:
             return None
         if self.layout is None:
             self.layout = kv_cache_layout(worker)
